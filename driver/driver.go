@@ -1,0 +1,205 @@
+package driver
+
+import (
+	"context"
+	"io"
+	"time"
+)
+
+// Driver is the required interface of a compute back-end. Implementations are
+// safe for concurrent use. No method blocks longer than one round trip to the
+// back-end; the long work of Create and Delete happens in the Operation they
+// return.
+type Driver interface {
+	// State returns a fresh reading of every node (Zoe's platform_state):
+	// capacity, what is reserved, live usage where known, images present.
+	// A back-end with no per-node detail returns one node and sets Aggregated.
+	State(ctx context.Context) (*PlatformState, error)
+
+	// Create starts building an instance of spec on node and returns at once.
+	// Validation failures return ErrInvalid immediately and nothing is
+	// created. ctx bounds the whole operation, not only this call: cancelling
+	// it abandons the operation, which then reports ErrTimeout. The driver
+	// stores spec.Tags on the resource before (or atomically with) creating it,
+	// so that List finds it even if the caller crashes mid-operation.
+	Create(ctx context.Context, node string, spec *Spec) (Operation, error)
+
+	// Delete starts removing the instance with back-end id id. An instance
+	// that is already gone makes the operation finish with ErrNotFound, which
+	// callers count as success. ctx bounds the operation as in Create.
+	Delete(ctx context.Context, id string) (Operation, error)
+
+	// Get returns the instance with back-end id id, or ErrNotFound.
+	Get(ctx context.Context, id string) (*Instance, error)
+
+	// Find returns the instance named name, or ErrNotFound.
+	Find(ctx context.Context, name string) (*Instance, error)
+
+	// List returns every instance whose tags include all of tags (and always
+	// TagManaged). Resources without Berth's tags are never listed. Leak
+	// cleanup relies on List seeing everything Create ever made.
+	List(ctx context.Context, tags map[string]string) ([]*Instance, error)
+
+	// Close releases every goroutine and connection the driver holds. It is
+	// called once; instances keep running.
+	Close(ctx context.Context) error
+}
+
+// Operation is a create or delete in progress: a state machine that the
+// caller drives (Nodepool's state-machine drivers).
+type Operation interface {
+	// Advance performs at most one short, non-blocking step (well under
+	// 200 ms) and reports progress. Once it returns Done or an error the
+	// operation is over and further calls repeat the same result. ctx bounds
+	// only this call.
+	Advance(ctx context.Context) (Progress, error)
+}
+
+// Progress is what one Advance reports.
+type Progress struct {
+	// Done is true when the operation has finished successfully.
+	Done bool
+	// Instance is the instance as far as it is known: after a create it is
+	// complete; before that it may hold only the back-end id (Nodepool's
+	// external id). It is nil after a delete.
+	Instance *Instance
+	// Wait hints how long to wait before the next Advance is worth making; 0
+	// means as soon as the caller likes.
+	Wait time.Duration
+}
+
+// Optional capabilities. Callers find them by type assertion; package
+// provider applies the fallback named in each comment when a driver lacks one.
+
+// ImageLister lists the images present on a node.
+// Fallback: Node.Images from State.
+type ImageLister interface {
+	Images(ctx context.Context, node string) ([]Image, error)
+}
+
+// Preloader makes an image present on the given nodes (all nodes when nodes
+// is empty), reporting progress through progress, which may be nil.
+// Fallback: ErrUnsupported unless every node already has the image.
+type Preloader interface {
+	Preload(ctx context.Context, image string, nodes []string, progress func(PreloadProgress)) error
+}
+
+// Resizer changes the cpu and memory limits of a live instance (Zoe's
+// update_service). Fields of r that are zero are left unchanged.
+// Fallback: ErrUnsupported.
+type Resizer interface {
+	Resize(ctx context.Context, id string, r Resources) error
+}
+
+// Starter starts a stopped or exited instance.
+// Fallback: ErrUnsupported.
+type Starter interface {
+	Start(ctx context.Context, id string) error
+}
+
+// Stopper stops an instance gracefully: a polite request, then a forced stop
+// after grace. Stopping a stopped instance is not an error.
+// Fallback: ErrUnsupported (never a delete).
+type Stopper interface {
+	Stop(ctx context.Context, id string, grace time.Duration) error
+}
+
+// Restarter restarts an instance.
+// Fallback: Stop then Start when the driver has both, else ErrUnsupported.
+type Restarter interface {
+	Restart(ctx context.Context, id string, grace time.Duration) error
+}
+
+// Killer sends a signal ("TERM", "SIGKILL", "9", ...) to an instance.
+// Fallback: KILL becomes Stop with zero grace; other signals ErrUnsupported.
+type Killer interface {
+	Kill(ctx context.Context, id string, signal string) error
+}
+
+// Suspender pauses and resumes an instance. Resume on an instance that is not
+// suspended returns ErrNotSuspended.
+// Fallback: ErrUnsupported.
+type Suspender interface {
+	Suspend(ctx context.Context, id string) error
+	Resume(ctx context.Context, id string) error
+}
+
+// LogReader copies an instance's output to stdout and stderr, each stream to
+// its own writer, and returns when done (or, with Follow, when ctx ends or the
+// instance ends).
+// Fallback: ErrUnsupported.
+type LogReader interface {
+	Logs(ctx context.Context, id string, opts LogOptions, stdout, stderr io.Writer) error
+}
+
+// EventWatcher calls fn for every change in the back-end until ctx ends, and
+// returns ctx's error then, or the error that broke the stream.
+// Fallback: the caller polls List and reports the differences.
+type EventWatcher interface {
+	Watch(ctx context.Context, fn func(Event)) error
+}
+
+// UsageReporter measures one instance's live usage.
+// Fallback: ErrUnsupported; node usage comes from State's InUse.
+type UsageReporter interface {
+	Usage(ctx context.Context, id string) (*Usage, error)
+}
+
+// ConsoleReader returns an instance's console output (a VM's serial log).
+// Fallback: the last lines of Logs when the driver is a LogReader.
+type ConsoleReader interface {
+	Console(ctx context.Context, id string) (string, error)
+}
+
+// Capability names, as reported by Capabilities and required by placement
+// constraints.
+const (
+	CapImages  = "images"
+	CapPreload = "preload"
+	CapResize  = "resize"
+	CapStart   = "start"
+	CapStop    = "stop"
+	CapRestart = "restart"
+	CapKill    = "kill"
+	CapSuspend = "suspend"
+	CapLogs    = "logs"
+	CapEvents  = "events"
+	CapUsage   = "usage"
+	CapConsole = "console"
+)
+
+// Capabilities returns the sorted names of the optional interfaces d
+// implements itself (fallbacks not counted).
+func Capabilities(d Driver) []string {
+	var caps []string
+	add := func(ok bool, name string) {
+		if ok {
+			caps = append(caps, name)
+		}
+	}
+	_, ok := d.(ConsoleReader)
+	add(ok, CapConsole)
+	_, ok = d.(EventWatcher)
+	add(ok, CapEvents)
+	_, ok = d.(ImageLister)
+	add(ok, CapImages)
+	_, ok = d.(Killer)
+	add(ok, CapKill)
+	_, ok = d.(LogReader)
+	add(ok, CapLogs)
+	_, ok = d.(Preloader)
+	add(ok, CapPreload)
+	_, ok = d.(Resizer)
+	add(ok, CapResize)
+	_, ok = d.(Restarter)
+	add(ok, CapRestart)
+	_, ok = d.(Starter)
+	add(ok, CapStart)
+	_, ok = d.(Stopper)
+	add(ok, CapStop)
+	_, ok = d.(Suspender)
+	add(ok, CapSuspend)
+	_, ok = d.(UsageReporter)
+	add(ok, CapUsage)
+	return caps
+}

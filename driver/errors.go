@@ -1,0 +1,148 @@
+package driver
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// The error vocabulary. Drivers wrap one of these with %w; callers test with
+// errors.Is. Each rule says when a driver may return the error and what the
+// caller does with it. Never match error strings outside the driver that owns
+// them.
+var (
+	// ErrRetryable means the operation certainly did not take effect and may be
+	// tried again later, on the same or another node. Never return it if the
+	// back-end may have performed the operation; use ErrTimeout then.
+	ErrRetryable = errors.New("retryable")
+
+	// ErrPermanent means the operation failed and trying again with the same
+	// spec will fail the same way (a build error, a missing image, a rejected
+	// option). The message must say what to change.
+	ErrPermanent = errors.New("permanent failure")
+
+	// ErrNotFound means the instance, node or image does not exist. Deleting an
+	// instance that is already gone returns ErrNotFound and callers count the
+	// delete as done.
+	ErrNotFound = errors.New("not found")
+
+	// ErrAlreadyExists means a resource with the same name already exists in
+	// the back-end. The caller looks it up by name and adopts it if its tags are
+	// Berth's own, instead of creating a second copy.
+	ErrAlreadyExists = errors.New("already exists")
+
+	// ErrUnsupported means the driver does not implement the operation or the
+	// spec asks for something this back-end cannot do (a VM on a container
+	// back-end). It is permanent for this driver.
+	ErrUnsupported = errors.New("unsupported")
+
+	// ErrNotSuspended means Resume was called on an instance that is not
+	// suspended. The instance is unchanged.
+	ErrNotSuspended = errors.New("not suspended")
+
+	// ErrQuotaExceeded means the back-end refused the request because an
+	// account or project limit is reached. It is not a failure of the request:
+	// the caller aborts the launch and requeues it until capacity frees up.
+	ErrQuotaExceeded = errors.New("quota exceeded")
+
+	// ErrInsufficientCapacity means the chosen node has not got the resources
+	// the spec asks for. Nothing was created; the caller places the instance
+	// again, excluding that node for a while.
+	ErrInsufficientCapacity = errors.New("insufficient capacity")
+
+	// ErrInvalid means the spec, the options or an argument is malformed. The
+	// error is, or wraps, a *FieldError naming the field. Nothing was done.
+	ErrInvalid = errors.New("invalid")
+
+	// ErrTimeout means the back-end did not answer in time and the operation
+	// may or may not have happened. The caller must look the instance up (by
+	// tags or name) before trying again.
+	ErrTimeout = errors.New("timeout")
+
+	// ErrDeleteFailed means the back-end could not delete an instance that
+	// still exists. The caller retries the delete later; the instance is never
+	// forgotten while it may still exist.
+	ErrDeleteFailed = errors.New("delete failed")
+)
+
+// Kinds lists the sentinel errors, for code that maps each class to exactly
+// one action or status code.
+var Kinds = []error{
+	ErrRetryable, ErrPermanent, ErrNotFound, ErrAlreadyExists, ErrUnsupported,
+	ErrNotSuspended, ErrQuotaExceeded, ErrInsufficientCapacity, ErrInvalid,
+	ErrTimeout, ErrDeleteFailed,
+}
+
+// KindOf returns the first sentinel in Kinds that err wraps, or nil when err
+// is nil or unclassified.
+func KindOf(err error) error {
+	if err == nil {
+		return nil
+	}
+	for _, k := range Kinds {
+		if errors.Is(err, k) {
+			return k
+		}
+	}
+	return nil
+}
+
+// Errorf returns an error that wraps kind and reads "kind: message".
+func Errorf(kind error, format string, args ...any) error {
+	return fmt.Errorf("%w: %s", kind, fmt.Sprintf(format, args...))
+}
+
+// FieldError reports one invalid field. Path is the field's location in
+// dotted form with indexes, e.g. "ports[1].host_port" or "options.nodes".
+// It matches ErrInvalid under errors.Is.
+type FieldError struct {
+	Path   string
+	Reason string
+}
+
+func (e *FieldError) Error() string {
+	if e.Path == "" {
+		return "invalid: " + e.Reason
+	}
+	return "invalid " + e.Path + ": " + e.Reason
+}
+
+// Is reports whether target is ErrInvalid.
+func (e *FieldError) Is(target error) bool { return target == ErrInvalid }
+
+// FieldErrors is a list of field errors found in one validation pass. It
+// matches ErrInvalid under errors.Is and errors.As finds each *FieldError.
+type FieldErrors []*FieldError
+
+func (es FieldErrors) Error() string {
+	parts := make([]string, len(es))
+	for i, e := range es {
+		parts[i] = e.Error()
+	}
+	return strings.Join(parts, "; ")
+}
+
+// Is reports whether target is ErrInvalid.
+func (es FieldErrors) Is(target error) bool { return target == ErrInvalid }
+
+// Unwrap returns the individual field errors.
+func (es FieldErrors) Unwrap() []error {
+	out := make([]error, len(es))
+	for i, e := range es {
+		out[i] = e
+	}
+	return out
+}
+
+// add appends a field error; prefix is joined to path with a dot.
+func (es *FieldErrors) add(path, format string, args ...any) {
+	*es = append(*es, &FieldError{Path: path, Reason: fmt.Sprintf(format, args...)})
+}
+
+// Err returns nil for an empty list and the list otherwise.
+func (es FieldErrors) Err() error {
+	if len(es) == 0 {
+		return nil
+	}
+	return es
+}

@@ -1,0 +1,266 @@
+package driver
+
+import (
+	"bytes"
+	"encoding"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Option documents one driver option. Every option can be set in the config
+// file under the provider's options and as the flag --<driver>-<name>.
+type Option struct {
+	Name    string `json:"name"`
+	Type    string `json:"type"` // string, bool, int, float, duration, list, map, size, cpus or json
+	Default string `json:"default,omitempty"`
+	Help    string `json:"help,omitempty"`
+}
+
+// FlagName returns the command-line flag that sets option o of driver.
+func FlagName(driver string, o Option) string { return driver + "-" + o.Name }
+
+var (
+	durationType    = reflect.TypeFor[time.Duration]()
+	unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
+	textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
+	cpuType         = reflect.TypeFor[MilliCPU]()
+	bytesType       = reflect.TypeFor[Bytes]()
+)
+
+type optionField struct {
+	name  string
+	index []int
+	typ   reflect.Type
+	help  string
+}
+
+func optionFields(t reflect.Type) []optionField {
+	var out []optionField
+	for _, f := range reflect.VisibleFields(t) {
+		name, ok := f.Tag.Lookup("option")
+		if !ok || !f.IsExported() {
+			continue
+		}
+		out = append(out, optionField{name: name, index: f.Index, typ: f.Type, help: f.Tag.Get("help")})
+	}
+	slices.SortFunc(out, func(a, b optionField) int { return strings.Compare(a.name, b.name) })
+	return out
+}
+
+func typeName(t reflect.Type) string {
+	switch {
+	case t == durationType:
+		return "duration"
+	case t == cpuType:
+		return "cpus"
+	case t == bytesType:
+		return "size"
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "string"
+	case reflect.Bool:
+		return "bool"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "int"
+	case reflect.Float32, reflect.Float64:
+		return "float"
+	case reflect.Slice:
+		if t.Elem().Kind() == reflect.String {
+			return "list"
+		}
+	case reflect.Map:
+		if t.Key().Kind() == reflect.String && t.Elem().Kind() == reflect.String {
+			return "map"
+		}
+	}
+	return "json"
+}
+
+func optionsOf(v any) []Option {
+	rv := reflect.ValueOf(v).Elem()
+	var out []Option
+	for _, f := range optionFields(rv.Type()) {
+		out = append(out, Option{Name: f.name, Type: typeName(f.typ), Default: formatDefault(rv.FieldByIndex(f.index)), Help: f.help})
+	}
+	return out
+}
+
+func formatDefault(v reflect.Value) string {
+	if v.IsZero() {
+		return ""
+	}
+	switch typeName(v.Type()) {
+	case "string", "duration", "cpus", "size", "bool", "int", "float":
+		return fmt.Sprint(v.Interface())
+	case "list":
+		return strings.Join(v.Interface().([]string), ",")
+	}
+	b, _ := json.Marshal(v.Interface())
+	return string(b)
+}
+
+// decodeOptions sets the options in raw on dst, a pointer to an options
+// struct. A string value is parsed as flag text for the field's type; any
+// other value must already have the field's JSON type.
+func decodeOptions(dst any, raw map[string]any) error {
+	rv := reflect.ValueOf(dst).Elem()
+	fields := optionFields(rv.Type())
+	byName := make(map[string]optionField, len(fields))
+	names := make([]string, len(fields))
+	for i, f := range fields {
+		byName[f.name] = f
+		names[i] = f.name
+	}
+	var es FieldErrors
+	for _, key := range sortedKeys(raw) {
+		f, ok := byName[key]
+		if !ok {
+			reason := "unknown option"
+			if len(names) > 0 {
+				reason += "; known: " + strings.Join(names, ", ")
+			}
+			es.add(key, "%s", reason)
+			continue
+		}
+		if err := setOption(rv.FieldByIndex(f.index), raw[key]); err != nil {
+			es.add(key, "%s", err)
+		}
+	}
+	return es.Err()
+}
+
+func setOption(field reflect.Value, val any) error {
+	t := field.Type()
+	ptr := reflect.New(t)
+	if s, ok := val.(string); ok {
+		if err := parseText(ptr, s); err != nil {
+			return err
+		}
+		field.Set(ptr.Elem())
+		return nil
+	}
+	if t == durationType {
+		return fmt.Errorf("want a duration such as \"5s\", got %s", describe(val))
+	}
+	b, err := json.Marshal(val)
+	if err != nil {
+		return fmt.Errorf("cannot encode value: %v", err)
+	}
+	if err := strictJSON(b, ptr.Interface()); err != nil {
+		return fmt.Errorf("want %s, got %s: %v", typeName(t), describe(val), jsonReason(err))
+	}
+	field.Set(ptr.Elem())
+	return nil
+}
+
+// parseText parses flag text s into *ptr.
+func parseText(ptr reflect.Value, s string) error {
+	t := ptr.Elem().Type()
+	want := typeName(t)
+	bad := func() error { return fmt.Errorf("want %s, got %q", want, s) }
+	switch {
+	case t == durationType:
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("want a duration such as \"5s\", got %q", s)
+		}
+		ptr.Elem().SetInt(int64(d))
+		return nil
+	case ptr.Type().Implements(unmarshalerType):
+		q, _ := json.Marshal(s)
+		if err := json.Unmarshal(q, ptr.Interface()); err != nil {
+			return fmt.Errorf("%v", err)
+		}
+		return nil
+	case ptr.Type().Implements(textUnmarshaler):
+		return ptr.Interface().(encoding.TextUnmarshaler).UnmarshalText([]byte(s))
+	}
+	switch want {
+	case "string":
+		ptr.Elem().SetString(s)
+	case "bool":
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return bad()
+		}
+		ptr.Elem().SetBool(b)
+	case "int", "float":
+		if err := json.Unmarshal([]byte(strings.TrimSpace(s)), ptr.Interface()); err != nil {
+			return bad()
+		}
+	case "list":
+		var items []string
+		for item := range strings.SplitSeq(s, ",") {
+			if item = strings.TrimSpace(item); item != "" {
+				items = append(items, item)
+			}
+		}
+		ptr.Elem().Set(reflect.ValueOf(items).Convert(t))
+	case "map":
+		m := reflect.MakeMap(t)
+		for item := range strings.SplitSeq(s, ",") {
+			if item = strings.TrimSpace(item); item == "" {
+				continue
+			}
+			k, v, ok := strings.Cut(item, "=")
+			if !ok || k == "" {
+				return fmt.Errorf("want key=value pairs separated by commas, got %q", s)
+			}
+			m.SetMapIndex(reflect.ValueOf(k).Convert(t.Key()), reflect.ValueOf(v).Convert(t.Elem()))
+		}
+		ptr.Elem().Set(m)
+	default:
+		if err := strictJSON([]byte(s), ptr.Interface()); err != nil {
+			return fmt.Errorf("want JSON for %s: %v", t, jsonReason(err))
+		}
+	}
+	return nil
+}
+
+// strictJSON decodes b into v, rejecting unknown fields and trailing data.
+func strictJSON(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("trailing data after the value")
+	}
+	return nil
+}
+
+func jsonReason(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		if te.Field != "" {
+			return fmt.Sprintf("field %s: want %s, got %s", te.Field, te.Type, te.Value)
+		}
+		return fmt.Sprintf("want %s, got %s", te.Type, te.Value)
+	}
+	return err.Error()
+}
+
+func describe(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "a boolean"
+	case float64, float32, int, int64, int32, uint64, uint, uint32:
+		return fmt.Sprintf("the number %v", v)
+	case []any:
+		return "a list"
+	case map[string]any:
+		return "an object"
+	}
+	return fmt.Sprintf("%T", v)
+}

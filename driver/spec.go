@@ -1,0 +1,318 @@
+package driver
+
+import (
+	"fmt"
+	"path"
+	"regexp"
+	"strings"
+)
+
+// Kind is what an instance is.
+type Kind string
+
+// Kinds of instance.
+const (
+	KindContainer Kind = "container"
+	KindProcess   Kind = "process"
+	KindVM        Kind = "vm"
+	KindBareMetal Kind = "baremetal"
+)
+
+// WorkloadType selects type-specific scheduling (Citadel): services spread and
+// keep replicas apart, batch work packs.
+type WorkloadType string
+
+// Workload types.
+const (
+	TypeService WorkloadType = "service"
+	TypeBatch   WorkloadType = "batch"
+)
+
+// Limits on a spec. Config files follow Octavia's config drive rule.
+const (
+	MaxConfigFiles    = 5
+	MaxConfigFileSize = 10 * 1024
+	MaxUserDataSize   = 64 * 1024
+	MaxNameLength     = 63
+)
+
+// Spec describes one instance to create: the union of what Zoe services,
+// Octavia amphorae, Nodepool labels and Citadel images carry. Fields a
+// back-end cannot honour make Create fail with ErrUnsupported; fields it does
+// not use (SSH keys on a process) are ignored and documented by the driver.
+type Spec struct {
+	// Name is unique within a provider; empty lets the back-end pick one.
+	Name string       `json:"name,omitempty"`
+	Kind Kind         `json:"kind,omitempty"` // default container
+	Type WorkloadType `json:"type,omitempty"` // default service
+	// Image is required for containers and VMs; a process may name an
+	// executable here instead of in Entrypoint.
+	Image  string `json:"image,omitempty"`
+	Flavor string `json:"flavor,omitempty"` // a back-end's named size; resources then come from it
+
+	Resources
+	Cpuset            string `json:"cpuset,omitempty"`
+	MemoryReservation Bytes  `json:"memory_reservation,omitempty"` // soft limit
+
+	// Entrypoint replaces the image's entry point; Command its arguments
+	// (Docker's Cmd). A process runs Entrypoint followed by Command.
+	Entrypoint []string          `json:"entrypoint,omitempty"`
+	Command    []string          `json:"command,omitempty"`
+	Env        map[string]string `json:"env,omitempty"`
+	WorkingDir string            `json:"working_dir,omitempty"`
+	Hostname   string            `json:"hostname,omitempty"`
+	Domainname string            `json:"domainname,omitempty"`
+
+	// Labels are the user's key/values, shown on the instance and used by
+	// affinity rules.
+	Labels map[string]string `json:"labels,omitempty"`
+
+	Ports          []Port   `json:"ports,omitempty"`
+	Volumes        []Volume `json:"volumes,omitempty"`
+	Networks       []string `json:"networks,omitempty"`
+	NetworkMode    string   `json:"network_mode,omitempty"`
+	SecurityGroups []string `json:"security_groups,omitempty"`
+	SSHKeys        []string `json:"ssh_keys,omitempty"`
+
+	// ConfigFiles are written into the instance before it starts: at most
+	// MaxConfigFiles files of at most MaxConfigFileSize bytes each.
+	ConfigFiles []ConfigFile `json:"config_files,omitempty"`
+	// UserData is exposed to the instance (metadata service, a file, or the
+	// BERTH_USER_DATA variable, depending on the back-end).
+	UserData string `json:"user_data,omitempty"`
+
+	RestartPolicy RestartPolicy `json:"restart_policy,omitzero"`
+
+	// Tags are Berth's own key/values (see TagManaged); drivers store them so
+	// that List can find the instance again after a restart.
+	Tags map[string]string `json:"tags,omitempty"`
+}
+
+// Port asks for a port of the instance to be reachable.
+type Port struct {
+	ContainerPort int `json:"container_port"`
+	// HostPort is the fixed host port; 0 means any free port.
+	HostPort int    `json:"host_port,omitempty"`
+	Protocol string `json:"protocol,omitempty"` // tcp (default), udp, sctp
+	HostIP   string `json:"host_ip,omitempty"`
+	// Publish exposes the port outside the host.
+	Publish bool `json:"publish,omitempty"`
+}
+
+// Volume mounts a host path or a named volume into the instance.
+type Volume struct {
+	// Source is an absolute host path (a bind) or a volume name.
+	Source   string `json:"source"`
+	Target   string `json:"target"`
+	ReadOnly bool   `json:"read_only,omitempty"`
+}
+
+// IsBind reports whether the volume is a host path.
+func (v Volume) IsBind() bool { return strings.HasPrefix(v.Source, "/") }
+
+// ConfigFile is a file placed in the instance before it starts.
+type ConfigFile struct {
+	Path    string `json:"path"`
+	Content string `json:"content"`
+	Mode    uint32 `json:"mode,omitempty"` // default 0644
+}
+
+// RestartPolicy says what the back-end does when the instance ends.
+type RestartPolicy struct {
+	Name       string `json:"name,omitempty"` // no (default), always, on-failure, unless-stopped
+	MaxRetries int    `json:"max_retries,omitempty"`
+}
+
+var (
+	nameRE  = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
+	envKey  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.-]*$`)
+	hostRE  = regexp.MustCompile(`^[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?$`)
+	cpusetR = regexp.MustCompile(`^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$`)
+)
+
+// Validate checks the spec and returns FieldErrors naming every bad field, or
+// nil. It is the one validation routine for all drivers; a driver adds only
+// the checks specific to its back-end.
+func (s *Spec) Validate() error {
+	var es FieldErrors
+	if s.Name != "" && (len(s.Name) > MaxNameLength || !nameRE.MatchString(s.Name)) {
+		es.add("name", "%q: use 1 to %d letters, digits, '_', '.' or '-', starting with a letter or digit", s.Name, MaxNameLength)
+	}
+	switch s.Kind {
+	case "", KindContainer, KindVM, KindBareMetal:
+		if s.Image == "" {
+			es.add("image", "required for kind %q", s.kindOrDefault())
+		}
+	case KindProcess:
+		if s.Image == "" && len(s.Entrypoint) == 0 && len(s.Command) == 0 {
+			es.add("command", "a process needs an image (executable), an entrypoint or a command")
+		}
+	default:
+		es.add("kind", "%q: want one of container, process, vm, baremetal", s.Kind)
+	}
+	switch s.Type {
+	case "", TypeService, TypeBatch:
+	default:
+		es.add("type", "%q: want service or batch", s.Type)
+	}
+	if strings.ContainsAny(s.Image, " \t\n") {
+		es.add("image", "%q: must not contain white space", s.Image)
+	}
+	validateResources(&es, "", s.Resources)
+	if s.MemoryReservation < 0 {
+		es.add("memory_reservation", "must not be negative")
+	} else if s.Memory > 0 && s.MemoryReservation > s.Memory {
+		es.add("memory_reservation", "%s exceeds the memory limit %s", s.MemoryReservation, s.Memory)
+	}
+	if s.Cpuset != "" && !cpusetR.MatchString(s.Cpuset) {
+		es.add("cpuset", "%q: want a list such as 0-3,6", s.Cpuset)
+	}
+	for k := range s.Env {
+		if !envKey.MatchString(k) {
+			es.add("env."+k, "not a valid variable name")
+		}
+	}
+	if s.WorkingDir != "" && !path.IsAbs(s.WorkingDir) {
+		es.add("working_dir", "%q: must be an absolute path", s.WorkingDir)
+	}
+	if s.Hostname != "" && !hostRE.MatchString(s.Hostname) {
+		es.add("hostname", "%q: not a valid host name", s.Hostname)
+	}
+	for k := range s.Labels {
+		if k == "" {
+			es.add("labels", "empty key")
+		}
+	}
+	for k := range s.Tags {
+		if k == "" {
+			es.add("tags", "empty key")
+		}
+	}
+	type portKey struct {
+		port  int
+		proto string
+	}
+	seen := map[portKey]bool{}
+	for i, p := range s.Ports {
+		f := fmt.Sprintf("ports[%d]", i)
+		if p.ContainerPort < 1 || p.ContainerPort > 65535 {
+			es.add(f+".container_port", "%d: want 1 to 65535", p.ContainerPort)
+		}
+		if p.HostPort < 0 || p.HostPort > 65535 {
+			es.add(f+".host_port", "%d: want 1 to 65535, or 0 for any free port", p.HostPort)
+		}
+		proto := p.Protocol
+		switch proto {
+		case "":
+			proto = "tcp"
+		case "tcp", "udp", "sctp":
+		default:
+			es.add(f+".protocol", "%q: want tcp, udp or sctp", p.Protocol)
+		}
+		if p.HostPort > 0 {
+			k := portKey{p.HostPort, proto}
+			if seen[k] {
+				es.add(f+".host_port", "%d/%s is bound twice", p.HostPort, proto)
+			}
+			seen[k] = true
+		}
+	}
+	targets := map[string]bool{}
+	for i, v := range s.Volumes {
+		f := fmt.Sprintf("volumes[%d]", i)
+		if v.Source == "" {
+			es.add(f+".source", "required: an absolute host path or a volume name")
+		} else if !v.IsBind() && !nameRE.MatchString(v.Source) {
+			es.add(f+".source", "%q: neither an absolute path nor a volume name", v.Source)
+		}
+		if !path.IsAbs(v.Target) {
+			es.add(f+".target", "%q: must be an absolute path", v.Target)
+		} else if targets[path.Clean(v.Target)] {
+			es.add(f+".target", "%q is mounted twice", v.Target)
+		}
+		targets[path.Clean(v.Target)] = true
+	}
+	for i, n := range s.Networks {
+		if n == "" {
+			es.add(fmt.Sprintf("networks[%d]", i), "empty network name")
+		}
+	}
+	if len(s.ConfigFiles) > MaxConfigFiles {
+		es.add("config_files", "%d files: at most %d are allowed", len(s.ConfigFiles), MaxConfigFiles)
+	}
+	files := map[string]bool{}
+	for i, c := range s.ConfigFiles {
+		f := fmt.Sprintf("config_files[%d]", i)
+		if !path.IsAbs(c.Path) || strings.HasSuffix(c.Path, "/") {
+			es.add(f+".path", "%q: must be an absolute file path", c.Path)
+		} else if files[path.Clean(c.Path)] {
+			es.add(f+".path", "%q appears twice", c.Path)
+		}
+		files[path.Clean(c.Path)] = true
+		if len(c.Content) > MaxConfigFileSize {
+			es.add(f+".content", "%d bytes: at most %d are allowed", len(c.Content), MaxConfigFileSize)
+		}
+		if c.Mode > 0o7777 {
+			es.add(f+".mode", "%o: not a file mode", c.Mode)
+		}
+	}
+	if len(s.UserData) > MaxUserDataSize {
+		es.add("user_data", "%d bytes: at most %d are allowed", len(s.UserData), MaxUserDataSize)
+	}
+	switch s.RestartPolicy.Name {
+	case "", "no", "always", "unless-stopped":
+		if s.RestartPolicy.MaxRetries != 0 {
+			es.add("restart_policy.max_retries", "only allowed with on-failure")
+		}
+	case "on-failure":
+		if s.RestartPolicy.MaxRetries < 0 {
+			es.add("restart_policy.max_retries", "must not be negative")
+		}
+	default:
+		es.add("restart_policy.name", "%q: want no, always, on-failure or unless-stopped", s.RestartPolicy.Name)
+	}
+	return es.Err()
+}
+
+func (s *Spec) kindOrDefault() Kind {
+	if s.Kind == "" {
+		return KindContainer
+	}
+	return s.Kind
+}
+
+// KindOrDefault returns the spec's kind, container when unset.
+func (s *Spec) KindOrDefault() Kind { return s.kindOrDefault() }
+
+// validateResources checks that no amount is negative. prefix is prepended
+// to each field path.
+func validateResources(es *FieldErrors, prefix string, r Resources) {
+	if r.CPU < 0 {
+		es.add(prefix+"cpus", "%s: must not be negative", r.CPU)
+	}
+	if r.Memory < 0 {
+		es.add(prefix+"memory", "%s: must not be negative", r.Memory)
+	}
+	if r.Disk < 0 {
+		es.add(prefix+"disk", "%s: must not be negative", r.Disk)
+	}
+	if r.GPUs < 0 {
+		es.add(prefix+"gpus", "%d: must not be negative", r.GPUs)
+	}
+	for k, v := range r.Other {
+		if k == "" {
+			es.add(prefix+"other", "empty resource name")
+		}
+		if v < 0 {
+			es.add(prefix+"other."+k, "%d: must not be negative", v)
+		}
+	}
+}
+
+// ValidateResources checks that no amount in r is negative; field paths are
+// prefixed with prefix (e.g. "capacity.").
+func ValidateResources(prefix string, r Resources) error {
+	var es FieldErrors
+	validateResources(&es, prefix, r)
+	return es.Err()
+}
