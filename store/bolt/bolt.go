@@ -1,0 +1,468 @@
+// Package bolt is Berth's default store.Store: one bbolt file, durable
+// before acknowledging. Every committed Txn is fsynced before Txn returns.
+// Revisions survive a restart: the file holds the current revision, each
+// key's create and mod revisions, and a change log bounded to the latest
+// Options.History revisions, from which watches resume. Concurrent Txns are
+// committed together in one bbolt transaction (group commit), each still
+// applied in order with its own revision.
+package bolt
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	bbolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/berth-dev/berth/store"
+	"github.com/berth-dev/berth/store/internal/watch"
+)
+
+// ErrLocked is returned by Open when another process (or another Store in
+// this process) has the file open.
+var ErrLocked = errors.New("store file is locked by another process")
+
+// Defaults for Options' zero values.
+const (
+	DefaultLockTimeout = time.Second
+	DefaultHistory     = 10000
+	// maxGroup is the most Txns committed in one bbolt transaction.
+	maxGroup = 512
+)
+
+// Options configures Open. The zero value gives the defaults.
+type Options struct {
+	// LockTimeout is how long Open waits for the file lock held by another
+	// process before failing with ErrLocked. 0 means DefaultLockTimeout.
+	LockTimeout time.Duration
+	// History is how many of the latest revisions the change log keeps for
+	// watches that start in the past; older ones are dropped and Watch
+	// returns store.ErrCompacted for them. 0 means DefaultHistory.
+	History int
+	// NoGroupCommit commits every Txn in its own bbolt transaction; it is
+	// for measuring what group commit gains.
+	NoGroupCommit bool
+}
+
+// Store is a store.Store kept in one bbolt file.
+type Store struct {
+	db      *bbolt.DB
+	history int64
+	noGroup bool
+	hub     *watch.Hub
+
+	// closeMu is held shared by every call and exclusively by Close, so
+	// Close waits for calls in progress.
+	closeMu sync.RWMutex
+	closed  bool
+
+	groupMu sync.Mutex
+	queue   []*call
+	busy    bool
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open opens or creates the store file at path. It fails with an error
+// wrapping ErrLocked when another process holds the file for longer than
+// opts.LockTimeout, and with a clear error when the file is not a Berth
+// store.
+func Open(path string, opts Options) (*Store, error) {
+	if opts.LockTimeout <= 0 {
+		opts.LockTimeout = DefaultLockTimeout
+	}
+	if opts.History <= 0 {
+		opts.History = DefaultHistory
+	}
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: opts.LockTimeout, FreelistType: bbolt.FreelistMapType})
+	if errors.Is(err, berrors.ErrTimeout) {
+		return nil, fmt.Errorf("store/bolt: open %s: %w (waited %s)", path, ErrLocked, opts.LockTimeout)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store/bolt: open %s: %w", path, err)
+	}
+	err = db.Update(func(tx *bbolt.Tx) error {
+		for _, name := range [][]byte{bucketMeta, bucketKV, bucketLog} {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return err
+			}
+		}
+		meta := tx.Bucket(bucketMeta)
+		v, err := getU64(meta.Get(metaFormat))
+		switch {
+		case err != nil:
+			return err
+		case v == 0:
+			return meta.Put(metaFormat, u64(formatVersion))
+		case v != formatVersion:
+			return fmt.Errorf("store/bolt: file format %d, this build reads %d", v, formatVersion)
+		}
+		return nil
+	})
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("store/bolt: open %s: %w", path, err)
+	}
+	return &Store{db: db, history: int64(opts.History), noGroup: opts.NoGroupCommit, hub: watch.NewHub()}, nil
+}
+
+// Path returns the store file's path.
+func (s *Store) Path() string { return s.db.Path() }
+
+// view runs fn in a read transaction unless the store is closed.
+func (s *Store) view(fn func(tx *bbolt.Tx) error) error {
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	if s.closed {
+		return store.ErrClosed
+	}
+	return s.db.View(fn)
+}
+
+// Get implements store.Store.
+func (s *Store) Get(ctx context.Context, key string) (store.KV, error) {
+	if err := store.ValidateKey("key", key); err != nil {
+		return store.KV{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return store.KV{}, err
+	}
+	var kv store.KV
+	err := s.view(func(tx *bbolt.Tx) error {
+		b := tx.Bucket(bucketKV).Get([]byte(key))
+		if b == nil {
+			return store.ErrNotFound
+		}
+		var err error
+		kv, err = decodeKV(key, b)
+		return err
+	})
+	return kv, err
+}
+
+// List implements store.Store. It reads the range twice in one read
+// transaction, first to size it, so a listing of n keys costs a few
+// allocations rather than 2n; it checks ctx every 4096 keys.
+func (s *Store) List(ctx context.Context, prefix string) ([]store.KV, int64, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, 0, err
+	}
+	var out []store.KV
+	var rev int64
+	err := s.view(func(tx *bbolt.Tx) error {
+		var err error
+		if rev, err = getU64(tx.Bucket(bucketMeta).Get(metaRev)); err != nil {
+			return err
+		}
+		p := []byte(prefix)
+		c := tx.Bucket(bucketKV).Cursor()
+		n, keyBytes, valueBytes := 0, 0, 0
+		for k, v := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, v = c.Next() {
+			if n%4096 == 4095 {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+			}
+			if len(v) < kvHeader {
+				return fmt.Errorf("store/bolt: corrupt entry for key %q: %d bytes", k, len(v))
+			}
+			n++
+			keyBytes += len(k)
+			valueBytes += len(v) - kvHeader
+		}
+		if n == 0 {
+			return nil
+		}
+		var keys strings.Builder
+		keys.Grow(keyBytes)
+		values := make([]byte, 0, valueBytes)
+		ends := make([]int, 0, n)
+		out = make([]store.KV, 0, n)
+		for k, v := c.Seek(p); k != nil && bytes.HasPrefix(k, p) && len(out) < n; k, v = c.Next() {
+			keys.Write(k)
+			ends = append(ends, keys.Len())
+			off := len(values)
+			values = append(values, v[kvHeader:]...)
+			out = append(out, store.KV{
+				Value:          values[off:len(values):len(values)],
+				CreateRevision: createRevision(v),
+				ModRevision:    modRevision(v),
+			})
+		}
+		all, start := keys.String(), 0
+		for i, end := range ends {
+			out[i].Key = all[start:end]
+			start = end
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return out, rev, nil
+}
+
+// call is one Txn waiting to be committed.
+type call struct {
+	cmps []store.Cmp
+	ops  []store.Op
+	// wake receives true when this call is to lead the next group commit,
+	// false when another leader has committed it.
+	wake chan bool
+
+	res     store.TxnResult
+	changed bool
+	err     error
+}
+
+// Txn implements store.Store. Concurrent Txns are committed in groups: the
+// first caller commits its own Txn and every Txn that arrived while the
+// previous group was being written, in arrival order, in one bbolt
+// transaction and one fsync.
+func (s *Store) Txn(ctx context.Context, cmps []store.Cmp, ops []store.Op) (store.TxnResult, error) {
+	if err := store.ValidateTxn(cmps, ops); err != nil {
+		return store.TxnResult{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return store.TxnResult{}, err
+	}
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	if s.closed {
+		return store.TxnResult{}, store.ErrClosed
+	}
+	c := &call{cmps: cmps, ops: ops}
+	if s.noGroup {
+		s.commit([]*call{c})
+	} else {
+		s.group(c)
+	}
+	if c.err != nil {
+		return store.TxnResult{}, fmt.Errorf("store/bolt: txn: %w", c.err)
+	}
+	return c.res, nil
+}
+
+// group queues c and either waits for a leader to commit it or leads.
+func (s *Store) group(c *call) {
+	c.wake = make(chan bool, 1)
+	s.groupMu.Lock()
+	s.queue = append(s.queue, c)
+	if s.busy {
+		s.groupMu.Unlock()
+		if lead := <-c.wake; !lead {
+			return
+		}
+		s.groupMu.Lock()
+	}
+	s.busy = true
+	n := min(len(s.queue), maxGroup)
+	batch := s.queue[:n:n]
+	s.queue = s.queue[n:]
+	s.groupMu.Unlock()
+
+	s.commit(batch)
+	for _, o := range batch {
+		if o != c {
+			o.wake <- false
+		}
+	}
+
+	s.groupMu.Lock()
+	if len(s.queue) > 0 {
+		s.queue[0].wake <- true
+	} else {
+		s.busy = false
+	}
+	s.groupMu.Unlock()
+}
+
+// commit applies calls in order in one bbolt transaction. When that fails,
+// it applies each in its own transaction, so one bad call fails alone.
+func (s *Store) commit(calls []*call) {
+	err := s.db.Update(func(tx *bbolt.Tx) error {
+		for _, c := range calls {
+			if err := s.apply(tx, c); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil && len(calls) > 1 {
+		for _, c := range calls {
+			s.commit([]*call{c})
+		}
+		return
+	}
+	changed := false
+	for _, c := range calls {
+		if err != nil {
+			c.res, c.changed, c.err = store.TxnResult{}, false, err
+		}
+		changed = changed || c.changed
+	}
+	if changed {
+		s.hub.Notify()
+	}
+}
+
+// apply runs one Txn inside tx and records its outcome in c.
+func (s *Store) apply(tx *bbolt.Tx, c *call) error {
+	c.res, c.changed, c.err = store.TxnResult{}, false, nil
+	meta, kvs, log := tx.Bucket(bucketMeta), tx.Bucket(bucketKV), tx.Bucket(bucketLog)
+	rev, err := getU64(meta.Get(metaRev))
+	if err != nil {
+		return err
+	}
+	for _, cmp := range c.cmps {
+		if modRevision(kvs.Get([]byte(cmp.Key))) != cmp.ModRevision {
+			c.res = store.TxnResult{Succeeded: false, Revision: rev}
+			return nil
+		}
+	}
+	next := rev + 1
+	var idx uint32
+	for _, op := range c.ops {
+		key := []byte(op.Key)
+		old := kvs.Get(key)
+		switch op.Kind {
+		case store.OpPut:
+			create := next
+			if old != nil {
+				create = createRevision(old)
+			}
+			if err := kvs.Put(key, encodeKV(create, next, op.Value)); err != nil {
+				return err
+			}
+			if err := log.Put(logKey(next, idx), encodeEvent(store.EventPut, create, op.Key, op.Value)); err != nil {
+				return err
+			}
+		case store.OpDelete:
+			if old == nil {
+				continue
+			}
+			if err := kvs.Delete(key); err != nil {
+				return err
+			}
+			if err := log.Put(logKey(next, idx), encodeEvent(store.EventDelete, 0, op.Key, nil)); err != nil {
+				return err
+			}
+		}
+		idx++
+	}
+	if idx == 0 {
+		c.res = store.TxnResult{Succeeded: true, Revision: rev}
+		return nil
+	}
+	if err := meta.Put(metaRev, u64(next)); err != nil {
+		return err
+	}
+	if err := s.trimLog(meta, log, next); err != nil {
+		return err
+	}
+	c.res, c.changed = store.TxnResult{Succeeded: true, Revision: next}, true
+	return nil
+}
+
+// trimLog drops log entries older than the history bound and moves the
+// compact revision.
+func (s *Store) trimLog(meta, log *bbolt.Bucket, rev int64) error {
+	compact, err := getU64(meta.Get(metaCompact))
+	if err != nil {
+		return err
+	}
+	to := rev - s.history
+	if to <= compact {
+		return nil
+	}
+	cur := log.Cursor()
+	for k, _ := cur.First(); k != nil && logKeyRev(k) <= to; k, _ = cur.First() {
+		if err := cur.Delete(); err != nil {
+			return err
+		}
+	}
+	return meta.Put(metaCompact, u64(to))
+}
+
+// Watch implements store.Store.
+func (s *Store) Watch(ctx context.Context, prefix string, fromRev int64) (store.Watcher, error) {
+	return s.hub.Start(ctx, source{s}, prefix, fromRev)
+}
+
+// Close implements store.Store: it waits for calls in progress, ends every
+// watch and closes the file.
+func (s *Store) Close() error {
+	s.closeMu.Lock()
+	if s.closed {
+		s.closeMu.Unlock()
+		return store.ErrClosed
+	}
+	s.closed = true
+	s.closeMu.Unlock()
+	s.hub.Close()
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("store/bolt: close: %w", err)
+	}
+	return nil
+}
+
+// source reads the change log for watches.
+type source struct{ s *Store }
+
+func (src source) Revisions() (compact, current int64, err error) {
+	err = src.s.view(func(tx *bbolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		if compact, err = getU64(meta.Get(metaCompact)); err != nil {
+			return err
+		}
+		current, err = getU64(meta.Get(metaRev))
+		return err
+	})
+	return compact, current, err
+}
+
+func (src source) Changes(prefix string, after int64, limit int) ([]store.Event, int64, error) {
+	var out []store.Event
+	through := after
+	err := src.s.view(func(tx *bbolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		compact, err := getU64(meta.Get(metaCompact))
+		if err != nil {
+			return err
+		}
+		if after < compact {
+			return store.ErrCompacted
+		}
+		rev, err := getU64(meta.Get(metaRev))
+		if err != nil {
+			return err
+		}
+		through = max(after, min(rev, after+int64(limit)))
+		p := []byte(prefix)
+		c := tx.Bucket(bucketLog).Cursor()
+		for k, v := c.Seek(logKey(after+1, 0)); k != nil && logKeyRev(k) <= through; k, v = c.Next() {
+			key, _, err := eventKey(v)
+			if err != nil {
+				return err
+			}
+			if !bytes.HasPrefix(key, p) {
+				continue
+			}
+			ev, err := decodeEvent(logKeyRev(k), v)
+			if err != nil {
+				return err
+			}
+			out = append(out, ev)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, after, err
+	}
+	return out, through, nil
+}
