@@ -1,0 +1,271 @@
+package local
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// userHZ is the unit of the tick counts in /proc (USER_HZ), which Linux
+// fixes at 100 for user space on every architecture Berth runs on.
+const userHZ = 100
+
+// procStat is what Berth reads from /proc/<pid>/stat.
+type procStat struct {
+	PID        int
+	State      byte // R, S, D, T, t, Z, X, I ...
+	PGRP       int
+	Ticks      uint64 // utime + stime
+	StartTicks uint64 // start time after boot, in clock ticks
+	RSSPages   int64
+}
+
+// readStat reads /proc/<pid>/stat. A process that does not exist gives an
+// error wrapping os.ErrNotExist.
+func readStat(pid int) (procStat, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procStat{}, err
+	}
+	return parseStat(pid, b)
+}
+
+// parseStat parses the text of /proc/<pid>/stat. The command name sits in
+// parentheses and may itself hold spaces and parentheses, so the fields are
+// counted from the last ')'.
+func parseStat(pid int, b []byte) (procStat, error) {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return procStat{}, fmt.Errorf("/proc/%d/stat: malformed", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	// f[0] is field 3 (state); field n is f[n-3].
+	if len(f) < 22 {
+		return procStat{}, fmt.Errorf("/proc/%d/stat: %d fields, want at least 24", pid, len(f)+2)
+	}
+	num := func(n int) uint64 {
+		v, _ := strconv.ParseUint(f[n-3], 10, 64)
+		return v
+	}
+	pgrp, _ := strconv.Atoi(f[5-3])
+	rss, _ := strconv.ParseInt(f[24-3], 10, 64)
+	return procStat{
+		PID:        pid,
+		State:      f[0][0],
+		PGRP:       pgrp,
+		Ticks:      num(14) + num(15),
+		StartTicks: num(22),
+		RSSPages:   rss,
+	}, nil
+}
+
+// stateName describes a /proc state letter, for Instance.RawState.
+func stateName(s byte) string {
+	switch s {
+	case 'R':
+		return "running"
+	case 'S':
+		return "sleeping"
+	case 'D':
+		return "disk-sleep"
+	case 'T':
+		return "stopped"
+	case 't':
+		return "tracing-stop"
+	case 'Z':
+		return "zombie"
+	case 'X':
+		return "dead"
+	case 'I':
+		return "idle"
+	}
+	return string(s)
+}
+
+// groupMembers returns every live process whose process group is pgid.
+func groupMembers(pgid int) ([]procStat, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	var out []procStat
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		st, err := readStat(pid)
+		if err != nil || st.PGRP != pgid || st.State == 'Z' || st.State == 'X' {
+			continue
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+// stragglers returns the live members of process group pgid whose
+// environment holds kv ("BERTH_INSTANCE_ID=..."): the processes an instance
+// left behind when its leader ended. The environment check keeps a group
+// that merely reuses the number from being taken for the instance's.
+func stragglers(pgid int, kv string) ([]int, error) {
+	members, err := groupMembers(pgid)
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, m := range members {
+		if hasEnv(m.PID, kv) {
+			out = append(out, m.PID)
+		}
+	}
+	return out, nil
+}
+
+// hasEnv reports whether the environment of pid holds the entry kv.
+func hasEnv(pid int, kv string) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	if err != nil {
+		return false
+	}
+	want := []byte(kv)
+	for entry := range bytes.SplitSeq(b, []byte{0}) {
+		if bytes.Equal(entry, want) {
+			return true
+		}
+	}
+	return false
+}
+
+// findByEnv returns the pid of a process group leader whose environment
+// holds the entry kv ("BERTH_INSTANCE_ID=..."), or 0. It finds a process
+// whose start was never recorded because Berth stopped between starting it
+// and writing its pid.
+func findByEnv(kv string) int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || !hasEnv(pid, kv) {
+			continue
+		}
+		if st, err := readStat(pid); err == nil && st.PGRP == pid {
+			return pid
+		}
+	}
+	return 0
+}
+
+// bootID identifies the current boot: pids and start times mean nothing
+// across boots.
+func bootID() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// meminfo returns MemTotal and MemAvailable in bytes.
+func meminfo() (total, avail int64, err error) {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		fs := strings.Fields(v)
+		if len(fs) == 0 {
+			continue
+		}
+		n, _ := strconv.ParseInt(fs[0], 10, 64)
+		switch k {
+		case "MemTotal":
+			total = n * 1024
+		case "MemAvailable":
+			avail = n * 1024
+		}
+	}
+	if total == 0 {
+		return 0, 0, errors.New("/proc/meminfo: no MemTotal")
+	}
+	return total, avail, sc.Err()
+}
+
+// hostTicks returns the busy and total clock ticks of all CPUs from
+// /proc/stat.
+func hostTicks() (busy, total uint64, err error) {
+	f, err := os.Open("/proc/stat")
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	if !sc.Scan() {
+		return 0, 0, errors.New("/proc/stat: empty")
+	}
+	fs := strings.Fields(sc.Text())
+	if len(fs) < 5 || fs[0] != "cpu" {
+		return 0, 0, errors.New("/proc/stat: no cpu line")
+	}
+	for i, s := range fs[1:] {
+		v, _ := strconv.ParseUint(s, 10, 64)
+		total += v
+		if i != 3 && i != 4 { // idle and iowait
+			busy += v
+		}
+	}
+	return busy, total, nil
+}
+
+// sleep waits for d or until ctx ends, returning ctx's error then.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// signals maps signal names without the SIG prefix to their numbers.
+var signals = map[string]syscall.Signal{
+	"HUP": syscall.SIGHUP, "INT": syscall.SIGINT, "QUIT": syscall.SIGQUIT,
+	"ILL": syscall.SIGILL, "TRAP": syscall.SIGTRAP, "ABRT": syscall.SIGABRT,
+	"BUS": syscall.SIGBUS, "FPE": syscall.SIGFPE, "KILL": syscall.SIGKILL,
+	"USR1": syscall.SIGUSR1, "SEGV": syscall.SIGSEGV, "USR2": syscall.SIGUSR2,
+	"PIPE": syscall.SIGPIPE, "ALRM": syscall.SIGALRM, "TERM": syscall.SIGTERM,
+	"CHLD": syscall.SIGCHLD, "CONT": syscall.SIGCONT, "STOP": syscall.SIGSTOP,
+	"TSTP": syscall.SIGTSTP, "TTIN": syscall.SIGTTIN, "TTOU": syscall.SIGTTOU,
+	"URG": syscall.SIGURG, "XCPU": syscall.SIGXCPU, "XFSZ": syscall.SIGXFSZ,
+	"VTALRM": syscall.SIGVTALRM, "PROF": syscall.SIGPROF, "WINCH": syscall.SIGWINCH,
+	"IO": syscall.SIGIO, "PWR": syscall.SIGPWR, "SYS": syscall.SIGSYS,
+}
+
+// parseSignal reads "TERM", "SIGTERM", "sigterm" or "15".
+func parseSignal(s string) (syscall.Signal, bool) {
+	t := strings.ToUpper(strings.TrimSpace(s))
+	if n, err := strconv.Atoi(t); err == nil {
+		if n < 1 || n > 64 {
+			return 0, false
+		}
+		return syscall.Signal(n), true
+	}
+	sig, ok := signals[strings.TrimPrefix(t, "SIG")]
+	return sig, ok
+}
