@@ -1,0 +1,358 @@
+package docker
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/network"
+	"github.com/moby/moby/client"
+
+	"github.com/berth-dev/berth/driver"
+)
+
+// Create validates spec, maps it onto a container and returns an operation
+// that creates the container (with Berth's tags as labels, so a crash at
+// any later point leaves it findable by List), connects extra networks,
+// copies config files and user data in, starts it and inspects it for the
+// real port mapping. Each of these is one step of the operation.
+//
+// Create fails at once with ErrInvalid for a bad spec, ErrUnsupported for a
+// kind other than container or a field the engine cannot honour, ErrNotFound
+// for an unknown node, ErrRetryable when the engine is offline and
+// ErrInsufficientCapacity when it is draining or the spec asks for more cpus
+// or memory than the engine has.
+func (d *Driver) Create(ctx context.Context, node string, spec *driver.Spec) (driver.Operation, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	if err := unsupported(spec); err != nil {
+		return nil, err
+	}
+	e, err := d.engine(node)
+	if err != nil {
+		return nil, err
+	}
+	opts, files, err := d.containerOptions(spec)
+	if err != nil {
+		return nil, err
+	}
+	st, reason, info := e.snapshot()
+	switch st {
+	case driver.NodeOffline:
+		return nil, driver.Errorf(driver.ErrRetryable, "engine %s is offline (%s)", e.cfg.Name, reason)
+	case driver.NodeDraining:
+		return nil, driver.Errorf(driver.ErrInsufficientCapacity, "engine %s is draining", e.cfg.Name)
+	}
+	if info != nil {
+		if spec.CPU > driver.MilliCPU(info.NCPU)*1000 {
+			return nil, driver.Errorf(driver.ErrInsufficientCapacity, "engine %s has %d cpus; the spec asks for %s", e.cfg.Name, info.NCPU, spec.CPU)
+		}
+		if spec.Memory > driver.Bytes(info.MemTotal) {
+			return nil, driver.Errorf(driver.ErrInsufficientCapacity, "engine %s has %s of memory; the spec asks for %s", e.cfg.Name, driver.Bytes(info.MemTotal), spec.Memory)
+		}
+	}
+
+	var cid string // set by the create step, read by the later ones
+	what := "container"
+	if spec.Name != "" {
+		what = "container " + spec.Name
+	}
+	steps := []step{{name: "create", call: func(ctx context.Context) (*driver.Instance, error) {
+		res, err := e.cli.ContainerCreate(ctx, opts)
+		if err != nil {
+			d.noteErr(e, err)
+			switch {
+			case cerrdefs.IsNotFound(err) && !client.IsErrConnectionFailed(err):
+				// The image, or a network or volume driver the spec names.
+				if _, ierr := e.cli.ImageInspect(ctx, spec.Image); cerrdefs.IsNotFound(ierr) {
+					return nil, missingImage(err, e, spec.Image)
+				}
+				return nil, fmt.Errorf("%w: engine %s: create %s: %w", driver.ErrPermanent, e.cfg.Name, what, err)
+			case cerrdefs.IsConflict(err):
+				return nil, fmt.Errorf("%w: engine %s: a container named %q exists: %w", driver.ErrAlreadyExists, e.cfg.Name, spec.Name, err)
+			}
+			return nil, classify(err, e, "create "+what)
+		}
+		cid = res.ID
+		labels, tags := splitLabels(opts.Config.Labels)
+		return &driver.Instance{ID: instanceID(e, cid), Name: spec.Name, Node: e.cfg.Name, Kind: driver.KindContainer,
+			Image: spec.Image, State: driver.StateCreating, Resources: spec.Resources, Labels: labels, Tags: tags}, nil
+	}}}
+	for _, n := range extraNetworks(spec) {
+		steps = append(steps, step{name: "connect " + n, call: func(ctx context.Context) (*driver.Instance, error) {
+			_, err := e.cli.NetworkConnect(ctx, n, client.NetworkConnectOptions{Container: cid})
+			d.noteErr(e, err)
+			return nil, laterStep(err, e, "connect "+what+" to network "+n)
+		}})
+	}
+	if files != nil {
+		steps = append(steps, step{name: "copy files", call: func(ctx context.Context) (*driver.Instance, error) {
+			_, err := e.cli.CopyToContainer(ctx, cid, client.CopyToContainerOptions{DestinationPath: "/", Content: bytes.NewReader(files)})
+			d.noteErr(e, err)
+			return nil, laterStep(err, e, "copy config files into "+what)
+		}})
+	}
+	steps = append(steps,
+		step{name: "start", call: func(ctx context.Context) (*driver.Instance, error) {
+			_, err := e.cli.ContainerStart(ctx, cid, client.ContainerStartOptions{})
+			d.noteErr(e, err)
+			return nil, laterStep(err, e, "start "+what)
+		}},
+		step{name: "inspect", call: func(ctx context.Context) (*driver.Instance, error) {
+			return d.inspect(ctx, e, cid)
+		}},
+	)
+	m := d.newMachine(ctx, steps...)
+	m.cleanup = &step{name: "remove after failure", call: func(ctx context.Context) (*driver.Instance, error) {
+		if cid == "" {
+			return nil, nil
+		}
+		_, err := e.cli.ContainerRemove(ctx, cid, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+		if cerrdefs.IsNotFound(err) {
+			err = nil
+		}
+		return nil, classify(err, e, "remove "+what)
+	}}
+	return m, nil
+}
+
+// laterStep classifies the failure of a create step after the container
+// exists. Not found then means something the spec names is missing (a
+// network, a volume driver) or the container was removed meanwhile: the
+// spec cannot succeed as it is, so it is ErrPermanent.
+func laterStep(err error, e *engine, what string) error {
+	if cerrdefs.IsNotFound(err) && !client.IsErrConnectionFailed(err) {
+		return fmt.Errorf("%w: engine %s: %s: %w", driver.ErrPermanent, e.cfg.Name, what, err)
+	}
+	return classify(err, e, what)
+}
+
+// unsupported rejects the spec fields a Docker Engine cannot honour.
+func unsupported(spec *driver.Spec) error {
+	var why []string
+	if k := spec.KindOrDefault(); k != driver.KindContainer {
+		why = append(why, fmt.Sprintf("kind %q (only containers)", k))
+	}
+	if spec.Flavor != "" {
+		why = append(why, "flavor (engines have no named sizes; give cpus and memory)")
+	}
+	if spec.Disk != 0 {
+		why = append(why, "disk (the engine does not limit disk)")
+	}
+	if spec.GPUs != 0 {
+		why = append(why, "gpus")
+	}
+	if len(spec.Other) > 0 {
+		why = append(why, "other resources")
+	}
+	if len(spec.SecurityGroups) > 0 {
+		why = append(why, "security_groups")
+	}
+	if len(why) == 0 {
+		return nil
+	}
+	return driver.Errorf(driver.ErrUnsupported, "docker: %s", strings.Join(why, "; "))
+}
+
+// extraNetworks are the networks after the first, which API 1.41 cannot
+// attach at create and the create operation connects before the start.
+func extraNetworks(spec *driver.Spec) []string {
+	if spec.NetworkMode != "" || len(spec.Networks) < 2 {
+		return nil
+	}
+	return spec.Networks[1:]
+}
+
+// containerOptions maps spec onto the create call, and builds the tar of
+// files to copy in (nil when there are none).
+func (d *Driver) containerOptions(spec *driver.Spec) (client.ContainerCreateOptions, []byte, error) {
+	var es driver.FieldErrors
+	add := func(p, format string, args ...any) {
+		es = append(es, &driver.FieldError{Path: p, Reason: fmt.Sprintf(format, args...)})
+	}
+	labels := map[string]string{}
+	for k, v := range spec.Labels {
+		if strings.HasPrefix(k, "berth.") {
+			add("labels."+k, "the prefix \"berth.\" is reserved for Berth's tags")
+		} else if _, dup := spec.Tags[k]; dup {
+			add("labels."+k, "%q is also a tag", k)
+		}
+		labels[k] = v
+	}
+	for k, v := range spec.Tags {
+		if k == labelTagKeys {
+			add("tags."+k, "reserved")
+		}
+		labels[k] = v
+	}
+	labels[driver.TagManaged] = "true"
+	labels[labelTagKeys] = tagKeys(spec.Tags)
+
+	cfg := &container.Config{
+		Image:      spec.Image,
+		Entrypoint: spec.Entrypoint,
+		Cmd:        spec.Command,
+		WorkingDir: spec.WorkingDir,
+		Hostname:   spec.Hostname,
+		Domainname: spec.Domainname,
+		Labels:     labels,
+	}
+	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
+		cfg.Env = append(cfg.Env, k+"="+spec.Env[k])
+	}
+	hc := &container.HostConfig{
+		Resources: container.Resources{
+			NanoCPUs:          int64(spec.CPU) * 1_000_000,
+			CpusetCpus:        spec.Cpuset,
+			Memory:            int64(spec.Memory),
+			MemoryReservation: int64(spec.MemoryReservation),
+		},
+		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyMode(spec.RestartPolicy.Name), MaximumRetryCount: spec.RestartPolicy.MaxRetries},
+	}
+	if spec.Memory > 0 {
+		hc.MemorySwap = int64(spec.Memory) // no swap beyond the limit
+	}
+	for i, p := range spec.Ports {
+		proto := p.Protocol
+		if proto == "" {
+			proto = "tcp"
+		}
+		port, ok := network.PortFrom(uint16(p.ContainerPort), network.IPProtocol(proto))
+		if !ok {
+			add(fmt.Sprintf("ports[%d]", i), "%d/%s: not a valid port", p.ContainerPort, proto)
+			continue
+		}
+		if cfg.ExposedPorts == nil {
+			cfg.ExposedPorts = network.PortSet{}
+			hc.PortBindings = network.PortMap{}
+		}
+		cfg.ExposedPorts[port] = struct{}{}
+		b := network.PortBinding{}
+		switch {
+		case p.HostIP != "":
+			ip, err := netip.ParseAddr(p.HostIP)
+			if err != nil {
+				add(fmt.Sprintf("ports[%d].host_ip", i), "%q: not an IP address", p.HostIP)
+			}
+			b.HostIP = ip
+		case !p.Publish:
+			b.HostIP = netip.MustParseAddr("127.0.0.1") // reachable on the engine's host only
+		}
+		if p.HostPort > 0 {
+			b.HostPort = strconv.Itoa(p.HostPort)
+		}
+		hc.PortBindings[port] = append(hc.PortBindings[port], b)
+	}
+	for _, v := range spec.Volumes {
+		b := v.Source + ":" + v.Target
+		if v.ReadOnly {
+			b += ":ro"
+		}
+		hc.Binds = append(hc.Binds, b)
+	}
+	var nc *network.NetworkingConfig
+	switch {
+	case spec.NetworkMode != "":
+		hc.NetworkMode = container.NetworkMode(spec.NetworkMode)
+	case len(spec.Networks) > 0:
+		hc.NetworkMode = container.NetworkMode(spec.Networks[0])
+		nc = &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{spec.Networks[0]: {}}}
+	case d.opts.Network != "":
+		hc.NetworkMode = container.NetworkMode(d.opts.Network)
+	}
+	files, err := filesTar(spec, d.opts.UserDataPath)
+	if err != nil {
+		return client.ContainerCreateOptions{}, nil, err
+	}
+	if err := es.Err(); err != nil {
+		return client.ContainerCreateOptions{}, nil, err
+	}
+	return client.ContainerCreateOptions{Name: spec.Name, Config: cfg, HostConfig: hc, NetworkingConfig: nc}, files, nil
+}
+
+// filesTar builds a tar, rooted at "/", of the spec's config files and its
+// user data. The engine creates missing parent directories.
+func filesTar(spec *driver.Spec, userDataPath string) ([]byte, error) {
+	if len(spec.ConfigFiles) == 0 && spec.UserData == "" {
+		return nil, nil
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	now := time.Now()
+	put := func(p, content string, mode uint32) error {
+		if mode == 0 {
+			mode = 0o644
+		}
+		hdr := &tar.Header{Name: strings.TrimPrefix(path.Clean(p), "/"), Mode: int64(mode), Size: int64(len(content)), ModTime: now, Typeflag: tar.TypeReg}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		_, err := tw.Write([]byte(content))
+		return err
+	}
+	for _, f := range spec.ConfigFiles {
+		if path.Clean(f.Path) == path.Clean(userDataPath) && spec.UserData != "" {
+			return nil, &driver.FieldError{Path: "config_files", Reason: fmt.Sprintf("%q is where user data goes", f.Path)}
+		}
+		if err := put(f.Path, f.Content, f.Mode); err != nil {
+			return nil, err
+		}
+	}
+	if spec.UserData != "" {
+		if err := put(userDataPath, spec.UserData, 0o644); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, errors.Join(driver.ErrPermanent, err)
+	}
+	return buf.Bytes(), nil
+}
+
+// Delete stops the container (SIGTERM, then SIGKILL after stop_grace) and
+// removes it with its anonymous volumes. A container that is already gone
+// makes the operation end with ErrNotFound.
+func (d *Driver) Delete(ctx context.Context, id string) (driver.Operation, error) {
+	e, cid, err := d.resolve(id)
+	if err != nil {
+		return nil, err
+	}
+	grace := int((d.opts.StopGrace + time.Second - 1) / time.Second)
+	stop := step{name: "stop", extra: d.opts.StopGrace, call: func(ctx context.Context) (*driver.Instance, error) {
+		_, err := e.cli.ContainerStop(ctx, cid, client.ContainerStopOptions{Timeout: &grace})
+		d.noteErr(e, err)
+		switch err := classify(err, e, "stop container "+cid); {
+		case err == nil:
+			return nil, nil
+		case errors.Is(err, driver.ErrNotFound), errors.Is(err, driver.ErrRetryable), errors.Is(err, driver.ErrTimeout):
+			return nil, err
+		}
+		return nil, nil // the forced remove that follows settles it
+	}}
+	remove := step{name: "remove", call: func(ctx context.Context) (*driver.Instance, error) {
+		_, err := e.cli.ContainerRemove(ctx, cid, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+		d.noteErr(e, err)
+		e.mu.Lock()
+		delete(e.limits, cid)
+		e.mu.Unlock()
+		switch err := classify(err, e, "remove container "+cid); {
+		case err == nil, errors.Is(err, driver.ErrNotFound), errors.Is(err, driver.ErrRetryable), errors.Is(err, driver.ErrTimeout):
+			return nil, err
+		default:
+			return nil, fmt.Errorf("%w: engine %s: remove container %s: %v", driver.ErrDeleteFailed, e.cfg.Name, cid, err)
+		}
+	}}
+	return d.newMachine(ctx, stop, remove), nil
+}

@@ -1,0 +1,472 @@
+// Package docker is Berth's back-end for Docker Engines. One provider spans
+// any number of engines (unix sockets, tcp, tcp with TLS); each engine is a
+// node. Containers carry Berth's tags as labels, set atomically when the
+// container is created, so List finds everything Create ever made.
+//
+// Each engine has its own health loop, started by Open and ended by Close:
+// an engine that stops answering is marked offline at once and probed again
+// with exponential backoff (backoff_min up to backoff_max) without holding up
+// the other engines. Creates on an offline engine fail with ErrRetryable.
+//
+// Node usage (Node.InUse) is not filled: the engine offers no cheap
+// aggregate, and one stats call per container on every State would cost more
+// than it tells. Usage measures one container on demand instead.
+//
+// Spec fields the engine cannot honour (flavor, disk, GPUs, other counted
+// resources, security groups) make Create fail with ErrUnsupported. SSH keys
+// are ignored. User data is written to the file named by user_data_path, and
+// config files to their paths, before the container starts. User labels may
+// not start with "berth.": that prefix is how tags are told from labels.
+package docker
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/system"
+	"github.com/moby/moby/client"
+
+	"github.com/berth-dev/berth/driver"
+)
+
+func init() {
+	driver.Register(driver.Define("docker", "containers on one or more Docker Engines", defaultOptions, open))
+}
+
+// Driver runs containers on a set of Docker Engines. It is safe for
+// concurrent use.
+type Driver struct {
+	opts    Options
+	log     *slog.Logger
+	engines []*engine
+	byName  map[string]*engine
+
+	stopLoops context.CancelFunc
+	loops     sync.WaitGroup
+
+	mu       sync.Mutex
+	closed   bool
+	calls    map[uint64]context.CancelFunc // background calls of operations in flight
+	nextCall uint64
+	callWG   sync.WaitGroup
+	subs     map[uint64]chan driver.Event // node events for watchers
+}
+
+// engine is one Docker Engine and what the driver knows of it.
+type engine struct {
+	cfg  EngineConfig
+	cli  *client.Client
+	ext  string
+	wake chan struct{} // asks the health loop to probe now
+
+	mu     sync.Mutex
+	status driver.NodeStatus // online or offline; drain is applied when reported
+	reason string
+	info   *system.Info // the last good reading
+	limits map[string]driver.Resources
+}
+
+// Open connects to the engines of opts. An engine that does not answer is
+// not an error: it starts offline and its health loop keeps trying.
+func Open(ctx context.Context, opts *Options, env driver.Env) (*Driver, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if env.Logger == nil {
+		env.Logger = slog.Default()
+	}
+	d := &Driver{
+		opts:   *opts,
+		log:    env.Logger,
+		byName: map[string]*engine{},
+		calls:  map[uint64]context.CancelFunc{},
+		subs:   map[uint64]chan driver.Event{},
+	}
+	for i, cfg := range opts.engines() {
+		cli, err := newClient(cfg, opts.APIVersion, i)
+		if err != nil {
+			d.closeClients()
+			return nil, err
+		}
+		e := &engine{cfg: cfg, cli: cli, ext: cfg.externalAddress(), wake: make(chan struct{}, 1),
+			status: driver.NodeOffline, reason: "not yet probed", limits: map[string]driver.Resources{}}
+		d.engines = append(d.engines, e)
+		d.byName[cfg.Name] = e
+	}
+	var wg sync.WaitGroup
+	for _, e := range d.engines {
+		wg.Go(func() { d.probe(ctx, e) })
+	}
+	wg.Wait()
+	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	d.stopLoops = cancel
+	for _, e := range d.engines {
+		d.loops.Go(func() { d.healthLoop(loopCtx, e) })
+	}
+	return d, nil
+}
+
+func open(ctx context.Context, opts *Options, env driver.Env) (driver.Driver, error) {
+	d, err := Open(ctx, opts, env)
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+func newClient(cfg EngineConfig, version string, i int) (*client.Client, error) {
+	ops := []client.Opt{client.WithUserAgent("berth")}
+	if cfg.TLS != nil {
+		tc, err := tlsConfig(cfg.TLS, fmt.Sprintf("engines[%d].tls", i))
+		if err != nil {
+			return nil, err
+		}
+		ops = append(ops, client.WithHTTPClient(&http.Client{Transport: &http.Transport{TLSClientConfig: tc}, CheckRedirect: client.CheckRedirect}))
+	}
+	ops = append(ops, client.WithHost(cfg.Address))
+	if version != "" {
+		ops = append(ops, client.WithAPIVersion(version))
+	}
+	cli, err := client.New(ops...)
+	if err != nil {
+		return nil, &driver.FieldError{Path: fmt.Sprintf("engines[%d].address", i), Reason: err.Error()}
+	}
+	return cli, nil
+}
+
+func (d *Driver) closeClients() {
+	for _, e := range d.engines {
+		e.cli.Close()
+	}
+}
+
+// Close ends the health loops, abandons the background calls of operations
+// still in flight and closes every connection. Containers keep running.
+func (d *Driver) Close(ctx context.Context) error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	for _, cancel := range d.calls {
+		cancel()
+	}
+	for id, ch := range d.subs {
+		close(ch)
+		delete(d.subs, id)
+	}
+	d.mu.Unlock()
+	d.stopLoops()
+	done := make(chan struct{})
+	go func() {
+		d.loops.Wait()
+		d.callWG.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return fmt.Errorf("%w: close: %w", driver.ErrTimeout, ctx.Err())
+	}
+	d.closeClients()
+	return nil
+}
+
+// healthLoop probes e every poll interval while it answers, and with
+// exponential backoff while it does not, until ctx ends.
+func (d *Driver) healthLoop(ctx context.Context, e *engine) {
+	backoff := d.opts.BackoffMin
+	for {
+		wait := d.opts.PollInterval
+		if !e.online() {
+			wait = backoff
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		case <-e.wake:
+			t.Stop()
+		}
+		if d.probe(ctx, e) {
+			backoff = d.opts.BackoffMin
+		} else {
+			backoff = min(2*backoff, d.opts.BackoffMax)
+		}
+	}
+}
+
+// probe pings e (negotiating the API version on first contact) and reads
+// its info; it records the outcome and reports whether e answered.
+func (d *Driver) probe(ctx context.Context, e *engine) bool {
+	cctx, cancel := context.WithTimeout(ctx, d.opts.CallTimeout)
+	defer cancel()
+	_, err := e.cli.Ping(cctx, client.PingOptions{NegotiateAPIVersion: true})
+	var info client.SystemInfoResult
+	if err == nil {
+		info, err = e.cli.Info(cctx, client.InfoOptions{})
+	}
+	if ctx.Err() != nil {
+		return false
+	}
+	if err != nil {
+		d.setStatus(e, driver.NodeOffline, err.Error(), nil)
+		return false
+	}
+	d.setStatus(e, driver.NodeOnline, "", &info.Info)
+	return true
+}
+
+// setStatus records e's status and tells watchers when it changed.
+func (d *Driver) setStatus(e *engine, st driver.NodeStatus, reason string, info *system.Info) {
+	e.mu.Lock()
+	changed := e.status != st
+	e.status, e.reason = st, reason
+	if info != nil {
+		e.info = info
+	}
+	e.mu.Unlock()
+	if !changed {
+		return
+	}
+	if st == driver.NodeOffline {
+		d.log.Warn("engine offline", "node", e.cfg.Name, "reason", reason)
+	} else {
+		d.log.Info("engine online", "node", e.cfg.Name, "api", e.cli.ClientVersion())
+	}
+	d.publish(driver.Event{Type: driver.EventNode, Node: e.cfg.Name, Message: string(st) + reasonSuffix(reason), Time: time.Now()})
+}
+
+func reasonSuffix(r string) string {
+	if r == "" {
+		return ""
+	}
+	return ": " + r
+}
+
+// noteErr marks e offline at once when err says it cannot be reached, and
+// wakes its health loop to start the backoff.
+func (d *Driver) noteErr(e *engine, err error) {
+	if err == nil || !(client.IsErrConnectionFailed(err) || tlsRefused(err)) {
+		return
+	}
+	d.setStatus(e, driver.NodeOffline, err.Error(), nil)
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (e *engine) online() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.status == driver.NodeOnline
+}
+
+// snapshot returns e's status, the reason and the last info reading.
+func (e *engine) snapshot() (driver.NodeStatus, string, *system.Info) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	st := e.status
+	if st == driver.NodeOnline && e.cfg.Drain {
+		return driver.NodeDraining, "drain is set in the configuration", e.info
+	}
+	return st, e.reason, e.info
+}
+
+func (d *Driver) publish(ev driver.Event) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, ch := range d.subs {
+		select {
+		case ch <- ev:
+		default: // a watcher that does not keep up misses node events, never blocks the loops
+		}
+	}
+}
+
+// engine returns the engine called name or ErrNotFound.
+func (d *Driver) engine(name string) (*engine, error) {
+	e, ok := d.byName[name]
+	if !ok {
+		return nil, driver.Errorf(driver.ErrNotFound, "node %q: no such engine; engines: %s", name, strings.Join(d.nodeNames(), ", "))
+	}
+	return e, nil
+}
+
+func (d *Driver) nodeNames() []string {
+	names := make([]string, len(d.engines))
+	for i, e := range d.engines {
+		names[i] = e.cfg.Name
+	}
+	return names
+}
+
+// callCtx bounds one Engine API call by call_timeout under ctx.
+func (d *Driver) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, d.opts.CallTimeout)
+}
+
+// State reads every engine in parallel. An offline engine is reported as
+// such at once, with its last known capacity; an engine that fails during
+// the reading is reported offline with the reason.
+func (d *Driver) State(ctx context.Context) (*driver.PlatformState, error) {
+	nodes := make([]driver.Node, len(d.engines))
+	var wg sync.WaitGroup
+	for i, e := range d.engines {
+		wg.Go(func() { nodes[i] = d.nodeState(ctx, e) })
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%w: state: %w", driver.ErrTimeout, err)
+	}
+	return &driver.PlatformState{Nodes: nodes, Time: time.Now()}, nil
+}
+
+func (d *Driver) nodeState(ctx context.Context, e *engine) driver.Node {
+	st, reason, info := e.snapshot()
+	n := driver.Node{Name: e.cfg.Name, Status: st, Reason: reason, Address: e.ext, MaxInstances: e.cfg.MaxInstances}
+	fill := func(info *system.Info) {
+		n.Labels, n.Attributes, n.Capacity = nodeFacts(e.cfg, info)
+	}
+	fill(info)
+	if st == driver.NodeOffline {
+		return n
+	}
+	offline := func(err error) driver.Node {
+		d.noteErr(e, err)
+		n.Status, n.Reason = driver.NodeOffline, err.Error()
+		return n
+	}
+	cctx, cancel := d.callCtx(ctx)
+	defer cancel()
+	ir, err := e.cli.Info(cctx, client.InfoOptions{})
+	if err != nil {
+		return offline(err)
+	}
+	fill(&ir.Info)
+	cl, err := e.cli.ContainerList(cctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", driver.TagManaged+"=true")})
+	if err != nil {
+		return offline(err)
+	}
+	il, err := e.cli.ImageList(cctx, client.ImageListOptions{})
+	if err != nil {
+		return offline(err)
+	}
+	for _, im := range il.Items {
+		for _, t := range im.RepoTags {
+			if t != "<none>:<none>" {
+				n.Images = append(n.Images, t)
+			}
+		}
+	}
+	live := map[string]bool{}
+	for _, c := range cl.Items {
+		for _, p := range c.Ports {
+			if p.PublicPort != 0 {
+				n.Ports = append(n.Ports, int(p.PublicPort))
+			}
+		}
+		switch c.State {
+		case container.StateExited, container.StateDead, container.StateRemoving:
+			continue
+		}
+		n.Instances++
+		live[c.ID] = true
+		r, err := d.limits(cctx, e, c.ID)
+		if err != nil {
+			continue // removed between the listing and the inspect
+		}
+		n.Reserved = n.Reserved.Add(r)
+	}
+	e.mu.Lock()
+	for id := range e.limits {
+		if !live[id] {
+			delete(e.limits, id)
+		}
+	}
+	e.mu.Unlock()
+	return n
+}
+
+// limits returns the cpu and memory limits of container id, inspecting it
+// only the first time; Resize forgets the entry.
+func (d *Driver) limits(ctx context.Context, e *engine, id string) (driver.Resources, error) {
+	e.mu.Lock()
+	r, ok := e.limits[id]
+	e.mu.Unlock()
+	if ok {
+		return r, nil
+	}
+	ci, err := e.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+	if err != nil {
+		return driver.Resources{}, err
+	}
+	if ci.Container.HostConfig != nil {
+		r = resourcesOf(&ci.Container.HostConfig.Resources)
+	}
+	e.mu.Lock()
+	e.limits[id] = r
+	e.mu.Unlock()
+	return r, nil
+}
+
+func resourcesOf(r *container.Resources) driver.Resources {
+	cpu := driver.MilliCPU(r.NanoCPUs / 1_000_000)
+	if cpu == 0 && r.CPUQuota > 0 && r.CPUPeriod > 0 {
+		cpu = driver.MilliCPU(r.CPUQuota * 1000 / r.CPUPeriod)
+	}
+	return driver.Resources{CPU: cpu, Memory: driver.Bytes(r.Memory)}
+}
+
+// nodeFacts derives labels, attributes and capacity from the configuration
+// and the engine's info (nil when the engine was never reached).
+func nodeFacts(cfg EngineConfig, info *system.Info) (map[string]string, map[string]string, driver.Resources) {
+	labels := map[string]string{}
+	attrs := map[string]string{}
+	var capa driver.Resources
+	if info != nil {
+		for _, l := range info.Labels {
+			k, v, _ := strings.Cut(l, "=")
+			labels[k] = v
+		}
+		for k, v := range map[string]string{
+			"os": info.OperatingSystem, "ostype": info.OSType, "kernel": info.KernelVersion,
+			"arch": info.Architecture, "storage_driver": info.Driver, "engine_version": info.ServerVersion,
+			"engine_name": info.Name,
+		} {
+			if v != "" {
+				attrs[k] = v
+			}
+		}
+		capa = driver.Resources{CPU: driver.MilliCPU(info.NCPU) * 1000, Memory: driver.Bytes(info.MemTotal)}
+	}
+	maps.Copy(labels, cfg.Labels)
+	o := cfg.Capacity
+	if o.CPU != 0 {
+		capa.CPU = o.CPU
+	}
+	if o.Memory != 0 {
+		capa.Memory = o.Memory
+	}
+	if o.Disk != 0 {
+		capa.Disk = o.Disk
+	}
+	if o.GPUs != 0 {
+		capa.GPUs = o.GPUs
+	}
+	if len(o.Other) > 0 {
+		capa.Other = maps.Clone(o.Other)
+	}
+	return labels, attrs, capa
+}

@@ -1,0 +1,57 @@
+// Command hello is the program inside the test image berth-test/hello: it
+// writes "hello stdout" to stdout and "hello stderr" to stderr, prints the
+// files named in HELLO_FILES (comma separated), serves "hello" on TCP port
+// HELLO_LISTEN when set, and then runs until SIGTERM or SIGINT, when it
+// exits 0. HELLO_EXIT=<n> makes it exit with code n at once instead.
+package main
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+func main() {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	fmt.Fprintln(os.Stdout, "hello stdout")
+	fmt.Fprintln(os.Stderr, "hello stderr")
+	for _, f := range strings.Split(os.Getenv("HELLO_FILES"), ",") {
+		if f == "" {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			fmt.Fprintf(os.Stdout, "file %s: %v\n", f, err)
+			continue
+		}
+		fmt.Fprintf(os.Stdout, "file %s: %s\n", f, b)
+	}
+	if code := os.Getenv("HELLO_EXIT"); code != "" {
+		n, _ := strconv.Atoi(code)
+		os.Exit(n)
+	}
+	if addr := os.Getenv("HELLO_LISTEN"); addr != "" {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				fmt.Fprintln(c, "hello")
+				c.Close()
+			}
+		}()
+	}
+	<-sig
+	fmt.Fprintln(os.Stdout, "bye")
+}
