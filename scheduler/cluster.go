@@ -1,0 +1,790 @@
+package scheduler
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/berth-dev/berth/driver"
+)
+
+// Default host port range for "any port" requests.
+const (
+	DefaultPortMin = 20000
+	DefaultPortMax = 32767
+)
+
+// Cluster is the authoritative placement state: every node of every
+// provider, what Berth has allocated on each, and a version per node that
+// grows with every change. It is safe for concurrent use.
+//
+// Two ways to place:
+//
+//   - Place and PlaceGroup plan and commit in one step under the cluster's
+//     lock. They cannot conflict; use them from one control loop.
+//   - Snapshot gives a scheduler a private copy; it plans without the lock
+//     (many snapshots in parallel) and Commit accepts each placement only if
+//     what it counted is still free on the node, so no node is ever
+//     double-booked. Rejected placements are conflicts: the scheduler
+//     refreshes its snapshot and plans them again (Snapshot.Place does).
+//
+// A node counts as using, per resource and for its instance count, the
+// larger of what its back-end reports (driver.Node.Reserved, Instances) and
+// what Berth allocated there: the back-end's figure is taken to include
+// Berth's own instances that already run. A host port is taken when the
+// back-end reports it bound or Berth allocated it.
+type Cluster struct {
+	mu      sync.Mutex
+	st      state
+	nodes   []driver.Node // latest record of every node, by index
+	provOf  []int32
+	removed []bool
+	provs   []string
+	caps    map[string][]string
+	gen     uint64
+	allocs  map[string]*alloc
+	elastic map[*alloc]struct{} // the elastic ones among allocs
+	log     []int32
+	logBase uint64 // position of log[0] in the whole change history
+	portMin int
+	portMax int
+	ids     atomic.Uint64
+	planner *planner
+	stats   Stats
+	opts    Options
+}
+
+// Stats counts what the cluster approved.
+type Stats struct {
+	// Committed counts placements accepted (by Place, PlaceGroup or Commit).
+	Committed uint64 `json:"committed"`
+	// Conflicts counts placements Commit rejected because the node no
+	// longer had what the plan counted on.
+	Conflicts uint64 `json:"conflicts"`
+	// Instances is how many allocations the cluster holds.
+	Instances int `json:"instances"`
+	// Nodes is how many nodes the cluster knows (removed ones excluded).
+	Nodes int `json:"nodes"`
+}
+
+// ClusterOption configures NewCluster.
+type ClusterOption func(*Cluster)
+
+// WithPortRange sets the host ports "any port" requests choose from.
+func WithPortRange(lo, hi int) ClusterOption {
+	return func(c *Cluster) { c.portMin, c.portMax = lo, hi }
+}
+
+// WithOptions sets the options of the cluster's own planner (Place and
+// PlaceGroup).
+func WithOptions(o Options) ClusterOption {
+	return func(c *Cluster) { c.opts = o }
+}
+
+// NewCluster returns an empty cluster; add nodes with UpdateNodes.
+func NewCluster(opts ...ClusterOption) *Cluster {
+	c := &Cluster{
+		caps: map[string][]string{}, allocs: map[string]*alloc{}, elastic: map[*alloc]struct{}{},
+		portMin: DefaultPortMin, portMax: DefaultPortMax,
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	c.st.log = &c.log
+	c.rebuildLocked()
+	c.planner = newPlanner(&c.st, c.opts, c.portMin, c.portMax, &c.ids)
+	return c
+}
+
+func (c *Cluster) rebuildLocked() {
+	c.gen++
+	t := buildTopo(c.gen, slices.Clone(c.provs), slices.Clone(c.provOf), c.nodes, slices.Clone(c.removed), c.caps)
+	c.st.rebuild(t)
+	// A new topology makes every snapshot copy everything; start the log
+	// afresh.
+	c.logBase += uint64(len(c.log))
+	c.log = c.log[:0]
+}
+
+func (c *Cluster) provLocked(p string) int32 {
+	if k := slices.Index(c.provs, p); k >= 0 {
+		return int32(k)
+	}
+	c.provs = append(c.provs, p)
+	return int32(len(c.provs) - 1)
+}
+
+// UpdateNodes replaces what the cluster knows of provider's nodes with a
+// fresh reading (driver.PlatformState.Nodes). Nodes not in the list are
+// marked removed; their allocations stay until released. Node names are
+// unique within a provider.
+func (c *Cluster) UpdateNodes(provider string, nodes []driver.Node) error {
+	if provider == "" {
+		return &driver.FieldError{Path: "provider", Reason: "required"}
+	}
+	seen := make(map[string]bool, len(nodes))
+	var es driver.FieldErrors
+	for k, n := range nodes {
+		p := fmt.Sprintf("nodes[%d].", k)
+		if n.Name == "" {
+			addf(&es, p+"name", "required")
+		} else if seen[n.Name] {
+			addf(&es, p+"name", "%q appears twice", n.Name)
+		}
+		seen[n.Name] = true
+		prefixed(&es, p, driver.ValidateResources("capacity.", n.Capacity))
+		prefixed(&es, p, driver.ValidateResources("reserved.", n.Reserved))
+		if n.MaxInstances < 0 {
+			addf(&es, p+"max_instances", "%d: must not be negative", n.MaxInstances)
+		}
+	}
+	if err := es.Err(); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	pi := c.provLocked(provider)
+	t := c.st.t
+	for k := range c.nodes {
+		if c.provOf[k] == pi && !seen[c.nodes[k].Name] {
+			c.removed[k] = true
+		}
+	}
+	for _, n := range nodes {
+		// Keep nothing the caller may change later.
+		n.Images = slices.Clone(n.Images)
+		n.Ports = slices.Clone(n.Ports)
+		n.Labels = maps.Clone(n.Labels)
+		n.Attributes = maps.Clone(n.Attributes)
+		n.Capacity.Other = maps.Clone(n.Capacity.Other)
+		n.Reserved.Other = maps.Clone(n.Reserved.Other)
+		n.InUse = nil
+		if i, ok := t.index[nodeKey{provider, n.Name}]; ok {
+			c.nodes[i], c.removed[i] = n, false
+			continue
+		}
+		c.nodes = append(c.nodes, n)
+		c.provOf = append(c.provOf, pi)
+		c.removed = append(c.removed, false)
+	}
+	c.rebuildLocked()
+	return nil
+}
+
+// SetCapabilities records the optional capabilities (driver.Capabilities)
+// of provider's back-end, matched by Request.Capabilities.
+func (c *Cluster) SetCapabilities(provider string, caps []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.provLocked(provider)
+	c.caps[provider] = slices.Clone(caps)
+	c.rebuildLocked()
+}
+
+// Allocation is an instance that already exists, handed to Reserve.
+type Allocation struct {
+	ID        string
+	Name      string
+	Provider  string
+	Node      string
+	Resources driver.Resources
+	Ports     []int
+	Group     string
+	Request   string
+	Image     string
+	Labels    map[string]string
+	Priority  int
+	Elastic   bool
+}
+
+// Reserve records instances that exist already (at start-up, from the
+// store). Reserving never fails for lack of room: the instances run. A node
+// the cluster has not heard of yet is kept as an offline placeholder until
+// UpdateNodes reports it. An id that is already allocated is an error
+// wrapping driver.ErrAlreadyExists, and nothing of that call is reserved.
+func (c *Cluster) Reserve(as ...Allocation) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	seen := make(map[string]bool, len(as))
+	for k, a := range as {
+		if a.ID == "" {
+			return fmt.Errorf("reserve: %w", &driver.FieldError{Path: fmt.Sprintf("[%d].id", k), Reason: "required"})
+		}
+		if err := driver.ValidateResources(fmt.Sprintf("[%d].", k), a.Resources); err != nil {
+			return fmt.Errorf("reserve: %w", err)
+		}
+		if _, dup := c.allocs[a.ID]; dup || seen[a.ID] {
+			return driver.Errorf(driver.ErrAlreadyExists, "reserve: instance %q is already allocated", a.ID)
+		}
+		seen[a.ID] = true
+	}
+	pending := map[nodeKey]bool{}
+	for _, a := range as {
+		k := nodeKey{a.Provider, a.Node}
+		if _, ok := c.st.t.index[k]; !ok && !pending[k] {
+			pi := c.provLocked(a.Provider)
+			c.nodes = append(c.nodes, driver.Node{Name: a.Node, Status: driver.NodeOffline, Reason: "not reported by its provider yet"})
+			c.provOf = append(c.provOf, pi)
+			c.removed = append(c.removed, false)
+			pending[k] = true
+		}
+	}
+	if len(pending) > 0 {
+		c.rebuildLocked()
+	}
+	for _, a := range as {
+		i := c.st.t.index[nodeKey{a.Provider, a.Node}]
+		name := a.Name
+		if name == "" {
+			name = a.ID
+		}
+		res := a.Resources
+		res.Other = maps.Clone(res.Other)
+		al := &alloc{
+			id: a.ID, name: name, node: i, res: res, ports: slices.Clone(a.Ports), elastic: a.Elastic,
+			info: &reqInfo{request: a.Request, group: a.Group, image: a.Image, labels: maps.Clone(a.Labels), priority: a.Priority},
+		}
+		c.st.apply(al)
+		c.addAllocLocked(al)
+	}
+	c.compactLocked()
+	return nil
+}
+
+// Release frees what instance id holds (after it was deleted). An unknown
+// id returns an error wrapping driver.ErrNotFound, which callers count as
+// done.
+func (c *Cluster) Release(id string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	a, ok := c.allocs[id]
+	if !ok {
+		return driver.Errorf(driver.ErrNotFound, "instance %q holds nothing", id)
+	}
+	c.delAllocLocked(a)
+	c.st.unapply(a)
+	c.compactLocked()
+	return nil
+}
+
+// Place plans r on the current state and commits it at once, under the
+// lock: no conflict is possible. Instances that fit nowhere are in
+// Plan.Unplaced with the reasons; the error is only for an invalid request
+// (driver.ErrInvalid) or an instance id already allocated
+// (driver.ErrAlreadyExists).
+func (c *Cluster) Place(r *Request) (*Plan, error) {
+	cr, err := compile(r, "")
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r.ID != "" {
+		for k := range r.N() {
+			if _, dup := c.allocs[r.InstanceID(k)]; dup {
+				return nil, driver.Errorf(driver.ErrAlreadyExists, "instance %q is already allocated", r.InstanceID(k))
+			}
+		}
+	}
+	plan := &Plan{}
+	c.planner.placeRequest(cr, nil, false, plan)
+	c.recordLocked(plan)
+	return plan, nil
+}
+
+// PlaceGroup plans and commits g under the lock: its essential instances
+// all or none, then its elastic ones best effort. When the essential
+// instances do not fit, elastic instances of groups with a priority no
+// higher than g's are evicted (lowest priority first) if that makes room;
+// they are listed in Plan.Evicted, already released, and the caller
+// deletes them. When even that does not help nothing changes and the plan
+// lists the essential instances as unplaced.
+func (c *Cluster) PlaceGroup(g *Group) (*Plan, error) {
+	if err := g.Validate(); err != nil {
+		return nil, err
+	}
+	gg, err := compileGroup(g)
+	if err != nil {
+		return nil, err
+	}
+	ids := gg.ids()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, list := range ids {
+		for _, id := range list {
+			if _, dup := c.allocs[id]; dup {
+				return nil, driver.Errorf(driver.ErrAlreadyExists, "instance %q of group %q is already allocated", id, g.ID)
+			}
+		}
+	}
+	plan := &Plan{}
+	c.planner.placeGroup(gg, plan)
+	if c.essentialMissing(plan) {
+		c.evictFor(gg, plan)
+	}
+	c.recordLocked(plan)
+	return plan, nil
+}
+
+func (c *Cluster) essentialMissing(plan *Plan) bool {
+	for _, u := range plan.Unplaced {
+		if !u.Elastic {
+			return true
+		}
+	}
+	return false
+}
+
+// evictFor tries to make room for g's essential instances by removing
+// elastic instances of lower or equal priority. It takes all candidates out,
+// places the group, then puts back every candidate that still fits where it
+// was, highest priority first; those that do not are evicted.
+func (c *Cluster) evictFor(gg *gang, plan *Plan) {
+	g := gg.g
+	prio := groupPriority(g)
+	var cand []*alloc
+	for a := range c.elastic {
+		if a.info.priority <= prio && a.info.group != g.ID {
+			cand = append(cand, a)
+		}
+	}
+	if len(cand) == 0 {
+		return
+	}
+	slices.SortFunc(cand, func(a, b *alloc) int {
+		if x := cmp.Compare(b.info.priority, a.info.priority); x != 0 {
+			return x
+		}
+		return cmp.Compare(a.id, b.id)
+	})
+	for _, a := range cand {
+		c.st.unapply(a)
+	}
+	trial := &Plan{}
+	c.planner.placeGroup(gg, trial)
+	if c.essentialMissing(trial) {
+		c.planner.rollback(trial, 0)
+		for _, a := range cand {
+			c.st.apply(a)
+		}
+		return
+	}
+	// Put back what still fits, highest priority first.
+	var evicted []string
+	for _, a := range cand {
+		if c.fitsLocked(a, false) {
+			c.st.apply(a)
+		} else {
+			evicted = append(evicted, a.id)
+			c.delAllocLocked(a)
+		}
+	}
+	*plan = *trial
+	plan.Evicted = evicted
+}
+
+// fitsLocked reports whether a still fits on its node in the authoritative
+// state: resources, instance cap, named resources and host ports; and, when
+// online is set, whether the node still takes new instances.
+func (c *Cluster) fitsLocked(a *alloc, online bool) bool {
+	i := a.node
+	t := c.st.t
+	if online && (t.removed[i] || t.status[i] != driver.NodeOnline) {
+		return false
+	}
+	h := &c.st.hot[i]
+	if h.inst >= h.maxInst {
+		return false
+	}
+	need := resVec(a.res)
+	for r := range nRes {
+		if need[r] > h.free[r] {
+			return false
+		}
+	}
+	for k, q := range a.res.Other {
+		if q > c.st.otherFree(i, k) {
+			return false
+		}
+	}
+	for _, p := range a.ports {
+		if !c.st.portFree(i, p) {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *Cluster) addAllocLocked(a *alloc) {
+	c.allocs[a.id] = a
+	if a.elastic {
+		c.elastic[a] = struct{}{}
+	}
+}
+
+func (c *Cluster) delAllocLocked(a *alloc) {
+	delete(c.allocs, a.id)
+	delete(c.elastic, a)
+}
+
+// recordLocked registers a plan's placements as allocations.
+func (c *Cluster) recordLocked(plan *Plan) {
+	for k := range plan.Placements {
+		c.addAllocLocked(plan.Placements[k].a)
+	}
+	c.stats.Committed += uint64(len(plan.Placements))
+	c.compactLocked()
+}
+
+// compactLocked bounds the change log: once it is much longer than the
+// node count, snapshots that far behind copy everything anyway.
+func (c *Cluster) compactLocked() {
+	if len(c.log) > 4*len(c.nodes)+1024 {
+		c.logBase += uint64(len(c.log))
+		c.log = c.log[:0]
+	}
+}
+
+// Commit applies a plan made on a snapshot. Each placement is accepted only
+// if its node still has what it needs (resources, instance cap, named
+// resources, ports) and its instance id is not taken; otherwise it is
+// rejected and counted as a conflict. The essential placements of a group
+// are one unit: all accepted or all rejected, and when they are rejected so
+// are that group's elastic ones. Other placements stand alone. Accepted
+// placements hold their resources until Release.
+func (c *Cluster) Commit(p *Plan) (accepted, rejected []Placement) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	failedGroups := map[string]bool{}
+	// Essential group units first, all or none.
+	units := map[string][]int{}
+	var order []string
+	for k, pl := range p.Placements {
+		if pl.Group != "" && !pl.Elastic {
+			if _, ok := units[pl.Group]; !ok {
+				order = append(order, pl.Group)
+			}
+			units[pl.Group] = append(units[pl.Group], k)
+		}
+	}
+	done := make([]bool, len(p.Placements))
+	for _, g := range order {
+		var applied []*alloc
+		ok := true
+		for _, k := range units[g] {
+			pl := &p.Placements[k]
+			if !c.acceptableLocked(pl) {
+				ok = false
+				break
+			}
+			c.st.apply(pl.a)
+			c.addAllocLocked(pl.a)
+			applied = append(applied, pl.a)
+		}
+		if !ok {
+			for j := len(applied) - 1; j >= 0; j-- {
+				c.st.unapply(applied[j])
+				c.delAllocLocked(applied[j])
+			}
+			failedGroups[g] = true
+		}
+		for _, k := range units[g] {
+			done[k] = true
+			if ok {
+				accepted = append(accepted, p.Placements[k])
+			} else {
+				rejected = append(rejected, p.Placements[k])
+			}
+		}
+	}
+	for k := range p.Placements {
+		if done[k] {
+			continue
+		}
+		pl := &p.Placements[k]
+		if failedGroups[pl.Group] || !c.acceptableLocked(pl) {
+			rejected = append(rejected, *pl)
+			continue
+		}
+		c.st.apply(pl.a)
+		c.addAllocLocked(pl.a)
+		accepted = append(accepted, *pl)
+	}
+	c.stats.Committed += uint64(len(accepted))
+	c.stats.Conflicts += uint64(len(rejected))
+	c.compactLocked()
+	return accepted, rejected
+}
+
+func (c *Cluster) acceptableLocked(pl *Placement) bool {
+	if pl.a == nil || int(pl.a.node) >= len(c.nodes) {
+		return false
+	}
+	if _, dup := c.allocs[pl.Instance]; dup {
+		return false
+	}
+	return c.fitsLocked(pl.a, true)
+}
+
+// Stats returns the cluster's counters.
+func (c *Cluster) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.stats
+	s.Instances = len(c.allocs)
+	for _, r := range c.removed {
+		if !r {
+			s.Nodes++
+		}
+	}
+	return s
+}
+
+// Overbooked independently re-adds every allocation and returns the nodes
+// where Berth allocated more than the capacity of some resource, or more
+// instances than the node's cap, or one host port twice. Reserve may
+// legitimately produce such nodes (what runs, runs); Place and Commit never
+// do.
+func (c *Cluster) Overbooked() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	type acc struct {
+		res   driver.Resources
+		n     int
+		ports map[int]bool
+		dup   bool
+	}
+	per := map[int32]*acc{}
+	for _, a := range c.allocs {
+		x := per[a.node]
+		if x == nil {
+			x = &acc{ports: map[int]bool{}}
+			per[a.node] = x
+		}
+		x.res = x.res.Add(a.res)
+		x.n++
+		for _, p := range a.ports {
+			if x.ports[p] || slices.Contains(c.nodes[a.node].Ports, p) {
+				x.dup = true
+			}
+			x.ports[p] = true
+		}
+	}
+	var out []string
+	for i, x := range per {
+		n := &c.nodes[i]
+		capLeft := n.Capacity
+		if !x.res.Fits(capLeft) || (n.MaxInstances > 0 && x.n > n.MaxInstances) || x.dup {
+			out = append(out, c.provs[c.provOf[i]]+"/"+n.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// NodeUse is one node's state as the cluster sees it.
+type NodeUse struct {
+	Provider  string            `json:"provider"`
+	Name      string            `json:"name"`
+	Status    driver.NodeStatus `json:"status"`
+	Capacity  driver.Resources  `json:"capacity"`
+	Free      driver.Resources  `json:"free"`
+	Instances int               `json:"instances"`
+	Version   uint64            `json:"version"`
+}
+
+// Nodes returns every node that is not removed, in index order.
+func (c *Cluster) Nodes() []NodeUse {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]NodeUse, 0, len(c.nodes))
+	t := c.st.t
+	for i := range c.nodes {
+		if t.removed[i] {
+			continue
+		}
+		h := &c.st.hot[i]
+		out = append(out, NodeUse{
+			Provider: t.providers[t.prov[i]], Name: t.names[i], Status: t.status[i],
+			Capacity: t.capacity[i],
+			Free: driver.Resources{
+				CPU: driver.MilliCPU(h.free[resCPU]), Memory: driver.Bytes(h.free[resMem]),
+				Disk: driver.Bytes(h.free[resDisk]), GPUs: h.free[resGPU],
+			},
+			Instances: int(h.inst), Version: c.st.ver[i],
+		})
+	}
+	return out
+}
+
+// Snapshot returns a private copy of the cluster's state for a scheduler to
+// plan on without holding the cluster's lock.
+func (c *Cluster) Snapshot(opt Options) *Snapshot {
+	s := &Snapshot{c: c}
+	s.p = newPlanner(&s.st, opt, c.portMin, c.portMax, &c.ids)
+	s.Refresh()
+	return s
+}
+
+// Snapshot is one scheduler's private view of a Cluster. Plans made on it
+// update it, so consecutive plans see each other; other schedulers' commits
+// appear after Refresh. A Snapshot is not safe for concurrent use: give each
+// scheduler goroutine its own.
+type Snapshot struct {
+	c      *Cluster
+	st     state
+	p      *planner
+	gen    uint64
+	logPos uint64 // position in the cluster's change history
+}
+
+// Refresh catches up with the cluster: it copies only the nodes changed
+// since the last refresh, or everything after a topology change.
+func (s *Snapshot) Refresh() {
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s.gen != c.gen || s.logPos < c.logBase {
+		s.st.copyFrom(&c.st)
+		s.gen = c.gen
+	} else {
+		for _, i := range c.log[s.logPos-c.logBase:] {
+			s.st.copyNode(&c.st, i)
+		}
+	}
+	s.logPos = c.logBase + uint64(len(c.log))
+}
+
+// Commit commits a plan made on this snapshot to the cluster (see
+// Cluster.Commit) and brings the snapshot back in line for the rejected
+// placements, which it had counted as used.
+func (s *Snapshot) Commit(p *Plan) (accepted, rejected []Placement) {
+	accepted, rejected = s.c.Commit(p)
+	if len(rejected) > 0 {
+		s.resync(rejected)
+	}
+	return accepted, rejected
+}
+
+// resync refreshes the snapshot and re-copies the nodes of rejected
+// placements, which the snapshot had counted as used.
+func (s *Snapshot) resync(rej []Placement) {
+	s.Refresh()
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s.gen != c.gen {
+		return
+	}
+	for _, pl := range rej {
+		s.st.copyNode(&c.st, pl.a.node)
+	}
+}
+
+// Plan places r on the snapshot (not on the cluster); commit it with
+// Commit.
+func (s *Snapshot) Plan(r *Request) (*Plan, error) {
+	cr, err := compile(r, "")
+	if err != nil {
+		return nil, err
+	}
+	plan := &Plan{}
+	s.p.placeRequest(cr, nil, false, plan)
+	return plan, nil
+}
+
+// PlanGroup places g on the snapshot; commit it with Commit. Unlike
+// Cluster.PlaceGroup it never evicts elastic instances.
+func (s *Snapshot) PlanGroup(g *Group) (*Plan, error) {
+	gg, err := compileGroup(g)
+	if err != nil {
+		return nil, err
+	}
+	plan := &Plan{}
+	s.p.placeGroup(gg, plan)
+	return plan, nil
+}
+
+// PlaceGroup plans g on the snapshot and commits it. When the cluster
+// rejects its essential placements (another scheduler took the room), the
+// snapshot is refreshed and the whole group planned again, up to MaxRounds
+// times; rejected elastic placements are left unplaced. Unlike
+// Cluster.PlaceGroup it never evicts elastic instances.
+func (s *Snapshot) PlaceGroup(g *Group) (plan *Plan, conflicts int, err error) {
+	gg, err := compileGroup(g)
+	if err != nil {
+		return nil, 0, err
+	}
+	for round := 1; ; round++ {
+		p := &Plan{}
+		s.p.placeGroup(gg, p)
+		acc, rej := s.Commit(p)
+		conflicts += len(rej)
+		essentialRejected := false
+		for _, pl := range rej {
+			essentialRejected = essentialRejected || !pl.Elastic
+		}
+		if !essentialRejected || round >= MaxRounds {
+			out := &Plan{Placements: acc, Unplaced: p.Unplaced, Relaxed: p.Relaxed}
+			if len(rej) > 0 {
+				idxs := make(map[string][]int)
+				var order []string
+				for _, pl := range rej {
+					if _, ok := idxs[pl.Request]; !ok {
+						order = append(order, pl.Request)
+					}
+					idxs[pl.Request] = append(idxs[pl.Request], pl.Index)
+				}
+				for _, req := range order {
+					out.Unplaced = append(out.Unplaced, Unplaced{Request: req, Group: g.ID, Indexes: idxs[req], Elastic: !essentialRejected,
+						Reasons: Reasons{Counts: []ReasonCount{{Reason: "conflicts with other schedulers", Nodes: len(idxs[req])}}}})
+				}
+			}
+			return out, conflicts, nil
+		}
+	}
+}
+
+// MaxRounds bounds how often Snapshot.Place re-plans rejected placements.
+const MaxRounds = 16
+
+// Place plans r on the snapshot and commits it; placements the cluster
+// rejects are planned again on a refreshed snapshot, up to MaxRounds times.
+// The returned plan holds the accepted placements and what is left
+// unplaced; conflicts is how many placements were rejected on the way.
+func (s *Snapshot) Place(r *Request) (plan *Plan, conflicts int, err error) {
+	cr, err := compile(r, "")
+	if err != nil {
+		return nil, 0, err
+	}
+	out := &Plan{}
+	var idxs []int
+	for round := 1; ; round++ {
+		p := &Plan{}
+		s.p.placeRequest(cr, idxs, false, p)
+		acc, rej := s.Commit(p)
+		out.Placements = append(out.Placements, acc...)
+		out.Unplaced = append(out.Unplaced, p.Unplaced...)
+		for _, x := range p.Relaxed {
+			if !slices.Contains(out.Relaxed, x) {
+				out.Relaxed = append(out.Relaxed, x)
+			}
+		}
+		conflicts += len(rej)
+		if len(rej) == 0 {
+			return out, conflicts, nil
+		}
+		idxs = make([]int, 0, len(rej))
+		for _, pl := range rej {
+			idxs = append(idxs, pl.Index)
+		}
+		if round >= MaxRounds {
+			out.Unplaced = append(out.Unplaced, Unplaced{Request: r.ID, Group: r.Group, Indexes: idxs,
+				Reasons: Reasons{Counts: []ReasonCount{{Reason: "conflicts with other schedulers", Nodes: len(rej)}}}})
+			return out, conflicts, nil
+		}
+	}
+}

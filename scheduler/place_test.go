@@ -1,0 +1,266 @@
+package scheduler
+
+import (
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/berth-dev/berth/driver"
+)
+
+func TestSoftConstraintRelaxed(t *testing.T) {
+	nodes := mkNodes("n", 2, 4, 8, nil)
+	nodes[0].Labels = map[string]string{"disk": "ssd"}
+	c := newTestCluster(t, "p", nodes)
+	r := req("a", 3, 512)
+	r.Constraints = []string{"disk==~ssd"}
+	p, err := c.Place(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := nodesOf(p); !slices.Equal(got, []string{"n0"}) || len(p.Relaxed) != 0 {
+		t.Fatalf("honoured soft constraint: nodes %v relaxed %v", got, p.Relaxed)
+	}
+	// n0 is now too full: the soft constraint is relaxed, not failed.
+	r = req("b", 3, 512)
+	r.Constraints = []string{"disk==~ssd"}
+	p, err = c.Place(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := nodesOf(p); !slices.Equal(got, []string{"n1"}) || !slices.Equal(p.Relaxed, []string{"disk==~ssd"}) {
+		t.Fatalf("relaxed soft constraint: nodes %v relaxed %v", got, p.Relaxed)
+	}
+	// A hard constraint is never relaxed.
+	r = req("c", 3, 512)
+	r.Constraints = []string{"disk==ssd"}
+	p, err = c.Place(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Placements) != 0 || p.Unplaced[0].Reasons.String() != "1 node: constraint disk==ssd; 1: not enough cpu" {
+		t.Fatalf("hard constraint: %+v %s", nodesOf(p), p.Unplaced[0].Reasons)
+	}
+}
+
+func TestRelaxedPrefersMoreSoftMatches(t *testing.T) {
+	nodes := mkNodes("n", 3, 4, 8, nil)
+	nodes[1].Labels = map[string]string{"zone": "a"}
+	nodes[2].Labels = map[string]string{"zone": "a", "disk": "ssd"}
+	c := newTestCluster(t, "p", nodes)
+	// No node has gpu=yes, so the soft rules are relaxed; n2 meets two of three.
+	r := req("a", 1, 512)
+	r.Constraints = []string{"zone==~a", "disk==~ssd", "gpu==~yes"}
+	p, err := c.Place(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := nodesOf(p); !slices.Equal(got, []string{"n2"}) {
+		t.Fatalf("placed on %v, want n2", got)
+	}
+}
+
+func TestHostPorts(t *testing.T) {
+	c := newTestCluster(t, "p", mkNodes("n", 1, 8, 8, nil), WithPortRange(30000, 30001))
+	r := req("web", 0.1, 64)
+	r.Count, r.Type = 3, driver.TypeBatch
+	r.Ports = []driver.Port{{ContainerPort: 8080, Publish: true}}
+	p, err := c.Place(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ports []int
+	for _, pl := range p.Placements {
+		ports = append(ports, pl.Ports...)
+	}
+	slices.Sort(ports)
+	if !slices.Equal(ports, []int{30000, 30001}) {
+		t.Fatalf("ports = %v, want 30000 and 30001", ports)
+	}
+	if len(p.Unplaced) != 1 || p.Unplaced[0].Reasons.String() != "1 node: no free host port in 30000-30001" {
+		t.Fatalf("unplaced = %+v", p.Unplaced)
+	}
+	// Releasing one frees its port for the next.
+	if err := c.Release(p.Placements[0].Instance); err != nil {
+		t.Fatal(err)
+	}
+	q := req("again", 0.1, 64)
+	q.Ports = r.Ports
+	p2, err := c.Place(q)
+	if err != nil || len(p2.Placements) != 1 || !slices.Equal(p2.Placements[0].Ports, p.Placements[0].Ports) {
+		t.Fatalf("after release: %+v %v", p2, err)
+	}
+	// A fixed port is used up on its node.
+	f := req("fixed", 0.1, 64)
+	f.Count = 2
+	f.Ports = []driver.Port{{ContainerPort: 80, HostPort: 8080}}
+	p3, err := c.Place(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p3.Placements) != 1 || p3.Unplaced[0].Reasons.String() != "1 node: host port 8080 in use" {
+		t.Fatalf("fixed port twice: %+v", p3)
+	}
+}
+
+func TestInstanceCap(t *testing.T) {
+	nodes := mkNodes("n", 1, 8, 8, nil)
+	nodes[0].MaxInstances = 2
+	c := newTestCluster(t, "p", nodes)
+	r := req("a", 0.1, 64)
+	r.Count = 3
+	p, err := c.Place(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Placements) != 2 || p.Unplaced[0].Reasons.String() != "1 node: instance cap reached" {
+		t.Fatalf("plan %+v", p)
+	}
+}
+
+func TestInstanceAffinity(t *testing.T) {
+	c := newTestCluster(t, "p", mkNodes("n", 3, 8, 8, nil))
+	db := req("db", 1, 512)
+	db.Name, db.Group, db.Labels = "db", "shop", map[string]string{"app": "db"}
+	p, err := c.Place(db)
+	if err != nil || len(p.Placements) != 1 {
+		t.Fatal(p, err)
+	}
+	dbNode := p.Placements[0].Node
+	for _, tt := range []struct {
+		aff  string
+		same bool
+	}{
+		{"instance==db", true}, {"container==d?", true}, {"label.app==db", true}, {"app==db", true},
+		{"group==shop", true}, {"image==app", true},
+		{"instance!=db", false}, {"group!=shop", false}, {"app!=/d.*/", false},
+	} {
+		r := req("", 0.1, 64)
+		r.Affinities = []string{tt.aff}
+		pl, err := c.Snapshot(Options{}).Plan(r)
+		if err != nil || len(pl.Placements) != 1 {
+			t.Fatalf("%s: %+v %v", tt.aff, pl, err)
+		}
+		if got := pl.Placements[0].Node == dbNode; got != tt.same {
+			t.Errorf("%s: placed on %s, db is on %s", tt.aff, pl.Placements[0].Node, dbNode)
+		}
+	}
+	r := req("x", 0.1, 64)
+	r.Affinities = []string{"instance==nothing"}
+	pl, _ := c.Place(r)
+	if len(pl.Placements) != 0 || pl.Unplaced[0].Reasons.String() != "3 nodes: affinity instance==nothing" {
+		t.Fatalf("unmatched affinity: %+v", pl)
+	}
+}
+
+func TestMaxPerNode(t *testing.T) {
+	c := newTestCluster(t, "p", mkNodes("n", 2, 8, 8, nil))
+	r := req("a", 0.1, 64)
+	r.Count, r.Type, r.MaxPerNode = 5, driver.TypeBatch, 2
+	p, err := c.Place(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Placements) != 4 || p.Unplaced[0].Reasons.String() != "2 nodes: max_per_node reached" {
+		t.Fatalf("plan %v %+v", nodesOf(p), p.Unplaced)
+	}
+}
+
+func TestDuplicateAndRelease(t *testing.T) {
+	c := newTestCluster(t, "p", mkNodes("n", 1, 8, 8, nil))
+	if _, err := c.Place(req("a", 1, 64)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Place(req("a", 1, 64)); !errors.Is(err, driver.ErrAlreadyExists) {
+		t.Fatalf("second place of a: %v, want ErrAlreadyExists", err)
+	}
+	if err := c.Release("a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Release("a"); !errors.Is(err, driver.ErrNotFound) {
+		t.Fatalf("second release: %v, want ErrNotFound", err)
+	}
+	if _, err := c.Place(&Request{}); !errors.Is(err, driver.ErrInvalid) {
+		t.Fatalf("invalid request: %v, want ErrInvalid", err)
+	}
+	if n := c.Nodes()[0]; n.Free.CPU != driver.CPUs(8) || n.Instances != 0 {
+		t.Fatalf("after release: %+v", n)
+	}
+}
+
+func TestReserveAndReportedUse(t *testing.T) {
+	nodes := mkNodes("n", 1, 4, 8, nil)
+	nodes[0].Reserved = driver.Resources{CPU: driver.CPUs(1)} // something Berth does not own
+	c := newTestCluster(t, "p", nodes)
+	// An instance on a node not reported yet is kept on a placeholder.
+	if err := c.Reserve(Allocation{ID: "old", Provider: "q", Node: "later", Resources: driver.Resources{CPU: driver.CPUs(1)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Reserve(Allocation{ID: "old", Provider: "q", Node: "later"}); !errors.Is(err, driver.ErrAlreadyExists) {
+		t.Fatalf("reserve twice: %v", err)
+	}
+	if err := c.UpdateNodes("q", mkNodes("later", 1, 2, 8, nil)); err != nil {
+		t.Fatal(err)
+	}
+	// "later" became "later0"; the placeholder "later" is removed, its
+	// allocation kept until released.
+	if err := c.Release("old"); err != nil {
+		t.Fatal(err)
+	}
+	// The larger of reported (1 cpu) and Berth's allocations counts.
+	r := req("a", 3, 64)
+	r.Provider = "p"
+	if p, _ := c.Place(r); len(p.Placements) != 1 {
+		t.Fatalf("3 of 4 cpus with 1 reported: %+v", p)
+	}
+	// Berth holds 3, the back-end reports 1 (taken to be part of Berth's
+	// 3), so 1 cpu is left.
+	r = req("b", 1, 64)
+	r.Provider = "p"
+	if p, _ := c.Place(r); len(p.Placements) != 1 {
+		t.Fatalf("1 cpu left: %+v", p)
+	}
+	r = req("c", 0.1, 64)
+	r.Provider = "p"
+	if p, _ := c.Place(r); len(p.Placements) != 0 {
+		t.Fatalf("node is full: %+v", nodesOf(p))
+	}
+	// Before Berth allocated anything, the reported 1 cpu was what counted.
+	c2 := newTestCluster(t, "p", nodes)
+	if p, _ := c2.Place(req("d", 3.5, 64)); len(p.Placements) != 0 {
+		t.Fatalf("3.5 of 4 cpus with 1 reported in use: %+v", nodesOf(p))
+	}
+}
+
+func TestUpdateNodesValidation(t *testing.T) {
+	c := NewCluster()
+	err := c.UpdateNodes("p", []driver.Node{{Name: "a"}, {Name: "a", Capacity: driver.Resources{CPU: -1}}})
+	if got := paths(err); !slices.Equal(got, []string{"nodes[1].name", "nodes[1].capacity.cpus"}) {
+		t.Fatalf("paths = %v (%v)", got, err)
+	}
+	var fe *driver.FieldError
+	if err := c.UpdateNodes("", nil); !errors.As(err, &fe) || fe.Path != "provider" {
+		t.Fatalf("empty provider: %v", err)
+	}
+}
+
+func TestOfflineAndDrainingUpdates(t *testing.T) {
+	nodes := mkNodes("n", 2, 4, 8, nil)
+	c := newTestCluster(t, "p", nodes)
+	nodes[0].Status = driver.NodeDraining
+	nodes[1].Status = driver.NodeOffline
+	if err := c.UpdateNodes("p", nodes); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := c.Place(req("a", 1, 64))
+	if len(p.Placements) != 0 || p.Unplaced[0].Reasons.String() != "1 node: node draining; 1: node offline" {
+		t.Fatalf("%+v", p)
+	}
+	// A node missing from a reading is removed.
+	if err := c.UpdateNodes("p", nodes[:1]); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(c.Nodes()); got != 1 {
+		t.Fatalf("nodes = %d, want 1", got)
+	}
+}

@@ -1,0 +1,306 @@
+package scheduler
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/berth-dev/berth/driver"
+)
+
+// Strategy names how a request's instances are spread over feasible nodes.
+type Strategy string
+
+// Strategies. The empty strategy is the type's default: spread for
+// services, binpack for batch work (Citadel's per-type schedulers).
+const (
+	// StrategyBinpack fills the fullest node that fits first, so that whole
+	// nodes stay free for big requests and idle nodes can be released.
+	StrategyBinpack Strategy = "binpack"
+	// StrategySpread places on the emptiest node, so that a lost node takes
+	// few instances with it.
+	StrategySpread Strategy = "spread"
+	// StrategyRandom picks any feasible node (seeded, hence reproducible).
+	StrategyRandom Strategy = "random"
+	// StrategyWaterfill raises the least-used node first, like water filling
+	// a vessel (Zoe's elastic services): it maximises the free fraction left
+	// on the node that will be the fullest after placing.
+	StrategyWaterfill Strategy = "waterfill"
+	// StrategyAverage keeps every node close to the cluster's average use.
+	StrategyAverage Strategy = "average"
+)
+
+// Strategies lists the strategies a request may name.
+var Strategies = []Strategy{StrategyBinpack, StrategySpread, StrategyRandom, StrategyWaterfill, StrategyAverage}
+
+// MaxCount bounds Request.Count.
+const MaxCount = 1_000_000
+
+// Request asks for Count instances of one spec. Its JSON is Citadel's request
+// with every driver.Spec field at the top level plus the placement fields:
+//
+//	{"image": "crosbymichael/redis", "cpus": "0.2", "memory": 512, "type": "service",
+//	 "count": 3, "constraints": ["disk==ssd", "zone!=~eu-1"],
+//	 "affinities": ["image==redis", "group!=db"], "priority": 10}
+//
+// Constraints match nodes. Keys: "node" is the node name, "provider" the
+// provider name; any other key is a node label, or when the node has no such
+// label, a node attribute (os, arch, zone...).
+//
+// Affinities match the instances already on a node (and the images it holds).
+// Keys: "instance" (also "container" or "name") is an instance's name,
+// "group" its group, "image" an image present on the node or run by an
+// instance there; "label.K" or any other key K is the instance label K.
+// key==v draws the instance to nodes that have a match, key!=v keeps it away
+// from them; a ~ makes either a preference.
+type Request struct {
+	driver.Spec
+
+	// ID names the request. Instance i of a request with Count > 1 is called
+	// "<ID>-<i>"; a request with Count 1 names its one instance ID. See
+	// InstanceID.
+	ID string `json:"id,omitempty"`
+	// Count is how many instances to place; 0 means 1.
+	Count int `json:"count,omitempty"`
+	// Constraints are expressions over node name, labels and attributes.
+	Constraints []string `json:"constraints,omitempty"`
+	// Affinities are expressions over the instances on a node.
+	Affinities []string `json:"affinities,omitempty"`
+	// Capabilities are back-end capabilities (driver.CapResize...) the
+	// provider must have.
+	Capabilities []string `json:"capabilities,omitempty"`
+	// Provider restricts placement to one provider; empty means any.
+	Provider string `json:"provider,omitempty"`
+	// Priority orders the queue: higher first. Within a priority the queue
+	// policy decides.
+	Priority int `json:"priority,omitempty"`
+	// Strategy overrides the type's default strategy.
+	Strategy Strategy `json:"strategy,omitempty"`
+	// Group is the name of the group the request belongs to, matched by
+	// group affinities. Set by Group for its services.
+	Group string `json:"group,omitempty"`
+	// MaxPerNode caps how many of this request's instances share a node; 0
+	// means no cap.
+	MaxPerNode int `json:"max_per_node,omitempty"`
+}
+
+// N returns the number of instances asked for (Count, or 1 when unset).
+func (r *Request) N() int {
+	if r.Count <= 0 {
+		return 1
+	}
+	return r.Count
+}
+
+// InstanceID returns the id of instance i of r.
+func (r *Request) InstanceID(i int) string {
+	if r.N() == 1 {
+		return r.ID
+	}
+	return r.ID + "-" + strconv.Itoa(i)
+}
+
+// EffectiveStrategy returns the strategy to use: the one asked for, or the
+// type's default.
+func (r *Request) EffectiveStrategy() Strategy {
+	if r.Strategy != "" {
+		return r.Strategy
+	}
+	if r.Type == driver.TypeBatch {
+		return StrategyBinpack
+	}
+	return StrategySpread
+}
+
+// Validate checks the request and returns driver.FieldErrors naming every bad
+// field (matching driver.ErrInvalid), or nil.
+func (r *Request) Validate() error {
+	var es driver.FieldErrors
+	r.validate(&es, "")
+	return es.Err()
+}
+
+func addf(es *driver.FieldErrors, path, format string, args ...any) {
+	*es = append(*es, &driver.FieldError{Path: path, Reason: fmt.Sprintf(format, args...)})
+}
+
+// prefixed appends the field errors in err under prefix.
+func prefixed(es *driver.FieldErrors, prefix string, err error) {
+	if err == nil {
+		return
+	}
+	var fes driver.FieldErrors
+	var fe *driver.FieldError
+	switch {
+	case errors.As(err, &fes):
+		for _, e := range fes {
+			addf(es, prefix+e.Path, "%s", e.Reason)
+		}
+	case errors.As(err, &fe):
+		addf(es, prefix+fe.Path, "%s", fe.Reason)
+	default:
+		addf(es, strings.TrimSuffix(prefix, "."), "%v", err)
+	}
+}
+
+func (r *Request) validate(es *driver.FieldErrors, prefix string) {
+	prefixed(es, prefix, r.Spec.Validate())
+	if r.Count < 0 || r.Count > MaxCount {
+		addf(es, prefix+"count", "%d: want 1 to %d (0 means 1)", r.Count, MaxCount)
+	}
+	if r.MaxPerNode < 0 {
+		addf(es, prefix+"max_per_node", "%d: must not be negative", r.MaxPerNode)
+	}
+	for i, c := range r.Constraints {
+		if _, err := ParseExpr(c); err != nil {
+			addf(es, fmt.Sprintf("%sconstraints[%d]", prefix, i), "%v", err)
+		}
+	}
+	for i, a := range r.Affinities {
+		e, err := ParseExpr(a)
+		if err != nil {
+			addf(es, fmt.Sprintf("%saffinities[%d]", prefix, i), "%v", err)
+			continue
+		}
+		if _, lk := affinityKey(e.Key); lk == "" && strings.HasPrefix(e.Key, "label.") {
+			addf(es, fmt.Sprintf("%saffinities[%d]", prefix, i), "%q: empty label name", a)
+		}
+	}
+	for i, c := range r.Capabilities {
+		if !slices.Contains(knownCaps, c) {
+			addf(es, fmt.Sprintf("%scapabilities[%d]", prefix, i), "%q: want one of %s", c, strings.Join(knownCaps, ", "))
+		}
+	}
+	if r.Strategy != "" && !slices.Contains(Strategies, r.Strategy) {
+		addf(es, prefix+"strategy", "%q: want binpack, spread, random, waterfill or average", r.Strategy)
+	}
+}
+
+var knownCaps = []string{
+	driver.CapConsole, driver.CapEvents, driver.CapImages, driver.CapKill, driver.CapLogs,
+	driver.CapPreload, driver.CapResize, driver.CapRestart, driver.CapStart, driver.CapStop,
+	driver.CapSuspend, driver.CapUsage,
+}
+
+// affinity keys
+const (
+	affInstance = iota
+	affGroup
+	affImage
+	affLabel
+)
+
+// affinityKey classifies an affinity key; for labels it returns the label
+// name.
+func affinityKey(k string) (kind int, label string) {
+	switch k {
+	case "instance", "container", "name":
+		return affInstance, ""
+	case "group":
+		return affGroup, ""
+	case "image":
+		return affImage, ""
+	}
+	if l, ok := strings.CutPrefix(k, "label."); ok {
+		return affLabel, l
+	}
+	return affLabel, k
+}
+
+// GroupKind says what a group is.
+type GroupKind string
+
+// Group kinds.
+const (
+	// KindApplication is a Zoe application: services with counts, essential
+	// counts and a startup order.
+	KindApplication GroupKind = "application"
+	// KindNodeSet is a Nodepool node set: one instance per label, all
+	// essential, all from one provider.
+	KindNodeSet GroupKind = "nodeset"
+)
+
+// Group is placed as one unit (gang placement): the essential instances of
+// all its services are placed all or none; the elastic ones (count minus
+// essential) are best effort and may be shrunk or removed later to make room
+// for another group's essential instances.
+type Group struct {
+	// ID names the group; it is the Group of each service's request and the
+	// prefix of its instance ids ("<group>.<service>-<i>").
+	ID   string    `json:"id"`
+	Kind GroupKind `json:"kind,omitempty"` // default application
+	// Priority orders the queue (higher first); it overrides the services'.
+	Priority int `json:"priority,omitempty"`
+	// Provider restricts every service to one provider. A node set with no
+	// provider goes to the first provider (in name order) where it fits whole.
+	Provider string `json:"provider,omitempty"`
+	// Services are the group's parts. In a node set each is one label: its
+	// Name is the label and its count is 1 unless set.
+	Services []Service `json:"services"`
+}
+
+// Service is one part of a group.
+type Service struct {
+	Request
+	// Essential is how many of the Count instances must run for the group to
+	// run at all; nil means all of them. The rest are elastic.
+	Essential *int `json:"essential,omitempty"`
+	// StartupOrder orders start-up: lower first; equal values start together.
+	StartupOrder int `json:"startup_order,omitempty"`
+}
+
+// EssentialCount returns how many instances of s are essential.
+func (s *Service) EssentialCount() int {
+	if s.Essential == nil {
+		return s.N()
+	}
+	return *s.Essential
+}
+
+// Validate checks the group and returns driver.FieldErrors naming every bad
+// field, or nil. Service fields are reported as "services[i].<field>".
+func (g *Group) Validate() error {
+	var es driver.FieldErrors
+	if g.ID == "" {
+		addf(&es, "id", "required")
+	}
+	switch g.Kind {
+	case "", KindApplication, KindNodeSet:
+	default:
+		addf(&es, "kind", "%q: want application or nodeset", g.Kind)
+	}
+	if len(g.Services) == 0 {
+		addf(&es, "services", "a group needs at least one service")
+	}
+	names := map[string]int{}
+	for i := range g.Services {
+		s := &g.Services[i]
+		p := fmt.Sprintf("services[%d].", i)
+		s.validate(&es, p)
+		if s.Essential != nil && (*s.Essential < 0 || *s.Essential > s.N()) {
+			addf(&es, p+"essential", "%d: want 0 to count (%d)", *s.Essential, s.N())
+		}
+		if g.Kind == KindNodeSet && s.EssentialCount() != s.N() {
+			addf(&es, p+"essential", "every instance of a node set is essential")
+		}
+		if g.Kind == KindNodeSet && s.Name == "" {
+			addf(&es, p+"name", "required: the node set label")
+		}
+		if s.Provider != "" && g.Provider != "" && s.Provider != g.Provider {
+			addf(&es, p+"provider", "%q differs from the group's provider %q", s.Provider, g.Provider)
+		}
+		key := s.Name
+		if key == "" {
+			key = s.ID
+		}
+		if key != "" {
+			if j, dup := names[key]; dup {
+				addf(&es, p+"name", "%q already names services[%d]", key, j)
+			}
+			names[key] = i
+		}
+	}
+	return es.Err()
+}

@@ -1,0 +1,62 @@
+package simulate
+
+import (
+	"context"
+	"fmt"
+	"testing"
+)
+
+func benchWorkload(b *testing.B, name string, nodes int, opt Options) {
+	w, err := Builtin(name, nodes)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var last *Result
+	for b.Loop() {
+		last, err = Run(context.Background(), w, opt)
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(last.PlacementsPerSec, "placements/s")
+	b.ReportMetric(last.P50Micros, "p50_us")
+	b.ReportMetric(last.P99Micros, "p99_us")
+	b.ReportMetric(float64(last.NodesUsed), "nodes_used")
+	b.ReportMetric(float64(last.LowerBoundNodes), "lower_bound")
+	b.ReportMetric(float64(last.Conflicts), "conflicts")
+	b.ReportMetric(float64(last.DoubleBooked), "double_booked")
+	b.ReportMetric(float64(last.PeakRSSBytes)/(1<<20), "peak_rss_MiB")
+	if last.DoubleBooked != 0 {
+		b.Fatalf("%d nodes double-booked", last.DoubleBooked)
+	}
+}
+
+func BenchmarkW1(b *testing.B) { benchWorkload(b, "w1", 0, Options{}) }
+func BenchmarkW2(b *testing.B) { benchWorkload(b, "w2", 0, Options{}) }
+func BenchmarkW3(b *testing.B) { benchWorkload(b, "w3", 0, Options{}) }
+func BenchmarkW5(b *testing.B) {
+	for _, k := range []int{1, 2, 4, 8} {
+		b.Run(fmt.Sprintf("K=%d", k), func(b *testing.B) { benchWorkload(b, "w5", 0, Options{Schedulers: k, Optimistic: true}) })
+	}
+}
+
+// BenchmarkSampling measures what bounded sampling costs in packing: the
+// ratio of nodes used to the lower bound, for batch work arriving online,
+// scoring every feasible node (sample 0) or only a few.
+func BenchmarkSampling(b *testing.B) {
+	for _, k := range []int{0, 2, 8, 64} {
+		b.Run(fmt.Sprintf("sample=%d", k), func(b *testing.B) {
+			var last *Result
+			for b.Loop() {
+				var err error
+				last, err = Run(context.Background(), onlineWorkload(1), Options{Sample: k, Seed: 1})
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(last.PackingRatio, "used/bound")
+			b.ReportMetric(last.PlacementsPerSec, "placements/s")
+			b.ReportMetric(float64(last.Unplaced), "unplaced")
+		})
+	}
+}

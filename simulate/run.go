@@ -1,0 +1,667 @@
+package simulate
+
+import (
+	"bufio"
+	"cmp"
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/drivers/sim"
+	"github.com/berth-dev/berth/scheduler"
+)
+
+// Provider is the provider name the simulated nodes belong to.
+const Provider = "sim"
+
+// Options control a run.
+type Options struct {
+	// Schedulers is how many schedulers plan in parallel on snapshots
+	// (optimistic commits). 0 or 1 places through Cluster.Place, serially.
+	Schedulers int
+	// Optimistic uses snapshots and Commit even with one scheduler.
+	Optimistic bool
+	// Seed seeds the scheduler's random choices.
+	Seed uint64
+	// Sample bounds how many feasible nodes are scored (0: all).
+	Sample int
+	// Strategy, when set, overrides every request's strategy.
+	Strategy scheduler.Strategy
+	// Queue, when set, makes every request a gang (all its instances, or
+	// its essential ones, or none) and keeps those that do not fit in a
+	// queue with this policy, tried again whenever something arrives or
+	// leaves (with backfill). Only with one scheduler.
+	Queue scheduler.Policy
+	// Progress, when set, is called now and then with how many requests
+	// were handled out of how many.
+	Progress func(done, total int)
+}
+
+// Result is what a run measured. Placements are instances; requests are
+// the workload's requests (a gang of 1,000 instances is one request).
+type Result struct {
+	Workload   string `json:"workload"`
+	Nodes      int    `json:"nodes"`
+	Schedulers int    `json:"schedulers"`
+	Strategy   string `json:"strategy,omitempty"`
+	Sample     int    `json:"sample,omitempty"`
+	Requests   int    `json:"requests"`
+	// Instances is how many instances the requests asked for.
+	Instances int `json:"instances"`
+	Placed    int `json:"placed"`
+	Unplaced  int `json:"unplaced"`
+	// Preplaced instances were reserved before the run.
+	Preplaced int `json:"preplaced"`
+	Released  int `json:"released"`
+	// Seconds is the wall time of the placement phase alone.
+	Seconds           float64 `json:"seconds"`
+	PlacementsPerSec  float64 `json:"placements_per_sec"`
+	P50Micros         float64 `json:"p50_us"`
+	P99Micros         float64 `json:"p99_us"`
+	MaxMicros         float64 `json:"max_us"`
+	NodesUsed         int     `json:"nodes_used"`
+	LowerBoundNodes   int     `json:"lower_bound_nodes"`
+	PackingRatio      float64 `json:"packing_ratio"`
+	Conflicts         uint64  `json:"conflicts"`
+	ConflictRate      float64 `json:"conflict_rate"`
+	DoubleBooked      int     `json:"double_booked"`
+	PeakRSSBytes      int64   `json:"peak_rss_bytes"`
+	UnplacedReason    string  `json:"unplaced_reason,omitempty"`
+	RelaxedPlacements int     `json:"relaxed_placements,omitempty"`
+	Evicted           int     `json:"evicted,omitempty"`
+	// With a queue: requests that had to wait, those still waiting at the
+	// end, and the simulated wait (seconds) of those that waited.
+	Queued      int     `json:"queued,omitempty"`
+	QueueLeft   int     `json:"queue_left,omitempty"`
+	WaitP50Secs float64 `json:"wait_p50_s,omitempty"`
+	WaitMaxSecs float64 `json:"wait_max_s,omitempty"`
+}
+
+// event is one request arrival.
+type event struct {
+	at   float64
+	item *Item
+	id   string
+}
+
+// Run builds the workload's cluster with the sim back-end and replays its
+// requests through the scheduler. Time in the workload is simulated: arrival
+// times order the requests and durations release instances, without
+// waiting. The run stops early when ctx ends.
+func Run(ctx context.Context, w *Workload, opt Options) (*Result, error) {
+	if err := w.Validate(); err != nil {
+		return nil, err
+	}
+	if opt.Queue != "" && opt.Schedulers > 1 {
+		return nil, &driver.FieldError{Path: "schedulers", Reason: "a queue works with one scheduler"}
+	}
+	if !slices.Contains([]scheduler.Policy{"", scheduler.PolicyFIFO, scheduler.PolicySize, scheduler.PolicyDynSize}, opt.Queue) {
+		return nil, &driver.FieldError{Path: "queue", Reason: fmt.Sprintf("%q: want fifo, size or dynsize", opt.Queue)}
+	}
+	start := time.Unix(0, 0)
+	back, err := sim.New(sim.Options{Pools: w.Nodes, Clock: sim.NewManualClock(start)})
+	if err != nil {
+		return nil, fmt.Errorf("sim back-end: %w", err)
+	}
+	defer back.Close(context.WithoutCancel(ctx))
+	ps, err := back.State(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("sim back-end: %w", err)
+	}
+	cl := scheduler.NewCluster(scheduler.WithOptions(scheduler.Options{Seed: opt.Seed, Sample: opt.Sample}))
+	cl.SetCapabilities(Provider, driver.Capabilities(back))
+	if err := cl.UpdateNodes(Provider, ps.Nodes); err != nil {
+		return nil, err
+	}
+	lg := newLedger(ps.Nodes)
+	res := &Result{Workload: w.Name, Nodes: len(ps.Nodes), Schedulers: max(opt.Schedulers, 1), Strategy: string(opt.Strategy), Sample: opt.Sample}
+
+	// Preplaced instances, round-robin over the nodes.
+	var events []event
+	next := 0
+	for i := range w.Requests {
+		it := &w.Requests[i]
+		n := max(it.Repeat, 1)
+		if it.Preplaced {
+			as := make([]scheduler.Allocation, 0, n*it.N())
+			for k := range n * it.N() {
+				node := ps.Nodes[next%len(ps.Nodes)].Name
+				next++
+				id := fmt.Sprintf("pre%d-%d", i, k)
+				as = append(as, scheduler.Allocation{ID: id, Provider: Provider, Node: node, Resources: it.Resources, Image: it.Image})
+				lg.add("", node, it.Resources)
+			}
+			if err := cl.Reserve(as...); err != nil {
+				return nil, err
+			}
+			res.Preplaced += len(as)
+			continue
+		}
+		for k := range n {
+			events = append(events, event{at: it.Arrival + float64(k)*it.Interval, item: it, id: "r" + strconv.Itoa(i) + "." + strconv.Itoa(k)})
+			res.Instances += it.N()
+		}
+	}
+	slices.SortStableFunc(events, func(a, b event) int { return cmp.Compare(a.at, b.at) })
+	res.Requests = len(events)
+	lg.resetPeaks()
+
+	k := max(opt.Schedulers, 1)
+	r := &runner{cl: cl, lg: lg, opt: opt, res: res, total: len(events)}
+	if opt.Queue != "" {
+		r.q = &scheduler.Queue{Policy: opt.Queue}
+		r.waiting = map[string]*event{}
+	}
+	r.snaps = make([]*scheduler.Snapshot, k)
+	if k > 1 || opt.Optimistic {
+		for j := range r.snaps {
+			r.snaps[j] = cl.Snapshot(scheduler.Options{Seed: opt.Seed + uint64(j), Sample: opt.Sample})
+		}
+	}
+	t0 := time.Now()
+	err = r.run(ctx, events)
+	res.Seconds = time.Since(t0).Seconds()
+	if err != nil {
+		return nil, err
+	}
+	r.finish()
+	return res, nil
+}
+
+// runner replays events.
+type runner struct {
+	cl    *scheduler.Cluster
+	lg    *ledger
+	opt   Options
+	res   *Result
+	snaps []*scheduler.Snapshot
+	total int
+	done  int
+	lat   []time.Duration
+	// departures, ordered by time
+	deps    []departure
+	reasons map[string]int
+	// queue mode
+	q       *scheduler.Queue
+	waiting map[string]*event // queued groups by id
+	waits   []float64
+}
+
+type departure struct {
+	at  float64
+	ids []string
+}
+
+// outcome is what one request did.
+type outcome struct {
+	accepted []scheduler.Placement
+	unplaced int
+	reason   string
+	relaxed  bool
+	lat      time.Duration
+	dur      float64
+	at       float64
+	evicted  []string
+}
+
+func (r *runner) run(ctx context.Context, events []event) error {
+	r.reasons = map[string]int{}
+	for b := 0; b < len(events); {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		// A batch is the requests arriving at the same time; with several
+		// schedulers they are planned in parallel.
+		e := b + 1
+		for e < len(events) && events[e].at == events[b].at {
+			e++
+		}
+		r.depart(events[b].at)
+		if len(r.snaps) == 1 && r.snaps[0] == nil {
+			for j := b; j < e; j++ {
+				if j%256 == 0 {
+					if err := ctx.Err(); err != nil {
+						return err
+					}
+				}
+				o := r.placeSerial(&events[j])
+				r.record(o)
+				if r.opt.Progress != nil && j&63 == 0 {
+					r.opt.Progress(j, r.total)
+				}
+			}
+		} else if err := r.parallel(ctx, events[b:e]); err != nil {
+			return err
+		}
+		r.lg.sample()
+		if r.opt.Progress != nil {
+			r.opt.Progress(e, r.total)
+		}
+		b = e
+	}
+	if r.q != nil {
+		// Let what runs end, so that queued requests get their turn.
+		r.depart(math.Inf(1))
+	}
+	return nil
+}
+
+// depart releases every instance due to end by at.
+func (r *runner) depart(at float64) {
+	for len(r.deps) > 0 && r.deps[0].at <= at {
+		d := r.deps[0]
+		r.deps = r.deps[1:]
+		for _, id := range d.ids {
+			if err := r.cl.Release(id); err == nil {
+				r.lg.remove(id)
+				r.res.Released++
+			}
+		}
+		r.lg.sample()
+		if r.q != nil && r.q.Len() > 0 {
+			r.pass(d.at, "")
+			r.lg.sample()
+		}
+	}
+}
+
+func (r *runner) request(e *event) scheduler.Request {
+	q := e.item.Request
+	q.ID = e.id
+	if r.opt.Strategy != "" {
+		q.Strategy = r.opt.Strategy
+	}
+	return q
+}
+
+func (r *runner) group(e *event) *scheduler.Group {
+	q := r.request(e)
+	q.ID = ""
+	return &scheduler.Group{ID: e.id, Priority: q.Priority, Services: []scheduler.Service{{Request: q, Essential: e.item.Essential}}}
+}
+
+func (r *runner) placeSerial(e *event) outcome {
+	if r.q != nil {
+		return r.enqueue(e)
+	}
+	o := outcome{dur: e.item.Duration, at: e.at}
+	t := time.Now()
+	var plan *scheduler.Plan
+	var err error
+	if e.item.Essential != nil {
+		plan, err = r.cl.PlaceGroup(r.group(e))
+	} else {
+		q := r.request(e)
+		plan, err = r.cl.Place(&q)
+	}
+	o.lat = time.Since(t)
+	if err != nil {
+		o.unplaced, o.reason = e.item.N(), err.Error()
+		return o
+	}
+	o.accepted = plan.Placements
+	o.relaxed = len(plan.Relaxed) > 0
+	o.evicted = plan.Evicted
+	for _, u := range plan.Unplaced {
+		o.unplaced += len(u.Indexes)
+		o.reason = u.Reasons.String()
+	}
+	return o
+}
+
+func simTime(at float64) time.Time {
+	return time.Unix(0, 0).Add(time.Duration(at * float64(time.Second)))
+}
+
+// enqueue queues e as a gang and makes a pass over the queue; the
+// outcome is e's own (placed now, or queued).
+func (r *runner) enqueue(e *event) outcome {
+	g := r.group(e)
+	if e.item.Essential == nil {
+		all := e.item.N()
+		g.Services[0].Essential = &all
+	}
+	t := time.Now()
+	if err := r.q.Push(g, simTime(e.at)); err != nil {
+		return outcome{unplaced: e.item.N(), reason: err.Error(), lat: time.Since(t)}
+	}
+	r.waiting[g.ID] = e
+	mine := r.pass(e.at, e.id)
+	mine.lat = time.Since(t)
+	if mine.accepted == nil {
+		r.res.Queued++
+	}
+	return mine
+}
+
+// pass tries the queue at simulated time at; it records every group it
+// places except the one called self, whose outcome it returns.
+func (r *runner) pass(at float64, self string) outcome {
+	var mine outcome
+	done, err := r.cl.Schedule(r.q, simTime(at))
+	if err != nil {
+		r.reasons[err.Error()]++
+	}
+	for _, d := range done {
+		e := r.waiting[d.Group.ID]
+		delete(r.waiting, d.Group.ID)
+		o := outcome{dur: e.item.Duration, at: at, accepted: d.Plan.Placements, evicted: d.Plan.Evicted, relaxed: len(d.Plan.Relaxed) > 0}
+		for _, u := range d.Plan.Unplaced {
+			o.unplaced += len(u.Indexes)
+			o.reason = u.Reasons.String()
+		}
+		if d.Group.ID == self {
+			mine = o
+			continue
+		}
+		r.waits = append(r.waits, at-e.at)
+		r.recordPlacements(o)
+	}
+	return mine
+}
+
+func (r *runner) placeOptimistic(s *scheduler.Snapshot, e *event) outcome {
+	o := outcome{dur: e.item.Duration, at: e.at}
+	t := time.Now()
+	if e.item.Essential != nil {
+		plan, _, err := s.PlaceGroup(r.group(e))
+		if err != nil {
+			o.unplaced, o.reason = e.item.N(), err.Error()
+		} else {
+			o.accepted = plan.Placements
+			for _, u := range plan.Unplaced {
+				o.unplaced += len(u.Indexes)
+				o.reason = u.Reasons.String()
+			}
+		}
+	} else {
+		q := r.request(e)
+		plan, _, err := s.Place(&q)
+		if err != nil {
+			o.unplaced, o.reason = e.item.N(), err.Error()
+		} else {
+			o.accepted = plan.Placements
+			o.relaxed = len(plan.Relaxed) > 0
+			for _, u := range plan.Unplaced {
+				o.unplaced += len(u.Indexes)
+				o.reason = u.Reasons.String()
+			}
+		}
+	}
+	o.lat = time.Since(t)
+	return o
+}
+
+// parallel plans a batch with one goroutine per scheduler, each on its own
+// snapshot, all committing to the one cluster.
+func (r *runner) parallel(ctx context.Context, batch []event) error {
+	k := len(r.snaps)
+	outs := make([][]outcome, k)
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	base := r.done
+	for j := range k {
+		s := r.snaps[j]
+		wg.Go(func() {
+			s.Refresh()
+			for ctx.Err() == nil {
+				i := int(next.Add(1) - 1)
+				if i >= len(batch) {
+					return
+				}
+				// One goroutine reports progress, so that the callback is
+				// never called concurrently.
+				if j == 0 && r.opt.Progress != nil && i&63 == 0 {
+					r.opt.Progress(base+i, r.total)
+				}
+				outs[j] = append(outs[j], r.placeOptimistic(s, &batch[i]))
+			}
+		})
+	}
+	wg.Wait()
+	for _, batch := range outs {
+		for _, o := range batch {
+			r.record(o)
+		}
+	}
+	return ctx.Err()
+}
+
+// record accounts one request's outcome.
+func (r *runner) record(o outcome) {
+	r.done++
+	r.lat = append(r.lat, o.lat)
+	if r.q == nil {
+		r.res.Unplaced += o.unplaced
+		if o.unplaced > 0 && o.reason != "" {
+			r.reasons[o.reason] += o.unplaced
+		}
+	}
+	r.recordPlacements(o)
+}
+
+// recordPlacements accounts what an outcome placed and evicted.
+func (r *runner) recordPlacements(o outcome) {
+	r.res.Placed += len(o.accepted)
+	for _, id := range o.evicted {
+		r.lg.remove(id)
+		r.res.Evicted++
+	}
+	if o.relaxed {
+		r.res.RelaxedPlacements += len(o.accepted)
+	}
+	var ids []string
+	for _, pl := range o.accepted {
+		// Only instances that will leave (or may be evicted) need
+		// remembering by id.
+		id := ""
+		if o.dur > 0 || pl.Elastic {
+			id = pl.Instance
+		}
+		if o.dur > 0 {
+			ids = append(ids, id)
+		}
+		r.lg.add(id, pl.Node, pl.Resources)
+	}
+	if o.dur > 0 && len(ids) > 0 {
+		d := departure{at: o.at + o.dur, ids: ids}
+		k, _ := slices.BinarySearchFunc(r.deps, d.at, func(x departure, t float64) int {
+			if x.at <= t {
+				return -1
+			}
+			return 1
+		})
+		r.deps = slices.Insert(r.deps, k, d)
+	}
+}
+
+func (r *runner) finish() {
+	res := r.res
+	r.lg.sample()
+	if r.q != nil {
+		res.QueueLeft = r.q.Len()
+		for _, e := range r.waiting {
+			res.Unplaced += e.item.N()
+		}
+		if len(r.waits) > 0 {
+			slices.Sort(r.waits)
+			res.WaitP50Secs = r.waits[(len(r.waits)-1)/2]
+			res.WaitMaxSecs = r.waits[len(r.waits)-1]
+		}
+	}
+	if res.Seconds > 0 {
+		res.PlacementsPerSec = float64(res.Placed) / res.Seconds
+	}
+	if len(r.lat) > 0 {
+		slices.Sort(r.lat)
+		q := func(p float64) float64 {
+			i := int(math.Ceil(p*float64(len(r.lat)))) - 1
+			return float64(r.lat[max(i, 0)].Nanoseconds()) / 1e3
+		}
+		res.P50Micros, res.P99Micros, res.MaxMicros = q(0.50), q(0.99), q(1)
+	}
+	res.NodesUsed = r.lg.peakUsed
+	res.LowerBoundNodes = r.lg.peakLB
+	if res.LowerBoundNodes > 0 {
+		res.PackingRatio = float64(res.NodesUsed) / float64(res.LowerBoundNodes)
+	}
+	st := r.cl.Stats()
+	res.Conflicts = st.Conflicts
+	if st.Committed+st.Conflicts > 0 {
+		res.ConflictRate = float64(st.Conflicts) / float64(st.Committed+st.Conflicts)
+	}
+	res.DoubleBooked = r.lg.overbooked()
+	if n := len(r.cl.Overbooked()); n > res.DoubleBooked {
+		res.DoubleBooked = n
+	}
+	res.PeakRSSBytes = peakRSS()
+	best, bestN := "", 0
+	for k, v := range r.reasons {
+		if v > bestN || (v == bestN && k < best) {
+			best, bestN = k, v
+		}
+	}
+	res.UnplacedReason = best
+	if r.q != nil && res.QueueLeft > 0 {
+		res.UnplacedReason = fmt.Sprintf("%d requests still queued when the workload ended", res.QueueLeft)
+	}
+}
+
+// ledger is the run's own account of what runs where, kept apart from the
+// scheduler's so that it can catch a double booking the scheduler missed.
+type ledger struct {
+	idx      map[string]int
+	cap      []driver.Node
+	use      []driver.Resources
+	count    []int
+	where    map[string]ledgerEntry
+	bad      map[int]bool
+	used     int // nodes with at least one instance
+	demand   driver.Resources
+	inst     int
+	peakUsed int
+	peakLB   int
+	maxShape driver.Resources
+	maxInst  int
+}
+
+type ledgerEntry struct {
+	node int
+	res  driver.Resources
+}
+
+func newLedger(nodes []driver.Node) *ledger {
+	l := &ledger{idx: make(map[string]int, len(nodes)), cap: nodes, use: make([]driver.Resources, len(nodes)),
+		count: make([]int, len(nodes)), where: map[string]ledgerEntry{}, bad: map[int]bool{}}
+	for i, n := range nodes {
+		l.idx[n.Name] = i
+		c := n.Capacity
+		l.maxShape.CPU = max(l.maxShape.CPU, c.CPU)
+		l.maxShape.Memory = max(l.maxShape.Memory, c.Memory)
+		l.maxShape.Disk = max(l.maxShape.Disk, c.Disk)
+		l.maxShape.GPUs = max(l.maxShape.GPUs, c.GPUs)
+		if n.MaxInstances == 0 {
+			l.maxInst = math.MaxInt
+		} else if l.maxInst != math.MaxInt {
+			l.maxInst = max(l.maxInst, n.MaxInstances)
+		}
+	}
+	return l
+}
+
+func addRes(a, b driver.Resources, sign int64) driver.Resources {
+	return driver.Resources{CPU: a.CPU + driver.MilliCPU(sign)*b.CPU, Memory: a.Memory + driver.Bytes(sign)*b.Memory,
+		Disk: a.Disk + driver.Bytes(sign)*b.Disk, GPUs: a.GPUs + sign*b.GPUs}
+}
+
+// add records an instance on node; id may be empty for one that never
+// leaves.
+func (l *ledger) add(id, node string, r driver.Resources) {
+	i := l.idx[node]
+	if id != "" {
+		l.where[id] = ledgerEntry{i, r}
+	}
+	l.use[i] = addRes(l.use[i], r, 1)
+	if l.count[i] == 0 {
+		l.used++
+	}
+	l.count[i]++
+	l.demand = addRes(l.demand, r, 1)
+	l.inst++
+	n := &l.cap[i]
+	if !l.use[i].Fits(n.Capacity) || (n.MaxInstances > 0 && l.count[i] > n.MaxInstances) {
+		l.bad[i] = true
+	}
+}
+
+func (l *ledger) remove(id string) {
+	e, ok := l.where[id]
+	if !ok {
+		return
+	}
+	delete(l.where, id)
+	l.use[e.node] = addRes(l.use[e.node], e.res, -1)
+	l.count[e.node]--
+	if l.count[e.node] == 0 {
+		l.used--
+	}
+	l.demand = addRes(l.demand, e.res, -1)
+	l.inst--
+}
+
+func (l *ledger) resetPeaks() { l.peakUsed, l.peakLB = 0, 0 }
+
+// sample records the peaks of nodes used and of the lower bound.
+func (l *ledger) sample() {
+	l.peakUsed = max(l.peakUsed, l.used)
+	l.peakLB = max(l.peakLB, l.lowerBound())
+}
+
+// lowerBound is the most, over resources, of ceil(demand / node size),
+// with the largest node shape as the size.
+func (l *ledger) lowerBound() int {
+	lb := 0
+	div := func(d, s int64) {
+		if s > 0 && d > 0 {
+			lb = max(lb, int((d+s-1)/s))
+		}
+	}
+	div(int64(l.demand.CPU), int64(l.maxShape.CPU))
+	div(int64(l.demand.Memory), int64(l.maxShape.Memory))
+	div(int64(l.demand.Disk), int64(l.maxShape.Disk))
+	div(l.demand.GPUs, l.maxShape.GPUs)
+	if l.maxInst != math.MaxInt {
+		div(int64(l.inst), int64(l.maxInst))
+	}
+	return lb
+}
+
+func (l *ledger) overbooked() int { return len(l.bad) }
+
+// peakRSS reads the process's peak resident set size (VmHWM), or 0 where
+// it is not available.
+func peakRSS() int64 {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err == nil {
+				return kb * 1024
+			}
+		}
+	}
+	return 0
+}

@@ -1,0 +1,232 @@
+// Package simulate replays workloads through Berth's scheduler on a cluster
+// built by the sim back-end, and measures speed, packing and safety. It is
+// what `berth sim` and the scheduler benchmarks run.
+package simulate
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/drivers/sim"
+	"github.com/berth-dev/berth/scheduler"
+)
+
+// Workload is a cluster and what arrives on it. In JSON:
+//
+//	{"name": "mine",
+//	 "nodes": [{"count": 100, "cpus": 4, "memory": "32Gi", "labels": {"disk": "ssd"}}],
+//	 "requests": [{"repeat": 1000, "cpus": 0.5, "memory": 256,
+//	               "constraints": ["disk==ssd"], "arrival": 0, "interval": 0.01, "duration": 30}]}
+type Workload struct {
+	Name string `json:"name"`
+	// Nodes are the sim back-end's node pools.
+	Nodes []sim.Pool `json:"nodes"`
+	// Requests arrive in order of arrival time (file order for equal times).
+	Requests []Item `json:"requests"`
+}
+
+// Item is one request of a workload, possibly repeated.
+type Item struct {
+	scheduler.Request
+	// Repeat makes the item stand for this many requests (0 means 1).
+	Repeat int `json:"repeat,omitempty"`
+	// Arrival is when the first request arrives, in seconds from the start.
+	Arrival float64 `json:"arrival,omitempty"`
+	// Interval is the time between repeats, in seconds.
+	Interval float64 `json:"interval,omitempty"`
+	// Duration is how long each instance runs, in seconds; 0 means to the
+	// end.
+	Duration float64 `json:"duration,omitempty"`
+	// Essential, when set, places the request as a gang: a group of one
+	// service with this many essential instances, all or none.
+	Essential *int `json:"essential,omitempty"`
+	// Preplaced instances exist before the run: they are reserved
+	// round-robin over the nodes, not scheduled.
+	Preplaced bool `json:"preplaced,omitempty"`
+}
+
+// Load reads a workload from a JSON file. Unknown fields are errors; every
+// error names the field.
+func Load(path string) (*Workload, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return Decode(f)
+}
+
+// Decode reads a workload from JSON and validates it.
+func Decode(r io.Reader) (*Workload, error) {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var w Workload
+	if err := dec.Decode(&w); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return nil, &driver.FieldError{Path: te.Field, Reason: fmt.Sprintf("want %s, got %s", te.Type, te.Value)}
+		}
+		// Unknown fields: the decoder's message names the field.
+		return nil, fmt.Errorf("%w: workload: %v", driver.ErrInvalid, err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("%w: workload: trailing data after the object", driver.ErrInvalid)
+	}
+	if err := w.Validate(); err != nil {
+		return nil, err
+	}
+	return &w, nil
+}
+
+// Validate checks the workload; every error names its field.
+func (w *Workload) Validate() error {
+	var es driver.FieldErrors
+	add := func(path, format string, args ...any) {
+		es = append(es, &driver.FieldError{Path: path, Reason: fmt.Sprintf(format, args...)})
+	}
+	if len(w.Nodes) == 0 {
+		add("nodes", "a workload needs at least one node pool")
+	}
+	if err := (&sim.Options{Pools: w.Nodes}).Validate(); err != nil {
+		var fes driver.FieldErrors
+		if errors.As(err, &fes) {
+			for _, e := range fes {
+				add(strings.Replace(e.Path, "pools", "nodes", 1), "%s", e.Reason)
+			}
+		} else {
+			add("nodes", "%v", err)
+		}
+	}
+	if len(w.Requests) == 0 {
+		add("requests", "a workload needs at least one request")
+	}
+	for i := range w.Requests {
+		it := &w.Requests[i]
+		p := fmt.Sprintf("requests[%d].", i)
+		if err := it.Request.Validate(); err != nil {
+			var fes driver.FieldErrors
+			if errors.As(err, &fes) {
+				for _, e := range fes {
+					add(p+e.Path, "%s", e.Reason)
+				}
+			}
+		}
+		if it.Repeat < 0 {
+			add(p+"repeat", "%d: must not be negative", it.Repeat)
+		}
+		if it.Arrival < 0 {
+			add(p+"arrival", "%v: must not be negative", it.Arrival)
+		}
+		if it.Interval < 0 {
+			add(p+"interval", "%v: must not be negative", it.Interval)
+		}
+		if it.Duration < 0 {
+			add(p+"duration", "%v: must not be negative", it.Duration)
+		}
+		if it.Essential != nil && (*it.Essential < 0 || *it.Essential > it.N()) {
+			add(p+"essential", "%d: want 0 to count (%d)", *it.Essential, it.N())
+		}
+		if it.Preplaced && it.Essential != nil {
+			add(p+"essential", "a preplaced item is reserved, not placed as a gang")
+		}
+	}
+	return es.Err()
+}
+
+// Builtins names the built-in workloads.
+var Builtins = []string{"w1", "w2", "w3", "w5"}
+
+// Builtin returns a built-in workload. nodes overrides the node count when
+// positive.
+//
+//   - w1: 5,000 nodes of 4 cpus / 32 GiB / 110 instances; 1,000 instances
+//     preplaced; then 50,000 requests of 0.1 cpu / 500 MiB, one at a time.
+//   - w2: 10,000 nodes of 4 cpus / 32 GiB, half labelled disk=ssd; 1,000
+//     requests of 0.5 cpu / 256 MiB with constraint disk==ssd, each
+//     committed before the next.
+//   - w3: 5,000 nodes of 32 cpus / 128 GiB in 10 zones; 1,000 batch groups
+//     of 1,000 instances (0.1 cpu / 256 MiB) placed all or none, each with
+//     one constraint zone==z<k>: 1,000,000 placements.
+//   - w5: 100,000 nodes of 4 cpus / 32 GiB, each 90% full; 20,000 requests
+//     of 0.1 cpu / 256 MiB, meant for several parallel schedulers.
+func Builtin(name string, nodes int) (*Workload, error) {
+	pick := func(def int) int {
+		if nodes > 0 {
+			return nodes
+		}
+		return def
+	}
+	img := driver.Spec{Image: "berth/sim"}
+	spec := func(cpus float64, mem driver.Bytes) driver.Spec {
+		s := img
+		s.Resources = driver.Resources{CPU: driver.CPUs(cpus), Memory: mem}
+		return s
+	}
+	switch name {
+	case "w1":
+		n := pick(5000)
+		return &Workload{
+			Name:  "w1",
+			Nodes: []sim.Pool{{Count: n, NamePrefix: "n", Shape: sim.Shape{Resources: driver.Resources{CPU: driver.CPUs(4), Memory: 32 * driver.GiB}, MaxInstances: 110}}},
+			Requests: []Item{
+				{Request: scheduler.Request{Spec: spec(0.1, 500*driver.MiB)}, Repeat: 1000, Preplaced: true},
+				{Request: scheduler.Request{Spec: spec(0.1, 500*driver.MiB)}, Repeat: 50000},
+			},
+		}, nil
+	case "w2":
+		n := pick(10000)
+		shape := sim.Shape{Resources: driver.Resources{CPU: driver.CPUs(4), Memory: 32 * driver.GiB}}
+		ssd := shape
+		ssd.Labels = map[string]string{"disk": "ssd"}
+		hdd := shape
+		hdd.Labels = map[string]string{"disk": "hdd"}
+		return &Workload{
+			Name:  "w2",
+			Nodes: []sim.Pool{{Count: n - n/2, NamePrefix: "ssd", Shape: ssd}, {Count: n / 2, NamePrefix: "hdd", Shape: hdd}},
+			Requests: []Item{
+				{Request: scheduler.Request{Spec: spec(0.5, 256*driver.MiB), Constraints: []string{"disk==ssd"}}, Repeat: 1000},
+			},
+		}, nil
+	case "w3":
+		n := pick(5000)
+		zones := make([]string, 10)
+		for i := range zones {
+			zones[i] = fmt.Sprintf("z%d", i)
+		}
+		w := &Workload{
+			Name:  "w3",
+			Nodes: []sim.Pool{{Count: n, NamePrefix: "n", Shape: sim.Shape{Resources: driver.Resources{CPU: driver.CPUs(32), Memory: 128 * driver.GiB}, Zones: zones}}},
+		}
+		all := 1000
+		for g := range 1000 {
+			s := spec(0.1, 256*driver.MiB)
+			s.Type = driver.TypeBatch
+			w.Requests = append(w.Requests, Item{
+				Request:   scheduler.Request{Spec: s, Count: 1000, Constraints: []string{fmt.Sprintf("zone==z%d", g%10)}},
+				Essential: &all,
+			})
+		}
+		return w, nil
+	case "w5":
+		n := pick(100000)
+		return &Workload{
+			Name:  "w5",
+			Nodes: []sim.Pool{{Count: n, NamePrefix: "n", Shape: sim.Shape{Resources: driver.Resources{CPU: driver.CPUs(4), Memory: 32 * driver.GiB}}}},
+			Requests: []Item{
+				{Request: scheduler.Request{Spec: spec(3.6, 32*driver.GiB/10*9)}, Repeat: n, Preplaced: true},
+				{Request: scheduler.Request{Spec: spec(0.1, 256*driver.MiB)}, Repeat: 20000},
+			},
+		}, nil
+	}
+	return nil, fmt.Errorf("%w: unknown workload %q: want one of %s or a JSON file", driver.ErrInvalid, name, strings.Join(Builtins, ", "))
+}
