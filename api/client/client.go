@@ -1,0 +1,455 @@
+// Package client is the Go client of Berth's REST API, used by the berth CLI
+// and the tests. Errors from the server come back as *api.Error values,
+// which match the driver vocabulary under errors.Is (driver.ErrNotFound,
+// driver.ErrInvalid...) and yield a *driver.FieldError under errors.As when
+// the server named a field.
+package client
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/berth-dev/berth/api"
+	"github.com/berth-dev/berth/control"
+	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/scheduler"
+)
+
+// Client talks to one Berth server. It is safe for concurrent use.
+type Client struct {
+	base  string
+	http  *http.Client
+	owner string
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithHTTPClient sets the HTTP client (default: a client without timeout,
+// since streams are long; calls are bounded by their ctx).
+func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.http = h } }
+
+// WithOwner sets the owner sent with submissions (quotas per owner).
+func WithOwner(owner string) Option { return func(c *Client) { c.owner = owner } }
+
+// New returns a client for the server at addr ("http://127.0.0.1:7480" or
+// "127.0.0.1:7480").
+func New(addr string, opts ...Option) (*Client, error) {
+	if !strings.Contains(addr, "://") {
+		addr = "http://" + addr
+	}
+	u, err := url.Parse(addr)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil, &driver.FieldError{Path: "addr", Reason: fmt.Sprintf("%q: want http://host:port", addr)}
+	}
+	c := &Client{base: strings.TrimRight(u.String(), "/"), http: &http.Client{}}
+	for _, o := range opts {
+		o(c)
+	}
+	return c, nil
+}
+
+// Addr returns the server's base URL.
+func (c *Client) Addr() string { return c.base }
+
+func (c *Client) newRequest(ctx context.Context, method, path string, q url.Values, body any) (*http.Request, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	u := c.base + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.owner != "" {
+		req.Header.Set(api.OwnerHeader, c.owner)
+	}
+	return req, nil
+}
+
+// do sends a request and, for a 2xx answer, returns the open response; any
+// other status is decoded into an *api.Error.
+func (c *Client) do(ctx context.Context, method, path string, q url.Values, body any) (*http.Response, error) {
+	req, err := c.newRequest(ctx, method, path, q, body)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, transportError(method, path, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		defer resp.Body.Close()
+		return nil, decodeError(resp)
+	}
+	return resp, nil
+}
+
+// transportError classifies a failed round trip: a failed dial certainly
+// did nothing (driver.ErrRetryable); anything later may have reached the
+// server, so the outcome is unknown (driver.ErrTimeout).
+func transportError(method, path string, err error) error {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return fmt.Errorf("%w: %s %s: %w", driver.ErrRetryable, method, path, err)
+	}
+	return fmt.Errorf("%w: %s %s: %w", driver.ErrTimeout, method, path, err)
+}
+
+// decodeError reads the API's error shape from resp.
+func decodeError(resp *http.Response) error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	var env struct {
+		Error *api.Error `json:"error"`
+	}
+	if err := json.Unmarshal(b, &env); err != nil || env.Error == nil {
+		return &api.Error{Status: resp.StatusCode, Code: api.CodeInternal,
+			Message: fmt.Sprintf("server answered %s: %s", resp.Status, strings.TrimSpace(string(b)))}
+	}
+	env.Error.Status = resp.StatusCode
+	return env.Error
+}
+
+// call sends a request and decodes a JSON answer into out (if not nil).
+func (c *Client) call(ctx context.Context, method, path string, q url.Values, body, out any) error {
+	resp, err := c.do(ctx, method, path, q, body)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("%s %s: decoding the answer: %w", method, path, err)
+	}
+	return nil
+}
+
+func ref(r string) string { return "/v1/instances/" + url.PathEscape(r) }
+
+// Submit submits a request and returns Citadel's answer.
+func (c *Client) Submit(ctx context.Context, req scheduler.Request) (*control.Answer, error) {
+	var a control.Answer
+	if err := c.call(ctx, http.MethodPost, "/v1/requests", nil, req, &a); err != nil {
+		return nil, err
+	}
+	return &a, nil
+}
+
+// SubmitRaw submits a request body as given (for tools that pass JSON
+// through) and returns the answer.
+func (c *Client) SubmitRaw(ctx context.Context, body json.RawMessage) (*control.Answer, error) {
+	var a control.Answer
+	if err := c.call(ctx, http.MethodPost, "/v1/requests", nil, body, &a); err != nil {
+		return nil, err
+	}
+	return &a, nil
+}
+
+// SubmitGroup submits a group.
+func (c *Client) SubmitGroup(ctx context.Context, g scheduler.Group) (*control.GroupAnswer, error) {
+	var a control.GroupAnswer
+	if err := c.call(ctx, http.MethodPost, "/v1/groups", nil, g, &a); err != nil {
+		return nil, err
+	}
+	return &a, nil
+}
+
+// Plan is a dry run of Submit.
+func (c *Client) Plan(ctx context.Context, req scheduler.Request) (*control.PlanAnswer, error) {
+	var a control.PlanAnswer
+	if err := c.call(ctx, http.MethodPost, "/v1/plan", nil, req, &a); err != nil {
+		return nil, err
+	}
+	return &a, nil
+}
+
+// Instances lists the instances matching f.
+func (c *Client) Instances(ctx context.Context, f control.Filter) ([]control.Instance, error) {
+	q := url.Values{}
+	set := func(k, v string) {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	set("provider", f.Provider)
+	set("node", f.Node)
+	set("owner", f.Owner)
+	set("pool", f.Pool)
+	set("group", f.Group)
+	set("request", f.Request)
+	set("name", f.Name)
+	for _, p := range f.Phases {
+		q.Add("phase", string(p))
+	}
+	if f.All {
+		q.Set("all", "true")
+	}
+	var out []control.Instance
+	return out, c.call(ctx, http.MethodGet, "/v1/instances", q, nil, &out)
+}
+
+// Instance returns one instance by id or name.
+func (c *Client) Instance(ctx context.Context, r string) (*control.Instance, error) {
+	var in control.Instance
+	if err := c.call(ctx, http.MethodGet, ref(r), nil, nil, &in); err != nil {
+		return nil, err
+	}
+	return &in, nil
+}
+
+func (c *Client) change(ctx context.Context, method, path string, q url.Values, body any) (*control.Instance, error) {
+	var in control.Instance
+	if err := c.call(ctx, method, path, q, body, &in); err != nil {
+		return nil, err
+	}
+	return &in, nil
+}
+
+// Delete asks for the instance to be removed and returns it as it is now.
+func (c *Client) Delete(ctx context.Context, r string) (*control.Instance, error) {
+	return c.change(ctx, http.MethodDelete, ref(r), nil, nil)
+}
+
+// Stop stops an instance, forcing it after grace (0: the server's default).
+func (c *Client) Stop(ctx context.Context, r string, grace time.Duration) (*control.Instance, error) {
+	q := url.Values{}
+	if grace > 0 {
+		q.Set("grace", grace.String())
+	}
+	return c.change(ctx, http.MethodPost, ref(r)+"/stop", q, nil)
+}
+
+// Start starts a stopped instance.
+func (c *Client) Start(ctx context.Context, r string) (*control.Instance, error) {
+	return c.change(ctx, http.MethodPost, ref(r)+"/start", nil, nil)
+}
+
+// Restart restarts an instance.
+func (c *Client) Restart(ctx context.Context, r string, grace time.Duration) (*control.Instance, error) {
+	q := url.Values{}
+	if grace > 0 {
+		q.Set("grace", grace.String())
+	}
+	return c.change(ctx, http.MethodPost, ref(r)+"/restart", q, nil)
+}
+
+// Kill sends signal to an instance ("" means KILL).
+func (c *Client) Kill(ctx context.Context, r, signal string) (*control.Instance, error) {
+	q := url.Values{}
+	if signal != "" {
+		q.Set("signal", signal)
+	}
+	return c.change(ctx, http.MethodPost, ref(r)+"/kill", q, nil)
+}
+
+// Resize changes an instance's live limits; zero fields are unchanged.
+func (c *Client) Resize(ctx context.Context, r string, res driver.Resources) (*control.Instance, error) {
+	return c.change(ctx, http.MethodPost, ref(r)+"/resize", nil, res)
+}
+
+// Logs copies an instance's output to stdout and stderr until the stream
+// ends (with opts.Follow, until ctx ends or the instance ends).
+func (c *Client) Logs(ctx context.Context, r string, opts driver.LogOptions, stdout, stderr io.Writer) error {
+	q := url.Values{}
+	if opts.Follow {
+		q.Set("follow", "true")
+	}
+	if opts.Tail > 0 {
+		q.Set("tail", strconv.Itoa(opts.Tail))
+	}
+	if opts.Stdout || opts.Stderr {
+		q.Set("stdout", strconv.FormatBool(opts.Stdout))
+		q.Set("stderr", strconv.FormatBool(opts.Stderr))
+	}
+	resp, err := c.do(ctx, http.MethodGet, ref(r)+"/logs", q, nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	return readFrames(ctx, resp.Body, func(f *api.LogFrame) error {
+		if f.Error != nil {
+			return f.Error
+		}
+		w := stdout
+		if f.Stream == "stderr" {
+			w = stderr
+		}
+		if w == nil {
+			return nil
+		}
+		_, err := io.WriteString(w, f.Data)
+		return err
+	})
+}
+
+// readFrames decodes NDJSON frames of type T from body until EOF.
+func readFrames[T any](ctx context.Context, body io.Reader, fn func(*T) error) error {
+	dec := json.NewDecoder(bufio.NewReader(body))
+	for {
+		var f T
+		if err := dec.Decode(&f); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("%w: reading the stream: %w", driver.ErrTimeout, err)
+		}
+		if err := fn(&f); err != nil {
+			return err
+		}
+	}
+}
+
+// Events calls fn for every event after revision since (0: from now) until
+// ctx ends or the server ends the stream. It returns ctx's error when ctx
+// ended it, the error the server sent (an error event), or nil when the
+// server closed the stream (as it does when shutting down).
+func (c *Client) Events(ctx context.Context, since int64, fn func(control.Event)) error {
+	q := url.Values{}
+	if since > 0 {
+		q.Set("since", strconv.FormatInt(since, 10))
+	}
+	resp, err := c.do(ctx, http.MethodGet, "/v1/events", q, nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64*1024), 16<<20)
+	var event string
+	var data []byte
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "":
+			if len(data) > 0 {
+				if event == "error" {
+					return decodeEnvelope(data)
+				}
+				var ev control.Event
+				if err := json.Unmarshal(data, &ev); err != nil {
+					return fmt.Errorf("events: decoding an event: %w", err)
+				}
+				fn(ev)
+			}
+			event, data = "", nil
+		case strings.HasPrefix(line, "event:"):
+			event = strings.TrimSpace(strings.TrimPrefix(line, "event:"))
+		case strings.HasPrefix(line, "data:"):
+			data = append(data, strings.TrimPrefix(strings.TrimPrefix(line, "data:"), " ")...)
+		}
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("%w: events: %w", driver.ErrTimeout, err)
+	}
+	return nil
+}
+
+func decodeEnvelope(b []byte) error {
+	var env struct {
+		Error *api.Error `json:"error"`
+	}
+	if err := json.Unmarshal(b, &env); err != nil || env.Error == nil {
+		return fmt.Errorf("events: undecodable error %q", b)
+	}
+	return env.Error
+}
+
+// Nodes lists every provider's nodes ("" provider: all).
+func (c *Client) Nodes(ctx context.Context, provider string) ([]control.NodeView, error) {
+	q := url.Values{}
+	if provider != "" {
+		q.Set("provider", provider)
+	}
+	var out []control.NodeView
+	return out, c.call(ctx, http.MethodGet, "/v1/nodes", q, nil, &out)
+}
+
+// Providers describes every provider.
+func (c *Client) Providers(ctx context.Context) ([]control.ProviderView, error) {
+	var out []control.ProviderView
+	return out, c.call(ctx, http.MethodGet, "/v1/providers", nil, nil, &out)
+}
+
+// Images lists the images on a node of a provider.
+func (c *Client) Images(ctx context.Context, provider, node string) ([]driver.Image, error) {
+	q := url.Values{"provider": {provider}}
+	if node != "" {
+		q.Set("node", node)
+	}
+	var out []driver.Image
+	return out, c.call(ctx, http.MethodGet, "/v1/images", q, nil, &out)
+}
+
+// Preload makes image present on nodes of provider (all when empty),
+// calling progress (if not nil) for every step the server reports.
+func (c *Client) Preload(ctx context.Context, provider, image string, nodes []string, progress func(driver.PreloadProgress)) error {
+	resp, err := c.do(ctx, http.MethodPost, "/v1/images/preload", nil, api.PreloadRequest{Provider: provider, Image: image, Nodes: nodes})
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	done := false
+	err = readFrames(ctx, resp.Body, func(f *api.PreloadFrame) error {
+		switch {
+		case f.Error != nil:
+			return f.Error
+		case f.Done:
+			done = true
+		case f.Progress != nil && progress != nil:
+			progress(*f.Progress)
+		}
+		return nil
+	})
+	if err == nil && !done {
+		return fmt.Errorf("%w: preload: the stream ended before the preload did", driver.ErrTimeout)
+	}
+	return err
+}
+
+// Quotas returns every quota with its use.
+func (c *Client) Quotas(ctx context.Context) ([]control.QuotaUse, error) {
+	var out []control.QuotaUse
+	return out, c.call(ctx, http.MethodGet, "/v1/quotas", nil, nil, &out)
+}
+
+// Drivers describes the server's registered drivers.
+func (c *Client) Drivers(ctx context.Context) ([]api.DriverInfo, error) {
+	var out []api.DriverInfo
+	return out, c.call(ctx, http.MethodGet, "/v1/drivers", nil, nil, &out)
+}
+
+// Health returns nil when the server answers.
+func (c *Client) Health(ctx context.Context) error {
+	return c.call(ctx, http.MethodGet, "/v1/health", nil, nil, nil)
+}

@@ -1,0 +1,128 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/store"
+)
+
+// Error is the one error shape of the API. On the wire it is
+//
+//	{"error": {"code": "invalid", "message": "invalid cpus: -1: must not be negative", "field": "cpus"}}
+//
+// The client decodes it back into an *Error, which matches the driver
+// sentinel of its Code under errors.Is and yields a *driver.FieldError under
+// errors.As when Field is set, so callers test errors the same way on both
+// sides of the wire.
+type Error struct {
+	// Status is the HTTP status (not on the wire; set by the client).
+	Status  int    `json:"-"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// Is reports whether target is the driver sentinel named by e.Code.
+func (e *Error) Is(target error) bool {
+	k, ok := kindOfCode[e.Code]
+	return ok && k == target
+}
+
+// Unwrap returns the field error, so that errors.As finds a
+// *driver.FieldError naming the field.
+func (e *Error) Unwrap() error {
+	if e.Field == "" {
+		return nil
+	}
+	return &driver.FieldError{Path: e.Field, Reason: e.Message}
+}
+
+// envelope is the body of every error response.
+type envelope struct {
+	Error *Error `json:"error"`
+}
+
+// Error codes beyond the driver vocabulary.
+const (
+	CodeTooLarge         = "too_large"
+	CodeMethodNotAllowed = "method_not_allowed"
+	CodeUnavailable      = "unavailable"
+	CodeCanceled         = "canceled"
+	CodeInternal         = "internal"
+)
+
+// codes maps each driver sentinel to its code and HTTP status, in the order
+// they are tested. It is the one place where errors become statuses.
+var codes = []struct {
+	kind   error
+	code   string
+	status int
+}{
+	{driver.ErrNotFound, "not_found", http.StatusNotFound},
+	{driver.ErrAlreadyExists, "already_exists", http.StatusConflict},
+	{driver.ErrNotSuspended, "not_suspended", http.StatusConflict},
+	{driver.ErrInsufficientCapacity, "insufficient_capacity", http.StatusConflict},
+	{driver.ErrUnsupported, "unsupported", http.StatusUnprocessableEntity},
+	{driver.ErrPermanent, "permanent", http.StatusUnprocessableEntity},
+	{driver.ErrQuotaExceeded, "quota_exceeded", http.StatusTooManyRequests},
+	{driver.ErrRetryable, "retryable", http.StatusServiceUnavailable},
+	{driver.ErrTimeout, "timeout", http.StatusGatewayTimeout},
+	{driver.ErrDeleteFailed, "delete_failed", http.StatusBadGateway},
+	// Last: other kinds carry a *driver.FieldError to name the field (an id
+	// that exists already), which matches ErrInvalid too.
+	{driver.ErrInvalid, "invalid", http.StatusBadRequest},
+}
+
+var kindOfCode = func() map[string]error {
+	m := map[string]error{}
+	for _, c := range codes {
+		m[c.code] = c.kind
+	}
+	return m
+}()
+
+// toError classifies err: the driver vocabulary first, then the store's and
+// the standard library's errors. Anything else is an internal error whose
+// message is kept (Berth's errors never carry secrets).
+func toError(err error) *Error {
+	var ae *Error
+	if errors.As(err, &ae) {
+		return ae
+	}
+	e := &Error{Message: err.Error()}
+	var fe *driver.FieldError
+	if errors.As(err, &fe) {
+		e.Field = fe.Path
+	}
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		e.Code, e.Status = CodeTooLarge, http.StatusRequestEntityTooLarge
+		return e
+	case errors.Is(err, store.ErrNotFound):
+		e.Code, e.Status = "not_found", http.StatusNotFound
+		return e
+	}
+	for _, c := range codes {
+		if errors.Is(err, c.kind) {
+			e.Code, e.Status = c.code, c.status
+			return e
+		}
+	}
+	switch {
+	case errors.Is(err, store.ErrClosed):
+		e.Code, e.Status = CodeUnavailable, http.StatusServiceUnavailable
+	case errors.Is(err, context.DeadlineExceeded):
+		e.Code, e.Status = "timeout", http.StatusGatewayTimeout
+	case errors.Is(err, context.Canceled):
+		e.Code, e.Status = CodeCanceled, http.StatusServiceUnavailable
+	default:
+		e.Code, e.Status = CodeInternal, http.StatusInternalServerError
+	}
+	return e
+}

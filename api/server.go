@@ -1,0 +1,745 @@
+// Package api is Berth's REST API under /v1 (JSON), served over a
+// control.Plane, and (in api/client) the Go client for it.
+//
+// Every handler returns an error; ServeHTTP turns it into the one error
+// shape, {"error": {"code", "message", "field"}}, in one place (toError).
+// Request bodies are decoded strictly: unknown fields and wrong types are
+// 400 naming the field, bodies above the limit are 413.
+//
+// Streams: logs and image preloads are NDJSON (one JSON object per line,
+// see LogFrame and PreloadFrame); events are server-sent events whose id is
+// the store revision, so a client resumes with Last-Event-ID.
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/berth-dev/berth/control"
+	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/scheduler"
+)
+
+// DefaultMaxBodySize is the body limit when Options.MaxBodySize is 0.
+const DefaultMaxBodySize = 1 << 20
+
+// DefaultMaxCount is the instance limit per submission when
+// Options.MaxCount is 0.
+const DefaultMaxCount = 10_000
+
+// OwnerHeader carries the owner of submitted requests (quotas per owner).
+const OwnerHeader = "X-Berth-Owner"
+
+// Options configures a Server.
+type Options struct {
+	// MaxBodySize caps request bodies in bytes; 0 means DefaultMaxBodySize.
+	MaxBodySize int64
+	// MaxCount caps the instances one submission (a request's count, or
+	// the sum of a group's counts) or plan may ask for; 0 means
+	// DefaultMaxCount. It keeps one small body from costing the server
+	// minutes of work and a response of hundreds of megabytes.
+	MaxCount int
+	// Logger receives request errors; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Server serves the API over a plane. It is an http.Handler.
+type Server struct {
+	plane    *control.Plane
+	log      *slog.Logger
+	maxBody  int64
+	maxCount int
+	mux      *http.ServeMux
+
+	closeOnce sync.Once
+	closing   chan struct{} // closed by CloseStreams
+}
+
+// New returns the API server for plane.
+func New(plane *control.Plane, opts Options) *Server {
+	s := &Server{plane: plane, log: opts.Logger, maxBody: opts.MaxBodySize, maxCount: opts.MaxCount, mux: http.NewServeMux(), closing: make(chan struct{})}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.maxBody <= 0 {
+		s.maxBody = DefaultMaxBodySize
+	}
+	if s.maxCount <= 0 {
+		s.maxCount = DefaultMaxCount
+	}
+	s.routes()
+	return s
+}
+
+// CloseStreams ends every open stream (logs, events, preload progress) so
+// that a graceful shutdown is not held up by followers; requests in flight
+// finish normally.
+func (s *Server) CloseStreams() { s.closeOnce.Do(func() { close(s.closing) }) }
+
+func (s *Server) routes() {
+	h := func(pattern string, fn func(http.ResponseWriter, *http.Request) error) {
+		s.mux.Handle(pattern, handler{s, fn})
+	}
+	h("POST /v1/requests", s.submit)
+	h("POST /v1/groups", s.submitGroup)
+	h("POST /v1/plan", s.plan)
+	h("GET /v1/instances", s.instances)
+	h("GET /v1/instances/{ref}", s.instance)
+	h("DELETE /v1/instances/{ref}", s.delete)
+	h("POST /v1/instances/{ref}/stop", s.stop)
+	h("POST /v1/instances/{ref}/start", s.start)
+	h("POST /v1/instances/{ref}/restart", s.restart)
+	h("POST /v1/instances/{ref}/kill", s.kill)
+	h("POST /v1/instances/{ref}/resize", s.resize)
+	h("GET /v1/instances/{ref}/logs", s.logs)
+	h("GET /v1/events", s.events)
+	h("GET /v1/nodes", s.nodes)
+	h("GET /v1/providers", s.providers)
+	h("GET /v1/images", s.images)
+	h("POST /v1/images/preload", s.preload)
+	h("GET /v1/quotas", s.quotas)
+	h("GET /v1/drivers", s.drivers)
+	h("GET /v1/health", func(w http.ResponseWriter, r *http.Request) error {
+		return writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+}
+
+// ServeHTTP routes r. Requests the mux has no handler for (404, 405) are
+// answered in the API's error shape too.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if _, pattern := s.mux.Handler(r); pattern == "" {
+		rec := &statusRecorder{header: http.Header{}}
+		s.mux.ServeHTTP(rec, r)
+		e := &Error{Code: "not_found", Status: http.StatusNotFound, Message: "no such endpoint: " + r.Method + " " + r.URL.Path}
+		if rec.status == http.StatusMethodNotAllowed {
+			e = &Error{Code: CodeMethodNotAllowed, Status: rec.status, Message: "method " + r.Method + " not allowed on " + r.URL.Path}
+			w.Header().Set("Allow", rec.header.Get("Allow"))
+		}
+		writeError(w, e)
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// statusRecorder captures the status the mux would have written.
+type statusRecorder struct {
+	header http.Header
+	status int
+}
+
+func (r *statusRecorder) Header() http.Header         { return r.header }
+func (r *statusRecorder) Write(b []byte) (int, error) { return len(b), nil }
+func (r *statusRecorder) WriteHeader(status int)      { r.status = status }
+
+type handler struct {
+	s  *Server
+	fn func(http.ResponseWriter, *http.Request) error
+}
+
+func (h handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	cw := &committedWriter{ResponseWriter: w}
+	defer func() {
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			h.s.log.Error("api: panic", "method", r.Method, "path", r.URL.Path, "panic", p, "stack", string(debug.Stack()))
+			if !cw.committed {
+				writeError(cw, &Error{Code: CodeInternal, Status: http.StatusInternalServerError, Message: fmt.Sprint("internal error: ", p)})
+			}
+		}
+	}()
+	err := h.fn(cw, r)
+	if err == nil {
+		return
+	}
+	e := toError(err)
+	if e.Status >= 500 {
+		h.s.log.Error("api: request failed", "method", r.Method, "path", r.URL.Path, "error", err)
+	}
+	if cw.committed {
+		// A stream already started; stream handlers report their own errors
+		// in-band, so this is a write failure to a gone client.
+		return
+	}
+	writeError(cw, e)
+}
+
+// committedWriter remembers whether the status line was sent.
+type committedWriter struct {
+	http.ResponseWriter
+	committed bool
+}
+
+func (w *committedWriter) WriteHeader(code int) {
+	w.committed = true
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *committedWriter) Write(b []byte) (int, error) {
+	w.committed = true
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the flusher.
+func (w *committedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func writeError(w http.ResponseWriter, e *Error) {
+	status := e.Status
+	if status == 0 {
+		status = http.StatusInternalServerError
+	}
+	_ = writeJSON(w, status, envelope{Error: e})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
+func owner(r *http.Request) string { return r.Header.Get(OwnerHeader) }
+
+func (s *Server) submit(w http.ResponseWriter, r *http.Request) error {
+	var req scheduler.Request
+	if err := s.decodeRequest(w, r, &req); err != nil {
+		return err
+	}
+	ans, err := s.plane.Submit(r.Context(), req, owner(r))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusCreated, ans)
+}
+
+func (s *Server) submitGroup(w http.ResponseWriter, r *http.Request) error {
+	var g scheduler.Group
+	if err := decodeBody(w, r, s.maxBody, &g); err != nil {
+		return err
+	}
+	if err := g.Validate(); err != nil {
+		return err
+	}
+	total := 0
+	for _, svc := range g.Services {
+		total += svc.N()
+	}
+	if total > s.maxCount {
+		return &driver.FieldError{Path: "services", Reason: fmt.Sprintf("%d instances in all: this server takes at most %d per submission", total, s.maxCount)}
+	}
+	ans, err := s.plane.SubmitGroup(r.Context(), g, owner(r))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusCreated, ans)
+}
+
+func (s *Server) plan(w http.ResponseWriter, r *http.Request) error {
+	var req scheduler.Request
+	if err := s.decodeRequest(w, r, &req); err != nil {
+		return err
+	}
+	ans, err := s.plane.Plan(r.Context(), req)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, ans)
+}
+
+// decodeRequest decodes and validates a request body, and applies the
+// server's count limit.
+func (s *Server) decodeRequest(w http.ResponseWriter, r *http.Request, req *scheduler.Request) error {
+	if err := decodeBody(w, r, s.maxBody, req); err != nil {
+		return err
+	}
+	if err := req.Validate(); err != nil {
+		return err
+	}
+	if req.N() > s.maxCount {
+		return &driver.FieldError{Path: "count", Reason: fmt.Sprintf("%d: this server takes at most %d instances per submission", req.Count, s.maxCount)}
+	}
+	return nil
+}
+
+// filterOf reads an instance filter from the query: provider, node, owner,
+// pool, group, request, name, phase (comma-separated or repeated), all.
+func filterOf(r *http.Request) (control.Filter, error) {
+	q := r.URL.Query()
+	if err := onlyParams(q, "provider", "node", "owner", "pool", "group", "request", "name", "phase", "all"); err != nil {
+		return control.Filter{}, err
+	}
+	f := control.Filter{
+		Provider: q.Get("provider"), Node: q.Get("node"), Owner: q.Get("owner"), Pool: q.Get("pool"),
+		Group: q.Get("group"), Request: q.Get("request"), Name: q.Get("name"),
+	}
+	for _, v := range q["phase"] {
+		for p := range strings.SplitSeq(v, ",") {
+			if p = strings.TrimSpace(p); p == "" {
+				continue
+			}
+			ph := control.Phase(p)
+			if !ph.Valid() {
+				return f, &driver.FieldError{Path: "phase", Reason: fmt.Sprintf("%q is not a phase", p)}
+			}
+			f.Phases = append(f.Phases, ph)
+		}
+	}
+	var err error
+	f.All, err = boolParam(q.Get("all"), "all")
+	return f, err
+}
+
+func onlyParams(q map[string][]string, known ...string) error {
+	for k := range q {
+		ok := false
+		for _, n := range known {
+			ok = ok || k == n
+		}
+		if !ok {
+			return &driver.FieldError{Path: k, Reason: "unknown query parameter; known: " + strings.Join(known, ", ")}
+		}
+	}
+	return nil
+}
+
+func boolParam(v, name string) (bool, error) {
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, &driver.FieldError{Path: name, Reason: fmt.Sprintf("%q: want true or false", v)}
+	}
+	return b, nil
+}
+
+func durationParam(v, name string) (time.Duration, error) {
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return 0, &driver.FieldError{Path: name, Reason: fmt.Sprintf("%q: want a duration such as 10s", v)}
+	}
+	return d, nil
+}
+
+func intParam(v, name string) (int64, error) {
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, &driver.FieldError{Path: name, Reason: fmt.Sprintf("%q: want a non-negative integer", v)}
+	}
+	return n, nil
+}
+
+func (s *Server) instances(w http.ResponseWriter, r *http.Request) error {
+	f, err := filterOf(r)
+	if err != nil {
+		return err
+	}
+	list, err := s.plane.Instances(r.Context(), f)
+	if err != nil {
+		return err
+	}
+	if list == nil {
+		list = []control.Instance{}
+	}
+	return writeJSON(w, http.StatusOK, list)
+}
+
+func (s *Server) instance(w http.ResponseWriter, r *http.Request) error {
+	in, err := s.plane.Instance(r.Context(), r.PathValue("ref"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, in)
+}
+
+// afterChange answers a change with the instance as it is now.
+func (s *Server) afterChange(w http.ResponseWriter, r *http.Request, status int) error {
+	in, err := s.plane.Instance(r.Context(), r.PathValue("ref"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, status, in)
+}
+
+func (s *Server) delete(w http.ResponseWriter, r *http.Request) error {
+	if err := s.plane.Delete(r.Context(), r.PathValue("ref")); err != nil {
+		return err
+	}
+	return s.afterChange(w, r, http.StatusAccepted)
+}
+
+func (s *Server) stop(w http.ResponseWriter, r *http.Request) error {
+	if err := onlyParams(r.URL.Query(), "grace"); err != nil {
+		return err
+	}
+	grace, err := durationParam(r.URL.Query().Get("grace"), "grace")
+	if err != nil {
+		return err
+	}
+	if err := s.plane.Stop(r.Context(), r.PathValue("ref"), grace); err != nil {
+		return err
+	}
+	return s.afterChange(w, r, http.StatusAccepted)
+}
+
+func (s *Server) start(w http.ResponseWriter, r *http.Request) error {
+	if err := onlyParams(r.URL.Query()); err != nil {
+		return err
+	}
+	if err := s.plane.Start(r.Context(), r.PathValue("ref")); err != nil {
+		return err
+	}
+	return s.afterChange(w, r, http.StatusAccepted)
+}
+
+func (s *Server) restart(w http.ResponseWriter, r *http.Request) error {
+	if err := onlyParams(r.URL.Query(), "grace"); err != nil {
+		return err
+	}
+	grace, err := durationParam(r.URL.Query().Get("grace"), "grace")
+	if err != nil {
+		return err
+	}
+	if err := s.plane.Restart(r.Context(), r.PathValue("ref"), grace); err != nil {
+		return err
+	}
+	return s.afterChange(w, r, http.StatusAccepted)
+}
+
+func (s *Server) kill(w http.ResponseWriter, r *http.Request) error {
+	if err := onlyParams(r.URL.Query(), "signal"); err != nil {
+		return err
+	}
+	sig := r.URL.Query().Get("signal")
+	if sig == "" {
+		sig = "KILL"
+	}
+	if err := s.plane.Kill(r.Context(), r.PathValue("ref"), sig); err != nil {
+		return err
+	}
+	return s.afterChange(w, r, http.StatusAccepted)
+}
+
+func (s *Server) resize(w http.ResponseWriter, r *http.Request) error {
+	var res driver.Resources
+	if err := decodeBody(w, r, s.maxBody, &res); err != nil {
+		return err
+	}
+	if err := driver.ValidateResources("", res); err != nil {
+		return err
+	}
+	if err := s.plane.Resize(r.Context(), r.PathValue("ref"), res); err != nil {
+		return err
+	}
+	return s.afterChange(w, r, http.StatusOK)
+}
+
+// LogFrame is one line of a logs stream: a chunk of one stream's output, or
+// the error that ended the stream.
+type LogFrame struct {
+	// Stream is "stdout" or "stderr".
+	Stream string `json:"stream,omitempty"`
+	Data   string `json:"data,omitempty"`
+	Error  *Error `json:"error,omitempty"`
+}
+
+// frameWriter writes NDJSON frames to a response, one per Write, flushing
+// each so that followers see output at once. It is safe for concurrent use.
+type frameWriter struct {
+	mu sync.Mutex
+	w  http.ResponseWriter
+	rc *http.ResponseController
+}
+
+func newFrameWriter(w http.ResponseWriter) *frameWriter {
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	fw := &frameWriter{w: w, rc: http.NewResponseController(w)}
+	_ = fw.rc.Flush()
+	return fw
+}
+
+func (f *frameWriter) frame(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, err := f.w.Write(append(b, '\n')); err != nil {
+		return err
+	}
+	return f.rc.Flush()
+}
+
+type streamWriter struct {
+	f    *frameWriter
+	name string
+}
+
+func (s streamWriter) Write(p []byte) (int, error) {
+	if err := s.f.frame(LogFrame{Stream: s.name, Data: string(p)}); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// streamContext derives the context of a long stream: it ends with the
+// request or when the server closes its streams.
+func (s *Server) streamContext(r *http.Request) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(r.Context())
+	go func() {
+		select {
+		case <-s.closing:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
+func (s *Server) logs(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	if err := onlyParams(q, "follow", "tail", "stdout", "stderr"); err != nil {
+		return err
+	}
+	follow, err := boolParam(q.Get("follow"), "follow")
+	if err != nil {
+		return err
+	}
+	tail, err := intParam(q.Get("tail"), "tail")
+	if err != nil {
+		return err
+	}
+	opts := driver.LogOptions{Stdout: true, Stderr: true, Tail: int(tail), Follow: follow}
+	if q.Has("stdout") || q.Has("stderr") {
+		if opts.Stdout, err = boolParam(q.Get("stdout"), "stdout"); err != nil {
+			return err
+		}
+		if opts.Stderr, err = boolParam(q.Get("stderr"), "stderr"); err != nil {
+			return err
+		}
+	}
+	ref := r.PathValue("ref")
+	if _, err := s.plane.Instance(r.Context(), ref); err != nil {
+		return err
+	}
+	ctx, cancel := s.streamContext(r)
+	defer cancel()
+	fw := newFrameWriter(w)
+	err = s.plane.Logs(ctx, ref, opts, streamWriter{fw, "stdout"}, streamWriter{fw, "stderr"})
+	if err != nil && ctx.Err() == nil {
+		return fw.frame(LogFrame{Error: toError(err)})
+	}
+	return nil
+}
+
+func (s *Server) events(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	if err := onlyParams(q, "since"); err != nil {
+		return err
+	}
+	since, err := intParam(q.Get("since"), "since")
+	if err != nil {
+		return err
+	}
+	if id := r.Header.Get("Last-Event-ID"); id != "" {
+		if since, err = intParam(id, "Last-Event-ID"); err != nil {
+			return err
+		}
+	}
+	ctx, cancel := s.streamContext(r)
+	defer cancel()
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	_ = rc.Flush()
+	var mu sync.Mutex
+	var writeErr error
+	send := func(id, event string, v any) {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if writeErr != nil {
+			return
+		}
+		if id != "" {
+			_, writeErr = fmt.Fprintf(w, "id: %s\n", id)
+		}
+		if writeErr == nil {
+			_, writeErr = fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, b)
+		}
+		if writeErr == nil {
+			writeErr = rc.Flush()
+		}
+		if writeErr != nil {
+			cancel()
+		}
+	}
+	err = s.plane.Events(ctx, since, func(ev control.Event) {
+		send(strconv.FormatInt(ev.Revision, 10), string(ev.Kind), ev)
+	})
+	if err != nil && ctx.Err() == nil {
+		send("", "error", envelope{Error: toError(err)})
+	}
+	return nil
+}
+
+func (s *Server) nodes(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	if err := onlyParams(q, "provider"); err != nil {
+		return err
+	}
+	list, err := s.plane.Nodes(r.Context())
+	if err != nil {
+		return err
+	}
+	out := make([]control.NodeView, 0, len(list))
+	for _, n := range list {
+		if p := q.Get("provider"); p == "" || n.Provider == p {
+			out = append(out, n)
+		}
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) providers(w http.ResponseWriter, r *http.Request) error {
+	list, err := s.plane.Providers(r.Context())
+	if err != nil {
+		return err
+	}
+	if list == nil {
+		list = []control.ProviderView{}
+	}
+	return writeJSON(w, http.StatusOK, list)
+}
+
+func (s *Server) images(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	if err := onlyParams(q, "provider", "node"); err != nil {
+		return err
+	}
+	if q.Get("provider") == "" {
+		return &driver.FieldError{Path: "provider", Reason: "required"}
+	}
+	list, err := s.plane.Images(r.Context(), q.Get("provider"), q.Get("node"))
+	if err != nil {
+		return err
+	}
+	if list == nil {
+		list = []driver.Image{}
+	}
+	return writeJSON(w, http.StatusOK, list)
+}
+
+// PreloadRequest is the body of POST /v1/images/preload.
+type PreloadRequest struct {
+	Provider string `json:"provider"`
+	Image    string `json:"image"`
+	// Nodes are the nodes to preload; empty means all.
+	Nodes []string `json:"nodes,omitempty"`
+}
+
+// PreloadFrame is one line of a preload stream: progress, the end (Done) or
+// the error that ended it.
+type PreloadFrame struct {
+	Progress *driver.PreloadProgress `json:"progress,omitempty"`
+	Done     bool                    `json:"done,omitempty"`
+	Error    *Error                  `json:"error,omitempty"`
+}
+
+func (s *Server) preload(w http.ResponseWriter, r *http.Request) error {
+	var req PreloadRequest
+	if err := decodeBody(w, r, s.maxBody, &req); err != nil {
+		return err
+	}
+	var es driver.FieldErrors
+	if req.Provider == "" {
+		es = append(es, &driver.FieldError{Path: "provider", Reason: "required"})
+	}
+	if req.Image == "" {
+		es = append(es, &driver.FieldError{Path: "image", Reason: "required"})
+	}
+	if err := es.Err(); err != nil {
+		return err
+	}
+	ctx, cancel := s.streamContext(r)
+	defer cancel()
+	fw := newFrameWriter(w)
+	err := s.plane.Preload(ctx, req.Provider, req.Image, req.Nodes, func(p driver.PreloadProgress) {
+		_ = fw.frame(PreloadFrame{Progress: &p})
+	})
+	if err != nil {
+		return fw.frame(PreloadFrame{Error: toError(err)})
+	}
+	return fw.frame(PreloadFrame{Done: true})
+}
+
+func (s *Server) quotas(w http.ResponseWriter, r *http.Request) error {
+	list, err := s.plane.Quotas(r.Context())
+	if err != nil {
+		return err
+	}
+	if list == nil {
+		list = []control.QuotaUse{}
+	}
+	return writeJSON(w, http.StatusOK, list)
+}
+
+// DriverInfo describes a registered driver.
+type DriverInfo struct {
+	Name    string          `json:"name"`
+	Summary string          `json:"summary,omitempty"`
+	Options []driver.Option `json:"options"`
+}
+
+// Drivers describes every registered driver, sorted by name.
+func Drivers() []DriverInfo {
+	var out []DriverInfo
+	for _, name := range driver.Drivers() {
+		def, err := driver.Lookup(name)
+		if err != nil {
+			continue
+		}
+		opts := def.Options()
+		if opts == nil {
+			opts = []driver.Option{}
+		}
+		out = append(out, DriverInfo{Name: def.Name, Summary: def.Summary, Options: opts})
+	}
+	return out
+}
+
+func (s *Server) drivers(w http.ResponseWriter, r *http.Request) error {
+	list := Drivers()
+	if list == nil {
+		list = []DriverInfo{}
+	}
+	return writeJSON(w, http.StatusOK, list)
+}
+
+var _ http.Handler = (*Server)(nil)

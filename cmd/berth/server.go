@@ -1,0 +1,350 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime/pprof"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/berth-dev/berth/api"
+	"github.com/berth-dev/berth/config"
+	"github.com/berth-dev/berth/control"
+	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/metrics"
+	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/store/bolt"
+)
+
+// serverFlags are the server's own flags; values set on the command line
+// override the config file.
+type serverFlags struct {
+	configFile string
+	listen     string
+	dataDir    string
+	dev        bool
+	logFormat  string
+	logLevel   string
+	cluster    string
+	// driverOpts holds the generated --<driver>-<option> flags.
+	driverOpts map[string]*string
+}
+
+func newServerCmd(c *cli) *cobra.Command {
+	f := &serverFlags{driverOpts: map[string]*string{}}
+	cmd := &cobra.Command{
+		Use:   "server",
+		Short: "Run the Berth server (API, scheduler, reconciler)",
+		Long: `Run the Berth server: the REST API under /v1, Prometheus metrics at /metrics,
+the scheduler and the reconciler.
+
+--dev needs no setup: an embedded store in the data directory (default
+~/.local/share/berth) and the "local" back-end running processes on this host,
+listening on 127.0.0.1.
+
+Every driver option can also be given as --<driver>-<option>; flags override
+the config file. SIGTERM or SIGINT shut down gracefully; SIGUSR2 writes every
+goroutine's stack to the log.`,
+		Args: nArgs(0, 0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runServer(cmd, c, f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVarP(&f.configFile, "config", "c", "", "YAML configuration file")
+	fl.StringVar(&f.listen, "listen", "", "API address host:port (default "+config.DefaultListen+"; port 0 picks a free port)")
+	fl.StringVar(&f.dataDir, "data-dir", "", "directory for the store and the drivers' files")
+	fl.BoolVar(&f.dev, "dev", false, "development mode: embedded store and the local back-end, no setup")
+	fl.StringVar(&f.logFormat, "log-format", "", "log format: text or json")
+	fl.StringVar(&f.logLevel, "log-level", "", "log level: debug, info, warn or error")
+	fl.StringVar(&f.cluster, "cluster", "", "name of this Berth installation, written on every back-end resource")
+	for _, df := range config.DriverFlags() {
+		help := df.Option.Help
+		if help == "" {
+			help = df.Option.Type
+		}
+		if df.Option.Default != "" {
+			help += " (default " + df.Option.Default + ")"
+		}
+		f.driverOpts[df.Driver+"\x00"+df.Option.Name] = fl.String(df.Name, "", fmt.Sprintf("%s driver: %s", df.Driver, help))
+	}
+	return cmd
+}
+
+// overrides returns the --<driver>-<option> flags that were set.
+func (f *serverFlags) overrides(cmd *cobra.Command) map[string]map[string]string {
+	out := map[string]map[string]string{}
+	for _, df := range config.DriverFlags() {
+		if !cmd.Flags().Changed(df.Name) {
+			continue
+		}
+		if out[df.Driver] == nil {
+			out[df.Driver] = map[string]string{}
+		}
+		out[df.Driver][df.Option.Name] = *f.driverOpts[df.Driver+"\x00"+df.Option.Name]
+	}
+	return out
+}
+
+// load builds the configuration: the file, then the flags, then --dev.
+func (f *serverFlags) load(cmd *cobra.Command) (*config.Config, error) {
+	cfg := config.Default()
+	if f.configFile != "" {
+		var err error
+		if cfg, err = config.ReadFile(f.configFile); err != nil {
+			return nil, err
+		}
+	}
+	set := func(name string, dst *string, v string) {
+		if cmd.Flags().Changed(name) {
+			*dst = v
+		}
+	}
+	set("listen", &cfg.Listen, f.listen)
+	set("data-dir", &cfg.DataDir, f.dataDir)
+	set("log-format", &cfg.Log.Format, f.logFormat)
+	set("log-level", &cfg.Log.Level, f.logLevel)
+	set("cluster", &cfg.Cluster, f.cluster)
+	if f.dev {
+		if cfg.DataDir == "" {
+			dir, err := devDataDir()
+			if err != nil {
+				return nil, err
+			}
+			cfg.DataDir = dir
+		}
+		if len(cfg.Providers) == 0 {
+			cfg.Providers = []config.Provider{{Name: "local", Driver: "local", Options: map[string]any{"address": "127.0.0.1"}}}
+		}
+	}
+	if err := cfg.Finish(f.configFile, f.overrides(cmd)); err != nil {
+		return nil, err
+	}
+	if cfg.DataDir == "" {
+		return nil, usagef("a data directory is required: --data-dir, data_dir in the config file, or --dev")
+	}
+	if len(cfg.Providers) == 0 {
+		return nil, usagef("no providers are configured: add providers to the config file, or use --dev")
+	}
+	return cfg, nil
+}
+
+func devDataDir() (string, error) {
+	if d := os.Getenv("XDG_DATA_HOME"); d != "" {
+		return filepath.Join(d, "berth"), nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", usagef("--dev needs --data-dir: %v", err)
+	}
+	return filepath.Join(home, ".local", "share", "berth"), nil
+}
+
+func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
+	level := slog.LevelInfo
+	switch cfg.Log.Level {
+	case "debug":
+		level = slog.LevelDebug
+	case "warn":
+		level = slog.LevelWarn
+	case "error":
+		level = slog.LevelError
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.Log.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
+	cfg, err := f.load(cmd)
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg, c.stderr)
+	slog.SetDefault(log)
+	ctx := cmd.Context()
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+
+	st, err := bolt.Open(filepath.Join(cfg.DataDir, "berth.db"), bolt.Options{})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := st.Close(); err != nil {
+			log.Error("closing the store", "error", err)
+		}
+	}()
+
+	m := metrics.New()
+	providers, err := openProviders(ctx, cfg, log, m)
+	defer closeProviders(providers, log)
+	if err != nil {
+		return err
+	}
+	plane, err := control.New(ctx, control.Config{
+		Store: st, Providers: providers, Cluster: cfg.Cluster, Pools: cfg.Pools, Quotas: cfg.Quotas,
+		Logger: log, Metrics: m,
+	})
+	if err != nil {
+		return err
+	}
+
+	apiServer := api.New(plane, api.Options{MaxBodySize: int64(cfg.MaxBodySize), MaxCount: cfg.MaxCount, Logger: log})
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", m.Handler())
+	mux.Handle("/", timed(m, apiServer))
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	httpServer := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+
+	// The reconciler runs under its own context so that it stops only after
+	// the API has finished the requests in flight.
+	planeCtx, stopPlane := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopPlane()
+	planeDone := make(chan error, 1)
+	go func() { planeDone <- plane.Run(planeCtx) }()
+	serveDone := make(chan error, 1)
+	go func() { serveDone <- httpServer.Serve(ln) }()
+
+	stacks := make(chan os.Signal, 1)
+	signal.Notify(stacks, syscall.SIGUSR2)
+	defer signal.Stop(stacks)
+
+	log.Info("listening", "addr", ln.Addr().String(), "data_dir", cfg.DataDir, "providers", strings.Join(cfg.ProviderNames(), ","))
+	var runErr error
+loop:
+	for {
+		select {
+		case <-stacks:
+			dumpStacks(log)
+		case <-ctx.Done():
+			log.Info("shutting down", "reason", context.Cause(ctx))
+			break loop
+		case err := <-serveDone:
+			runErr = fmt.Errorf("api server: %w", err)
+			break loop
+		case err := <-planeDone:
+			planeDone <- err
+			runErr = fmt.Errorf("control plane stopped: %w", err)
+			break loop
+		}
+	}
+
+	// Stop accepting, end the streams, finish the requests in flight.
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+	defer cancel()
+	apiServer.CloseStreams()
+	if err := httpServer.Shutdown(shutdownCtx); err != nil {
+		log.Error("api shutdown", "error", err)
+		_ = httpServer.Close()
+	}
+	// Then stop the reconciler; the deferred calls close the providers and
+	// the store.
+	stopPlane()
+	if err := <-planeDone; err != nil && !errors.Is(err, context.Canceled) {
+		log.Error("control plane", "error", err)
+	}
+	log.Info("stopped")
+	return runErr
+}
+
+// timed records each API request's latency by route pattern.
+func timed(m *metrics.Metrics, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		h.ServeHTTP(sw, r)
+		route := r.Pattern
+		if route == "" {
+			route = "other"
+		}
+		m.Request(route, sw.status, time.Since(start))
+	})
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.status, w.wrote = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// openProviders opens every configured back-end. On error the providers
+// opened so far are returned too, for the caller to close.
+func openProviders(ctx context.Context, cfg *config.Config, log *slog.Logger, m *metrics.Metrics) ([]*provider.Provider, error) {
+	var out []*provider.Provider
+	for i, pc := range cfg.Providers {
+		def, err := driver.Lookup(pc.Driver)
+		if err != nil {
+			return out, fmt.Errorf("providers[%d]: %w", i, err)
+		}
+		dir := filepath.Join(cfg.DataDir, "providers", pc.Name)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return out, err
+		}
+		d, err := def.Open(ctx, pc.Options, driver.Env{Provider: pc.Name, Cluster: cfg.Cluster, DataDir: dir, Logger: log})
+		if err != nil {
+			return out, fmt.Errorf("provider %q: %w", pc.Name, err)
+		}
+		p, err := provider.New(d, provider.Config{
+			Name:     pc.Name,
+			ReadRate: pc.RateLimit.Reads, ReadBurst: pc.RateLimit.ReadBurst,
+			WriteRate: pc.RateLimit.Writes, WriteBurst: pc.RateLimit.WriteBurst,
+			CallTimeout:     pc.Timeout,
+			BreakerFailures: uint32(pc.Breaker.Failures),
+			BreakerOpenFor:  pc.Breaker.OpenFor,
+			Logger:          log,
+			Observer:        m,
+		})
+		if err != nil {
+			_ = d.Close(ctx)
+			return out, fmt.Errorf("provider %q: %w", pc.Name, err)
+		}
+		m.Breaker(pc.Name, p.Health().Breaker)
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func closeProviders(ps []*provider.Provider, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, p := range ps {
+		if err := p.Close(ctx); err != nil {
+			log.Error("closing provider", "provider", p.Name(), "error", err)
+		}
+	}
+}
+
+// dumpStacks writes every goroutine's stack to the log (SIGUSR2).
+func dumpStacks(log *slog.Logger) {
+	var buf bytes.Buffer
+	_ = pprof.Lookup("goroutine").WriteTo(&buf, 2)
+	log.Info("goroutine stacks", "stacks", buf.String())
+}

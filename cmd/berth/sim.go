@@ -1,0 +1,195 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/berth-dev/berth/scheduler"
+	"github.com/berth-dev/berth/simulate"
+)
+
+// newSimCmd returns `berth sim`, which replays a workload through the
+// scheduler on a cluster of the sim back-end, without a server.
+func newSimCmd() *cobra.Command {
+	var (
+		workload   string
+		nodes      int
+		schedulers int
+		seed       uint64
+		sample     int
+		strategy   string
+		queue      string
+		asJSON     bool
+	)
+	cmd := &cobra.Command{
+		Use:   "sim --workload w1|w2|w3|w5|FILE",
+		Short: "Replay a workload through the scheduler on a simulated cluster",
+		Long: `Replay a workload through Berth's scheduler on a cluster built by the sim
+back-end, and report speed, packing and safety. No server is needed.
+
+Built-in workloads:
+  w1  5,000 nodes (4 cpus, 32 GiB, 110 instances); 1,000 instances preplaced;
+      50,000 requests of 0.1 cpu / 500 MiB, one at a time
+  w2  10,000 nodes (4 cpus, 32 GiB), half labelled disk=ssd; 1,000 requests
+      of 0.5 cpu / 256 MiB with constraint disk==ssd, each committed before the next
+  w3  5,000 nodes (32 cpus, 128 GiB, 10 zones); 1,000 batch groups of 1,000
+      instances placed all or none, one zone constraint each
+  w5  100,000 nodes 90% full; 20,000 requests of 0.1 cpu / 256 MiB, for
+      several parallel schedulers (--schedulers)
+
+FILE is a JSON workload: {"nodes": [{"count", "cpus", "memory", "labels", ...}],
+"requests": [{"image", "cpus", "memory", "constraints", "count", "repeat",
+"arrival", "interval", "duration", "essential", "preplaced", ...}]}.
+See docs/sim.md for how to read the output to size a cluster.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if workload == "" {
+				return usagef("--workload is required: one of %s or a JSON file", strings.Join(simulate.Builtins, ", "))
+			}
+			if schedulers < 1 {
+				return usagef("--schedulers %d: want 1 or more", schedulers)
+			}
+			if sample < 0 {
+				return usagef("--sample %d: want 0 (score every node) or more", sample)
+			}
+			if strategy != "" && !slices.Contains(scheduler.Strategies, scheduler.Strategy(strategy)) {
+				return usagef("--strategy %q: want binpack, spread, random, waterfill or average", strategy)
+			}
+			if queue != "" && schedulers > 1 {
+				return usagef("--queue works with one scheduler")
+			}
+			var w *simulate.Workload
+			var err error
+			if slices.Contains(simulate.Builtins, workload) {
+				if nodes < 0 || nodes > 100_000 {
+					return usagef("--nodes %d: want 1 to 100000", nodes)
+				}
+				w, err = simulate.Builtin(workload, nodes)
+			} else {
+				if cmd.Flags().Changed("nodes") {
+					return usagef("--nodes applies to the built-in workloads; set the node counts in %s", workload)
+				}
+				w, err = simulate.Load(workload)
+			}
+			if err != nil {
+				return err
+			}
+			opt := simulate.Options{
+				Schedulers: schedulers, Optimistic: schedulers > 1, Seed: seed,
+				Sample: sample, Strategy: scheduler.Strategy(strategy), Queue: scheduler.Policy(queue),
+			}
+			stderr := cmd.ErrOrStderr()
+			var bar *progressbar.ProgressBar
+			if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+				bar = progressbar.NewOptions(-1, progressbar.OptionSetWriter(stderr),
+					progressbar.OptionSetDescription("placing "+w.Name), progressbar.OptionShowCount(),
+					progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
+				opt.Progress = func(done, total int) {
+					bar.ChangeMax(total)
+					_ = bar.Set(done)
+				}
+			}
+			res, err := simulate.Run(cmd.Context(), w, opt)
+			if bar != nil {
+				_ = bar.Finish()
+			}
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				return enc.Encode(res)
+			}
+			printSimSummary(cmd.OutOrStdout(), res)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&workload, "workload", "", "w1, w2, w3, w5 or a JSON workload file")
+	f.IntVar(&nodes, "nodes", 0, "node count for a built-in workload (default: the workload's own)")
+	f.IntVar(&schedulers, "schedulers", 1, "schedulers planning in parallel on snapshots (optimistic commits when more than 1)")
+	f.Uint64Var(&seed, "seed", 0, "seed for the scheduler's random choices")
+	f.IntVar(&sample, "sample", 0, "score only this many feasible nodes per placement (0: all)")
+	f.StringVar(&strategy, "strategy", "", "override every request's strategy: binpack, spread, random, waterfill or average")
+	f.StringVar(&queue, "queue", "", "queue what does not fit (fifo, size or dynsize) and retry it as room frees up; every request is then all or none")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object with the results")
+	return cmd
+}
+
+// printSimSummary writes the human summary of a run.
+func printSimSummary(w io.Writer, r *simulate.Result) {
+	n := func(v int) string { return groupDigits(int64(v)) }
+	plural := func(v int, one, many string) string {
+		if v == 1 {
+			return one
+		}
+		return many
+	}
+	fmt.Fprintf(w, "workload %s: %s nodes, %s requests (%s instances), %d %s", r.Workload, n(r.Nodes), n(r.Requests),
+		n(r.Instances), r.Schedulers, plural(r.Schedulers, "scheduler", "schedulers"))
+	if r.Sample > 0 {
+		fmt.Fprintf(w, ", sampling %d nodes", r.Sample)
+	}
+	if r.Strategy != "" {
+		fmt.Fprintf(w, ", strategy %s", r.Strategy)
+	}
+	fmt.Fprintln(w)
+	if r.Preplaced > 0 {
+		fmt.Fprintf(w, "preplaced  %s instances before the run\n", n(r.Preplaced))
+	}
+	fmt.Fprintf(w, "placed     %s, unplaced %s, released %s", n(r.Placed), n(r.Unplaced), n(r.Released))
+	if r.Evicted > 0 {
+		fmt.Fprintf(w, ", evicted %s", n(r.Evicted))
+	}
+	fmt.Fprintln(w)
+	if r.Queued > 0 {
+		fmt.Fprintf(w, "queue      %s requests waited (p50 %.1f s, max %.1f s), %s still waiting\n", n(r.Queued), r.WaitP50Secs, r.WaitMaxSecs, n(r.QueueLeft))
+	}
+	fmt.Fprintf(w, "speed      %s placements/s over %.3f s\n", groupDigits(int64(r.PlacementsPerSec)), r.Seconds)
+	fmt.Fprintf(w, "latency    p50 %s, p99 %s, max %s per request\n", micros(r.P50Micros), micros(r.P99Micros), micros(r.MaxMicros))
+	ratio := ""
+	if r.LowerBoundNodes > 0 {
+		ratio = fmt.Sprintf(" (%.2fx)", r.PackingRatio)
+	}
+	fmt.Fprintf(w, "packing    %s nodes used at peak, lower bound %s%s\n", n(r.NodesUsed), n(r.LowerBoundNodes), ratio)
+	fmt.Fprintf(w, "safety     %s conflicts (%.2f%% of commits), %d double-booked nodes\n", groupDigits(int64(r.Conflicts)), 100*r.ConflictRate, r.DoubleBooked)
+	fmt.Fprintf(w, "memory     %.0f MiB peak resident\n", float64(r.PeakRSSBytes)/(1<<20))
+	if r.Unplaced > 0 && r.UnplacedReason != "" {
+		fmt.Fprintf(w, "unplaced   %s\n", r.UnplacedReason)
+	}
+}
+
+func micros(us float64) string {
+	if us >= 1000 {
+		return strconv.FormatFloat(us/1000, 'f', 2, 64) + " ms"
+	}
+	return strconv.FormatFloat(us, 'f', 1, 64) + " µs"
+}
+
+// groupDigits writes v with thousands separators.
+func groupDigits(v int64) string {
+	s := strconv.FormatInt(v, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	if neg {
+		b.WriteByte('-')
+	}
+	for i := range len(s) {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}

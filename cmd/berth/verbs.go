@@ -1,0 +1,929 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/berth-dev/berth/control"
+	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/scheduler"
+)
+
+func clientCommands(c *cli) []*cobra.Command {
+	withRefs := []*cobra.Command{
+		inspectCmd(c), logsCmd(c),
+		changeCmd(c, "stop", "Stop instances gracefully"),
+		changeCmd(c, "start", "Start stopped instances"),
+		changeCmd(c, "restart", "Restart instances"),
+		killCmd(c), rmCmd(c), resizeCmd(c),
+	}
+	for _, cmd := range withRefs {
+		cmd.ValidArgsFunction = c.completeInstances
+	}
+	return append(withRefs, runCmd(c), planCmd(c), psCmd(c),
+		nodesCmd(c), providersCmd(c), imagesCmd(c), preloadCmd(c), eventsCmd(c), driversCmd(c), quotasCmd(c))
+}
+
+// completeInstances offers the names of the server's instances for shell
+// completion.
+func (c *cli) completeInstances(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	cl, err := c.client()
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Second)
+	defer cancel()
+	list, err := cl.Instances(ctx, control.Filter{})
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	var out []cobra.Completion
+	for _, in := range list {
+		name := in.Name
+		if name == "" {
+			name = in.ID
+		}
+		if strings.HasPrefix(name, toComplete) {
+			out = append(out, cobra.CompletionWithDesc(name, string(in.Phase)))
+		}
+	}
+	return out, cobra.ShellCompDirectiveNoFileComp
+}
+
+// printJSON writes v as indented JSON.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func table(w io.Writer, header ...string) *tabwriter.Writer {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, strings.Join(header, "\t"))
+	return tw
+}
+
+func row(tw *tabwriter.Writer, cols ...any) {
+	s := make([]string, len(cols))
+	for i, c := range cols {
+		s[i] = fmt.Sprint(c)
+		if s[i] == "" {
+			s[i] = "-"
+		}
+	}
+	fmt.Fprintln(tw, strings.Join(s, "\t"))
+}
+
+// specFlags are the Docker-like flags shared by run and plan.
+type specFlags struct {
+	name, cpus, memory, kind, typ, restart, provider, image, workdir, strategy string
+	entrypoint                                                                 string
+	env, ports, volumes, labels, constraints, affinities                       []string
+	count                                                                      int
+	priority                                                                   int
+}
+
+func (s *specFlags) register(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&s.name, "name", "", "instance name (a request of --count N names its instances NAME-i)")
+	fl.StringVar(&s.cpus, "cpus", "", "cpus, e.g. 0.5 or 500m")
+	fl.StringVarP(&s.memory, "memory", "m", "", "memory, e.g. 512Mi, 1G or 512m (Docker's m = MiB); a bare number is MiB")
+	fl.StringVar(&s.kind, "kind", "", "container, process, vm or baremetal (default: process without an image, else container)")
+	fl.StringVar(&s.typ, "type", "", "service (spread) or batch (pack)")
+	fl.StringVar(&s.restart, "restart", "", "restart policy: no, always, unless-stopped, on-failure[:N]")
+	fl.StringVar(&s.provider, "provider", "", "provider to place on (default any)")
+	fl.StringVar(&s.workdir, "workdir", "", "working directory")
+	fl.StringVar(&s.entrypoint, "entrypoint", "", "replace the image's entry point")
+	fl.StringVar(&s.strategy, "strategy", "", "placement strategy: binpack, spread, random, waterfill, average")
+	fl.StringArrayVarP(&s.env, "env", "e", nil, "environment variable KEY=VALUE (repeatable)")
+	fl.StringArrayVarP(&s.ports, "publish", "p", nil, "port [HOST_IP:][HOST_PORT:]CONTAINER_PORT[/PROTO] (repeatable)")
+	fl.StringArrayVarP(&s.volumes, "volume", "v", nil, "volume SOURCE:TARGET[:ro] (repeatable)")
+	fl.StringArrayVarP(&s.labels, "label", "l", nil, "label KEY=VALUE (repeatable)")
+	fl.StringArrayVar(&s.constraints, "constraint", nil, "node constraint, e.g. disk==ssd or zone!=~eu-1 (repeatable)")
+	fl.StringArrayVar(&s.affinities, "affinity", nil, "affinity to instances, e.g. image==redis (repeatable)")
+	fl.IntVar(&s.count, "count", 0, "number of instances (default 1)")
+	fl.IntVar(&s.priority, "priority", 0, "queue priority (higher first)")
+}
+
+// request builds the request from the flags and the arguments
+// [IMAGE] [-- COMMAND ARGS...].
+func (s *specFlags) request(cmd *cobra.Command, args []string) (scheduler.Request, error) {
+	var r scheduler.Request
+	dash := cmd.ArgsLenAtDash()
+	switch {
+	case dash == 0:
+		r.Command = args
+	case dash > 1:
+		return r, usagef("give at most one image before --, got %q", args[:dash])
+	case len(args) > 0:
+		r.Image, r.Command = args[0], args[1:]
+	}
+	if len(r.Command) == 0 {
+		r.Command = nil
+	}
+	r.ID = s.name
+	r.Name = s.name
+	r.Kind = driver.Kind(s.kind)
+	if r.Kind == "" && r.Image == "" {
+		r.Kind = driver.KindProcess
+	}
+	r.Type = driver.WorkloadType(s.typ)
+	r.Provider = s.provider
+	r.WorkingDir = s.workdir
+	r.Strategy = scheduler.Strategy(s.strategy)
+	r.Count = s.count
+	r.Priority = s.priority
+	r.Constraints = s.constraints
+	r.Affinities = s.affinities
+	if s.entrypoint != "" {
+		r.Entrypoint = []string{s.entrypoint}
+	}
+	var err error
+	if s.cpus != "" {
+		if r.CPU, err = driver.ParseCPU(s.cpus); err != nil {
+			return r, usagef("--cpus: %v", err)
+		}
+	}
+	if s.memory != "" {
+		if r.Memory, err = parseMemory(s.memory); err != nil {
+			return r, usagef("--memory: %v", err)
+		}
+	}
+	if r.Env, err = keyValues("--env", s.env); err != nil {
+		return r, err
+	}
+	if r.Labels, err = keyValues("--label", s.labels); err != nil {
+		return r, err
+	}
+	for _, p := range s.ports {
+		port, err := parsePort(p)
+		if err != nil {
+			return r, usagef("--publish %q: %v", p, err)
+		}
+		r.Ports = append(r.Ports, port)
+	}
+	for _, v := range s.volumes {
+		parts := strings.Split(v, ":")
+		if len(parts) < 2 || len(parts) > 3 || (len(parts) == 3 && parts[2] != "ro" && parts[2] != "rw") {
+			return r, usagef("--volume %q: want SOURCE:TARGET[:ro]", v)
+		}
+		r.Volumes = append(r.Volumes, driver.Volume{Source: parts[0], Target: parts[1], ReadOnly: len(parts) == 3 && parts[2] == "ro"})
+	}
+	if s.restart != "" {
+		name, n, ok := strings.Cut(s.restart, ":")
+		r.RestartPolicy.Name = name
+		if ok {
+			if r.RestartPolicy.MaxRetries, err = strconv.Atoi(n); err != nil {
+				return r, usagef("--restart %q: want on-failure:N", s.restart)
+			}
+		}
+	}
+	return r, nil
+}
+
+// parseMemory reads --memory: a bare number is MiB, Docker's lower-case
+// b/k/m/g suffixes are binary units, anything else as driver.ParseBytes.
+func parseMemory(s string) (driver.Bytes, error) {
+	if _, err := strconv.ParseFloat(s, 64); err == nil {
+		var b driver.Bytes
+		return b, b.UnmarshalJSON([]byte(s))
+	}
+	docker := map[string]string{"k": "Ki", "m": "Mi", "g": "Gi", "t": "Ti"}
+	if len(s) > 1 {
+		if u, ok := docker[s[len(s)-1:]]; ok {
+			s = s[:len(s)-1] + u
+		}
+	}
+	return driver.ParseBytes(s)
+}
+
+func keyValues(flag string, items []string) (map[string]string, error) {
+	if len(items) == 0 {
+		return nil, nil
+	}
+	m := make(map[string]string, len(items))
+	for _, it := range items {
+		k, v, ok := strings.Cut(it, "=")
+		if !ok && flag == "--env" && k != "" {
+			// Docker's -e KEY passes the variable from this environment.
+			if val, set := os.LookupEnv(k); set {
+				m[k] = val
+				continue
+			}
+		}
+		if !ok || k == "" {
+			return nil, usagef("%s %q: want KEY=VALUE", flag, it)
+		}
+		m[k] = v
+	}
+	return m, nil
+}
+
+// parsePort reads [HOST_IP:][HOST_PORT:]CONTAINER_PORT[/PROTO].
+func parsePort(s string) (driver.Port, error) {
+	var p driver.Port
+	spec, proto, _ := strings.Cut(s, "/")
+	p.Protocol = proto
+	parts := strings.Split(spec, ":")
+	atoi := func(v string) (int, error) {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return 0, fmt.Errorf("%q is not a port number", v)
+		}
+		return n, nil
+	}
+	var err error
+	switch len(parts) {
+	case 1:
+		p.ContainerPort, err = atoi(parts[0])
+	case 2:
+		if p.HostPort, err = atoi(parts[0]); err == nil {
+			p.ContainerPort, err = atoi(parts[1])
+		}
+	case 3:
+		p.HostIP = parts[0]
+		if parts[1] != "" {
+			p.HostPort, err = atoi(parts[1])
+		}
+		if err == nil {
+			p.ContainerPort, err = atoi(parts[2])
+		}
+	default:
+		err = fmt.Errorf("want [HOST_IP:][HOST_PORT:]CONTAINER_PORT[/PROTO]")
+	}
+	p.Publish = len(parts) > 1
+	return p, err
+}
+
+func runCmd(c *cli) *cobra.Command {
+	var s specFlags
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "run [flags] [IMAGE] [-- COMMAND [ARG...]]",
+		Short: "Submit a request and print where its instances were placed",
+		Example: `  berth run --name hello -- sh -c 'echo hello; sleep 60'
+  berth run --name web --cpus 0.5 --memory 256Mi -p 8080:80 nginx:alpine`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req, err := s.request(cmd, args)
+			if err != nil {
+				return err
+			}
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			ans, err := cl.Submit(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(c.stdout, ans)
+			}
+			tw := table(c.stdout, "ID", "NAME", "PHASE", "NODE", "ADDRESS", "MESSAGE")
+			for _, p := range ans.Instances {
+				node, addr := "", ""
+				if p.Node != nil {
+					node, addr = p.Node.ID, p.Node.Address
+				}
+				row(tw, p.Instance.ID, p.Instance.Name, p.Instance.Phase, node, addr, p.Instance.Message)
+			}
+			return tw.Flush()
+		},
+	}
+	s.register(cmd)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print Citadel's answer as JSON")
+	return cmd
+}
+
+func planCmd(c *cli) *cobra.Command {
+	var s specFlags
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "plan [flags] [IMAGE] [-- COMMAND [ARG...]]",
+		Short: "Dry run: where would this request go, and why not",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req, err := s.request(cmd, args)
+			if err != nil {
+				return err
+			}
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			ans, err := cl.Plan(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(c.stdout, ans)
+			}
+			if len(ans.Placements) > 0 {
+				tw := table(c.stdout, "INSTANCE", "NODE", "ADDRESS", "CPUS", "MEMORY")
+				for _, p := range ans.Placements {
+					row(tw, p.Instance, p.Node.ID, p.Node.Address, p.Node.CPUs, p.Node.Memory)
+				}
+				if err := tw.Flush(); err != nil {
+					return err
+				}
+			}
+			if ans.Unplaced > 0 {
+				fmt.Fprintf(c.stdout, "%d instance(s) cannot be placed now:\n", ans.Unplaced)
+				for _, r := range ans.Reasons {
+					fmt.Fprintln(c.stdout, "  "+r)
+				}
+			}
+			return nil
+		},
+	}
+	s.register(cmd)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func psCmd(c *cli) *cobra.Command {
+	var f control.Filter
+	var phases []string
+	var asJSON, quiet bool
+	cmd := &cobra.Command{
+		Use:   "ps",
+		Short: "List instances",
+		Args:  nArgs(0, 0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			for _, p := range phases {
+				f.Phases = append(f.Phases, control.Phase(p))
+			}
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			list, err := cl.Instances(cmd.Context(), f)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				if list == nil {
+					list = []control.Instance{}
+				}
+				return printJSON(c.stdout, list)
+			}
+			if quiet {
+				for _, in := range list {
+					fmt.Fprintln(c.stdout, in.ID)
+				}
+				return nil
+			}
+			tw := table(c.stdout, "ID", "NAME", "PHASE", "PROVIDER", "NODE", "WHAT", "CREATED", "MESSAGE")
+			for _, in := range list {
+				row(tw, in.ID, in.Name, in.Phase, in.Provider, in.Node, what(in.Spec), ago(in.Created), truncate(in.Message, 60))
+			}
+			return tw.Flush()
+		},
+	}
+	fl := cmd.Flags()
+	fl.BoolVarP(&f.All, "all", "a", false, "include deleted instances")
+	fl.StringVar(&f.Provider, "provider", "", "only this provider")
+	fl.StringVar(&f.Node, "node", "", "only this node")
+	fl.StringVar(&f.Owner, "filter-owner", "", "only this owner")
+	fl.StringVar(&f.Pool, "pool", "", "only this pool")
+	fl.StringVar(&f.Group, "group", "", "only this group")
+	fl.StringVar(&f.Request, "request", "", "only this request")
+	fl.StringVar(&f.Name, "name", "", "only this name")
+	fl.StringSliceVar(&phases, "phase", nil, "only these phases (comma-separated)")
+	fl.BoolVar(&asJSON, "json", false, "print JSON")
+	fl.BoolVarP(&quiet, "quiet", "q", false, "print ids only")
+	return cmd
+}
+
+func what(s driver.Spec) string {
+	w := s.Image
+	if cmd := slices.Concat(s.Entrypoint, s.Command); len(cmd) > 0 {
+		if w != "" {
+			w += " "
+		}
+		w += strings.Join(cmd, " ")
+	}
+	return truncate(w, 40)
+}
+
+func truncate(s string, n int) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-1] + "…"
+}
+
+func ago(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return time.Since(t).Round(time.Second).String() + " ago"
+}
+
+func inspectCmd(c *cli) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "inspect REF...",
+		Short: "Show instances as JSON (by id or name)",
+		Args:  nArgs(1, -1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			var out []*control.Instance
+			for _, ref := range args {
+				in, err := cl.Instance(cmd.Context(), ref)
+				if err != nil {
+					return fmt.Errorf("%s: %w", ref, err)
+				}
+				out = append(out, in)
+			}
+			return printJSON(c.stdout, out)
+		},
+	}
+	cmd.Flags().Bool("json", true, "print JSON (always)")
+	return cmd
+}
+
+func logsCmd(c *cli) *cobra.Command {
+	var follow, onlyOut, onlyErr bool
+	var tail int
+	cmd := &cobra.Command{
+		Use:   "logs REF",
+		Short: "Print an instance's output (stdout to stdout, stderr to stderr)",
+		Args:  nArgs(1, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			opts := driver.LogOptions{Follow: follow, Tail: tail, Stdout: !onlyErr, Stderr: !onlyOut}
+			err = cl.Logs(cmd.Context(), args[0], opts, c.stdout, c.stderr)
+			if err != nil && follow && cmd.Context().Err() != nil {
+				return nil
+			}
+			return err
+		},
+	}
+	fl := cmd.Flags()
+	fl.BoolVarP(&follow, "follow", "f", false, "keep printing new output")
+	fl.IntVar(&tail, "tail", 0, "only the last N lines of each stream")
+	fl.BoolVar(&onlyOut, "stdout", false, "only stdout")
+	fl.BoolVar(&onlyErr, "stderr", false, "only stderr")
+	return cmd
+}
+
+func changeCmd(c *cli, verb, short string) *cobra.Command {
+	var grace time.Duration
+	cmd := &cobra.Command{
+		Use:   verb + " REF...",
+		Short: short,
+		Args:  nArgs(1, -1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			var first error
+			for _, ref := range args {
+				var err error
+				switch verb {
+				case "stop":
+					_, err = cl.Stop(cmd.Context(), ref, grace)
+				case "start":
+					_, err = cl.Start(cmd.Context(), ref)
+				case "restart":
+					_, err = cl.Restart(cmd.Context(), ref, grace)
+				}
+				if err != nil {
+					fmt.Fprintf(c.stderr, "berth: %s: %v\n", ref, err)
+					first = cmpErr(first, err)
+					continue
+				}
+				fmt.Fprintln(c.stdout, ref)
+			}
+			return first
+		},
+	}
+	if verb != "start" {
+		cmd.Flags().DurationVarP(&grace, "time", "t", 0, "grace period before the instance is forced down (default: the back-end's)")
+	}
+	return cmd
+}
+
+// cmpErr keeps the first error; the exit code follows it.
+func cmpErr(first, err error) error {
+	if first != nil {
+		return first
+	}
+	return reported{err}
+}
+
+// reported is an error already printed per argument; run prints only a
+// summary for it.
+type reported struct{ error }
+
+func (r reported) Unwrap() error { return r.error }
+
+func killCmd(c *cli) *cobra.Command {
+	var sig string
+	cmd := &cobra.Command{
+		Use:   "kill REF...",
+		Short: "Send a signal to instances (default KILL)",
+		Args:  nArgs(1, -1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			var first error
+			for _, ref := range args {
+				if _, err := cl.Kill(cmd.Context(), ref, sig); err != nil {
+					fmt.Fprintf(c.stderr, "berth: %s: %v\n", ref, err)
+					first = cmpErr(first, err)
+					continue
+				}
+				fmt.Fprintln(c.stdout, ref)
+			}
+			return first
+		},
+	}
+	cmd.Flags().StringVarP(&sig, "signal", "s", "KILL", "signal name or number")
+	return cmd
+}
+
+func rmCmd(c *cli) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "rm REF...",
+		Aliases: []string{"delete"},
+		Short:   "Delete instances (the back-end resource is removed)",
+		Args:    nArgs(1, -1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			var first error
+			for _, ref := range args {
+				if _, err := cl.Delete(cmd.Context(), ref); err != nil {
+					fmt.Fprintf(c.stderr, "berth: %s: %v\n", ref, err)
+					first = cmpErr(first, err)
+					continue
+				}
+				fmt.Fprintln(c.stdout, ref)
+			}
+			return first
+		},
+	}
+	cmd.Flags().BoolP("force", "f", false, "accepted for Docker compatibility; rm always removes running instances")
+	return cmd
+}
+
+func resizeCmd(c *cli) *cobra.Command {
+	var cpus, memory string
+	cmd := &cobra.Command{
+		Use:   "resize REF --cpus N --memory SIZE",
+		Short: "Change a running instance's cpu and memory limits",
+		Args:  nArgs(1, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var r driver.Resources
+			var err error
+			if cpus == "" && memory == "" {
+				return usagef("give --cpus, --memory or both")
+			}
+			if cpus != "" {
+				if r.CPU, err = driver.ParseCPU(cpus); err != nil {
+					return usagef("--cpus: %v", err)
+				}
+			}
+			if memory != "" {
+				if r.Memory, err = parseMemory(memory); err != nil {
+					return usagef("--memory: %v", err)
+				}
+			}
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			in, err := cl.Resize(cmd.Context(), args[0], r)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(c.stdout, "%s: cpus %s, memory %s\n", in.ID, in.Spec.CPU, in.Spec.Memory)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&cpus, "cpus", "", "new cpu limit")
+	cmd.Flags().StringVarP(&memory, "memory", "m", "", "new memory limit")
+	return cmd
+}
+
+func nodesCmd(c *cli) *cobra.Command {
+	var prov string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "nodes",
+		Short: "List every provider's nodes with Berth's reservations",
+		Args:  nArgs(0, 0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			list, err := cl.Nodes(cmd.Context(), prov)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				if list == nil {
+					list = []control.NodeView{}
+				}
+				return printJSON(c.stdout, list)
+			}
+			tw := table(c.stdout, "PROVIDER", "NODE", "STATUS", "ADDRESS", "CPUS", "MEMORY", "BERTH CPUS", "BERTH MEMORY", "INSTANCES")
+			for _, n := range list {
+				row(tw, n.Provider, n.Name, n.Status, n.Address, n.Capacity.CPU, n.Capacity.Memory, n.Berth.CPU, n.Berth.Memory, n.BerthCount)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().StringVar(&prov, "provider", "", "only this provider")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func providersCmd(c *cli) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "providers",
+		Short: "List providers with their health and circuit breaker state",
+		Args:  nArgs(0, 0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			list, err := cl.Providers(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(c.stdout, list)
+			}
+			tw := table(c.stdout, "NAME", "DRIVER", "BREAKER", "FAILURES", "NODES", "CAPABILITIES", "ERROR")
+			for _, p := range list {
+				errText := p.Error
+				if errText == "" {
+					errText = p.Health.LastError
+				}
+				row(tw, p.Name, p.Driver, p.Health.Breaker, p.Health.ConsecutiveFailures, p.Nodes, strings.Join(p.Capabilities, ","), truncate(errText, 60))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func imagesCmd(c *cli) *cobra.Command {
+	var prov, node string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "images --provider P [--node N]",
+		Short: "List the images present on a provider's node",
+		Args:  nArgs(0, 0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			list, err := cl.Images(cmd.Context(), prov, node)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(c.stdout, list)
+			}
+			tw := table(c.stdout, "IMAGE", "ID", "SIZE", "CREATED")
+			for _, im := range list {
+				row(tw, im.Name, truncate(im.ID, 19), im.Size, ago(im.Created))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().StringVar(&prov, "provider", "", "provider (required)")
+	cmd.Flags().StringVar(&node, "node", "", "node")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	_ = cmd.MarkFlagRequired("provider")
+	return cmd
+}
+
+func preloadCmd(c *cli) *cobra.Command {
+	var prov string
+	var nodes []string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "preload --provider P IMAGE",
+		Short: "Make an image present on a provider's nodes, with progress",
+		Args:  nArgs(1, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			progress := preloadPrinter(c, asJSON)
+			err = cl.Preload(cmd.Context(), prov, args[0], nodes, progress.update)
+			progress.finish()
+			if err == nil && !asJSON {
+				fmt.Fprintf(c.stdout, "%s is present on the requested nodes of %s\n", args[0], prov)
+			}
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&prov, "provider", "", "provider (required)")
+	cmd.Flags().StringSliceVar(&nodes, "node", nil, "nodes (default all; comma-separated or repeated)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print each progress step as a JSON line")
+	_ = cmd.MarkFlagRequired("provider")
+	return cmd
+}
+
+// progressPrinter shows preload progress: a bar per node on a terminal,
+// one line per step otherwise, JSON lines with --json.
+type progressPrinter struct {
+	c      *cli
+	json   bool
+	bar    *progressbar.ProgressBar
+	nodes  map[string]bool
+	status string
+}
+
+func preloadPrinter(c *cli, asJSON bool) *progressPrinter {
+	p := &progressPrinter{c: c, json: asJSON, nodes: map[string]bool{}}
+	if f, ok := c.stderr.(*os.File); ok && !asJSON && term.IsTerminal(int(f.Fd())) {
+		p.bar = progressbar.NewOptions64(-1, progressbar.OptionSetWriter(c.stderr), progressbar.OptionShowBytes(true),
+			progressbar.OptionSetDescription("preload"), progressbar.OptionClearOnFinish())
+	}
+	return p
+}
+
+func (p *progressPrinter) update(pr driver.PreloadProgress) {
+	switch {
+	case p.json:
+		_ = json.NewEncoder(p.c.stdout).Encode(pr)
+	case p.bar != nil:
+		if pr.Total > 0 {
+			p.bar.ChangeMax64(pr.Total)
+			_ = p.bar.Set64(pr.Current)
+		}
+		p.bar.Describe(fmt.Sprintf("%s %s", pr.Node, pr.Status))
+	default:
+		line := fmt.Sprintf("%s: %s %s", pr.Node, pr.Image, pr.Status)
+		if pr.Total > 0 {
+			line += fmt.Sprintf(" %d/%d", pr.Current, pr.Total)
+		}
+		if pr.Err != "" {
+			line += ": " + pr.Err
+		}
+		if line != p.status {
+			fmt.Fprintln(p.c.stderr, line)
+			p.status = line
+		}
+	}
+}
+
+func (p *progressPrinter) finish() {
+	if p.bar != nil {
+		_ = p.bar.Finish()
+	}
+}
+
+func eventsCmd(c *cli) *cobra.Command {
+	var since int64
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "events",
+		Short: "Stream changes of instances and nodes until interrupted",
+		Args:  nArgs(0, 0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			enc := json.NewEncoder(c.stdout)
+			err = cl.Events(cmd.Context(), since, func(ev control.Event) {
+				if asJSON {
+					_ = enc.Encode(ev)
+					return
+				}
+				switch {
+				case ev.Instance != nil:
+					in := ev.Instance
+					fmt.Fprintf(c.stdout, "%d instance %s %s %s %s %s\n", ev.Revision, in.ID, in.Phase, in.Provider, in.Node, in.Message)
+				case ev.Node != nil:
+					fmt.Fprintf(c.stdout, "%d node %s/%s %s %s\n", ev.Revision, ev.Node.Provider, ev.Node.Name, ev.Node.Status, ev.Node.Reason)
+				}
+			})
+			if cmd.Context().Err() != nil {
+				return nil
+			}
+			return err
+		},
+	}
+	cmd.Flags().Int64Var(&since, "since", 0, "start after this store revision (0: from now)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object per event")
+	return cmd
+}
+
+func driversCmd(c *cli) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "drivers",
+		Short: "List the server's registered drivers and their options",
+		Args:  nArgs(0, 0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			list, err := cl.Drivers(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(c.stdout, list)
+			}
+			for i, d := range list {
+				if i > 0 {
+					fmt.Fprintln(c.stdout)
+				}
+				fmt.Fprintf(c.stdout, "%s: %s\n", d.Name, d.Summary)
+				tw := table(c.stdout, "  OPTION", "TYPE", "DEFAULT", "FLAG", "HELP")
+				for _, o := range d.Options {
+					row(tw, "  "+o.Name, o.Type, o.Default, "--"+driver.FlagName(d.Name, o), o.Help)
+				}
+				if err := tw.Flush(); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func quotasCmd(c *cli) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "quotas",
+		Short: "List quotas and their use",
+		Args:  nArgs(0, 0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			list, err := cl.Quotas(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(c.stdout, list)
+			}
+			tw := table(c.stdout, "SCOPE", "NAME", "INSTANCES", "CPUS", "MEMORY")
+			for _, q := range list {
+				scope, name := "owner", q.Owner
+				if q.Provider != "" {
+					scope, name = "provider", q.Provider
+				} else if q.Pool != "" {
+					scope, name = "pool", q.Pool
+				}
+				row(tw, scope, name, fmt.Sprintf("%d/%s", q.UsedInstances, limit(q.Instances)),
+					fmt.Sprintf("%s/%s", q.UsedCPU, limit(q.CPU)), fmt.Sprintf("%s/%s", q.UsedMemory, limit(q.Memory)))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func limit[T interface{ comparable }](v T) string {
+	var zero T
+	if v == zero {
+		return "∞"
+	}
+	return fmt.Sprint(v)
+}

@@ -1,0 +1,384 @@
+// Package config reads Berth's server configuration: a YAML file, strictly
+// decoded, plus --<driver>-<option> flags that override driver options.
+//
+// Every error names the file, the path of the offending value
+// ("providers[0].options.nodes") and the reason, and wraps driver.ErrInvalid.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/berth-dev/berth/control"
+	"github.com/berth-dev/berth/driver"
+)
+
+// MaxFileSize is the largest configuration file Load accepts.
+const MaxFileSize = 1 << 20
+
+// Defaults.
+const (
+	DefaultPort   = 7480
+	DefaultListen = "127.0.0.1:7480"
+)
+
+// Config is the whole server configuration.
+type Config struct {
+	// Listen is the API's address, host:port.
+	Listen string `yaml:"listen"`
+	// DataDir holds the embedded store and the drivers' files.
+	DataDir string `yaml:"data_dir"`
+	// Cluster names this Berth installation; it is written on every back-end
+	// resource (driver.TagCluster).
+	Cluster string `yaml:"cluster"`
+	Log     Log    `yaml:"log"`
+	// ShutdownTimeout bounds a graceful shutdown.
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// MaxBodySize caps API request bodies, in bytes.
+	MaxBodySize driver.Bytes `yaml:"max_body_size"`
+	// MaxCount caps the instances one API submission may ask for.
+	MaxCount  int        `yaml:"max_count"`
+	Providers []Provider `yaml:"providers"`
+	// Pools are Nodepool pools: labels mapped to specs, kept warm.
+	Pools []control.Pool `yaml:"pools"`
+	// Quotas limit a provider, a pool or an owner.
+	Quotas []control.Quota `yaml:"quotas"`
+}
+
+// Log configures the server's slog output.
+type Log struct {
+	// Format is text (default) or json.
+	Format string `yaml:"format"`
+	// Level is debug, info (default), warn or error.
+	Level string `yaml:"level"`
+}
+
+// Provider is one configured back-end: a driver and its options.
+type Provider struct {
+	Name   string `yaml:"name"`
+	Driver string `yaml:"driver"`
+	// Options are the driver's options, decoded by its driver.Definition.
+	Options   map[string]any `yaml:"options"`
+	RateLimit RateLimit      `yaml:"rate_limit"`
+	Breaker   Breaker        `yaml:"breaker"`
+	// Timeout bounds each call to the back-end; 0 means the provider default.
+	Timeout time.Duration `yaml:"timeout"`
+	// LaunchTimeout bounds a whole create; 0 means the provider default.
+	LaunchTimeout time.Duration `yaml:"launch_timeout"`
+
+	// Decoded holds Options after driver.Definition.Decode (set by Load).
+	Decoded any `yaml:"-"`
+}
+
+// RateLimit limits calls to a back-end (token buckets, one for reads and
+// one for changes). Zero rates are unlimited.
+type RateLimit struct {
+	// Reads is how many reads per second reach the back-end.
+	Reads float64 `yaml:"reads"`
+	// ReadBurst is how many reads may go at once above Reads.
+	ReadBurst int `yaml:"read_burst"`
+	// Writes is how many changes per second reach the back-end.
+	Writes float64 `yaml:"writes"`
+	// WriteBurst is how many changes may go at once above Writes.
+	WriteBurst int `yaml:"write_burst"`
+}
+
+// Breaker configures a provider's circuit breaker.
+type Breaker struct {
+	// Failures is how many consecutive failures open the breaker; 0 means
+	// the provider default.
+	Failures int `yaml:"failures"`
+	// OpenFor is how long the breaker stays open before trying again.
+	OpenFor time.Duration `yaml:"open_for"`
+}
+
+// Default returns the configuration used when no file is given.
+func Default() *Config {
+	return &Config{
+		Listen:          DefaultListen,
+		Cluster:         "berth",
+		Log:             Log{Format: "text", Level: "info"},
+		ShutdownTimeout: 30 * time.Second,
+		MaxBodySize:     driver.MiB,
+		MaxCount:        10_000,
+	}
+}
+
+// Load reads the file at path (empty: no file) over Default, applies the
+// driver option overrides (driver name → option → flag text), decodes every
+// provider's options with its driver.Definition and validates the result.
+func Load(path string, overrides map[string]map[string]string) (*Config, error) {
+	cfg := Default()
+	if path != "" {
+		var err error
+		if cfg, err = ReadFile(path); err != nil {
+			return nil, err
+		}
+	}
+	if err := cfg.Finish(path, overrides); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// ReadFile decodes the file at path over Default, refusing files larger
+// than MaxFileSize, without applying overrides or validating (see Finish).
+func ReadFile(path string) (*Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	defer f.Close()
+	cfg := Default()
+	if err := cfg.read(path, f); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// Parse decodes data (named name in errors) over Default without applying
+// overrides or validating; Load is the usual entry point.
+func Parse(name string, data []byte) (*Config, error) {
+	cfg := Default()
+	if err := cfg.read(name, strings.NewReader(string(data))); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+func (c *Config) read(name string, r io.Reader) error {
+	data, err := io.ReadAll(io.LimitReader(r, MaxFileSize+1))
+	if err != nil {
+		return fmt.Errorf("config %s: %w", name, err)
+	}
+	if len(data) > MaxFileSize {
+		return fmt.Errorf("config %s: %w", name, &driver.FieldError{Reason: fmt.Sprintf("file larger than %d bytes", MaxFileSize)})
+	}
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return fmt.Errorf("config %s: %w", name, &driver.FieldError{Reason: strings.TrimPrefix(err.Error(), "yaml: ")})
+	}
+	if err := (decoder{}).decode(&root, reflectValue(c), ""); err != nil {
+		var pe *pathError
+		if errors.As(err, &pe) {
+			reason := pe.reason
+			if pe.line > 0 {
+				reason = fmt.Sprintf("line %d: %s", pe.line, reason)
+			}
+			return fmt.Errorf("config %s: %w", name, &driver.FieldError{Path: pe.path, Reason: reason})
+		}
+		return fmt.Errorf("config %s: %w", name, err)
+	}
+	return nil
+}
+
+// Finish applies overrides, decodes provider options and validates. name is
+// the file name used in errors ("" for flags only).
+func (c *Config) Finish(name string, overrides map[string]map[string]string) error {
+	if name == "" {
+		name = "(flags)"
+	}
+	for i := range c.Providers {
+		p := &c.Providers[i]
+		if p.Driver == "" {
+			continue
+		}
+		for opt, val := range overrides[p.Driver] {
+			if p.Options == nil {
+				p.Options = map[string]any{}
+			}
+			p.Options[opt] = val
+		}
+	}
+	var es driver.FieldErrors
+	c.validate(&es)
+	if err := es.Err(); err != nil {
+		return fmt.Errorf("config %s: %w", name, err)
+	}
+	return nil
+}
+
+func (c *Config) validate(es *driver.FieldErrors) {
+	add := func(path, format string, args ...any) {
+		*es = append(*es, &driver.FieldError{Path: path, Reason: fmt.Sprintf(format, args...)})
+	}
+	switch c.Log.Format {
+	case "", "text", "json":
+	default:
+		add("log.format", "%q: want text or json", c.Log.Format)
+	}
+	switch c.Log.Level {
+	case "", "debug", "info", "warn", "error":
+	default:
+		add("log.level", "%q: want debug, info, warn or error", c.Log.Level)
+	}
+	if c.Listen == "" {
+		add("listen", "required (host:port)")
+	} else if !strings.Contains(c.Listen, ":") {
+		add("listen", "%q: want host:port", c.Listen)
+	}
+	if c.MaxBodySize < 0 {
+		add("max_body_size", "must not be negative")
+	}
+	if c.MaxCount < 0 {
+		add("max_count", "must not be negative")
+	}
+	providers := map[string]bool{}
+	for i := range c.Providers {
+		p := &c.Providers[i]
+		f := fmt.Sprintf("providers[%d]", i)
+		if p.Name == "" {
+			add(f+".name", "required")
+		} else if providers[p.Name] {
+			add(f+".name", "%q is configured twice", p.Name)
+		}
+		providers[p.Name] = true
+		if p.Driver == "" {
+			add(f+".driver", "required; registered drivers: %s", strings.Join(driver.Drivers(), ", "))
+		} else if def, err := driver.Lookup(p.Driver); err != nil {
+			add(f+".driver", "%v", err)
+		} else if opts, err := def.Decode(p.Options); err != nil {
+			addOptionErrors(es, f+".options", err)
+		} else {
+			p.Decoded = opts
+		}
+		for _, v := range []struct {
+			name string
+			val  float64
+		}{{"reads", p.RateLimit.Reads}, {"read_burst", float64(p.RateLimit.ReadBurst)}, {"writes", p.RateLimit.Writes}, {"write_burst", float64(p.RateLimit.WriteBurst)}} {
+			if v.val < 0 {
+				add(f+".rate_limit."+v.name, "must not be negative")
+			}
+		}
+		if p.Breaker.Failures < 0 {
+			add(f+".breaker.failures", "must not be negative")
+		}
+	}
+	pools := map[string]bool{}
+	for i, p := range c.Pools {
+		f := fmt.Sprintf("pools[%d]", i)
+		if p.Name == "" {
+			add(f+".name", "required")
+		} else if pools[p.Name] {
+			add(f+".name", "%q is configured twice", p.Name)
+		}
+		pools[p.Name] = true
+		if !providers[p.Provider] {
+			add(f+".provider", "%q: no such provider; configured: %s", p.Provider, strings.Join(c.ProviderNames(), ", "))
+		}
+		if p.MaxInstances < 0 {
+			add(f+".max_instances", "must not be negative")
+		}
+		labels := map[string]bool{}
+		for j, l := range p.Labels {
+			lf := fmt.Sprintf("%s.labels[%d]", f, j)
+			if l.Name == "" {
+				add(lf+".name", "required")
+			} else if labels[l.Name] {
+				add(lf+".name", "%q appears twice", l.Name)
+			}
+			labels[l.Name] = true
+			if l.MinReady < 0 {
+				add(lf+".min_ready", "must not be negative")
+			}
+			if l.Max < 0 {
+				add(lf+".max", "must not be negative")
+			}
+			if err := l.Spec.Validate(); err != nil {
+				addOptionErrors(es, lf+".spec", err)
+			}
+		}
+	}
+	for i, q := range c.Quotas {
+		f := fmt.Sprintf("quotas[%d]", i)
+		scopes := 0
+		if q.Provider != "" {
+			scopes++
+			if !providers[q.Provider] {
+				add(f+".provider", "%q: no such provider", q.Provider)
+			}
+		}
+		if q.Pool != "" {
+			scopes++
+			if !pools[q.Pool] {
+				add(f+".pool", "%q: no such pool", q.Pool)
+			}
+		}
+		if q.Owner != "" {
+			scopes++
+		}
+		if scopes != 1 {
+			add(f, "name exactly one of provider, pool and owner")
+		}
+		if q.Instances < 0 {
+			add(f+".instances", "must not be negative")
+		}
+		if q.CPU < 0 {
+			add(f+".cpus", "must not be negative")
+		}
+		if q.Memory < 0 {
+			add(f+".memory", "must not be negative")
+		}
+	}
+}
+
+// addOptionErrors re-roots the field errors in err under prefix.
+func addOptionErrors(es *driver.FieldErrors, prefix string, err error) {
+	var list driver.FieldErrors
+	var one *driver.FieldError
+	switch {
+	case errors.As(err, &list):
+		for _, fe := range list {
+			*es = append(*es, &driver.FieldError{Path: join(prefix, fe.Path), Reason: fe.Reason})
+		}
+	case errors.As(err, &one):
+		*es = append(*es, &driver.FieldError{Path: join(prefix, one.Path), Reason: one.Reason})
+	default:
+		*es = append(*es, &driver.FieldError{Path: prefix, Reason: err.Error()})
+	}
+}
+
+// ProviderNames returns the configured provider names, sorted.
+func (c *Config) ProviderNames() []string {
+	names := make([]string, 0, len(c.Providers))
+	for _, p := range c.Providers {
+		names = append(names, p.Name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// DriverFlag is one generated --<driver>-<option> flag.
+type DriverFlag struct {
+	Driver string
+	Option driver.Option
+	// Name is the flag name, driver.FlagName(Driver, Option).
+	Name string
+}
+
+// DriverFlags lists a flag for every option of every registered driver,
+// sorted by flag name.
+func DriverFlags() []DriverFlag {
+	var out []DriverFlag
+	for _, name := range driver.Drivers() {
+		def, err := driver.Lookup(name)
+		if err != nil {
+			continue
+		}
+		for _, o := range def.Options() {
+			out = append(out, DriverFlag{Driver: name, Option: o, Name: driver.FlagName(name, o)})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+func sortStrings(s []string) { slices.Sort(s) }

@@ -1,0 +1,162 @@
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// serverExit runs `berth server` with args, expecting it to fail at once,
+// and returns its stderr and exit code.
+func serverExit(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(berthBin, append([]string{"server"}, args...)...)
+	out, err := cmd.CombinedOutput()
+	ee, ok := err.(*exec.ExitError)
+	if !ok {
+		t.Fatalf("berth server %v: %v (%s)", args, err, out)
+	}
+	return string(out), ee.ExitCode()
+}
+
+func TestServerRejectsBadConfig(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := "listen: 127.0.0.1:0\ndata_dir: " + filepath.Join(dir, "data") + "\nproviders:\n  - name: sim\n    driver: sim\n    options: {nodes: 5}\n"
+	cases := []struct {
+		name  string
+		args  []string
+		code  int
+		wants []string
+	}{
+		{"unknown option", []string{"--config", write("a.yaml", "providers:\n  - name: sim\n    driver: sim\n    options: {nodez: 5}\n")}, 4,
+			[]string{"a.yaml", "providers[0].options.nodez", "unknown option"}},
+		{"wrong type", []string{"--config", write("b.yaml", "shutdown_timeout: [1]\n")}, 4,
+			[]string{"b.yaml", "shutdown_timeout", "want a duration"}},
+		{"unknown key", []string{"--config", write("c.yaml", "providers:\n  - name: sim\n    drivr: sim\n")}, 4,
+			[]string{"c.yaml", "providers[0].drivr", "line 3"}},
+		{"oversized", []string{"--config", write("d.yaml", "#"+strings.Repeat("x", 1<<20)+"\n")}, 4,
+			[]string{"d.yaml", "larger than"}},
+		{"flag overrides file", []string{"--config", write("e.yaml", good), "--sim-nodes", "many"}, 4,
+			[]string{"providers[0].options.nodes"}},
+		{"unknown driver", []string{"--config", write("f.yaml", "providers:\n  - {name: x, driver: nope}\n")}, 4,
+			[]string{"providers[0].driver", "nope"}},
+		{"no data dir", []string{"--config", write("g.yaml", "providers:\n  - {name: sim, driver: sim}\n")}, 2,
+			[]string{"data directory"}},
+		{"bad flag", []string{"--no-such-flag"}, 2, []string{"no-such-flag"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			out, code := serverExit(t, c.args...)
+			if code != c.code {
+				t.Fatalf("exit %d, want %d: %s", code, c.code, out)
+			}
+			for _, w := range c.wants {
+				if !strings.Contains(out, w) {
+					t.Errorf("output %q does not mention %q", out, w)
+				}
+			}
+		})
+	}
+}
+
+// TestGracefulShutdownEndsStreams starts an events follower and checks that
+// SIGTERM ends it and the server cleanly.
+func TestGracefulShutdownEndsStreams(t *testing.T) {
+	s := startServer(t, t.TempDir())
+	cmd := exec.Command(berthBin, "events", "--addr", "http://"+s.addr)
+	var out lockedBuffer
+	cmd.Stdout = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	// The stream is open once an instance submitted now shows up in it.
+	n := 0
+	waitFor(t, "an event on the stream", func() bool {
+		n++
+		mustBerth(t, s, "run", "--name", "evt-"+itoa(n), "--", "true")
+		time.Sleep(200 * time.Millisecond)
+		return strings.Contains(out.String(), "evt-")
+	})
+	if err := s.stop(t); err != nil {
+		t.Fatalf("SIGTERM: %v\n%s", err, tail(s.logs(), 20))
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("berth events after the server stopped: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatal("berth events still runs after the server stopped")
+	}
+	if !strings.Contains(s.logs(), `"msg":"stopped"`) {
+		t.Errorf("no stopped line in the log:\n%s", tail(s.logs(), 10))
+	}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestSimServerFromConfig runs a server configured by file (a sim provider
+// whose node count comes from a flag) and uses the verbs that the local
+// back-end cannot show: nodes, images, preload with progress, plan.
+func TestSimServerFromConfig(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "berth.yaml")
+	body := "listen: 127.0.0.1:0\ndata_dir: " + filepath.Join(dir, "data") + "\n" +
+		"providers:\n  - name: sim\n    driver: sim\n    options: {nodes: 2, shape: '{\"cpus\": 4, \"memory\": \"8Gi\"}'}\n" +
+		"quotas:\n  - {provider: sim, instances: 50}\n"
+	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startServerWith(t, "--config", cfg, "--sim-nodes", "3")
+	var nodes []map[string]any
+	if err := json.Unmarshal([]byte(mustBerth(t, s, "nodes", "--json")), &nodes); err != nil || len(nodes) != 3 {
+		t.Fatalf("--sim-nodes 3 did not override the file: %v %d nodes", err, len(nodes))
+	}
+	node, _ := nodes[0]["name"].(string)
+	out, stderr, code := berth(t, s, "preload", "--provider", "sim", "--node", node, "busybox:latest")
+	if code != 0 || !strings.Contains(out, "busybox:latest is present") || !strings.Contains(stderr, node+": busybox:latest") {
+		t.Fatalf("preload: exit %d\nstdout %q\nstderr %q", code, out, stderr)
+	}
+	if images := mustBerth(t, s, "images", "--provider", "sim", "--node", node); !strings.Contains(images, "busybox:latest") {
+		t.Fatalf("images after preload: %q", images)
+	}
+	if plan := mustBerth(t, s, "plan", "--cpus", "100", "busybox"); !strings.Contains(plan, "cannot be placed") || !strings.Contains(plan, "3 nodes") {
+		t.Fatalf("plan: %q", plan)
+	}
+	if q := mustBerth(t, s, "quotas"); !strings.Contains(q, "provider") || !strings.Contains(q, "0/50") {
+		t.Fatalf("quotas: %q", q)
+	}
+	if _, stderr, code := berth(t, s, "images", "--provider", "nope"); code != 3 && code != 4 {
+		t.Fatalf("images of an unknown provider: exit %d (%s)", code, stderr)
+	}
+}
