@@ -124,18 +124,33 @@ type RestartPolicy struct {
 }
 
 var (
-	nameRE  = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
 	envKey  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.-]*$`)
 	hostRE  = regexp.MustCompile(`^[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?$`)
 	cpusetR = regexp.MustCompile(`^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$`)
 )
+
+// isName reports whether s matches ^[a-zA-Z0-9][a-zA-Z0-9_.-]*$, the form of
+// instance and volume names. It is written out rather than a regexp because
+// every create validates a name.
+func isName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case i > 0 && (c == '_' || c == '.' || c == '-'):
+		default:
+			return false
+		}
+	}
+	return s != ""
+}
 
 // Validate checks the spec and returns FieldErrors naming every bad field, or
 // nil. It is the one validation routine for all drivers; a driver adds only
 // the checks specific to its back-end.
 func (s *Spec) Validate() error {
 	var es FieldErrors
-	if s.Name != "" && (len(s.Name) > MaxNameLength || !nameRE.MatchString(s.Name)) {
+	if s.Name != "" && (len(s.Name) > MaxNameLength || !isName(s.Name)) {
 		es.add("name", "%q: use 1 to %d letters, digits, '_', '.' or '-', starting with a letter or digit", s.Name, MaxNameLength)
 	}
 	switch s.Kind {
@@ -222,7 +237,7 @@ func (s *Spec) Validate() error {
 		f := fmt.Sprintf("volumes[%d]", i)
 		if v.Source == "" {
 			es.add(f+".source", "required: an absolute host path or a volume name")
-		} else if !v.IsBind() && !nameRE.MatchString(v.Source) {
+		} else if !v.IsBind() && !isName(v.Source) {
 			es.add(f+".source", "%q: neither an absolute path nor a volume name", v.Source)
 		}
 		if !path.IsAbs(v.Target) {

@@ -1,0 +1,395 @@
+package drivertest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth/driver"
+)
+
+// The lines the harness spec writes when it starts.
+const (
+	helloStdout = "hello stdout"
+	helloStderr = "hello stderr"
+)
+
+// syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// poll calls fn every 20 ms until it reports true or ctx ends; it returns
+// whether fn ever reported true.
+func poll(ctx context.Context, fn func() bool) bool {
+	for {
+		if fn() {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func (s *suite) testImages(t *testing.T) {
+	ctx := s.ctx(t)
+	il := s.d.(driver.ImageLister)
+	for _, node := range s.onlineNodes(t) {
+		imgs, err := il.Images(ctx, node)
+		if err != nil {
+			t.Errorf("Images %s: %v", node, err)
+			continue
+		}
+		for _, im := range imgs {
+			if im.Name == "" && im.ID == "" {
+				t.Errorf("Images %s: an image with neither name nor id", node)
+			}
+		}
+	}
+	if _, err := il.Images(ctx, "drivertest-no-such-node-"+s.run); !errors.Is(err, driver.ErrNotFound) {
+		t.Errorf("Images of an unknown node: %v, want ErrNotFound", err)
+	}
+}
+
+func (s *suite) testLogs(t *testing.T) {
+	inst := s.startOne(t, "logs")
+	lr := s.d.(driver.LogReader)
+	ctx := s.ctx(t)
+
+	var out, errOut *syncBuffer
+	ok := poll(ctx, func() bool {
+		out, errOut = new(syncBuffer), new(syncBuffer)
+		if err := lr.Logs(ctx, inst.ID, driver.LogOptions{Stdout: true, Stderr: true}, out, errOut); err != nil {
+			t.Fatalf("Logs: %v", err)
+		}
+		return strings.Contains(out.String(), helloStdout) && strings.Contains(errOut.String(), helloStderr)
+	})
+	if !ok {
+		t.Fatalf("Logs: stdout %q and stderr %q never held %q and %q", out.String(), errOut.String(), helloStdout, helloStderr)
+	}
+	if strings.Contains(out.String(), helloStderr) {
+		t.Errorf("Logs: stdout holds the stderr line: %q", out.String())
+	}
+	if strings.Contains(errOut.String(), helloStdout) {
+		t.Errorf("Logs: stderr holds the stdout line: %q", errOut.String())
+	}
+
+	var onlyOut, none syncBuffer
+	if err := lr.Logs(ctx, inst.ID, driver.LogOptions{Stdout: true}, &onlyOut, &none); err != nil {
+		t.Fatalf("Logs stdout only: %v", err)
+	}
+	if !strings.Contains(onlyOut.String(), helloStdout) || none.String() != "" {
+		t.Errorf("Logs stdout only: stdout %q, stderr %q; want the stdout line and no stderr", onlyOut.String(), none.String())
+	}
+
+	var tail, tailErr syncBuffer
+	if err := lr.Logs(ctx, inst.ID, driver.LogOptions{Stdout: true, Stderr: true, Tail: 1}, &tail, &tailErr); err != nil {
+		t.Fatalf("Logs with Tail 1: %v", err)
+	}
+	if lines := strings.Count(tail.String(), "\n"); lines > 1 || !strings.Contains(tail.String(), helloStdout) {
+		t.Errorf("Logs with Tail 1: stdout %q, want the one last line %q", tail.String(), helloStdout)
+	}
+	if lines := strings.Count(tailErr.String(), "\n"); lines > 1 || !strings.Contains(tailErr.String(), helloStderr) {
+		t.Errorf("Logs with Tail 1: stderr %q, want the one last line %q", tailErr.String(), helloStderr)
+	}
+
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var fout, ferr syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- lr.Logs(fctx, inst.ID, driver.LogOptions{Stdout: true, Stderr: true, Follow: true}, &fout, &ferr)
+	}()
+	if !poll(ctx, func() bool { return strings.Contains(fout.String(), helloStdout) }) {
+		t.Errorf("Logs with Follow: stdout %q never held %q", fout.String(), helloStdout)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("Logs with Follow after cancel: %v, want nil or context.Canceled", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("Logs with Follow did not return after its context was cancelled")
+	}
+}
+
+func (s *suite) testStop(t *testing.T) {
+	inst := s.startOne(t, "stop")
+	ctx := s.ctx(t)
+	st := s.d.(driver.Stopper)
+	if err := st.Stop(ctx, inst.ID, 10*time.Second); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	got := s.waitState(t, inst.ID, "stopped or exited", is(driver.StateStopped, driver.StateExited))
+	if got.ExitCode != nil && *got.ExitCode != 0 {
+		t.Errorf("Stop: exit code %d; the harness spec exits 0 on SIGTERM, so a graceful stop ends with 0", *got.ExitCode)
+	}
+	if err := st.Stop(ctx, inst.ID, 10*time.Second); err != nil {
+		t.Errorf("Stop of a stopped instance: %v, want nil", err)
+	}
+}
+
+func (s *suite) testStart(t *testing.T) {
+	st, ok := s.d.(driver.Stopper)
+	if !ok {
+		t.Skip("the driver can start but not stop; nothing to start")
+	}
+	inst := s.startOne(t, "start")
+	ctx := s.ctx(t)
+	if err := st.Stop(ctx, inst.ID, 10*time.Second); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	s.waitState(t, inst.ID, "stopped or exited", is(driver.StateStopped, driver.StateExited))
+	if err := s.d.(driver.Starter).Start(ctx, inst.ID); err != nil {
+		t.Fatalf("Start after Stop: %v", err)
+	}
+	s.waitState(t, inst.ID, "running", is(driver.StateRunning))
+}
+
+func (s *suite) testRestart(t *testing.T) {
+	inst := s.startOne(t, "restart")
+	ctx := s.ctx(t)
+	if err := s.d.(driver.Restarter).Restart(ctx, inst.ID, 10*time.Second); err != nil {
+		t.Fatalf("Restart: %v", err)
+	}
+	s.waitState(t, inst.ID, "running", is(driver.StateRunning))
+}
+
+func (s *suite) testKill(t *testing.T) {
+	inst := s.startOne(t, "kill")
+	ctx := s.ctx(t)
+	if err := s.d.(driver.Killer).Kill(ctx, inst.ID, "KILL"); err != nil {
+		t.Fatalf("Kill KILL: %v", err)
+	}
+	s.waitState(t, inst.ID, "not running", func(st driver.State) bool { return st != driver.StateRunning })
+}
+
+func (s *suite) testResize(t *testing.T) {
+	inst := s.startOne(t, "resize")
+	ctx := s.ctx(t)
+	want := driver.Resources{CPU: 500, Memory: 256 * driver.MiB}
+	if inst.Resources.CPU > 0 {
+		want.CPU = inst.Resources.CPU + 100
+	}
+	if inst.Resources.Memory > 0 {
+		want.Memory = inst.Resources.Memory + 64*driver.MiB
+	}
+	err := s.d.(driver.Resizer).Resize(ctx, inst.ID, want)
+	if errors.Is(err, driver.ErrUnsupported) {
+		t.Skipf("Resize: the back-end cannot resize here: %v", err)
+	}
+	if err != nil {
+		t.Fatalf("Resize to %+v: %v", want, err)
+	}
+	got, err := s.d.Get(ctx, inst.ID)
+	if err != nil {
+		t.Fatalf("Get: %v", err)
+	}
+	if got.Resources.CPU != want.CPU || got.Resources.Memory != want.Memory {
+		t.Errorf("after Resize: resources cpus %s memory %s, want cpus %s memory %s",
+			got.Resources.CPU, got.Resources.Memory, want.CPU, want.Memory)
+	}
+	if got.State != driver.StateRunning {
+		t.Errorf("after Resize: state %q, want running", got.State)
+	}
+}
+
+// hasImage reports whether image is present on node, asking the driver's
+// ImageLister when it has one and State otherwise.
+func (s *suite) hasImage(ctx context.Context, t *testing.T, node, image string) bool {
+	t.Helper()
+	names := func(list []string) bool {
+		return slices.ContainsFunc(list, func(n string) bool { return sameImage(n, image) })
+	}
+	if il, ok := s.d.(driver.ImageLister); ok {
+		imgs, err := il.Images(ctx, node)
+		if err != nil {
+			t.Fatalf("Images %s: %v", node, err)
+		}
+		var list []string
+		for _, im := range imgs {
+			list = append(list, im.Name)
+		}
+		return names(list)
+	}
+	st, err := s.d.State(ctx)
+	if err != nil {
+		t.Fatalf("State: %v", err)
+	}
+	return names(nodeOf(t, st, node).Images)
+}
+
+// sameImage compares image references, reading a missing tag as "latest".
+func sameImage(a, b string) bool { return withTag(a) == withTag(b) }
+
+func withTag(ref string) string {
+	if strings.Contains(ref, "@") {
+		return ref
+	}
+	if i := strings.LastIndex(ref, ":"); i > strings.LastIndex(ref, "/") {
+		return ref
+	}
+	return ref + ":latest"
+}
+
+func (s *suite) testPreload(t *testing.T) {
+	img := s.h.PreloadImage
+	if img == "" {
+		t.Skip("Harness.PreloadImage is empty")
+	}
+	ctx := s.ctx(t)
+	nodes := s.onlineNodes(t)
+	absent := 0
+	for _, n := range nodes {
+		if !s.hasImage(ctx, t, n, img) {
+			absent++
+		}
+	}
+	if absent == 0 {
+		t.Fatalf("harness: PreloadImage %q is already present on every online node; the test would prove nothing", img)
+	}
+	var mu sync.Mutex
+	var reports []driver.PreloadProgress
+	err := s.d.(driver.Preloader).Preload(ctx, img, nil, func(p driver.PreloadProgress) {
+		mu.Lock()
+		reports = append(reports, p)
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatalf("Preload %s: %v", img, err)
+	}
+	for _, n := range nodes {
+		if !s.hasImage(ctx, t, n, img) {
+			t.Errorf("after Preload: %s is not present on node %s", img, n)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, p := range reports {
+		if p.Image != "" && !sameImage(p.Image, img) {
+			t.Errorf("Preload progress names image %q, want %q", p.Image, img)
+		}
+		if p.Err != "" {
+			t.Errorf("Preload progress reports an error on %s: %s", p.Node, p.Err)
+		}
+	}
+}
+
+func (s *suite) testSuspend(t *testing.T) {
+	inst := s.startOne(t, "suspend")
+	ctx := s.ctx(t)
+	sus := s.d.(driver.Suspender)
+	if err := sus.Suspend(ctx, inst.ID); err != nil {
+		t.Fatalf("Suspend: %v", err)
+	}
+	s.waitState(t, inst.ID, "suspended", is(driver.StateSuspended))
+	if err := sus.Resume(ctx, inst.ID); err != nil {
+		t.Fatalf("Resume: %v", err)
+	}
+	s.waitState(t, inst.ID, "running", is(driver.StateRunning))
+	if err := sus.Resume(ctx, inst.ID); !errors.Is(err, driver.ErrNotSuspended) {
+		t.Errorf("Resume of a running instance: %v, want ErrNotSuspended", err)
+	}
+}
+
+// testEvents watches the back-end while it creates an instance and expects a
+// start or die event for it. Watch gives no sign of when it is subscribed,
+// so an instance created before the subscription took effect may go
+// unseen; the test then tries again with a new instance, a few times.
+func (s *suite) testEvents(t *testing.T) {
+	ctx := s.ctx(t)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var mu sync.Mutex
+	var events []driver.Event
+	done := make(chan error, 1)
+	go func() {
+		done <- s.d.(driver.EventWatcher).Watch(wctx, func(e driver.Event) {
+			mu.Lock()
+			events = append(events, e)
+			mu.Unlock()
+		})
+	}()
+	seen := func(id string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, e := range events {
+			if e.Instance == id && (e.Type == driver.EventStart || e.Type == driver.EventDie) {
+				return true
+			}
+		}
+		return false
+	}
+	node := s.onlineNodes(t)[0]
+	found := false
+	for try := range 3 {
+		inst := s.create(t, node, s.spec(s.name("events"+string(rune('a'+try))), nil))
+		wait, stop := context.WithTimeout(ctx, s.h.Timeout/4)
+		found = poll(wait, func() bool { return seen(inst.ID) })
+		stop()
+		if found {
+			break
+		}
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("Watch after cancel: %v, want context.Canceled", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("Watch did not return after its context was cancelled")
+	}
+	if !found {
+		mu.Lock()
+		defer mu.Unlock()
+		t.Errorf("Watch: no start or die event for the instances created (saw %d events)", len(events))
+	}
+}
+
+func (s *suite) testUsage(t *testing.T) {
+	inst := s.startOne(t, "usage")
+	ctx := s.ctx(t)
+	u, err := s.d.(driver.UsageReporter).Usage(ctx, inst.ID)
+	if err != nil {
+		t.Fatalf("Usage: %v", err)
+	}
+	if u == nil {
+		t.Fatal("Usage: nil reading and nil error")
+	}
+	if u.CPU < 0 || u.Memory < 0 {
+		t.Errorf("Usage: negative reading %+v", u)
+	}
+	if u.Time.IsZero() {
+		t.Errorf("Usage: reading without a time: %+v", u)
+	}
+}
+
+func (s *suite) testConsole(t *testing.T) {
+	inst := s.startOne(t, "console")
+	if _, err := s.d.(driver.ConsoleReader).Console(s.ctx(t), inst.ID); err != nil {
+		t.Fatalf("Console: %v", err)
+	}
+}

@@ -1,0 +1,73 @@
+package driver_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth/driver"
+)
+
+func TestErrorVocabulary(t *testing.T) {
+	for _, k := range driver.Kinds {
+		err := fmt.Errorf("layer two: %w", driver.Errorf(k, "node %s", "n1"))
+		if got := driver.KindOf(err); got != k {
+			t.Errorf("KindOf(wrapped %v) = %v", k, got)
+		}
+		if want := k.Error() + ": node n1"; errors.Unwrap(err).Error() != want {
+			t.Errorf("Errorf text %q, want %q", errors.Unwrap(err), want)
+		}
+	}
+	if driver.KindOf(nil) != nil || driver.KindOf(io.EOF) != nil {
+		t.Error("KindOf of nil or an unclassified error is not nil")
+	}
+	fe := &driver.FieldError{Path: "ports[1].host_port", Reason: "bad"}
+	if !errors.Is(fmt.Errorf("x: %w", fe), driver.ErrInvalid) || driver.KindOf(fe) != driver.ErrInvalid {
+		t.Error("a wrapped FieldError is not ErrInvalid")
+	}
+	if fe.Error() != "invalid ports[1].host_port: bad" || (&driver.FieldError{Reason: "r"}).Error() != "invalid: r" {
+		t.Errorf("FieldError texts: %q", fe.Error())
+	}
+	var es driver.FieldErrors
+	if es.Err() != nil {
+		t.Error("an empty FieldErrors is an error")
+	}
+	es = driver.FieldErrors{fe, {Path: "name", Reason: "empty"}}
+	err := fmt.Errorf("driver %q: %w", "x", es.Err())
+	if !errors.Is(err, driver.ErrInvalid) {
+		t.Error("wrapped FieldErrors is not ErrInvalid")
+	}
+	var got *driver.FieldError
+	if !errors.As(err, &got) || got.Path != "ports[1].host_port" {
+		t.Errorf("errors.As finds %+v, want the first field error", got)
+	}
+	if es.Error() != "invalid ports[1].host_port: bad; invalid name: empty" {
+		t.Errorf("FieldErrors text %q", es.Error())
+	}
+}
+
+type capsAll struct{ driver.Driver }
+
+func (capsAll) Images(context.Context, string) ([]driver.Image, error) { return nil, nil }
+func (capsAll) Kill(context.Context, string, string) error             { return nil }
+func (capsAll) Suspend(context.Context, string) error                  { return nil }
+func (capsAll) Resume(context.Context, string) error                   { return nil }
+func (capsAll) Stop(context.Context, string, time.Duration) error      { return nil }
+
+func TestCapabilities(t *testing.T) {
+	got := driver.Capabilities(capsAll{})
+	want := []string{driver.CapImages, driver.CapKill, driver.CapStop, driver.CapSuspend}
+	if !slices.Equal(got, want) {
+		t.Errorf("Capabilities = %v, want %v", got, want)
+	}
+	if !slices.IsSorted(got) {
+		t.Errorf("Capabilities not sorted: %v", got)
+	}
+	if got := driver.Capabilities(struct{ driver.Driver }{}); len(got) != 0 {
+		t.Errorf("a bare driver declares %v", got)
+	}
+}

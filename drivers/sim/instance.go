@@ -1,0 +1,632 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/berth-dev/berth/driver"
+)
+
+// Instance states as the sim keeps them. stFree marks an unused slot.
+const (
+	stFree uint8 = iota
+	stCreating
+	stRunning
+	stSuspended
+	stStopped
+	stExited
+	stFailed
+	stDeleting
+)
+
+var stateNames = [...]driver.State{
+	stFree:      driver.StateUnknown,
+	stCreating:  driver.StateCreating,
+	stRunning:   driver.StateRunning,
+	stSuspended: driver.StateSuspended,
+	stStopped:   driver.StateStopped,
+	stExited:    driver.StateExited,
+	stFailed:    driver.StateFailed,
+	stDeleting:  driver.StateDeleting,
+}
+
+// inst is one simulated instance, kept compact and free of pointers but
+// for the rare extra: a million of them must fit in well under a gigabyte
+// and cost the garbage collector next to nothing. Its name and tags live in
+// its chunk's arena.
+type inst struct {
+	x        *extra
+	gen      uint32
+	node     int32
+	starts   uint32 // how many times it has started: one log line each
+	off      uint32 // where its name, then its tags, start in the arena
+	tagsLen  uint32
+	image    uint32 // index into Sim.images
+	nameLen  uint8  // 0: the name is the id
+	state    uint8
+	kind     uint8 // index into kinds
+	hasExit  bool
+	exitCode int16
+	due      int64 // when the create or delete in progress finishes
+	created  int64
+	started  int64
+	finished int64
+	cpu      driver.MilliCPU
+	memory   driver.Bytes
+	disk     driver.Bytes
+	gpus     int64
+}
+
+// extra holds what most instances do not have.
+type extra struct {
+	other   map[string]int64
+	labels  string // encoded key, value pairs
+	stdout  string
+	stderr  string
+	message string
+	ports   []driver.PortMapping
+}
+
+// resources returns what the instance reserves. Other is shared: callers
+// that hand it out clone it.
+func (in *inst) resources() driver.Resources {
+	r := driver.Resources{CPU: in.cpu, Memory: in.memory, Disk: in.disk, GPUs: in.gpus}
+	if in.x != nil {
+		r.Other = in.x.other
+	}
+	return r
+}
+
+var kinds = [...]driver.Kind{driver.KindContainer, driver.KindProcess, driver.KindVM, driver.KindBareMetal}
+
+func kindCode(k driver.Kind) uint8 {
+	for i, x := range kinds {
+		if x == k {
+			return uint8(i)
+		}
+	}
+	return 0
+}
+
+func (in *inst) message() string {
+	if in.x == nil {
+		return ""
+	}
+	return in.x.message
+}
+
+func (in *inst) setMessage(m string) {
+	if in.x == nil {
+		if m == "" {
+			return
+		}
+		in.x = &extra{}
+	}
+	in.x.message = m
+}
+
+// lines returns what each start writes to stdout and stderr.
+func (in *inst) lines() (stdout, stderr string) {
+	if in.x == nil || in.x.stdout == "" {
+		stdout = "started"
+	} else {
+		stdout = in.x.stdout
+	}
+	if in.x != nil {
+		stderr = in.x.stderr
+	}
+	return stdout, stderr
+}
+
+// address returns the instance's made-up address, 10.x.y.z from its slot.
+func address(slot uint32) string {
+	b := make([]byte, 0, 16)
+	b = append(b, "10."...)
+	b = strconv.AppendUint(b, uint64(slot>>16&0xff), 10)
+	b = append(b, '.')
+	b = strconv.AppendUint(b, uint64(slot>>8&0xff), 10)
+	b = append(b, '.')
+	b = strconv.AppendUint(b, uint64(slot&0xff), 10)
+	return string(b)
+}
+
+// nameIs reports whether the instance in slot is named name.
+func (s *Sim) nameIs(slot uint32, name string) bool {
+	return string(s.chunkOf(slot).name(s.slot(slot))) == name
+}
+
+// nameOf returns the name of the instance in slot, its id if it has none.
+func (s *Sim) nameOf(slot uint32, in *inst) string {
+	if in.nameLen == 0 {
+		return formatID(slot, in.gen)
+	}
+	return string(s.chunkOf(slot).name(in))
+}
+
+// tagsOf decodes the tags of the instance in slot.
+func (s *Sim) tagsOf(slot uint32, in *inst) map[string]string {
+	return pairMap(string(s.chunkOf(slot).tags(in)))
+}
+
+// snapshot returns the instance as the driver contract describes it.
+func (s *Sim) snapshot(slot uint32, in *inst, now int64) *driver.Instance {
+	out := s.snapshotNoTags(slot, in, now)
+	out.Tags = s.tagsOf(slot, in)
+	return out
+}
+
+// snapshotNoTags is snapshot without Tags, for a caller that has them.
+func (s *Sim) snapshotNoTags(slot uint32, in *inst, now int64) *driver.Instance {
+	id := formatID(slot, in.gen)
+	out := &driver.Instance{
+		ID:        id,
+		Name:      s.nameOf(slot, in),
+		Node:      s.nodes[in.node].name,
+		Kind:      kinds[in.kind],
+		Image:     s.images[in.image],
+		State:     stateNames[in.state],
+		RawState:  string(stateNames[in.state]),
+		Message:   in.message(),
+		Addresses: []string{address(slot)},
+		Resources: in.resources(),
+		Created:   time.Unix(0, in.created),
+	}
+	if len(out.Resources.Other) > 0 {
+		out.Resources.Other = maps.Clone(out.Resources.Other)
+	}
+	if in.x != nil {
+		out.Ports = slices.Clone(in.x.ports)
+		out.Labels = pairMap(in.x.labels)
+	}
+	if in.started != 0 {
+		out.Started = time.Unix(0, in.started)
+	}
+	if in.finished != 0 {
+		out.Finished = time.Unix(0, in.finished)
+	}
+	if in.hasExit {
+		code := int(in.exitCode)
+		out.ExitCode = &code
+	}
+	if st, reason := s.nodeStatus(in.node, now); st == driver.NodeOffline {
+		out.State = driver.StateUnknown
+		out.Message = "node " + s.nodes[in.node].name + ": " + reason
+	}
+	return out
+}
+
+// setRunning starts the instance at time at and reports ev.
+func (s *Sim) setRunning(slot uint32, in *inst, at int64, ev driver.EventType) {
+	if in.state != stRunning && in.state != stSuspended {
+		n := &s.nodes[in.node]
+		n.active = n.active.Add(in.resources())
+	}
+	in.state = stRunning
+	in.starts++
+	in.started = at
+	in.finished = 0
+	in.hasExit = false
+	in.setMessage("")
+	s.emit(slot, in, ev, at)
+}
+
+// setEnded moves a running or suspended instance to state st.
+func (s *Sim) setEnded(slot uint32, in *inst, st uint8, code int, at int64, ev driver.EventType) {
+	if in.state == stRunning || in.state == stSuspended {
+		n := &s.nodes[in.node]
+		n.active = n.active.Sub(in.resources())
+	}
+	in.state = st
+	in.finished = at
+	in.hasExit = true
+	in.exitCode = int16(code)
+	s.emit(slot, in, ev, at)
+}
+
+// release frees the instance's slot and everything it held on its node.
+func (s *Sim) release(slot uint32, in *inst, at int64) {
+	n := &s.nodes[in.node]
+	r := in.resources()
+	n.reserved = n.reserved.Sub(r)
+	if in.state == stRunning || in.state == stSuspended {
+		n.active = n.active.Sub(r)
+	}
+	n.instances--
+	if in.x != nil {
+		for _, p := range in.x.ports {
+			delete(n.ports, p.HostPort)
+		}
+	}
+	c := s.chunkOf(slot)
+	if in.nameLen > 0 {
+		s.names.remove(string(c.name(in)), slot)
+	}
+	c.dead += int(in.nameLen) + int(in.tagsLen)
+	in.state = stDeleting
+	s.emit(slot, in, driver.EventDelete, at)
+	*in = inst{gen: in.gen + 1}
+	s.free = append(s.free, slot)
+	s.live--
+}
+
+// Create validates spec and starts building the instance on node. It returns
+// ErrInvalid (bad spec) or ErrNotFound (unknown node) at once; every other
+// outcome is reported by the operation: ErrRetryable for an offline or
+// draining node, ErrPermanent for a missing image, ErrAlreadyExists for a
+// taken name, ErrInsufficientCapacity when the node has no room, and the
+// injected faults. An instance with no name is named after its id. The
+// caller must not change spec.Tags until the operation is over: the
+// finished instance reports them.
+func (s *Sim) Create(ctx context.Context, nodeName string, spec *driver.Spec) (driver.Operation, error) {
+	if spec == nil {
+		return nil, &driver.FieldError{Path: "spec", Reason: "required"}
+	}
+	if err := spec.Validate(); err != nil {
+		return nil, fmt.Errorf("sim: create: %w", err)
+	}
+	if _, _, isID := parseID(spec.Name); isID {
+		return nil, fmt.Errorf("sim: create: %w", &driver.FieldError{Path: "name", Reason: fmt.Sprintf("%q has the form of a sim instance id", spec.Name)})
+	}
+	now, err := s.enter()
+	if err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	ni, err := s.findNode(nodeName)
+	if err != nil {
+		return nil, err
+	}
+	u := s.rng.Float64()
+	var jitter int64
+	if s.opts.LatencyJitter > 0 {
+		jitter = s.rng.Int64N(int64(s.opts.LatencyJitter))
+	}
+	hang := false
+	image := normImage(spec.Image)
+	fail := func(err error) (driver.Operation, error) {
+		s.calls.add(Call{Op: "create", Node: nodeName, Name: spec.Name, Time: time.Unix(0, now), Err: err})
+		return driver.Finished(nil, err), nil
+	}
+	n := &s.nodes[ni]
+	p := &s.pools[n.pool]
+	if st, reason := s.nodeStatus(ni, now); st != driver.NodeOnline {
+		return fail(driver.Errorf(driver.ErrRetryable, "sim: node %s is %s", nodeName, reason))
+	}
+	if spec.Flavor != "" {
+		return fail(driver.Errorf(driver.ErrUnsupported, "sim: flavor %q: the sim has no flavors; give resources", spec.Flavor))
+	}
+	if spec.Name != "" {
+		if _, taken := s.names.get(spec.Name, s.nameIs); taken {
+			return fail(driver.Errorf(driver.ErrAlreadyExists, "sim: an instance named %q exists", spec.Name))
+		}
+	}
+	if image != "" && !s.hasImage(ni, image) && s.opts.StrictImages {
+		return fail(driver.Errorf(driver.ErrPermanent, "sim: image %s is not present on node %s (preload it, or unset strict_images)", spec.Image, nodeName))
+	}
+	switch o := &s.opts; {
+	case u < o.FailRetryable:
+		return fail(driver.Errorf(driver.ErrRetryable, "sim: injected retryable failure (fail_retryable)"))
+	case u < o.FailRetryable+o.FailPermanent:
+		return fail(driver.Errorf(driver.ErrPermanent, "sim: injected permanent failure (fail_permanent)"))
+	case u < o.FailRetryable+o.FailPermanent+o.FailQuota:
+		return fail(driver.Errorf(driver.ErrQuotaExceeded, "sim: injected quota refusal (fail_quota)"))
+	case u < o.FailRetryable+o.FailPermanent+o.FailQuota+o.HangRate:
+		hang = true
+	}
+	if !spec.Resources.Add(n.reserved).Fits(p.Resources) {
+		return fail(driver.Errorf(driver.ErrInsufficientCapacity, "sim: node %s: %+v reserved of %+v, cannot add %+v", nodeName, n.reserved, p.Resources, spec.Resources))
+	}
+	if p.MaxInstances > 0 && n.instances >= p.MaxInstances {
+		return fail(driver.Errorf(driver.ErrInsufficientCapacity, "sim: node %s runs its maximum of %d instances", nodeName, p.MaxInstances))
+	}
+	ports, err := s.bindPorts(ni, spec.Ports)
+	if err != nil {
+		return fail(err)
+	}
+
+	slot := s.newSlot()
+	in := s.slot(slot)
+	off, tagsLen := s.chunkOf(slot).store(spec.Name, spec.Tags)
+	*in = inst{
+		gen:     in.gen,
+		state:   stCreating,
+		node:    ni,
+		off:     off,
+		tagsLen: tagsLen,
+		nameLen: uint8(len(spec.Name)),
+		image:   s.internImage(image),
+		kind:    kindCode(spec.KindOrDefault()),
+		cpu:     spec.CPU,
+		memory:  spec.Memory,
+		disk:    spec.Disk,
+		gpus:    spec.GPUs,
+		created: now,
+	}
+	if len(spec.Other) > 0 || len(spec.Labels) > 0 || len(ports) > 0 || spec.Env[EnvStdout] != "" || spec.Env[EnvStderr] != "" {
+		in.x = &extra{labels: encodePairs(spec.Labels), ports: ports, stdout: spec.Env[EnvStdout], stderr: spec.Env[EnvStderr]}
+		if len(spec.Other) > 0 {
+			in.x.other = maps.Clone(spec.Other)
+		}
+	}
+	if image != "" && !s.hasImage(ni, image) {
+		if n.images == nil {
+			n.images = map[string]bool{}
+		}
+		n.images[image] = true
+	}
+	n.reserved = n.reserved.Add(in.resources())
+	n.instances++
+	s.live++
+	if spec.Name != "" {
+		s.names.put(spec.Name, slot)
+	}
+	s.calls.addRef(Call{Op: "create", Node: nodeName, Name: spec.Name, Time: time.Unix(0, now)}, slot, in.gen)
+	op := &createOp{s: s, slot: slot, gen: in.gen, hang: hang, name: spec.Name, tags: spec.Tags}
+	switch latency := int64(s.opts.CreateLatency) + jitter; {
+	case hang:
+	case latency <= 0:
+		s.setRunning(slot, in, now, driver.EventStart)
+	default:
+		in.due = now + latency
+		s.due.push(timer{at: in.due, slot: slot, gen: in.gen, kind: dueReady})
+	}
+	if in.state == stCreating && ctx.Done() != nil {
+		s.pending[op] = context.AfterFunc(ctx, op.abandon)
+	}
+	return op, nil
+}
+
+// bindPorts binds the spec's host ports on node i: fixed ports must be free
+// (ErrInsufficientCapacity otherwise) and published ports without a host
+// port get a free one from 30000 up.
+func (s *Sim) bindPorts(i int32, ports []driver.Port) ([]driver.PortMapping, error) {
+	if len(ports) == 0 {
+		return nil, nil
+	}
+	n := &s.nodes[i]
+	taken := func(p int) bool { return n.ports[p] }
+	var out []driver.PortMapping
+	var bound []int
+	for _, p := range ports {
+		hp := p.HostPort
+		if hp == 0 && !p.Publish {
+			continue
+		}
+		if hp == 0 {
+			for hp = 30000; hp <= 65535 && (taken(hp) || slices.Contains(bound, hp)); hp++ {
+			}
+			if hp > 65535 {
+				return nil, driver.Errorf(driver.ErrInsufficientCapacity, "sim: node %s has no free host port", n.name)
+			}
+		} else if taken(hp) || slices.Contains(bound, hp) {
+			return nil, driver.Errorf(driver.ErrInsufficientCapacity, "sim: node %s: host port %d is in use", n.name, hp)
+		}
+		bound = append(bound, hp)
+		proto := p.Protocol
+		if proto == "" {
+			proto = "tcp"
+		}
+		out = append(out, driver.PortMapping{ContainerPort: p.ContainerPort, HostPort: hp, Protocol: proto, HostIP: p.HostIP})
+	}
+	if n.ports == nil && len(bound) > 0 {
+		n.ports = map[int]bool{}
+	}
+	for _, hp := range bound {
+		n.ports[hp] = true
+	}
+	return out, nil
+}
+
+// createOp is a create in progress.
+type createOp struct {
+	s         *Sim
+	slot, gen uint32
+	hang      bool
+	name      string            // the spec's name
+	tags      map[string]string // the spec's tags, copied into the result
+	abandoned bool
+	over      bool
+	inst      *driver.Instance
+	err       error
+}
+
+// hangWait is the Wait hint of a create that hangs.
+const hangWait = 100 * time.Millisecond
+
+func (op *createOp) Advance(ctx context.Context) (driver.Progress, error) {
+	s := op.s
+	now, err := s.enter()
+	if err != nil {
+		return driver.Progress{}, err
+	}
+	defer s.mu.Unlock()
+	if op.over {
+		return driver.Progress{Done: op.err == nil, Instance: op.inst}, op.err
+	}
+	in := s.slot(op.slot)
+	switch {
+	case op.abandoned:
+		op.finish(nil, driver.Errorf(driver.ErrTimeout, "sim: create of %s abandoned: its context ended", formatID(op.slot, op.gen)))
+	case in.gen != op.gen || in.state == stFree:
+		op.finish(nil, driver.Errorf(driver.ErrNotFound, "sim: instance %s was deleted before its create finished", formatID(op.slot, op.gen)))
+	case in.state == stCreating:
+		p := driver.Progress{Instance: &driver.Instance{ID: formatID(op.slot, op.gen), Name: s.nameOf(op.slot, in), Node: s.nodes[in.node].name, State: driver.StateCreating}, Wait: hangWait}
+		if !op.hang {
+			p.Wait = time.Duration(in.due - now)
+		}
+		return p, nil
+	case in.state == stDeleting:
+		op.finish(nil, driver.Errorf(driver.ErrNotFound, "sim: instance %s is being deleted", formatID(op.slot, op.gen)))
+	default:
+		inst := s.snapshotNoTags(op.slot, in, now)
+		inst.Tags = cloneMap(op.tags)
+		if op.name != "" {
+			inst.Name = op.name
+		}
+		op.finish(inst, nil)
+	}
+	return driver.Progress{Done: op.err == nil, Instance: op.inst}, op.err
+}
+
+// finish records the operation's result; s.mu is held.
+func (op *createOp) finish(inst *driver.Instance, err error) {
+	op.over, op.inst, op.err = true, inst, err
+	op.name, op.tags = "", nil
+	if stop, ok := op.s.pending[op]; ok {
+		stop()
+		delete(op.s.pending, op)
+	}
+}
+
+// abandon runs when the create's context ends first: the operation reports
+// ErrTimeout and an instance still being built is left failed, listed, for
+// the caller to find and delete.
+func (op *createOp) abandon() {
+	s := op.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.pending, op)
+	if op.over || s.closed {
+		return
+	}
+	op.abandoned = true
+	in := s.slot(op.slot)
+	if in.gen == op.gen && in.state == stCreating {
+		now := s.clock.Now().UnixNano()
+		in.state = stFailed
+		in.setMessage("create abandoned: its context ended")
+		in.finished = now
+		s.emit(op.slot, in, driver.EventDie, now)
+	}
+}
+
+// Delete starts removing the instance. An unknown id makes the operation
+// finish with ErrNotFound; an instance on an offline node with
+// ErrDeleteFailed. A create still in progress is cut short.
+func (s *Sim) Delete(ctx context.Context, id string) (driver.Operation, error) {
+	now, err := s.enter()
+	if err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	slot, in, err := s.lookup(id)
+	if err != nil {
+		s.calls.add(Call{Op: "delete", Instance: id, Time: time.Unix(0, now), Err: err})
+		return driver.Finished(nil, err), nil
+	}
+	nodeName := s.nodes[in.node].name
+	if st, reason := s.nodeStatus(in.node, now); st == driver.NodeOffline {
+		err := driver.Errorf(driver.ErrDeleteFailed, "sim: instance %s: node %s is %s", id, nodeName, reason)
+		s.calls.add(Call{Op: "delete", Node: nodeName, Instance: id, Time: time.Unix(0, now), Err: err})
+		return driver.Finished(nil, err), nil
+	}
+	s.calls.add(Call{Op: "delete", Node: nodeName, Instance: id, Time: time.Unix(0, now)})
+	if in.state != stDeleting {
+		if in.state == stRunning || in.state == stSuspended {
+			s.setEnded(slot, in, stDeleting, 137, now, driver.EventDie)
+		} else {
+			in.state = stDeleting
+		}
+		latency := int64(s.opts.DeleteLatency)
+		if s.opts.LatencyJitter > 0 {
+			latency += s.rng.Int64N(int64(s.opts.LatencyJitter))
+		}
+		if latency <= 0 {
+			s.release(slot, in, now)
+			return driver.Finished(nil, nil), nil
+		}
+		in.due = now + latency
+		s.due.push(timer{at: in.due, slot: slot, gen: in.gen, kind: dueGone})
+	}
+	return &deleteOp{s: s, slot: slot, gen: in.gen}, nil
+}
+
+// deleteOp is a delete in progress.
+type deleteOp struct {
+	s         *Sim
+	slot, gen uint32
+}
+
+func (op *deleteOp) Advance(ctx context.Context) (driver.Progress, error) {
+	s := op.s
+	now, err := s.enter()
+	if err != nil {
+		return driver.Progress{}, err
+	}
+	defer s.mu.Unlock()
+	in := s.slot(op.slot)
+	if in.gen != op.gen {
+		return driver.Progress{Done: true}, nil
+	}
+	return driver.Progress{Wait: time.Duration(in.due - now)}, nil
+}
+
+// Get returns the instance with id id. An instance on an offline node is
+// reported in state unknown.
+func (s *Sim) Get(ctx context.Context, id string) (*driver.Instance, error) {
+	now, err := s.enter()
+	if err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	slot, in, err := s.lookup(id)
+	if err != nil {
+		return nil, err
+	}
+	return s.snapshot(slot, in, now), nil
+}
+
+// Find returns the instance named name; an instance created without a name
+// is found by its id.
+func (s *Sim) Find(ctx context.Context, name string) (*driver.Instance, error) {
+	now, err := s.enter()
+	if err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	if slot, ok := s.names.get(name, s.nameIs); ok {
+		return s.snapshot(slot, s.slot(slot), now), nil
+	}
+	if slot, in, err := s.lookup(name); err == nil && in.nameLen == 0 {
+		return s.snapshot(slot, in, now), nil
+	}
+	return nil, driver.Errorf(driver.ErrNotFound, "sim: no instance named %q", name)
+}
+
+// List returns the instances carrying TagManaged and all of tags, in slot
+// order.
+func (s *Sim) List(ctx context.Context, tags map[string]string) ([]*driver.Instance, error) {
+	now, err := s.enter()
+	if err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	var out []*driver.Instance
+	for ci, c := range s.chunks {
+		for j := range c.slots {
+			in := &c.slots[j]
+			if in.state == stFree {
+				continue
+			}
+			blob := c.tags(in)
+			if _, ok := lookupBytes(blob, driver.TagManaged); !ok {
+				continue
+			}
+			match := true
+			for k, want := range tags {
+				if v, ok := lookupBytes(blob, k); !ok || string(v) != want {
+					match = false
+					break
+				}
+			}
+			if match {
+				out = append(out, s.snapshot(uint32(ci)<<chunkBits|uint32(j), in, now))
+			}
+		}
+	}
+	return out, nil
+}

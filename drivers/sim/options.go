@@ -1,0 +1,218 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/berth-dev/berth/driver"
+)
+
+// MaxNodes is the largest cluster the sim builds.
+const MaxNodes = 100_000
+
+// DefaultNodes is how many nodes of Shape the sim builds when neither nodes
+// nor pools is set.
+const DefaultNodes = 10
+
+// Shape is the size and make-up of one kind of node. In JSON its resources
+// sit at the top level: {"cpus": 4, "memory": "16Gi", "max_instances": 110}.
+type Shape struct {
+	driver.Resources
+	// MaxInstances caps the instances per node; 0 means no cap.
+	MaxInstances int `json:"max_instances,omitempty"`
+	// Labels are set on every node of the shape.
+	Labels map[string]string `json:"labels,omitempty"`
+	// Zones are spread round-robin over the nodes as the attribute "zone".
+	Zones []string `json:"zones,omitempty"`
+	// Racks are spread round-robin within each zone as the attribute "rack".
+	Racks []string `json:"racks,omitempty"`
+	// Images are present on every node from the start.
+	Images []string `json:"images,omitempty"`
+}
+
+// Pool is a group of identical nodes named NamePrefix followed by a
+// zero-padded number starting at 1.
+type Pool struct {
+	Count      int    `json:"count"`
+	NamePrefix string `json:"name_prefix,omitempty"`
+	Shape
+}
+
+// Options configures the sim back-end. The tagged fields are driver options
+// (config key or flag --sim-<name>); Clock is for embedders and tests.
+type Options struct {
+	Nodes int    `option:"nodes" help:"number of nodes of the given shape (default 10 when pools is not set; 1 to 100000)"`
+	Shape Shape  `option:"shape" help:"shape of the uniform nodes as JSON: {cpus, memory, disk, gpus, other, max_instances, labels, zones, racks, images}"`
+	Pools []Pool `option:"pools" help:"node groups as a JSON list of {count, name_prefix, cpus, memory, disk, gpus, other, max_instances, labels, zones, racks, images}; replaces nodes and shape"`
+
+	StrictImages bool `option:"strict_images" help:"fail a create permanently when its image is not present on the node, as in a cluster without a registry; otherwise the image is fetched on first use"`
+
+	CreateLatency time.Duration `option:"create_latency" help:"how long a create takes before the instance runs"`
+	DeleteLatency time.Duration `option:"delete_latency" help:"how long a delete takes before the instance is gone"`
+	LatencyJitter time.Duration `option:"latency_jitter" help:"a random extra of up to this much on every create and delete latency"`
+	Seed          uint64        `option:"seed" help:"seed for every random choice: the same seed and the same calls give the same outcomes"`
+
+	FailRetryable float64 `option:"fail_retryable" help:"share of creates that fail with a retryable error (0 to 1)"`
+	FailPermanent float64 `option:"fail_permanent" help:"share of creates that fail permanently (0 to 1)"`
+	FailQuota     float64 `option:"fail_quota" help:"share of creates refused for quota (0 to 1)"`
+	HangRate      float64 `option:"hang_rate" help:"share of creates that never finish until their context ends (0 to 1)"`
+
+	OfflineRate float64       `option:"offline_rate" help:"share of nodes that are offline at any time (0 to 1)"`
+	Flap        time.Duration `option:"flap" help:"how often the set of offline nodes is drawn anew; 0 keeps it fixed"`
+
+	CallLog int `option:"call_log" help:"how many of the most recent calls Calls returns; 0 records none"`
+
+	// Clock tells the sim's time; nil means the wall clock. Tests and
+	// what-if runs pass a *ManualClock to make time explicit.
+	Clock Clock `json:"-"`
+}
+
+// DefaultOptions returns the options the sim uses when none are given.
+func DefaultOptions() *Options {
+	return &Options{
+		Shape: Shape{
+			Resources: driver.Resources{CPU: driver.CPUs(4), Memory: 16 * driver.GiB, Disk: 100 * driver.GiB},
+		},
+		CallLog: 10_000,
+	}
+}
+
+var prefixRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
+
+// Validate checks the options; every error names its key.
+func (o *Options) Validate() error {
+	var es driver.FieldErrors
+	add := func(path, format string, args ...any) {
+		es = append(es, &driver.FieldError{Path: path, Reason: fmt.Sprintf(format, args...)})
+	}
+	if o.Nodes < 0 || o.Nodes > MaxNodes {
+		add("nodes", "%d: want 1 to %d", o.Nodes, MaxNodes)
+	}
+	if o.Nodes > 0 && len(o.Pools) > 0 {
+		add("nodes", "set either nodes (with shape) or pools, not both")
+	}
+	if len(o.Pools) == 0 {
+		validateShape(&es, "shape.", o.Shape)
+	}
+	total := 0
+	prefixes := map[string]int{}
+	for i, p := range o.Pools {
+		f := fmt.Sprintf("pools[%d].", i)
+		if p.Count < 1 || p.Count > MaxNodes {
+			add(f+"count", "%d: want 1 to %d", p.Count, MaxNodes)
+		}
+		total += max(p.Count, 0)
+		prefix := poolPrefix(i, p)
+		if !prefixRE.MatchString(prefix) {
+			add(f+"name_prefix", "%q: use letters, digits, '_', '.' or '-', starting with a letter or digit", p.NamePrefix)
+		} else if j, dup := prefixes[prefix]; dup {
+			add(f+"name_prefix", "%q is also the prefix of pools[%d]", prefix, j)
+		}
+		prefixes[prefix] = i
+		validateShape(&es, f, p.Shape)
+	}
+	if total > MaxNodes {
+		add("pools", "%d nodes in total: at most %d", total, MaxNodes)
+	}
+	for _, r := range []struct {
+		key string
+		v   float64
+	}{
+		{"fail_retryable", o.FailRetryable}, {"fail_permanent", o.FailPermanent},
+		{"fail_quota", o.FailQuota}, {"hang_rate", o.HangRate}, {"offline_rate", o.OfflineRate},
+	} {
+		if !(r.v >= 0 && r.v <= 1) {
+			add(r.key, "%v: want a share from 0 to 1", r.v)
+		}
+	}
+	if sum := o.FailRetryable + o.FailPermanent + o.FailQuota + o.HangRate; sum > 1 {
+		add("fail_retryable", "fail_retryable, fail_permanent, fail_quota and hang_rate add up to %v: at most 1", sum)
+	}
+	for _, d := range []struct {
+		key string
+		v   time.Duration
+	}{
+		{"create_latency", o.CreateLatency}, {"delete_latency", o.DeleteLatency},
+		{"latency_jitter", o.LatencyJitter}, {"flap", o.Flap},
+	} {
+		if d.v < 0 {
+			add(d.key, "%s: must not be negative", d.v)
+		}
+	}
+	if o.CallLog < 0 {
+		add("call_log", "%d: must not be negative", o.CallLog)
+	}
+	return es.Err()
+}
+
+func validateShape(es *driver.FieldErrors, prefix string, s Shape) {
+	if err := driver.ValidateResources(prefix, s.Resources); err != nil {
+		var fes driver.FieldErrors
+		if errors.As(err, &fes) {
+			*es = append(*es, fes...)
+		}
+	}
+	if s.CPU <= 0 {
+		*es = append(*es, &driver.FieldError{Path: prefix + "cpus", Reason: "a node needs more than 0 cpus"})
+	}
+	if s.Memory <= 0 {
+		*es = append(*es, &driver.FieldError{Path: prefix + "memory", Reason: "a node needs more than 0 memory"})
+	}
+	if s.MaxInstances < 0 {
+		*es = append(*es, &driver.FieldError{Path: prefix + "max_instances", Reason: fmt.Sprintf("%d: must not be negative", s.MaxInstances)})
+	}
+	for i, img := range s.Images {
+		if img == "" {
+			*es = append(*es, &driver.FieldError{Path: fmt.Sprintf("%simages[%d]", prefix, i), Reason: "empty image name"})
+		}
+	}
+	for i, z := range s.Zones {
+		if z == "" {
+			*es = append(*es, &driver.FieldError{Path: fmt.Sprintf("%szones[%d]", prefix, i), Reason: "empty zone name"})
+		}
+	}
+	for i, r := range s.Racks {
+		if r == "" {
+			*es = append(*es, &driver.FieldError{Path: fmt.Sprintf("%sracks[%d]", prefix, i), Reason: "empty rack name"})
+		}
+	}
+}
+
+// poolPrefix returns the node name prefix of pool i.
+func poolPrefix(i int, p Pool) string {
+	if p.NamePrefix != "" {
+		return p.NamePrefix
+	}
+	return fmt.Sprintf("pool%d-", i)
+}
+
+// normImages returns a normalised copy of images.
+func normImages(images []string) []string {
+	out := make([]string, len(images))
+	for i, img := range images {
+		out[i] = normImage(img)
+	}
+	return out
+}
+
+// pools returns the node groups the options describe.
+func (o *Options) pools() []Pool {
+	if len(o.Pools) > 0 {
+		out := make([]Pool, len(o.Pools))
+		for i, p := range o.Pools {
+			p.NamePrefix = poolPrefix(i, p)
+			p.Images = normImages(p.Images)
+			out[i] = p
+		}
+		return out
+	}
+	n := o.Nodes
+	if n == 0 {
+		n = DefaultNodes
+	}
+	shape := o.Shape
+	shape.Images = normImages(shape.Images)
+	return []Pool{{Count: n, NamePrefix: "node-", Shape: shape}}
+}
