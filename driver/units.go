@@ -65,9 +65,10 @@ func ParseCPU(s string) (MilliCPU, error) {
 
 // Bytes is an amount of memory or disk in bytes.
 //
-// In JSON a plain number means mebibytes (Citadel's "memory": 512); a string
-// carries its unit: "512Mi", "2GiB", "1G", "300MB", "4096B". It is written as
-// a number of MiB when it is a whole number of MiB, otherwise as "<n>B".
+// A plain number means mebibytes everywhere (Citadel's "memory": 512, a flag
+// --memory 512, the string "512"); a unit says otherwise: "512Mi", "2GiB",
+// "1G", "300MB", "4096B". In JSON it is written as a number of MiB when it is
+// a whole number of MiB, otherwise as "<n>B".
 type Bytes int64
 
 // Common sizes.
@@ -134,10 +135,10 @@ var byteUnits = []struct {
 }
 
 // ParseBytes reads a size with a unit: B, K/KB (1000), Ki/KiB (1024), and so
-// on up to T. A bare number is bytes.
+// on up to T. A bare number is MiB, as in JSON.
 func ParseBytes(s string) (Bytes, error) {
 	t := strings.TrimSpace(s)
-	mult := Bytes(1)
+	mult := MiB
 	for _, u := range byteUnits {
 		if n, ok := strings.CutSuffix(t, u.suffix); ok {
 			t, mult = strings.TrimSpace(n), u.mult

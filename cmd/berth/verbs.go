@@ -193,13 +193,9 @@ func (s *specFlags) request(cmd *cobra.Command, args []string) (scheduler.Reques
 	return r, nil
 }
 
-// parseMemory reads --memory: a bare number is MiB, Docker's lower-case
-// b/k/m/g suffixes are binary units, anything else as driver.ParseBytes.
+// parseMemory reads --memory: Docker's lower-case k/m/g/t suffixes are
+// binary units, anything else as driver.ParseBytes (a bare number is MiB).
 func parseMemory(s string) (driver.Bytes, error) {
-	if _, err := strconv.ParseFloat(s, 64); err == nil {
-		var b driver.Bytes
-		return b, b.UnmarshalJSON([]byte(s))
-	}
 	docker := map[string]string{"k": "Ki", "m": "Mi", "g": "Gi", "t": "Ti"}
 	if len(s) > 1 {
 		if u, ok := docker[s[len(s)-1:]]; ok {
