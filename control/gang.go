@@ -1,0 +1,119 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/berth-dev/berth/reconciler"
+	"github.com/berth-dev/berth/scheduler"
+)
+
+// gang holds the groups whose essential instances wait to be placed all or
+// none: the scheduler's queue (priority classes, the configured policy,
+// backfill) and the ids of the queued groups, whose pending instances the
+// one-by-one placer leaves alone.
+type gang struct {
+	q   scheduler.Queue
+	ids map[string]bool
+}
+
+func essentialMissing(p *scheduler.Plan) bool {
+	for _, u := range p.Unplaced {
+		if !u.Elastic {
+			return true
+		}
+	}
+	return false
+}
+
+// queueGroup adds g to the gang queue.
+func (s *state) queueGroup(g *scheduler.Group, now time.Time) {
+	s.gangMu.Lock()
+	defer s.gangMu.Unlock()
+	if s.gang.ids[g.ID] {
+		return
+	}
+	if err := s.gang.q.Push(g, now); err != nil {
+		s.log.Warn("gang queue", "group", g.ID, "err", err)
+		return
+	}
+	s.gang.ids[g.ID] = true
+}
+
+// gangQueued reports whether group id waits in the gang queue.
+func (s *state) gangQueued(id string) bool {
+	if id == "" {
+		return false
+	}
+	s.gangMu.Lock()
+	defer s.gangMu.Unlock()
+	return s.gang.ids[id]
+}
+
+// loadGroups queues again the stored groups none of whose instances has
+// been placed (after a restart).
+func (s *state) loadGroups(ctx context.Context) error {
+	kvs, _, err := s.st.List(ctx, PrefixGroups)
+	if err != nil {
+		return fmt.Errorf("control: load groups: %w", err)
+	}
+	if len(kvs) == 0 {
+		return nil
+	}
+	placed := map[string]bool{}
+	members := map[string]bool{}
+	s.mu.RLock()
+	for _, in := range s.recs {
+		if in.Group == "" {
+			continue
+		}
+		members[in.Group] = true
+		if in.Phase != reconciler.Pending {
+			placed[in.Group] = true
+		}
+	}
+	s.mu.RUnlock()
+	for _, kv := range kvs {
+		var g scheduler.Group
+		if err := json.Unmarshal(kv.Value, &g); err != nil {
+			return fmt.Errorf("control: decode %s: %w", kv.Key, err)
+		}
+		id := strings.TrimPrefix(kv.Key, PrefixGroups)
+		if members[id] && !placed[id] {
+			s.queueGroup(&g, s.now())
+		}
+	}
+	return nil
+}
+
+// placeGroups makes one pass over the gang queue and stores what it placed.
+func (s *state) placeGroups(ctx context.Context) {
+	s.gangMu.Lock()
+	if s.gang.q.Len() == 0 {
+		s.gangMu.Unlock()
+		return
+	}
+	start := time.Now()
+	done, err := s.cluster.c.Schedule(&s.gang.q, s.now())
+	if s.cfg.Metrics != nil {
+		s.cfg.Metrics.Scheduled(time.Since(start), len(done) > 0)
+	}
+	for _, d := range done {
+		delete(s.gang.ids, d.Group.ID)
+	}
+	s.gangMu.Unlock()
+	if err != nil {
+		s.log.Warn("gang queue", "err", err)
+	}
+	for _, d := range done {
+		for _, pl := range d.Plan.Placements {
+			got, _, err := s.apply(ctx, pl.Instance, reconciler.Event{Kind: reconciler.Placed, Provider: pl.Provider, Node: pl.Node, Ports: pl.Ports})
+			if err != nil || got.Provider != pl.Provider || got.Node != pl.Node || !got.Phase.HoldsNode() {
+				s.cluster.release(pl.Instance)
+			}
+		}
+	}
+}

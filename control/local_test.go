@@ -1,0 +1,122 @@
+package control_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/drivers/local"
+	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/reconciler"
+	"github.com/berth-dev/berth/scheduler"
+	"github.com/berth-dev/berth/store/memory"
+)
+
+// newLocal opens the local back-end on a fresh data directory.
+func newLocal(t *testing.T, dir string) *provider.Provider {
+	t.Helper()
+	opts := local.DefaultOptions()
+	opts.DataDir = dir
+	opts.NodeName = "host"
+	opts.StopGrace = time.Second
+	opts.PollInterval = 20 * time.Millisecond
+	opts.CgroupRoot = ""
+	d, err := local.Open(context.Background(), opts, driver.Env{Provider: "local", Cluster: "test", Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := provider.New(d, provider.Config{Name: "local", Logger: quiet, StateTTL: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close(context.Background()) })
+	return p
+}
+
+func alive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// A zombie has ended.
+	f := strings.Fields(string(b))
+	return len(f) > 2 && f[2] != "Z"
+}
+
+// TestLocalProcessesRunLogAndEnd runs real processes: one that prints and
+// keeps running (its pid recorded in a file), which is stopped, started and
+// deleted, and the crash case: a new Plane on the same store and back-end
+// adopts the running process rather than starting a second one.
+func TestLocalProcessesRunLogAndEnd(t *testing.T) {
+	dir := t.TempDir()
+	prov := newLocal(t, dir+"/local")
+	st := memory.New(memory.Options{})
+	ctx := context.Background()
+	pidFile := dir + "/pids"
+	r := scheduler.Request{ID: "echo", Spec: driver.Spec{
+		Kind:       driver.KindProcess,
+		Entrypoint: []string{"/bin/sh", "-c", `echo hello from berth; echo $$ >> ` + pidFile + `; exec sleep 60`},
+		Resources:  driver.Resources{CPU: driver.CPUs(0.1), Memory: 16 * driver.MiB},
+	}}
+	p1, stop1 := start(t, config(st, prov))
+	if _, err := p1.Submit(ctx, r, "me"); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, p1, "echo", reconciler.Running)
+	var out strings.Builder
+	waitFor(t, "the output in the logs", func() bool {
+		out.Reset()
+		_ = p1.Logs(ctx, "echo", driver.LogOptions{Stdout: true}, &out, &out)
+		return strings.Contains(out.String(), "hello from berth")
+	})
+	pids := func() []int {
+		b, _ := os.ReadFile(pidFile)
+		var out []int
+		for _, f := range strings.Fields(string(b)) {
+			n, _ := strconv.Atoi(f)
+			out = append(out, n)
+		}
+		return out
+	}
+	waitFor(t, "the pid file", func() bool { return len(pids()) == 1 })
+	pid := pids()[0]
+	if !alive(pid) {
+		t.Fatalf("process %d is not running", pid)
+	}
+
+	// A crash of the control plane: the new one adopts, no second process.
+	stop1()
+	p2, _ := start(t, config(st, prov))
+	in := waitPhase(t, p2, "echo", reconciler.Running)
+	time.Sleep(100 * time.Millisecond) // a few sync rounds
+	if got := pids(); len(got) != 1 {
+		t.Fatalf("processes started: %v, want exactly one", got)
+	}
+	if in2, _ := p2.Instance(ctx, "echo"); in2.BackendID != in.BackendID {
+		t.Fatalf("backend id changed from %s to %s", in.BackendID, in2.BackendID)
+	}
+
+	if err := p2.Stop(ctx, "echo", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the process to end", func() bool { return !alive(pid) })
+	if err := p2.Delete(ctx, "echo"); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, p2, "echo", reconciler.Deleted)
+	left, err := prov.List(ctx, map[string]string{driver.TagInstance: "echo"})
+	if err != nil || len(left) != 0 {
+		t.Fatalf("back-end still holds %v (%v)", left, err)
+	}
+	if err := p2.Stop(ctx, "echo", 0); !errors.Is(err, driver.ErrInvalid) {
+		t.Fatalf("stop of a deleted instance: %v", err)
+	}
+}

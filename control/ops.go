@@ -1,0 +1,436 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/reconciler"
+	"github.com/berth-dev/berth/scheduler"
+	"github.com/berth-dev/berth/store"
+)
+
+// instances is Plane.Instances.
+func (s *state) instances(ctx context.Context, f Filter) ([]Instance, error) {
+	for i, ph := range f.Phases {
+		if !ph.Valid() {
+			return nil, &driver.FieldError{Path: fmt.Sprintf("phases[%d]", i), Reason: fmt.Sprintf("%q: want one of %v", ph, reconciler.Phases)}
+		}
+	}
+	out := s.snapshot(func(in *reconciler.Instance) bool {
+		switch {
+		case !f.All && in.Phase == reconciler.Deleted && !slices.Contains(f.Phases, reconciler.Deleted):
+			return false
+		case f.Provider != "" && in.Provider != f.Provider,
+			f.Node != "" && in.Node != f.Node,
+			f.Owner != "" && in.Owner != f.Owner,
+			f.Pool != "" && in.Pool != f.Pool,
+			f.Group != "" && in.Group != f.Group,
+			f.Request != "" && in.Request != f.Request,
+			f.Name != "" && in.Name != f.Name,
+			len(f.Phases) > 0 && !slices.Contains(f.Phases, in.Phase):
+			return false
+		}
+		return true
+	})
+	if out == nil {
+		out = []Instance{}
+	}
+	return out, nil
+}
+
+// instance is Plane.Instance.
+func (s *state) instance(ctx context.Context, ref string) (Instance, error) {
+	return s.find(ref)
+}
+
+// delete is Plane.Delete.
+func (s *state) delete(ctx context.Context, ref string) error {
+	in, err := s.find(ref)
+	if err != nil {
+		return err
+	}
+	_, _, err = s.apply(ctx, in.ID, reconciler.Event{Kind: reconciler.DeleteRequested})
+	return err
+}
+
+// hold is Plane.Hold.
+func (s *state) hold(ctx context.Context, ref string, until time.Time) error {
+	in, err := s.find(ref)
+	if err != nil {
+		return err
+	}
+	if in.Phase != reconciler.Running && in.Phase != reconciler.Held {
+		return driver.Errorf(driver.ErrInvalid, "instance %s is %s: only a running instance can be held", in.ID, in.Phase)
+	}
+	_, _, err = s.apply(ctx, in.ID, reconciler.Event{Kind: reconciler.Hold, Until: until})
+	return err
+}
+
+// live returns the instance named ref with its provider, refusing
+// instances that have no back-end resource.
+func (s *state) live(ref string) (reconciler.Instance, *provider.Provider, error) {
+	in, err := s.find(ref)
+	if err != nil {
+		return in, nil, err
+	}
+	if in.BackendID == "" {
+		return in, nil, driver.Errorf(driver.ErrInvalid, "instance %s is %s and has no back-end resource", in.ID, in.Phase)
+	}
+	p, err := s.provider(in.Provider)
+	return in, p, err
+}
+
+// stop is Plane.Stop.
+func (s *state) stop(ctx context.Context, ref string, grace time.Duration) error {
+	in, p, err := s.live(ref)
+	if err != nil {
+		return err
+	}
+	if in.Phase == reconciler.Stopped {
+		return nil
+	}
+	got, acts, err := s.apply(ctx, in.ID, reconciler.Event{Kind: reconciler.StopRequested}, reconciler.Stop)
+	if err != nil {
+		return err
+	}
+	if len(acts) == 0 {
+		return driver.Errorf(driver.ErrInvalid, "instance %s is %s: only a running instance can be stopped", in.ID, got.Phase)
+	}
+	if err := p.Stop(ctx, in.BackendID, grace); err != nil {
+		_, _, _ = s.apply(context.WithoutCancel(ctx), in.ID, reconciler.Event{Kind: reconciler.StopFailed, Err: err})
+		return err
+	}
+	_, _, err = s.apply(context.WithoutCancel(ctx), in.ID, reconciler.Event{Kind: reconciler.StopDone})
+	return err
+}
+
+// start is Plane.Start.
+func (s *state) start(ctx context.Context, ref string) error {
+	in, p, err := s.live(ref)
+	if err != nil {
+		return err
+	}
+	if in.Phase == reconciler.Running {
+		return nil
+	}
+	got, acts, err := s.apply(ctx, in.ID, reconciler.Event{Kind: reconciler.StartRequested}, reconciler.Start)
+	if err != nil {
+		return err
+	}
+	if len(acts) == 0 {
+		return driver.Errorf(driver.ErrInvalid, "instance %s is %s: only a stopped or exited instance can be started", in.ID, got.Phase)
+	}
+	if err := p.Start(ctx, in.BackendID); err != nil {
+		_, _, _ = s.apply(context.WithoutCancel(ctx), in.ID, reconciler.Event{Kind: reconciler.StartFailed, Err: err})
+		return err
+	}
+	_, _, err = s.apply(context.WithoutCancel(ctx), in.ID, reconciler.Event{Kind: reconciler.StartDone})
+	return err
+}
+
+// restart is Plane.Restart.
+func (s *state) restart(ctx context.Context, ref string, grace time.Duration) error {
+	in, p, err := s.live(ref)
+	if err != nil {
+		return err
+	}
+	if err := p.Restart(ctx, in.BackendID, grace); err != nil {
+		return err
+	}
+	if in.Phase == reconciler.Stopped || in.Phase == reconciler.Exited {
+		_, _, err = s.apply(context.WithoutCancel(ctx), in.ID, reconciler.Event{Kind: reconciler.StartDone})
+	}
+	return err
+}
+
+// kill is Plane.Kill.
+func (s *state) kill(ctx context.Context, ref, signal string) error {
+	in, p, err := s.live(ref)
+	if err != nil {
+		return err
+	}
+	if signal == "" {
+		signal = "KILL"
+	}
+	return p.Kill(ctx, in.BackendID, signal)
+}
+
+// resize is Plane.Resize: the node must have room for the growth, the
+// back-end applies the new limits, then the record and the scheduler's
+// reservation follow.
+func (s *state) resize(ctx context.Context, ref string, r driver.Resources) error {
+	if err := driver.ValidateResources("", r); err != nil {
+		return err
+	}
+	in, p, err := s.live(ref)
+	if err != nil {
+		return err
+	}
+	want := in.Spec.Resources
+	if r.CPU > 0 {
+		want.CPU = r.CPU
+	}
+	if r.Memory > 0 {
+		want.Memory = r.Memory
+	}
+	grow := driver.Resources{CPU: max(want.CPU-in.Spec.CPU, 0), Memory: max(want.Memory-in.Spec.Memory, 0)}
+	if !grow.IsZero() {
+		for _, n := range s.cluster.c.Nodes() {
+			if n.Provider == in.Provider && n.Name == in.Node && !grow.Fits(n.Free) {
+				return driver.Errorf(driver.ErrInsufficientCapacity, "node %s has %s cpus and %s memory free; resizing %s needs %s cpus and %s memory more",
+					n.Name, n.Free.CPU, n.Free.Memory, in.ID, grow.CPU, grow.Memory)
+			}
+		}
+	}
+	if err := p.Resize(ctx, in.BackendID, driver.Resources{CPU: r.CPU, Memory: r.Memory}); err != nil {
+		return err
+	}
+	return s.mutate(context.WithoutCancel(ctx), in.ID, func(x *reconciler.Instance) {
+		x.Spec.CPU, x.Spec.Memory = want.CPU, want.Memory
+	}, func(x reconciler.Instance) {
+		if x.Phase.HoldsNode() {
+			s.cluster.release(x.ID)
+			_ = s.cluster.c.Reserve(allocationOf(&x))
+		}
+	})
+}
+
+// mutate changes fields of an instance outside the lifecycle (its
+// resources, its owner) with a compare-and-swap, then calls after.
+func (s *state) mutate(ctx context.Context, id string, fn func(*reconciler.Instance), after func(reconciler.Instance)) error {
+	mu := s.lockOf(id)
+	mu.Lock()
+	defer mu.Unlock()
+	for range 10 {
+		cur, ok := s.get(id)
+		if !ok {
+			return driver.Errorf(driver.ErrNotFound, "instance %s", id)
+		}
+		next := cur
+		fn(&next)
+		next.Updated = s.now()
+		res, err := s.st.Txn(ctx, []store.Cmp{{Key: PrefixInstances + id, ModRevision: cur.Revision}},
+			[]store.Op{store.Put(PrefixInstances+id, encodeInstance(&next))})
+		if err != nil {
+			return fmt.Errorf("control: store instance %s: %w", id, err)
+		}
+		if !res.Succeeded {
+			if err := s.reload(ctx, id); err != nil {
+				return err
+			}
+			continue
+		}
+		next.Revision = res.Revision
+		s.remember(next)
+		if after != nil {
+			after(next)
+		}
+		return nil
+	}
+	return fmt.Errorf("control: instance %s: too many conflicting writes", id)
+}
+
+// logs is Plane.Logs.
+func (s *state) logs(ctx context.Context, ref string, opts driver.LogOptions, stdout, stderr io.Writer) error {
+	in, p, err := s.live(ref)
+	if err != nil {
+		return err
+	}
+	return p.Logs(ctx, in.BackendID, opts, stdout, stderr)
+}
+
+// events is Plane.Events: a watch on the store's instances and nodes.
+func (s *state) events(ctx context.Context, since int64, fn func(Event)) error {
+	from := since
+	if from > 0 {
+		from = since + 1
+	}
+	w, err := s.st.Watch(ctx, "/berth/", from)
+	if err != nil {
+		return fmt.Errorf("control: events: %w", err)
+	}
+	for ev := range w.Events() {
+		key := ev.KV.Key
+		out := Event{Revision: ev.KV.ModRevision, Deleted: ev.Type == store.EventDelete}
+		switch {
+		case strings.HasPrefix(key, PrefixInstances):
+			out.Kind = EventInstance
+			in := &reconciler.Instance{ID: strings.TrimPrefix(key, PrefixInstances)}
+			if !out.Deleted {
+				if err := json.Unmarshal(ev.KV.Value, in); err != nil {
+					continue
+				}
+				in.Revision = ev.KV.ModRevision
+			}
+			out.Instance = in
+		case strings.HasPrefix(key, PrefixNodes):
+			out.Kind = EventNode
+			var n NodeState
+			if !out.Deleted {
+				if err := json.Unmarshal(ev.KV.Value, &n); err != nil {
+					continue
+				}
+			}
+			out.Node = &n
+		default:
+			continue
+		}
+		fn(out)
+	}
+	err = w.Err()
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return ctx.Err()
+	}
+	if err == nil {
+		err = ctx.Err()
+	}
+	return err
+}
+
+// nodes is Plane.Nodes.
+func (s *state) nodes(ctx context.Context) ([]NodeView, error) {
+	type sum struct {
+		r driver.Resources
+		n int
+	}
+	sums := map[string]*sum{}
+	for _, in := range s.snapshot(func(in *reconciler.Instance) bool { return in.Phase.HoldsNode() }) {
+		k := reconciler.NodeID(in.Provider, in.Node)
+		if sums[k] == nil {
+			sums[k] = &sum{}
+		}
+		sums[k].r = sums[k].r.Add(in.Spec.Resources)
+		sums[k].n++
+	}
+	var out []NodeView
+	var errs []error
+	for _, name := range s.provNames {
+		ps, err := s.provs[name].State(ctx)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("provider %s: %w", name, err))
+			continue
+		}
+		for _, n := range ps.Nodes {
+			v := NodeView{Provider: name, Node: n}
+			if x := sums[reconciler.NodeID(name, n.Name)]; x != nil {
+				v.Berth, v.BerthCount = x.r, x.n
+			}
+			out = append(out, v)
+		}
+	}
+	if out == nil && len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	if out == nil {
+		out = []NodeView{}
+	}
+	return out, nil
+}
+
+// providers is Plane.Providers.
+func (s *state) providers(ctx context.Context) ([]ProviderView, error) {
+	out := make([]ProviderView, 0, len(s.provNames))
+	for _, name := range s.provNames {
+		p := s.provs[name]
+		v := ProviderView{Name: name, Driver: driverName(p), Capabilities: p.Capabilities(), Health: p.Health()}
+		if v.Capabilities == nil {
+			v.Capabilities = []string{}
+		}
+		if ps, err := p.State(ctx); err != nil {
+			v.Error = err.Error()
+		} else {
+			v.Nodes = len(ps.Nodes)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// driverName names p's driver by its Go type's package, the name it
+// registers under by convention.
+func driverName(p *provider.Provider) string {
+	t := fmt.Sprintf("%T", p.Driver())
+	t = strings.TrimPrefix(t, "*")
+	if pkg, _, ok := strings.Cut(t, "."); ok {
+		return pkg
+	}
+	return t
+}
+
+// images is Plane.Images.
+func (s *state) images(ctx context.Context, providerName, node string) ([]driver.Image, error) {
+	p, err := s.provider(providerName)
+	if err != nil {
+		return nil, err
+	}
+	return p.Images(ctx, node)
+}
+
+// preload is Plane.Preload.
+func (s *state) preload(ctx context.Context, providerName, image string, nodes []string, progress func(driver.PreloadProgress)) error {
+	if image == "" {
+		return &driver.FieldError{Path: "image", Reason: "required"}
+	}
+	p, err := s.provider(providerName)
+	if err != nil {
+		return err
+	}
+	return p.Preload(ctx, image, nodes, progress)
+}
+
+// quotas is Plane.Quotas.
+func (s *state) quotas(ctx context.Context) ([]QuotaUse, error) {
+	return s.quotaUse(), nil
+}
+
+// syncPools keeps every pool label's MinReady unassigned instances: it
+// submits the missing ones, within the label's and the pool's caps.
+func (s *state) syncPools(ctx context.Context) {
+	for _, pl := range s.cfg.Pools {
+		total := 0
+		byLabel := map[string][2]int{} // label -> (unassigned not ended, all not ended)
+		for _, in := range s.snapshot(func(in *reconciler.Instance) bool { return in.Pool == pl.Name }) {
+			if in.Phase.Terminal() || in.Phase == reconciler.Deleting {
+				continue
+			}
+			c := byLabel[in.Label]
+			if in.Owner == "" && in.Group == "" {
+				c[0]++
+			}
+			c[1]++
+			byLabel[in.Label] = c
+			if in.Phase.HoldsNode() || in.Phase == reconciler.Pending {
+				total++
+			}
+		}
+		for _, l := range pl.Labels {
+			c := byLabel[l.Name]
+			missing := l.MinReady - c[0]
+			if l.Max > 0 {
+				missing = min(missing, l.Max-c[1])
+			}
+			if pl.MaxInstances > 0 {
+				missing = min(missing, pl.MaxInstances-total)
+			}
+			if missing <= 0 {
+				continue
+			}
+			req := scheduler.Request{Spec: l.Spec, Count: missing, Provider: pl.Provider}
+			req.ID = pl.Name + "." + l.Name + "." + newID()
+			req.Spec.Name = ""
+			if _, err := s.accept(ctx, []part{{req: req, pool: pl.Name, label: l.Name}}, nil, nil); err != nil {
+				s.log.Warn("pool", "pool", pl.Name, "label", l.Name, "err", err)
+				continue
+			}
+			total += missing
+		}
+	}
+}

@@ -1,0 +1,340 @@
+package control
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/reconciler"
+	"github.com/berth-dev/berth/scheduler"
+)
+
+// cluster wraps the scheduler's authoritative Cluster: it approves every
+// placement, fed with the providers' node readings and the store's
+// instances.
+type cluster struct {
+	c *scheduler.Cluster
+}
+
+// newCluster builds the placement state from the instances in the store
+// that hold a node.
+func newCluster(s *state) *cluster {
+	c := &cluster{c: scheduler.NewCluster()}
+	var as []scheduler.Allocation
+	for _, in := range s.snapshot(func(in *reconciler.Instance) bool { return in.Phase.HoldsNode() }) {
+		as = append(as, allocationOf(&in))
+	}
+	if err := c.c.Reserve(as...); err != nil {
+		// Ids are unique keys in the store; a failure here is a bug.
+		s.log.Error("reserve instances", "err", err)
+	}
+	for _, name := range s.provNames {
+		c.c.SetCapabilities(name, s.provs[name].Capabilities())
+	}
+	return c
+}
+
+func allocationOf(in *reconciler.Instance) scheduler.Allocation {
+	var ports []int
+	for _, p := range withPorts(in.Spec, in.HostPorts).Ports {
+		if p.HostPort > 0 {
+			ports = append(ports, p.HostPort)
+		}
+	}
+	return scheduler.Allocation{
+		ID: in.ID, Name: in.Name, Provider: in.Provider, Node: in.Node,
+		Resources: in.Spec.Resources, Ports: ports, Group: in.Group, Request: in.Request,
+		Image: in.Spec.Image, Labels: in.Spec.Labels, Priority: in.Priority,
+	}
+}
+
+func (c *cluster) release(id string) { _ = c.c.Release(id) }
+
+// updateNodes hands a fresh reading of p's nodes to the scheduler.
+func (s *state) updateNodes(p *provider.Provider, nodes []driver.Node) {
+	if err := s.cluster.c.UpdateNodes(p.Name(), nodes); err != nil {
+		s.log.Warn("provider nodes", "provider", p.Name(), "err", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, n := range nodes {
+		n.Images, n.Ports = nil, nil
+		s.nodeInfo[reconciler.NodeID(p.Name(), n.Name)] = n
+	}
+}
+
+// refreshNodes reads every provider's nodes once (used by New so that
+// Submit can place before the first sync).
+func (s *state) refreshNodes(ctx context.Context) {
+	for _, name := range s.provNames {
+		p := s.provs[name]
+		ps, err := p.State(ctx)
+		if err != nil {
+			s.log.Warn("provider state", "provider", name, "err", err)
+			continue
+		}
+		s.updateNodes(p, ps.Nodes)
+	}
+}
+
+// kickPlacer wakes the placer.
+func (s *state) kickPlacer() {
+	select {
+	case s.placeKick <- struct{}{}:
+	default:
+	}
+}
+
+// placer places pending instances, highest priority first and oldest first
+// within a priority, whenever something changed and at least every second.
+func (s *state) placer(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.placeKick:
+		case <-t.C:
+		}
+		s.placePending(ctx)
+	}
+}
+
+// placePending tries once to place every pending instance that is due.
+func (s *state) placePending(ctx context.Context) {
+	s.placeGroups(ctx)
+	now := s.now()
+	pending := s.snapshot(func(in *reconciler.Instance) bool {
+		return in.Phase == reconciler.Pending && !now.Before(in.Deadline)
+	})
+	pending = slices.DeleteFunc(pending, func(in reconciler.Instance) bool { return s.gangQueued(in.Group) })
+	slices.SortStableFunc(pending, func(a, b reconciler.Instance) int { return b.Priority - a.Priority })
+	if s.cfg.Metrics != nil {
+		s.cfg.Metrics.QueueDepth(len(pending))
+	}
+	for _, in := range pending {
+		if ctx.Err() != nil {
+			return
+		}
+		s.placeOne(ctx, in)
+	}
+}
+
+// requestFor rebuilds the placement request of one instance: its stored
+// request (or its pool label) narrowed to this instance, minus the nodes it
+// must avoid.
+func (s *state) requestFor(in *reconciler.Instance) scheduler.Request {
+	var r scheduler.Request
+	s.mu.RLock()
+	sr, ok := s.requests[in.Request]
+	s.mu.RUnlock()
+	if ok {
+		r = sr.Request
+	}
+	r.Spec = in.Spec
+	r.Spec.Name = in.Name
+	r.ID, r.Count, r.Group, r.Priority = in.ID, 1, in.Group, in.Priority
+	r.Constraints = slices.Clone(r.Constraints)
+	if in.Pool != "" {
+		for _, pl := range s.cfg.Pools {
+			if pl.Name == in.Pool {
+				r.Provider = pl.Provider
+			}
+		}
+	}
+	for _, x := range in.Exclude {
+		prov, node, _ := strings.Cut(x, "/")
+		if r.Provider == "" || r.Provider == prov {
+			r.Constraints = append(r.Constraints, "node!="+node)
+		}
+	}
+	return r
+}
+
+// placeOne places one pending instance and stores the placement; the
+// cluster's reservation is released again if the store refuses it.
+func (s *state) placeOne(ctx context.Context, in reconciler.Instance) {
+	if reason := s.quotaBlocks(&in); reason != "" {
+		s.unplaceable(ctx, in.ID, reason)
+		return
+	}
+	r := s.requestFor(&in)
+	start := time.Now()
+	plan, err := s.cluster.c.Place(&r)
+	if s.cfg.Metrics != nil {
+		s.cfg.Metrics.Scheduled(time.Since(start), err == nil && len(plan.Placements) == 1)
+	}
+	if err != nil {
+		s.unplaceable(ctx, in.ID, "cannot place: "+err.Error())
+		return
+	}
+	if len(plan.Placements) == 0 {
+		reason := "no node fits"
+		if len(plan.Unplaced) > 0 {
+			reason = "no node fits: " + plan.Unplaced[0].Reasons.String()
+		}
+		s.unplaceable(ctx, in.ID, reason)
+		return
+	}
+	pl := plan.Placements[0]
+	got, _, err := s.apply(ctx, in.ID, reconciler.Event{Kind: reconciler.Placed, Provider: pl.Provider, Node: pl.Node, Ports: pl.Ports})
+	if err != nil || got.Phase == reconciler.Pending || got.Provider != pl.Provider || got.Node != pl.Node || !got.Phase.HoldsNode() {
+		s.cluster.release(in.ID)
+	}
+}
+
+func (s *state) unplaceable(ctx context.Context, id, reason string) {
+	if in, ok := s.get(id); ok && in.Message == reason {
+		return
+	}
+	_, _, _ = s.apply(ctx, id, reconciler.Event{Kind: reconciler.Unplaceable, Message: reason})
+}
+
+// withPorts fills the "any port" ports of spec with the host ports the
+// scheduler chose, in its order: fixed ports first, then published ones.
+func withPorts(spec driver.Spec, chosen []int) driver.Spec {
+	if len(chosen) == 0 {
+		return spec
+	}
+	spec.Ports = slices.Clone(spec.Ports)
+	k := 0
+	for _, p := range spec.Ports {
+		if p.HostPort > 0 {
+			k++
+		}
+	}
+	for i := range spec.Ports {
+		if spec.Ports[i].HostPort == 0 && spec.Ports[i].Publish && k < len(chosen) {
+			spec.Ports[i].HostPort = chosen[k]
+			k++
+		}
+	}
+	return spec
+}
+
+// nodeRef describes a placed node for an answer.
+func (s *state) nodeRef(prov, node string) *NodeRef {
+	ref := &NodeRef{ID: reconciler.NodeID(prov, node), Provider: prov, Name: node}
+	s.mu.RLock()
+	n := s.nodeInfo[ref.ID]
+	s.mu.RUnlock()
+	ref.Address, ref.CPUs, ref.Memory = n.Address, n.Capacity.CPU, n.Capacity.Memory
+	return ref
+}
+
+// quotaBlocks says why in cannot be placed now under the quotas, or "".
+func (s *state) quotaBlocks(in *reconciler.Instance) string {
+	if len(s.cfg.Quotas) == 0 && !s.poolCapped(in.Pool) {
+		return ""
+	}
+	use := s.quotaUse()
+	prov := s.requestFor(in).Provider
+	for _, u := range use {
+		if !u.applies(in, prov) {
+			continue
+		}
+		if r := u.blocks(in.Spec.Resources); r != "" {
+			return r
+		}
+	}
+	return ""
+}
+
+func (s *state) poolCapped(pool string) bool {
+	for _, pl := range s.cfg.Pools {
+		if pl.Name == pool && pl.MaxInstances > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// applies reports whether quota u limits instance in (placed on provider
+// prov, which may be empty when any provider would do).
+func (u *QuotaUse) applies(in *reconciler.Instance, prov string) bool {
+	switch {
+	case u.Owner != "":
+		return u.Owner == in.Owner
+	case u.Pool != "":
+		return u.Pool == in.Pool
+	case u.Provider != "":
+		return prov == "" || u.Provider == prov
+	}
+	return false
+}
+
+// blocks says why adding r exceeds u, or "".
+func (u *QuotaUse) blocks(r driver.Resources) string {
+	scope := u.scope()
+	switch {
+	case u.Instances > 0 && u.UsedInstances+1 > u.Instances:
+		return fmt.Sprintf("quota %s: %d of %d instances in use", scope, u.UsedInstances, u.Instances)
+	case u.CPU > 0 && u.UsedCPU+r.CPU > u.CPU:
+		return fmt.Sprintf("quota %s: %s of %s cpus in use, %s more asked", scope, u.UsedCPU, u.CPU, r.CPU)
+	case u.Memory > 0 && u.UsedMemory+r.Memory > u.Memory:
+		return fmt.Sprintf("quota %s: %s of %s memory in use, %s more asked", scope, u.UsedMemory, u.Memory, r.Memory)
+	}
+	return ""
+}
+
+// never says why r could never fit u even when nothing else is held, or "".
+func (u *QuotaUse) never(r driver.Resources, n int) string {
+	scope := u.scope()
+	switch {
+	case u.CPU > 0 && r.CPU > u.CPU:
+		return fmt.Sprintf("quota %s allows %s cpus; one instance asks for %s", scope, u.CPU, r.CPU)
+	case u.Memory > 0 && r.Memory > u.Memory:
+		return fmt.Sprintf("quota %s allows %s memory; one instance asks for %s", scope, u.Memory, r.Memory)
+	}
+	return ""
+}
+
+func (u *QuotaUse) scope() string {
+	switch {
+	case u.Owner != "":
+		return "owner " + u.Owner
+	case u.Pool != "":
+		return "pool " + u.Pool
+	}
+	return "provider " + u.Provider
+}
+
+// quotaUse returns the configured quotas (and pool caps) with what their
+// scopes hold: every instance that holds a node.
+func (s *state) quotaUse() []QuotaUse {
+	if len(s.cfg.Quotas) == 0 && len(s.cfg.Pools) == 0 {
+		return nil
+	}
+	use := make([]QuotaUse, 0, len(s.cfg.Quotas)+len(s.cfg.Pools))
+	for _, q := range s.cfg.Quotas {
+		use = append(use, QuotaUse{Quota: q})
+	}
+	for _, pl := range s.cfg.Pools {
+		if pl.MaxInstances > 0 {
+			use = append(use, QuotaUse{Quota: Quota{Pool: pl.Name, Instances: pl.MaxInstances}})
+		}
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for k := range use {
+		u := &use[k]
+		var key string
+		switch {
+		case u.Owner != "":
+			key = ownerKey(u.Owner)
+		case u.Pool != "":
+			key = poolKey(u.Pool)
+		default:
+			key = providerKey(u.Provider)
+		}
+		if h := s.held[key]; h != nil {
+			u.UsedInstances, u.UsedCPU, u.UsedMemory = h.n, h.cpu, h.mem
+		}
+	}
+	return use
+}

@@ -1,0 +1,377 @@
+// Package control is Berth's control plane: it accepts requests, places them
+// with the scheduler, records every placement and its intent in the store,
+// and runs the reconciler that drives the back-ends until what runs matches
+// what the store says.
+//
+// Data flows one way: API → scheduler → store → reconciler → driver. Every
+// change of state is a store transaction that compares revisions, so the
+// Plane can be stopped at any moment (kill -9 included) and a new Plane on the
+// same store resumes the work: it adopts what the back-ends already run,
+// never creates a second copy, and deletes leaked resources that carry this
+// cluster's tags.
+package control
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/reconciler"
+	"github.com/berth-dev/berth/scheduler"
+	"github.com/berth-dev/berth/store"
+)
+
+// Config configures a Plane. Store and at least one provider are required;
+// zero knobs take the defaults documented on each field.
+type Config struct {
+	Store     store.Store
+	Providers []*provider.Provider
+	// Cluster is this installation's id, written on every back-end resource
+	// as driver.TagCluster. Leak cleanup only ever touches resources carrying
+	// it. Default "berth".
+	Cluster string
+	// Pools are Nodepool pools: labels mapped to specs, with warm instances.
+	Pools []Pool
+	// Quotas limit instances, cpus and memory per provider, pool or owner.
+	Quotas []Quota
+	// Logger receives the plane's logs; nil means slog.Default().
+	Logger *slog.Logger
+	// Metrics receives measurements; nil means none.
+	Metrics Metrics
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+
+	// LaunchTimeout bounds one create attempt; default 5m.
+	LaunchTimeout time.Duration
+	// MaxAttempts is how many failed create attempts an instance gets before
+	// it is failed; quota refusals are not counted. Default 3.
+	MaxAttempts int
+	// RetryBackoff is the first wait before a requeued instance is placed
+	// again; it doubles per attempt up to a minute. Default 1s.
+	RetryBackoff time.Duration
+	// LeakSightings is how many consecutive listings must show an unknown
+	// tagged resource before it is deleted. Default 2.
+	LeakSightings int
+	// SyncInterval is how often each provider is listed and its state read
+	// (observed states, node changes, leaks). Default 2s.
+	SyncInterval time.Duration
+	// Workers is how many goroutines drive create and delete operations.
+	// Default 4.
+	Workers int
+	// QueuePolicy orders the groups waiting to be placed whole within a
+	// priority class: fifo (default), size or dynsize (Zoe).
+	QueuePolicy scheduler.Policy
+	// Writers is how many goroutines store the outcomes of operations,
+	// each committing up to 512 in one transaction. Default 2.
+	Writers int
+}
+
+// Metrics receives the plane's measurements. Implementations must be safe
+// for concurrent use and must not block.
+type Metrics interface {
+	// Scheduled records how long one placement decision took.
+	Scheduled(d time.Duration, placed bool)
+	// QueueDepth reports how many instances wait for placement.
+	QueueDepth(n int)
+	// Launched records the end of one create attempt on a provider; err is
+	// nil on success.
+	Launched(provider string, err error)
+	// QuotaUse reports the use of one quota.
+	QuotaUse(q QuotaUse)
+	// LeakFound records one leaked resource deleted from a provider.
+	LeakFound(provider string)
+}
+
+// Pool is a Nodepool pool: named labels, each a spec kept warm on one
+// provider. Ready instances of a label are handed out to node-set requests
+// that ask for that label.
+type Pool struct {
+	Name     string  `json:"name" yaml:"name"`
+	Provider string  `json:"provider" yaml:"provider"`
+	Labels   []Label `json:"labels" yaml:"labels"`
+	// MaxInstances caps the pool's instances in every phase that holds a
+	// back-end resource; 0 means no cap.
+	MaxInstances int `json:"max_instances,omitempty" yaml:"max_instances"`
+}
+
+// Label is one kind of instance a pool provides.
+type Label struct {
+	Name string      `json:"name" yaml:"name"`
+	Spec driver.Spec `json:"spec" yaml:"spec"`
+	// MinReady is how many unassigned running instances the pool keeps.
+	MinReady int `json:"min_ready,omitempty" yaml:"min_ready"`
+	// Max caps this label's instances; 0 means no cap.
+	Max int `json:"max,omitempty" yaml:"max"`
+}
+
+// Quota limits what a scope may hold at once. Exactly one of Provider, Pool
+// and Owner names the scope; zero limits are unlimited.
+type Quota struct {
+	Provider  string          `json:"provider,omitempty" yaml:"provider"`
+	Pool      string          `json:"pool,omitempty" yaml:"pool"`
+	Owner     string          `json:"owner,omitempty" yaml:"owner"`
+	Instances int             `json:"instances,omitempty" yaml:"instances"`
+	CPU       driver.MilliCPU `json:"cpus,omitempty" yaml:"cpus"`
+	Memory    driver.Bytes    `json:"memory,omitempty" yaml:"memory"`
+}
+
+// QuotaUse is a quota with what its scope holds now.
+type QuotaUse struct {
+	Quota
+	UsedInstances int             `json:"used_instances"`
+	UsedCPU       driver.MilliCPU `json:"used_cpus"`
+	UsedMemory    driver.Bytes    `json:"used_memory"`
+}
+
+// Instance is Berth's record of one instance: what was asked, where it was
+// placed, its lifecycle phase and what the back-end last reported.
+type Instance = reconciler.Instance
+
+// Phase is an instance's lifecycle phase.
+type Phase = reconciler.Phase
+
+// NodeRef is the node an answer names: id (provider/node), address and total
+// capacity (Citadel's answer).
+type NodeRef struct {
+	ID       string          `json:"id"`
+	Provider string          `json:"provider"`
+	Name     string          `json:"name"`
+	Address  string          `json:"address,omitempty"`
+	CPUs     driver.MilliCPU `json:"cpus"`
+	Memory   driver.Bytes    `json:"memory"`
+}
+
+// Placed is one instance of an answer with the node it was given; Node is
+// nil while the instance is pending.
+type Placed struct {
+	Instance Instance `json:"instance"`
+	Node     *NodeRef `json:"node,omitempty"`
+}
+
+// Answer is Citadel's answer to a request: every instance accepted, with its
+// node when it was placed at once. Pending instances stay queued and carry
+// the reason in their Message.
+type Answer struct {
+	Request   string   `json:"request"`
+	Instances []Placed `json:"instances"`
+}
+
+// GroupAnswer answers a group submission.
+type GroupAnswer struct {
+	Group     string   `json:"group"`
+	Instances []Placed `json:"instances"`
+}
+
+// PlanAnswer is a dry run: where each instance would go, and for what could
+// not be placed, why not.
+type PlanAnswer struct {
+	Placements []PlanPlacement `json:"placements"`
+	Unplaced   int             `json:"unplaced"`
+	// Reasons summarises why nodes were rejected ("12 nodes: not enough
+	// memory").
+	Reasons []string `json:"reasons,omitempty"`
+}
+
+// PlanPlacement is one instance of a dry run and its node.
+type PlanPlacement struct {
+	Instance string  `json:"instance"`
+	Node     NodeRef `json:"node"`
+}
+
+// Filter selects instances; empty fields match everything.
+type Filter struct {
+	Provider string  `json:"provider,omitempty"`
+	Node     string  `json:"node,omitempty"`
+	Owner    string  `json:"owner,omitempty"`
+	Pool     string  `json:"pool,omitempty"`
+	Group    string  `json:"group,omitempty"`
+	Request  string  `json:"request,omitempty"`
+	Name     string  `json:"name,omitempty"`
+	Phases   []Phase `json:"phases,omitempty"`
+	// All includes deleted instances, which are hidden otherwise.
+	All bool `json:"all,omitempty"`
+}
+
+// EventKind says what an Event is about.
+type EventKind string
+
+// Event kinds.
+const (
+	EventInstance EventKind = "instance"
+	EventNode     EventKind = "node"
+)
+
+// Event is one change of Berth's state, read from the store. Revision orders
+// events; pass the last one seen to Events to resume after it.
+type Event struct {
+	Revision int64      `json:"revision"`
+	Kind     EventKind  `json:"kind"`
+	Deleted  bool       `json:"deleted,omitempty"`
+	Instance *Instance  `json:"instance,omitempty"`
+	Node     *NodeState `json:"node,omitempty"`
+}
+
+// NodeState is the last status Berth recorded for a node.
+type NodeState struct {
+	Provider string            `json:"provider"`
+	Name     string            `json:"name"`
+	Status   driver.NodeStatus `json:"status"`
+	Reason   string            `json:"reason,omitempty"`
+	Since    time.Time         `json:"since"`
+}
+
+// NodeView is one node as its provider reports it, with what Berth has
+// reserved there.
+type NodeView struct {
+	Provider string `json:"provider"`
+	driver.Node
+	// Berth is the sum of the resources of Berth's instances placed on the
+	// node, and Count their number.
+	Berth      driver.Resources `json:"berth_reserved"`
+	BerthCount int              `json:"berth_instances"`
+}
+
+// ProviderView describes one provider.
+type ProviderView struct {
+	Name         string          `json:"name"`
+	Driver       string          `json:"driver"`
+	Capabilities []string        `json:"capabilities"`
+	Health       provider.Health `json:"health"`
+	Nodes        int             `json:"nodes"`
+	Error        string          `json:"error,omitempty"`
+}
+
+// Plane is the control plane. Its methods are safe for concurrent use; Run
+// drives the reconciler.
+type Plane struct {
+	*state
+}
+
+// New checks cfg, loads the store's instances and returns a Plane. It starts
+// no goroutine; call Run.
+func New(ctx context.Context, cfg Config) (*Plane, error) {
+	s, err := newState(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Plane{s}, nil
+}
+
+// Run drives the reconciler until ctx ends: it launches and deletes
+// instances, retries pending ones, watches the providers' nodes, adopts what
+// already exists and deletes leaks. It returns ctx's error after every
+// goroutine it started has ended.
+func (p *Plane) Run(ctx context.Context) error { return p.run(ctx) }
+
+// Submit validates req, places its instances and commits the placements and
+// their intent (id, provider, node; the back-end tags follow from them) to
+// the store in one transaction, then returns Citadel's answer. Placed
+// instances are answered as creating — their create starts once they are
+// stored — or as scheduled when Run is not running. Instances that cannot
+// be placed now are accepted as pending, with the reason in their Message,
+// and are placed when capacity frees up. A request that could never fit a
+// quota is refused with driver.ErrQuotaExceeded; bad input with
+// driver.FieldErrors (matching driver.ErrInvalid) naming the field; an id or
+// name in use with driver.ErrAlreadyExists.
+func (p *Plane) Submit(ctx context.Context, req scheduler.Request, owner string) (*Answer, error) {
+	return p.submit(ctx, req, owner)
+}
+
+// SubmitGroup places a group: its essential instances all or none. A node
+// set first reuses ready pool instances of its labels. A group whose
+// essential instances do not fit now waits, whole, in the gang queue
+// (Config.QueuePolicy, priority classes, backfill) and is placed all at
+// once when it fits.
+func (p *Plane) SubmitGroup(ctx context.Context, g scheduler.Group, owner string) (*GroupAnswer, error) {
+	return p.submitGroup(ctx, g, owner)
+}
+
+// Plan is a dry run of Submit: where req's instances would go now and why
+// the rest could not be placed. Nothing is stored.
+func (p *Plane) Plan(ctx context.Context, req scheduler.Request) (*PlanAnswer, error) {
+	return p.plan(ctx, req)
+}
+
+// Instances returns the instances matching f, sorted by creation time then
+// id.
+func (p *Plane) Instances(ctx context.Context, f Filter) ([]Instance, error) {
+	return p.instances(ctx, f)
+}
+
+// Counts returns how many instances are in each phase (phases with none
+// are left out). It is cheap: it reads counters, not the instances.
+func (p *Plane) Counts(ctx context.Context) (map[Phase]int, error) { return p.counts(), nil }
+
+// Instance returns the instance with id ref or, failing that, the newest not
+// deleted instance named ref; driver.ErrNotFound otherwise.
+func (p *Plane) Instance(ctx context.Context, ref string) (Instance, error) {
+	return p.instance(ctx, ref)
+}
+
+// Delete marks the instance for deletion and returns; the reconciler
+// removes it from its back-end. Deleting a deleted instance is no error.
+func (p *Plane) Delete(ctx context.Context, ref string) error { return p.delete(ctx, ref) }
+
+// Stop stops the instance gracefully (a forced stop after grace).
+func (p *Plane) Stop(ctx context.Context, ref string, grace time.Duration) error {
+	return p.stop(ctx, ref, grace)
+}
+
+// Start starts a stopped or exited instance.
+func (p *Plane) Start(ctx context.Context, ref string) error { return p.start(ctx, ref) }
+
+// Restart restarts the instance.
+func (p *Plane) Restart(ctx context.Context, ref string, grace time.Duration) error {
+	return p.restart(ctx, ref, grace)
+}
+
+// Kill sends signal to the instance.
+func (p *Plane) Kill(ctx context.Context, ref, signal string) error { return p.kill(ctx, ref, signal) }
+
+// Resize changes the instance's live cpu and memory limits; zero fields of r
+// are unchanged. Growing checks the node's free capacity first and fails
+// with driver.ErrInsufficientCapacity when it does not fit.
+func (p *Plane) Resize(ctx context.Context, ref string, r driver.Resources) error {
+	return p.resize(ctx, ref, r)
+}
+
+// Logs copies the instance's output to stdout and stderr.
+func (p *Plane) Logs(ctx context.Context, ref string, opts driver.LogOptions, stdout, stderr io.Writer) error {
+	return p.logs(ctx, ref, opts, stdout, stderr)
+}
+
+// Events calls fn for every change of instances and nodes after store
+// revision since (0 means from now) until ctx ends, and returns ctx's error
+// then. It returns an error wrapping store.ErrCompacted when since is too old.
+func (p *Plane) Events(ctx context.Context, since int64, fn func(Event)) error {
+	return p.events(ctx, since, fn)
+}
+
+// Nodes returns every provider's nodes with Berth's reservations on them.
+func (p *Plane) Nodes(ctx context.Context) ([]NodeView, error) { return p.nodes(ctx) }
+
+// Providers describes every provider: driver, capabilities, health.
+func (p *Plane) Providers(ctx context.Context) ([]ProviderView, error) { return p.providers(ctx) }
+
+// Images lists the images present on a node of a provider.
+func (p *Plane) Images(ctx context.Context, providerName, node string) ([]driver.Image, error) {
+	return p.images(ctx, providerName, node)
+}
+
+// Preload makes image present on nodes of a provider (all when nodes is
+// empty), reporting progress.
+func (p *Plane) Preload(ctx context.Context, providerName, image string, nodes []string, progress func(driver.PreloadProgress)) error {
+	return p.preload(ctx, providerName, image, nodes, progress)
+}
+
+// Hold keeps a running instance until until, then deletes it (Nodepool's
+// hold with an expiry). Holding again moves the expiry.
+func (p *Plane) Hold(ctx context.Context, ref string, until time.Time) error {
+	return p.hold(ctx, ref, until)
+}
+
+// Quotas returns every configured quota with its current use.
+func (p *Plane) Quotas(ctx context.Context) ([]QuotaUse, error) { return p.quotas(ctx) }

@@ -1,0 +1,886 @@
+package control
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/reconciler"
+)
+
+// taskKind says what a task does.
+type taskKind int
+
+const (
+	taskTick   taskKind = iota // step the instance with a Tick
+	taskCreate                 // drive a create operation
+	taskDelete                 // drive a delete operation
+	taskStale                  // delete a stale copy of an instance
+	taskLeak                   // delete a leaked resource
+	taskStop                   // stop an instance (resumed after a crash)
+	taskStart                  // start an instance
+)
+
+// task is one unit of reconciler work, due at a time. Operations are
+// driven by re-queueing their task after each Advance, so a few workers
+// drive any number of them.
+type task struct {
+	kind  taskKind
+	id    string // instance id
+	due   time.Time
+	seq   uint64
+	index int
+
+	prov  *provider.Provider
+	adopt bool
+	ref   reconciler.Ref
+	ops   []driver.Operation // operations in flight (a delete by tag may have several)
+	// cancel ends the context the operations were started with; aborted
+	// says the task was abandoned. Both are guarded by runtime.mu.
+	cancel  context.CancelFunc
+	aborted bool
+	issued  time.Time     // when the back-end was asked to create; zero until then
+	poll    time.Duration // backoff when an operation gives no Wait hint
+	start   time.Time
+}
+
+type taskHeap []*task
+
+func (h taskHeap) Len() int { return len(h) }
+func (h taskHeap) Less(i, j int) bool {
+	if !h[i].due.Equal(h[j].due) {
+		return h[i].due.Before(h[j].due)
+	}
+	return h[i].seq < h[j].seq
+}
+func (h taskHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i]; h[i].index = i; h[j].index = j }
+func (h *taskHeap) Push(x any)   { t := x.(*task); t.index = len(*h); *h = append(*h, t) }
+func (h *taskHeap) Pop() any {
+	old := *h
+	t := old[len(old)-1]
+	*h = old[:len(old)-1]
+	t.index = -1
+	return t
+}
+
+// peek returns the task due first.
+func (h taskHeap) peek() (*task, bool) {
+	if len(h) == 0 {
+		return nil, false
+	}
+	return h[0], true
+}
+
+// runtime is the reconciler's in-memory state while Run runs.
+type runtime struct {
+	wake chan struct{}
+
+	mu     sync.Mutex
+	heap   taskHeap
+	seq    uint64
+	ticks  map[string]*task    // pending tick per instance
+	ops    map[string]*task    // create or delete in flight per instance
+	side   map[string]*task    // stale, leak, stop and start tasks by key
+	leaks  map[string]int      // sightings of unknown tagged resources, by provider/id
+	misses map[string]int      // listings missing an instance, by instance id
+	nodes  map[string]nodeSeen // node statuses, by provider/node
+
+	// outcomes carries the results of finished operations to the writers,
+	// which store many of them in one transaction.
+	outcomes chan outcome
+}
+
+type nodeSeen struct {
+	status driver.NodeStatus
+	reason string
+}
+
+// push queues t; rt.mu must be held.
+func (rt *runtime) push(t *task) {
+	rt.seq++
+	t.seq = rt.seq
+	heap.Push(&rt.heap, t)
+	rt.signal()
+}
+
+// signal wakes the dispatcher to look at the heap again.
+func (rt *runtime) signal() {
+	select {
+	case rt.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run is Plane.Run.
+func (s *state) run(ctx context.Context) error {
+	s.rtMu.Lock()
+	if s.running {
+		s.rtMu.Unlock()
+		return errors.New("control: Run is already running")
+	}
+	s.running = true
+	ctx, cancel := context.WithCancel(ctx)
+	rt := &runtime{
+		wake:  make(chan struct{}, 1),
+		ticks: map[string]*task{}, ops: map[string]*task{}, side: map[string]*task{},
+		leaks: map[string]int{}, misses: map[string]int{}, nodes: map[string]nodeSeen{},
+		outcomes: make(chan outcome, 4096),
+	}
+	s.rt = rt
+	s.rtMu.Unlock()
+	defer func() {
+		cancel()
+		s.rtMu.Lock()
+		s.rt, s.running = nil, false
+		s.rtMu.Unlock()
+	}()
+
+	// Resume interrupted work before the first listing, so that instances
+	// mid-create are looked up by tag rather than counted as leaks.
+	for _, in := range s.snapshot(func(in *reconciler.Instance) bool { return !in.Phase.Terminal() }) {
+		if _, _, err := s.apply(ctx, in.ID, reconciler.Event{Kind: reconciler.Resume}); err != nil && ctx.Err() == nil {
+			s.log.Warn("resume", "instance", in.ID, "err", err)
+		}
+	}
+	s.kickPlacer()
+
+	var wg sync.WaitGroup
+	ready := make(chan *task)
+	wg.Go(func() { s.dispatch(ctx, rt, ready) })
+	for range s.cfg.Workers {
+		wg.Go(func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case t := <-ready:
+					s.work(ctx, rt, t)
+				}
+			}
+		})
+	}
+	for range s.cfg.Writers {
+		wg.Go(func() { s.writer(ctx, rt) })
+	}
+	wg.Go(func() { s.watchStore(ctx, rt) })
+	wg.Go(func() { s.placer(ctx) })
+	wg.Go(func() { s.syncLoop(ctx, rt) })
+	wg.Wait()
+	// Operations still in flight ended with ctx; the next Run resumes
+	// them.
+	return ctx.Err()
+}
+
+// runtime returns the running reconciler, or nil.
+func (s *state) runtimeOf() *runtime {
+	s.rtMu.Lock()
+	defer s.rtMu.Unlock()
+	return s.rt
+}
+
+// dispatch hands due tasks to the workers.
+func (s *state) dispatch(ctx context.Context, rt *runtime, ready chan<- *task) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		rt.mu.Lock()
+		t, ok := rt.heap.peek()
+		var wait time.Duration
+		if ok {
+			wait = t.due.Sub(s.now())
+			if wait <= 0 {
+				heap.Pop(&rt.heap)
+				if t.kind == taskTick && rt.ticks[t.id] == t {
+					delete(rt.ticks, t.id)
+				}
+			}
+		}
+		rt.mu.Unlock()
+		if ok && wait <= 0 {
+			select {
+			case ready <- t:
+				continue
+			case <-ctx.Done():
+				return
+			}
+		}
+		if !ok {
+			wait = time.Hour
+		}
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-rt.wake:
+		case <-timer.C:
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}
+}
+
+// perform carries out the actions of one transition of in, except those
+// in direct, which it returns. It never blocks: work is queued.
+func (s *state) perform(in reconciler.Instance, acts []reconciler.Action, direct []reconciler.ActionKind) []reconciler.Action {
+	var out []reconciler.Action
+	rt := s.runtimeOf()
+	for _, a := range acts {
+		if slices.Contains(direct, a.Kind) {
+			out = append(out, a)
+			continue
+		}
+		switch a.Kind {
+		case reconciler.Release:
+			s.cluster.release(in.ID)
+			s.kickPlacer()
+		case reconciler.Place:
+			s.kickPlacer()
+		}
+		if rt == nil {
+			// Without a running reconciler the work waits for Run, which
+			// resumes every instance.
+			continue
+		}
+		switch a.Kind {
+		case reconciler.Wake:
+			s.tickAt(rt, in.ID, a.At)
+		case reconciler.Create:
+			s.startOp(rt, &in, taskCreate, a.Adopt)
+		case reconciler.Delete:
+			s.startOp(rt, &in, taskDelete, false)
+		case reconciler.Cancel:
+			rt.mu.Lock()
+			if t, ok := rt.ops[in.ID]; ok && t.kind == taskCreate {
+				rt.abortLocked(t)
+				delete(rt.ops, in.ID)
+			}
+			rt.mu.Unlock()
+		case reconciler.DeleteStale:
+			for _, r := range in.Stale {
+				s.startSide(rt, &in, taskStale, r)
+			}
+		case reconciler.Stop:
+			s.startSide(rt, &in, taskStop, reconciler.Ref{})
+		case reconciler.Start:
+			s.startSide(rt, &in, taskStart, reconciler.Ref{})
+		}
+	}
+	return out
+}
+
+// tickAt schedules a Tick of instance id at (or before) at.
+func (s *state) tickAt(rt *runtime, id string, at time.Time) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if t, ok := rt.ticks[id]; ok {
+		if !t.due.After(at) {
+			return
+		}
+		t.due = at
+		heap.Fix(&rt.heap, t.index)
+		rt.signal()
+		return
+	}
+	t := &task{kind: taskTick, id: id, due: at}
+	rt.ticks[id] = t
+	rt.push(t)
+}
+
+// startOp queues a create or delete for in unless one of the same kind is
+// in flight.
+func (s *state) startOp(rt *runtime, in *reconciler.Instance, kind taskKind, adopt bool) {
+	p, ok := s.provs[in.Provider]
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if t, busy := rt.ops[in.ID]; busy {
+		if t.kind == kind {
+			return
+		}
+		rt.abortLocked(t)
+	}
+	t := &task{kind: kind, id: in.ID, due: s.now(), prov: p, adopt: adopt, start: s.now()}
+	if !ok {
+		t.prov = nil
+	}
+	rt.ops[in.ID] = t
+	rt.push(t)
+}
+
+// startSide queues a stale delete, stop or start unless the same is queued.
+func (s *state) startSide(rt *runtime, in *reconciler.Instance, kind taskKind, ref reconciler.Ref) {
+	key := fmt.Sprintf("%d/%s/%s/%s", kind, in.ID, ref.Provider, ref.BackendID)
+	prov := in.Provider
+	if kind == taskStale {
+		prov = ref.Provider
+	}
+	p, ok := s.provs[prov]
+	if !ok {
+		return
+	}
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if _, busy := rt.side[key]; busy {
+		return
+	}
+	t := &task{kind: kind, id: in.ID, due: s.now(), prov: p, ref: ref, start: s.now()}
+	rt.side[key] = t
+	rt.push(t)
+}
+
+func sideKey(t *task) string {
+	return fmt.Sprintf("%d/%s/%s/%s", t.kind, t.id, t.ref.Provider, t.ref.BackendID)
+}
+
+// again re-queues t after its operations reported wait (0: back off).
+func (s *state) again(rt *runtime, t *task, wait time.Duration) {
+	if wait <= 0 {
+		if t.poll == 0 {
+			t.poll = 5 * time.Millisecond
+		} else {
+			t.poll = min(t.poll*2, 250*time.Millisecond)
+		}
+		wait = t.poll
+	}
+	t.due = s.now().Add(wait)
+	rt.mu.Lock()
+	rt.push(t)
+	rt.mu.Unlock()
+}
+
+// current reports whether t is still the operation in flight for its
+// instance.
+func (rt *runtime) current(t *task) bool {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	switch t.kind {
+	case taskCreate, taskDelete:
+		return rt.ops[t.id] == t
+	case taskStale, taskLeak, taskStop, taskStart:
+		return rt.side[sideKey(t)] == t
+	}
+	return true
+}
+
+// finish forgets t.
+func (rt *runtime) finish(t *task) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	switch t.kind {
+	case taskCreate, taskDelete:
+		if rt.ops[t.id] == t {
+			delete(rt.ops, t.id)
+		}
+	case taskStale, taskLeak, taskStop, taskStart:
+		if rt.side[sideKey(t)] == t {
+			delete(rt.side, sideKey(t))
+		}
+	}
+	rt.abortLocked(t)
+}
+
+// abortLocked abandons t: its operations' context ends and its results are
+// ignored. rt.mu must be held.
+func (rt *runtime) abortLocked(t *task) {
+	t.aborted = true
+	if t.cancel != nil {
+		t.cancel()
+	}
+}
+
+// aborted reports whether t was abandoned.
+func (rt *runtime) aborted(t *task) bool {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return t.aborted
+}
+
+// opContext returns the context t's operations are started with: derived
+// from ctx (Run's), it bounds the whole operation and ends when t is
+// abandoned or finished. ok is false when t is abandoned already.
+func (rt *runtime) opContext(ctx context.Context, t *task) (opCtx context.Context, ok bool) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if t.aborted {
+		return nil, false
+	}
+	opCtx, cancel := context.WithCancel(ctx)
+	prev := t.cancel
+	t.cancel = func() {
+		cancel()
+		if prev != nil {
+			prev()
+		}
+	}
+	return opCtx, true
+}
+
+// launchQueued reports whether instance id has a create that has not been
+// issued long enough for its launch timeout to count, and if so when to
+// look again: the timeout runs from when the back-end is asked.
+func (s *state) launchQueued(rt *runtime, id string) (time.Time, bool) {
+	in, ok := s.get(id)
+	if !ok || in.Phase != reconciler.Creating || s.now().Before(in.Deadline) {
+		return time.Time{}, false
+	}
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	t, busy := rt.ops[id]
+	if !busy || t.kind != taskCreate {
+		return time.Time{}, false
+	}
+	timeout := in.Deadline.Sub(t.start)
+	if t.issued.IsZero() {
+		return s.now().Add(timeout), true
+	}
+	if end := t.issued.Add(timeout); s.now().Before(end) {
+		return end, true
+	}
+	return time.Time{}, false
+}
+
+// callTimeout bounds one synchronous back-end call made by a worker.
+const callTimeout = 30 * time.Second
+
+// work performs one task.
+func (s *state) work(ctx context.Context, rt *runtime, t *task) {
+	switch t.kind {
+	case taskTick:
+		if later, ok := s.launchQueued(rt, t.id); ok {
+			// The launch timeout bounds the back-end's work, not the time
+			// the create waited for a worker: look again later.
+			s.tickAt(rt, t.id, later)
+			return
+		}
+		if _, _, err := s.apply(ctx, t.id, reconciler.Event{Kind: reconciler.Tick}); err != nil && !errors.Is(err, driver.ErrNotFound) && ctx.Err() == nil {
+			s.log.Warn("tick", "instance", t.id, "err", err)
+			s.tickAt(rt, t.id, s.now().Add(time.Second))
+		}
+	case taskCreate:
+		s.workCreate(ctx, rt, t)
+	case taskDelete:
+		s.workDelete(ctx, rt, t)
+	case taskStale:
+		s.workStale(ctx, rt, t)
+	case taskLeak:
+		s.workLeak(ctx, rt, t)
+	case taskStop, taskStart:
+		s.workStopStart(ctx, rt, t)
+	}
+}
+
+// feed applies ev to t's instance if t is still current, then forgets t
+// when it is over.
+func (s *state) feed(ctx context.Context, rt *runtime, t *task, ev reconciler.Event, over bool) {
+	if !rt.current(t) {
+		return
+	}
+	apply := func() {
+		if _, _, err := s.apply(ctx, t.id, ev); err != nil && ctx.Err() == nil && !errors.Is(err, driver.ErrNotFound) {
+			s.log.Warn("apply", "instance", t.id, "event", ev.Kind, "err", err)
+		}
+	}
+	if !over {
+		apply()
+		return
+	}
+	// The outcome of an operation goes to the writers, which store many
+	// in one transaction, so that the workers keep driving operations
+	// while the store commits.
+	rt.finish(t)
+	select {
+	case rt.outcomes <- outcome{id: t.id, ev: ev}:
+	case <-ctx.Done():
+	}
+}
+
+// outcome is the result of a finished operation, to be stored.
+type outcome struct {
+	id string
+	ev reconciler.Event
+}
+
+// maxBatch bounds how many outcomes one transaction stores.
+const maxBatch = 512
+
+// writer stores outcomes in batches until ctx ends. Outcomes not stored
+// when Run stops are found again by the next Run, which resumes the
+// instances they concern.
+func (s *state) writer(ctx context.Context, rt *runtime) {
+	batch := make([]outcome, 0, maxBatch)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case o := <-rt.outcomes:
+			batch = append(batch[:0], o)
+		}
+	drain:
+		for len(batch) < maxBatch {
+			select {
+			case o := <-rt.outcomes:
+				batch = append(batch, o)
+			default:
+				break drain
+			}
+		}
+		s.applyBatch(ctx, batch)
+	}
+}
+
+func (s *state) workCreate(ctx context.Context, rt *runtime, t *task) {
+	if !rt.current(t) {
+		return
+	}
+	in, ok := s.get(t.id)
+	if !ok || in.Phase != reconciler.Creating {
+		rt.finish(t)
+		return
+	}
+	if t.prov == nil {
+		s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.CreateFailed, Err: driver.Errorf(driver.ErrPermanent, "provider %q is not configured", in.Provider)}, true)
+		return
+	}
+	if len(t.ops) == 0 {
+		if t.adopt {
+			found, err := s.lookup(ctx, t.prov, &in)
+			if err != nil {
+				s.createFailed(ctx, rt, t, &in, err, nil)
+				return
+			}
+			if found != nil {
+				s.log.Info("adopting", "instance", in.ID, "provider", in.Provider, "backend_id", found.ID, "state", found.State)
+				s.adopt(ctx, rt, t, found)
+				return
+			}
+		}
+		spec := withPorts(in.Spec, in.HostPorts)
+		spec.Name = in.BackendName()
+		spec.Tags = s.tags(&in)
+		opCtx, ok := rt.opContext(ctx, t)
+		if !ok {
+			return
+		}
+		rt.mu.Lock()
+		t.issued = s.now()
+		rt.mu.Unlock()
+		op, err := t.prov.Create(opCtx, in.Node, &spec)
+		if err != nil {
+			s.createFailed(ctx, rt, t, &in, err, nil)
+			return
+		}
+		t.ops = []driver.Operation{op}
+	}
+	actx, cancel := context.WithTimeout(ctx, callTimeout)
+	p, err := t.ops[0].Advance(actx)
+	cancel()
+	switch {
+	case err != nil && (rt.aborted(t) || ctx.Err() != nil):
+		// Cancelled: the instance moved on; nothing to report.
+		rt.finish(t)
+	case err != nil:
+		s.createFailed(ctx, rt, t, &in, err, p.Instance)
+	case p.Done && p.Instance != nil && p.Instance.State == driver.StateCreating:
+		// An adopted copy still being built: wait for it.
+		t.ops = []driver.Operation{s.awaitOp(t.prov, p.Instance.ID)}
+		s.again(rt, t, 0)
+	case p.Done && p.Instance != nil && p.Instance.State == driver.StateFailed && t.adopt:
+		s.launched(t, nil)
+		s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.Abandoned, Instance: p.Instance}, true)
+	case p.Done:
+		s.launched(t, nil)
+		s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.Created, Instance: p.Instance}, true)
+	default:
+		if p.Instance != nil && p.Instance.ID != "" && in.BackendID != p.Instance.ID {
+			s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.Progress, Instance: p.Instance}, false)
+		}
+		if rt.current(t) {
+			s.again(rt, t, p.Wait)
+		}
+	}
+}
+
+// adopt takes over found, an existing copy of t's instance: a running or
+// ended copy is the instance; one still being built is waited for; a broken
+// one is deleted and the launch retried.
+func (s *state) adopt(ctx context.Context, rt *runtime, t *task, found *driver.Instance) {
+	t.adopt = true
+	switch found.State {
+	case driver.StateCreating:
+		t.ops = []driver.Operation{s.awaitOp(t.prov, found.ID)}
+		s.again(rt, t, 0)
+	case driver.StateFailed, driver.StateDeleting, driver.StateUnknown:
+		s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.Abandoned, Instance: found}, true)
+	default:
+		s.launched(t, nil)
+		s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.Created, Instance: found}, true)
+	}
+}
+
+// createFailed reports a failed create; a name conflict with a copy of this
+// same instance (made by an earlier attempt) is adopted instead.
+func (s *state) createFailed(ctx context.Context, rt *runtime, t *task, in *reconciler.Instance, err error, partial *driver.Instance) {
+	if errors.Is(err, driver.ErrAlreadyExists) {
+		got, ferr := t.prov.Find(ctx, in.BackendName())
+		switch {
+		case ferr == nil && got.Tags[driver.TagInstance] == in.ID && got.Tags[driver.TagCluster] == s.cfg.Cluster:
+			s.adopt(ctx, rt, t, got)
+			return
+		case errors.Is(ferr, driver.ErrNotFound):
+			// Held by something the back-end cannot show: try again under
+			// another name.
+			s.launched(t, err)
+			s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.NameTaken, Err: fmt.Errorf("%w: the name %q is held by a resource provider %s cannot show: %w", driver.ErrRetryable, in.BackendName(), in.Provider, err)}, true)
+			return
+		}
+		err = fmt.Errorf("%w: the name %q is taken in provider %s by a resource that is not this instance: %w", driver.ErrPermanent, in.BackendName(), in.Provider, err)
+	}
+	if rt.aborted(t) || ctx.Err() != nil {
+		rt.finish(t)
+		return
+	}
+	s.launched(t, err)
+	s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.CreateFailed, Err: err, Instance: partial}, true)
+}
+
+// awaitOp returns an Operation that waits for the back-end's instance id to
+// leave the creating state (an adopted copy whose create the previous
+// reconciler was driving).
+func (s *state) awaitOp(p *provider.Provider, id string) driver.Operation {
+	return driver.Steps(func(ctx context.Context) (bool, *driver.Instance, error) {
+		got, err := p.Get(ctx, id)
+		if err != nil {
+			return false, nil, err
+		}
+		return got.State != driver.StateCreating, got, nil
+	})
+}
+
+func (s *state) launched(t *task, err error) {
+	if s.cfg.Metrics != nil && t.prov != nil {
+		s.cfg.Metrics.Launched(t.prov.Name(), err)
+	}
+	if err != nil {
+		s.log.Warn("launch failed", "instance", t.id, "provider", t.prov.Name(), "err", err)
+	}
+}
+
+// lookup finds the resource of in by its instance tag; nil when none.
+func (s *state) lookup(ctx context.Context, p *provider.Provider, in *reconciler.Instance) (*driver.Instance, error) {
+	found, err := s.tagged(ctx, p, in.ID)
+	if err != nil {
+		return nil, err
+	}
+	if len(found) == 0 {
+		return nil, nil
+	}
+	// Keep the first; any other copy is deleted as a duplicate by the sync.
+	return found[0], nil
+}
+
+func (s *state) workDelete(ctx context.Context, rt *runtime, t *task) {
+	if !rt.current(t) {
+		return
+	}
+	in, ok := s.get(t.id)
+	if !ok || in.Phase != reconciler.Deleting {
+		rt.finish(t)
+		return
+	}
+	if t.prov == nil {
+		// Nothing can exist on an unknown provider.
+		s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.Gone}, true)
+		return
+	}
+	if t.ops == nil {
+		ids := []string{in.BackendID}
+		if in.BackendID == "" {
+			found, err := s.tagged(ctx, t.prov, in.ID)
+			if err != nil {
+				s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.DeleteFailed, Err: err}, true)
+				return
+			}
+			ids = ids[:0]
+			for _, f := range found {
+				ids = append(ids, f.ID)
+			}
+		}
+		opCtx, ok := rt.opContext(ctx, t)
+		if !ok {
+			return
+		}
+		t.ops = []driver.Operation{}
+		for _, id := range ids {
+			op, err := t.prov.Delete(opCtx, id)
+			if errors.Is(err, driver.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.DeleteFailed, Err: err}, true)
+				return
+			}
+			t.ops = append(t.ops, op)
+		}
+	}
+	done, wait, err := s.advanceAll(ctx, t)
+	switch {
+	case err != nil && (rt.aborted(t) || ctx.Err() != nil):
+		rt.finish(t)
+	case err != nil:
+		s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.DeleteFailed, Err: err}, true)
+	case done:
+		s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.Gone}, true)
+	default:
+		s.again(rt, t, wait)
+	}
+}
+
+// advanceAll advances every operation of t once, dropping finished ones; a
+// delete that finds the resource gone counts as done.
+func (s *state) advanceAll(ctx context.Context, t *task) (done bool, wait time.Duration, err error) {
+	rest := t.ops[:0]
+	for _, op := range t.ops {
+		actx, cancel := context.WithTimeout(ctx, callTimeout)
+		p, e := op.Advance(actx)
+		cancel()
+		switch {
+		case errors.Is(e, driver.ErrNotFound):
+		case e != nil:
+			return false, 0, e
+		case p.Done:
+		default:
+			rest = append(rest, op)
+			if wait == 0 || (p.Wait > 0 && p.Wait < wait) {
+				wait = p.Wait
+			}
+		}
+	}
+	t.ops = rest
+	return len(rest) == 0, wait, nil
+}
+
+func (s *state) workStale(ctx context.Context, rt *runtime, t *task) {
+	if !rt.current(t) {
+		return
+	}
+	if t.ops == nil {
+		ids := []string{t.ref.BackendID}
+		if t.ref.BackendID == "" {
+			// The copy was still being created when its node went away:
+			// every tagged copy except the current one is stale.
+			in, _ := s.get(t.id)
+			found, err := s.tagged(ctx, t.prov, t.id)
+			if err != nil {
+				rt.finish(t)
+				return
+			}
+			ids = ids[:0]
+			for _, f := range found {
+				if f.ID != in.BackendID {
+					ids = append(ids, f.ID)
+				}
+			}
+		}
+		opCtx, ok := rt.opContext(ctx, t)
+		if !ok {
+			return
+		}
+		t.ops = []driver.Operation{}
+		for _, id := range ids {
+			op, err := t.prov.Delete(opCtx, id)
+			if errors.Is(err, driver.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				// The node may still be away; the next tick tries again.
+				rt.finish(t)
+				return
+			}
+			t.ops = append(t.ops, op)
+		}
+	}
+	done, wait, err := s.advanceAll(ctx, t)
+	switch {
+	case err != nil:
+		rt.finish(t)
+	case done:
+		s.log.Info("stale copy deleted", "instance", t.id, "provider", t.ref.Provider, "backend_id", t.ref.BackendID)
+		s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.StaleGone, Ref: t.ref}, true)
+	default:
+		s.again(rt, t, wait)
+	}
+}
+
+func (s *state) workLeak(ctx context.Context, rt *runtime, t *task) {
+	if !rt.current(t) {
+		return
+	}
+	if t.ops == nil {
+		opCtx, ok := rt.opContext(ctx, t)
+		if !ok {
+			return
+		}
+		op, err := t.prov.Delete(opCtx, t.ref.BackendID)
+		if errors.Is(err, driver.ErrNotFound) {
+			rt.finish(t)
+			return
+		}
+		if err != nil {
+			s.log.Warn("leak delete", "provider", t.ref.Provider, "backend_id", t.ref.BackendID, "err", err)
+			rt.finish(t)
+			return
+		}
+		t.ops = []driver.Operation{op}
+	}
+	done, wait, err := s.advanceAll(ctx, t)
+	switch {
+	case err != nil:
+		s.log.Warn("leak delete", "provider", t.ref.Provider, "backend_id", t.ref.BackendID, "err", err)
+		rt.finish(t)
+	case done:
+		s.log.Info("leak deleted", "provider", t.ref.Provider, "backend_id", t.ref.BackendID, "instance", t.id)
+		if s.cfg.Metrics != nil {
+			s.cfg.Metrics.LeakFound(t.ref.Provider)
+		}
+		rt.finish(t)
+	default:
+		s.again(rt, t, wait)
+	}
+}
+
+func (s *state) workStopStart(ctx context.Context, rt *runtime, t *task) {
+	if !rt.current(t) {
+		return
+	}
+	in, ok := s.get(t.id)
+	if !ok {
+		rt.finish(t)
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	if t.kind == taskStop {
+		err := t.prov.Stop(cctx, in.BackendID, 10*time.Second)
+		ev := reconciler.Event{Kind: reconciler.StopDone}
+		if err != nil {
+			ev = reconciler.Event{Kind: reconciler.StopFailed, Err: err}
+		}
+		s.feed(ctx, rt, t, ev, true)
+		return
+	}
+	err := t.prov.Start(cctx, in.BackendID)
+	ev := reconciler.Event{Kind: reconciler.StartDone}
+	if err != nil {
+		ev = reconciler.Event{Kind: reconciler.StartFailed, Err: err}
+	}
+	s.feed(ctx, rt, t, ev, true)
+}

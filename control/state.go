@@ -1,0 +1,618 @@
+package control
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/reconciler"
+	"github.com/berth-dev/berth/scheduler"
+	"github.com/berth-dev/berth/store"
+)
+
+// Store keys. Every object is JSON under its prefix; the layout suits an
+// etcd store as well as the embedded ones.
+const (
+	// PrefixInstances holds one Instance per id.
+	PrefixInstances = "/berth/instances/"
+	// PrefixRequests holds each accepted scheduler.Request with its owner,
+	// used to place its instances again.
+	PrefixRequests = "/berth/requests/"
+	// PrefixGroups holds each accepted scheduler.Group.
+	PrefixGroups = "/berth/groups/"
+	// PrefixNodes holds the last recorded status of every node, as
+	// /berth/nodes/<provider>/<node>.
+	PrefixNodes = "/berth/nodes/"
+)
+
+// storedRequest is a request as kept under PrefixRequests.
+type storedRequest struct {
+	Request scheduler.Request `json:"request"`
+	Owner   string            `json:"owner,omitempty"`
+	Time    time.Time         `json:"time"`
+}
+
+// stripes is the number of per-instance locks: every change of one instance
+// (Step, transaction, scheduling its actions) happens under its stripe, so
+// the actions of successive transitions are issued in order.
+const stripes = 256
+
+type state struct {
+	cfg       Config
+	st        store.Store
+	log       *slog.Logger
+	now       func() time.Time
+	m         reconciler.Machine
+	provs     map[string]*provider.Provider
+	provNames []string
+	cluster   *cluster
+	locks     [stripes]sync.Mutex
+
+	mu       sync.RWMutex
+	recs     map[string]*reconciler.Instance // the store's instances, write-through
+	requests map[string]*storedRequest
+	names    map[string]string        // instance id by name, for live instances
+	held     map[string]*held         // what each owner, pool and provider holds
+	queued   int                      // pending instances
+	phases   map[reconciler.Phase]int // instances per phase
+	nodeInfo map[string]driver.Node   // latest reading of every node, by provider/node, without images and ports
+
+	lists listings // shared listings of tagged resources, per provider
+
+	// loadRev is the store revision the loaded instances reflect; the
+	// store watch starts after it.
+	loadRev int64
+
+	gangMu sync.Mutex
+	gang   gang
+
+	rt *runtime // set while Run runs
+	// rtMu guards rt.
+	rtMu sync.Mutex
+	// placeKick wakes the placer.
+	placeKick chan struct{}
+	// running is set while Run runs, to refuse a second Run.
+	running bool
+}
+
+func (s *state) lockOf(id string) *sync.Mutex { return &s.locks[s.stripeOf(id)] }
+
+func (s *state) stripeOf(id string) int {
+	h := fnv.New32a()
+	h.Write([]byte(id))
+	return int(h.Sum32() % stripes)
+}
+
+func newState(ctx context.Context, cfg Config) (*state, error) {
+	var es driver.FieldErrors
+	if cfg.Store == nil {
+		es = append(es, &driver.FieldError{Path: "store", Reason: "required"})
+	}
+	if len(cfg.Providers) == 0 {
+		es = append(es, &driver.FieldError{Path: "providers", Reason: "at least one provider is required"})
+	}
+	provs := map[string]*provider.Provider{}
+	for i, p := range cfg.Providers {
+		if p == nil {
+			es = append(es, &driver.FieldError{Path: fmt.Sprintf("providers[%d]", i), Reason: "nil provider"})
+			continue
+		}
+		if _, dup := provs[p.Name()]; dup {
+			es = append(es, &driver.FieldError{Path: fmt.Sprintf("providers[%d]", i), Reason: fmt.Sprintf("provider name %q used twice", p.Name())})
+		}
+		provs[p.Name()] = p
+	}
+	for i, pl := range cfg.Pools {
+		f := fmt.Sprintf("pools[%d]", i)
+		if pl.Name == "" {
+			es = append(es, &driver.FieldError{Path: f + ".name", Reason: "required"})
+		}
+		if _, ok := provs[pl.Provider]; !ok {
+			es = append(es, &driver.FieldError{Path: f + ".provider", Reason: fmt.Sprintf("unknown provider %q", pl.Provider)})
+		}
+		if pl.MaxInstances < 0 {
+			es = append(es, &driver.FieldError{Path: f + ".max_instances", Reason: "must not be negative"})
+		}
+		for j, l := range pl.Labels {
+			lf := fmt.Sprintf("%s.labels[%d]", f, j)
+			if l.Name == "" {
+				es = append(es, &driver.FieldError{Path: lf + ".name", Reason: "required"})
+			}
+			if l.MinReady < 0 || l.Max < 0 || (l.Max > 0 && l.MinReady > l.Max) {
+				es = append(es, &driver.FieldError{Path: lf + ".min_ready", Reason: "want 0 to max"})
+			}
+			if err := l.Spec.Validate(); err != nil {
+				es = appendPrefixed(es, lf+".spec.", err)
+			}
+		}
+	}
+	switch cfg.QueuePolicy {
+	case "", scheduler.PolicyFIFO, scheduler.PolicySize, scheduler.PolicyDynSize:
+	default:
+		es = append(es, &driver.FieldError{Path: "queue_policy", Reason: fmt.Sprintf("%q: want fifo, size or dynsize", cfg.QueuePolicy)})
+	}
+	for i, q := range cfg.Quotas {
+		f := fmt.Sprintf("quotas[%d]", i)
+		n := 0
+		for _, v := range []string{q.Provider, q.Pool, q.Owner} {
+			if v != "" {
+				n++
+			}
+		}
+		if n != 1 {
+			es = append(es, &driver.FieldError{Path: f, Reason: "name exactly one of provider, pool and owner"})
+		}
+		if q.Provider != "" {
+			if _, ok := provs[q.Provider]; !ok {
+				es = append(es, &driver.FieldError{Path: f + ".provider", Reason: fmt.Sprintf("unknown provider %q", q.Provider)})
+			}
+		}
+		if q.Instances < 0 {
+			es = append(es, &driver.FieldError{Path: f + ".instances", Reason: "must not be negative"})
+		}
+		if q.CPU < 0 {
+			es = append(es, &driver.FieldError{Path: f + ".cpus", Reason: "must not be negative"})
+		}
+		if q.Memory < 0 {
+			es = append(es, &driver.FieldError{Path: f + ".memory", Reason: "must not be negative"})
+		}
+	}
+	if err := es.Err(); err != nil {
+		return nil, fmt.Errorf("control: %w", err)
+	}
+	if cfg.Cluster == "" {
+		cfg.Cluster = "berth"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.LeakSightings <= 0 {
+		cfg.LeakSightings = 2
+	}
+	if cfg.SyncInterval <= 0 {
+		cfg.SyncInterval = 2 * time.Second
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 4
+	}
+	if cfg.Writers <= 0 {
+		cfg.Writers = 2
+	}
+	s := &state{
+		cfg:       cfg,
+		st:        cfg.Store,
+		log:       cfg.Logger,
+		now:       cfg.Now,
+		m:         reconciler.Machine{LaunchTimeout: cfg.LaunchTimeout, MaxAttempts: cfg.MaxAttempts, Backoff: cfg.RetryBackoff},
+		provs:     provs,
+		recs:      map[string]*reconciler.Instance{},
+		requests:  map[string]*storedRequest{},
+		names:     map[string]string{},
+		held:      map[string]*held{},
+		phases:    map[reconciler.Phase]int{},
+		nodeInfo:  map[string]driver.Node{},
+		placeKick: make(chan struct{}, 1),
+	}
+	for n := range provs {
+		s.provNames = append(s.provNames, n)
+	}
+	slices.Sort(s.provNames)
+	s.lists = s.newListings()
+	s.gang.ids = map[string]bool{}
+	s.gang.q.Policy = cfg.QueuePolicy
+	if err := s.load(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.loadGroups(ctx); err != nil {
+		return nil, err
+	}
+	s.cluster = newCluster(s)
+	s.refreshNodes(ctx)
+	return s, nil
+}
+
+func appendPrefixed(es driver.FieldErrors, prefix string, err error) driver.FieldErrors {
+	var fes driver.FieldErrors
+	var fe *driver.FieldError
+	switch {
+	case errors.As(err, &fes):
+		for _, e := range fes {
+			es = append(es, &driver.FieldError{Path: prefix + e.Path, Reason: e.Reason})
+		}
+	case errors.As(err, &fe):
+		es = append(es, &driver.FieldError{Path: prefix + fe.Path, Reason: fe.Reason})
+	default:
+		es = append(es, &driver.FieldError{Path: strings.TrimSuffix(prefix, "."), Reason: err.Error()})
+	}
+	return es
+}
+
+// load reads every instance and request from the store.
+func (s *state) load(ctx context.Context) error {
+	kvs, rev, err := s.st.List(ctx, PrefixInstances)
+	if err != nil {
+		return fmt.Errorf("control: load instances: %w", err)
+	}
+	for _, kv := range kvs {
+		in, err := decodeInstance(kv)
+		if err != nil {
+			return err
+		}
+		s.putLocked(in)
+	}
+	s.loadRev = rev
+	kvs, _, err = s.st.List(ctx, PrefixRequests)
+	if err != nil {
+		return fmt.Errorf("control: load requests: %w", err)
+	}
+	for _, kv := range kvs {
+		var r storedRequest
+		if err := json.Unmarshal(kv.Value, &r); err != nil {
+			return fmt.Errorf("control: decode %s: %w", kv.Key, err)
+		}
+		s.requests[strings.TrimPrefix(kv.Key, PrefixRequests)] = &r
+	}
+	return nil
+}
+
+func decodeInstance(kv store.KV) (*reconciler.Instance, error) {
+	var in reconciler.Instance
+	if err := json.Unmarshal(kv.Value, &in); err != nil {
+		return nil, fmt.Errorf("control: decode %s: %w", kv.Key, err)
+	}
+	in.Revision = kv.ModRevision
+	return &in, nil
+}
+
+func encodeInstance(in *reconciler.Instance) []byte {
+	b, err := json.Marshal(in)
+	if err != nil {
+		// Instance holds only JSON-safe types; failing here is a bug.
+		panic(fmt.Sprintf("control: encode instance %s: %v", in.ID, err))
+	}
+	return b
+}
+
+// get returns a copy of the cached instance id.
+func (s *state) get(id string) (reconciler.Instance, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	in, ok := s.recs[id]
+	if !ok {
+		return reconciler.Instance{}, false
+	}
+	return *in, true
+}
+
+// remember caches in unless the cache already holds a newer revision.
+func (s *state) remember(in reconciler.Instance) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cur, ok := s.recs[in.ID]; ok && cur.Revision > in.Revision {
+		return
+	}
+	s.putLocked(&in)
+}
+
+// putLocked caches in and keeps the indexes in step: names of live
+// instances, what each owner, pool and provider holds, and the queue
+// length. s.mu must be held for writing.
+func (s *state) putLocked(in *reconciler.Instance) {
+	if old, ok := s.recs[in.ID]; ok {
+		s.countLocked(old, -1)
+	}
+	s.recs[in.ID] = in
+	s.countLocked(in, 1)
+	if in.Phase == reconciler.Deleted {
+		if s.names[in.Name] == in.ID {
+			delete(s.names, in.Name)
+		}
+		return
+	}
+	s.names[in.Name] = in.ID
+}
+
+// held is what one scope holds: instances placed on a node and their
+// resources.
+type held struct {
+	n   int
+	cpu driver.MilliCPU
+	mem driver.Bytes
+}
+
+// Scope keys of state.held.
+func ownerKey(o string) string    { return "owner\x00" + o }
+func poolKey(p string) string     { return "pool\x00" + p }
+func providerKey(p string) string { return "provider\x00" + p }
+
+// countLocked adds (sign 1) or removes (-1) in from the tallies.
+func (s *state) countLocked(in *reconciler.Instance, sign int) {
+	s.phases[in.Phase] += sign
+	if in.Phase == reconciler.Pending {
+		s.queued += sign
+	}
+	if !in.Phase.HoldsNode() {
+		return
+	}
+	for _, k := range []string{ownerKey(in.Owner), poolKey(in.Pool), providerKey(in.Provider)} {
+		h := s.held[k]
+		if h == nil {
+			h = &held{}
+			s.held[k] = h
+		}
+		h.n += sign
+		h.cpu += driver.MilliCPU(sign) * in.Spec.CPU
+		h.mem += driver.Bytes(sign) * in.Spec.Memory
+	}
+}
+
+// reload refreshes the cached instance id from the store.
+func (s *state) reload(ctx context.Context, id string) error {
+	kv, err := s.st.Get(ctx, PrefixInstances+id)
+	if errors.Is(err, store.ErrNotFound) {
+		s.mu.Lock()
+		if old, ok := s.recs[id]; ok {
+			s.countLocked(old, -1)
+			delete(s.recs, id)
+		}
+		s.mu.Unlock()
+		return driver.Errorf(driver.ErrNotFound, "instance %s", id)
+	}
+	if err != nil {
+		return err
+	}
+	in, err := decodeInstance(kv)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.putLocked(in)
+	s.mu.Unlock()
+	return nil
+}
+
+// snapshot returns copies of the cached instances that keep returns true
+// for.
+func (s *state) snapshot(keep func(*reconciler.Instance) bool) []reconciler.Instance {
+	s.mu.RLock()
+	ptrs := make([]*reconciler.Instance, 0, 64)
+	for _, in := range s.recs {
+		if keep == nil || keep(in) {
+			ptrs = append(ptrs, in)
+		}
+	}
+	// Cached records are replaced, never changed in place, so the pointers
+	// stay valid after the lock is released.
+	s.mu.RUnlock()
+	slices.SortFunc(ptrs, func(a, b *reconciler.Instance) int {
+		if c := a.Created.Compare(b.Created); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.ID, b.ID)
+	})
+	if len(ptrs) == 0 {
+		return nil
+	}
+	out := make([]reconciler.Instance, len(ptrs))
+	for i, in := range ptrs {
+		out[i] = *in
+	}
+	return out
+}
+
+// counts returns how many instances are in each phase.
+func (s *state) counts() map[reconciler.Phase]int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make(map[reconciler.Phase]int, len(s.phases))
+	for ph, n := range s.phases {
+		if n > 0 {
+			out[ph] = n
+		}
+	}
+	return out
+}
+
+// apply feeds ev to the instance id, stores the result with a transaction
+// that compares the revision (re-reading and stepping again on a conflict)
+// and then performs the actions. Actions listed in direct are not performed
+// but returned, for callers that perform them themselves.
+func (s *state) apply(ctx context.Context, id string, ev reconciler.Event, direct ...reconciler.ActionKind) (reconciler.Instance, []reconciler.Action, error) {
+	ev.Instance = slim(ev.Instance)
+	mu := s.lockOf(id)
+	mu.Lock()
+	defer mu.Unlock()
+	for range 100 {
+		cur, ok := s.get(id)
+		if !ok {
+			return reconciler.Instance{}, nil, driver.Errorf(driver.ErrNotFound, "instance %s", id)
+		}
+		next, acts := s.m.Step(cur, ev, s.now())
+		if !reconciler.Changed(cur, next) {
+			// Nothing to store.
+			return cur, s.perform(next, acts, direct), nil
+		}
+		res, err := s.st.Txn(ctx, []store.Cmp{{Key: PrefixInstances + id, ModRevision: cur.Revision}},
+			[]store.Op{store.Put(PrefixInstances+id, encodeInstance(&next))})
+		if err != nil {
+			return cur, nil, fmt.Errorf("control: store instance %s: %w", id, err)
+		}
+		if !res.Succeeded {
+			if err := s.reload(ctx, id); err != nil {
+				return cur, nil, err
+			}
+			continue
+		}
+		next.Revision = res.Revision
+		s.remember(next)
+		if cur.Phase != next.Phase {
+			s.log.Debug("instance phase", "instance", id, "from", cur.Phase, "to", next.Phase, "message", next.Message)
+		}
+		return next, s.perform(next, acts, direct), nil
+	}
+	return reconciler.Instance{}, nil, fmt.Errorf("control: instance %s: too many conflicting writes", id)
+}
+
+// applyBatch applies the outcomes like apply, storing all the changes in
+// one transaction. Should a comparison fail (someone else changed one of
+// the instances) each outcome is applied on its own instead.
+func (s *state) applyBatch(ctx context.Context, batch []outcome) {
+	if len(batch) == 1 {
+		s.applyOne(ctx, batch[0])
+		return
+	}
+	// Lock the stripes of every instance, in order, so that no other change
+	// interleaves.
+	var held [stripes]bool
+	for _, o := range batch {
+		held[s.stripeOf(o.id)] = true
+	}
+	for i := range held {
+		if held[i] {
+			s.locks[i].Lock()
+		}
+	}
+	unlock := func() {
+		for i := range held {
+			if held[i] {
+				s.locks[i].Unlock()
+			}
+		}
+	}
+	type result struct {
+		base reconciler.Instance // as read
+		in   reconciler.Instance
+		acts []reconciler.Action
+	}
+	results := map[string]*result{}
+	var order []string
+	for _, o := range batch {
+		r, ok := results[o.id]
+		if !ok {
+			cur, found := s.get(o.id)
+			if !found {
+				continue
+			}
+			r = &result{base: cur, in: cur}
+			results[o.id] = r
+			order = append(order, o.id)
+		}
+		o.ev.Instance = slim(o.ev.Instance)
+		next, acts := s.m.Step(r.in, o.ev, s.now())
+		r.in = next
+		r.acts = append(r.acts, acts...)
+	}
+	var cmps []store.Cmp
+	var ops []store.Op
+	for _, id := range order {
+		r := results[id]
+		if !reconciler.Changed(r.base, r.in) {
+			continue
+		}
+		cmps = append(cmps, store.Cmp{Key: PrefixInstances + id, ModRevision: r.base.Revision})
+		ops = append(ops, store.Put(PrefixInstances+id, encodeInstance(&r.in)))
+	}
+	if len(ops) > 0 {
+		res, err := s.st.Txn(ctx, cmps, ops)
+		if err != nil || !res.Succeeded {
+			unlock()
+			if err != nil && ctx.Err() != nil {
+				return
+			}
+			for _, o := range batch {
+				s.applyOne(ctx, o)
+			}
+			return
+		}
+		for _, id := range order {
+			results[id].in.Revision = res.Revision
+		}
+	}
+	for _, id := range order {
+		r := results[id]
+		if reconciler.Changed(r.base, r.in) {
+			s.remember(r.in)
+		}
+		s.perform(r.in, r.acts, nil)
+	}
+	unlock()
+}
+
+func (s *state) applyOne(ctx context.Context, o outcome) {
+	if _, _, err := s.apply(ctx, o.id, o.ev); err != nil && ctx.Err() == nil && !errors.Is(err, driver.ErrNotFound) {
+		s.log.Warn("apply", "instance", o.id, "event", o.ev.Kind, "err", err)
+	}
+}
+
+// slim returns a copy of a back-end's instance without its tags and labels:
+// they are Berth's own tags and the spec's labels, both on the record
+// already, and leaving them out keeps every stored instance small.
+func slim(in *driver.Instance) *driver.Instance {
+	if in == nil || (in.Tags == nil && in.Labels == nil) {
+		return in
+	}
+	c := *in
+	c.Tags, c.Labels = nil, nil
+	return &c
+}
+
+// newID returns a fresh random id.
+func newID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// find returns the instance with id ref, or the newest not deleted one named
+// ref.
+func (s *state) find(ref string) (reconciler.Instance, error) {
+	if ref == "" {
+		return reconciler.Instance{}, &driver.FieldError{Path: "ref", Reason: "an instance id or name is required"}
+	}
+	if in, ok := s.get(ref); ok {
+		return in, nil
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if id, ok := s.names[ref]; ok {
+		if in, ok := s.recs[id]; ok {
+			return *in, nil
+		}
+	}
+	return reconciler.Instance{}, driver.Errorf(driver.ErrNotFound, "instance %q", ref)
+}
+
+// tags returns the tags Berth writes on the back-end resource of in.
+func (s *state) tags(in *reconciler.Instance) map[string]string {
+	return map[string]string{
+		driver.TagManaged:  "true",
+		driver.TagCluster:  s.cfg.Cluster,
+		driver.TagProvider: in.Provider,
+		driver.TagInstance: in.ID,
+	}
+}
+
+// provider returns the named provider or an ErrNotFound naming the known
+// ones.
+func (s *state) provider(name string) (*provider.Provider, error) {
+	p, ok := s.provs[name]
+	if !ok {
+		return nil, driver.Errorf(driver.ErrNotFound, "provider %q (known: %s)", name, strings.Join(s.provNames, ", "))
+	}
+	return p, nil
+}

@@ -1,0 +1,523 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/reconciler"
+	"github.com/berth-dev/berth/scheduler"
+	"github.com/berth-dev/berth/store"
+)
+
+var idRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,47}$`)
+
+// maxNameLen bounds instance names, leaving room in driver.MaxNameLength
+// for the incarnation suffix of a replacement copy.
+const maxNameLen = driver.MaxNameLength - 6
+
+// checkNames refuses a request whose instance names (its name or id, with
+// the index suffix) would be too long for the back-ends.
+func checkNames(r *scheduler.Request, prefix string) error {
+	last := instanceName(r, r.N()-1)
+	if len(last) <= maxNameLen {
+		return nil
+	}
+	field := "id"
+	if r.Name != "" {
+		field = "name"
+	}
+	return &driver.FieldError{Path: prefix + field, Reason: fmt.Sprintf("instance names such as %q are longer than %d characters", last, maxNameLen)}
+}
+
+// part is one request of a submission with its owner, pool and label.
+type part struct {
+	req   scheduler.Request
+	owner string
+	pool  string
+	label string
+}
+
+// submit is Plane.Submit.
+func (s *state) submit(ctx context.Context, req scheduler.Request, owner string) (*Answer, error) {
+	if err := s.checkRequest(&req, ""); err != nil {
+		return nil, err
+	}
+	placed, err := s.accept(ctx, []part{{req: req, owner: owner}}, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &Answer{Request: req.ID, Instances: placed}, nil
+}
+
+// checkRequest validates req, names it when it has no id, and refuses what
+// could never fit a quota. prefix is the field path of req.
+func (s *state) checkRequest(req *scheduler.Request, prefix string) error {
+	if err := req.Validate(); err != nil {
+		return prefixErr(prefix, err)
+	}
+	var es driver.FieldErrors
+	if req.ID == "" {
+		req.ID = newID()
+	}
+	if !idRE.MatchString(req.ID) {
+		es = append(es, &driver.FieldError{Path: prefix + "id", Reason: fmt.Sprintf("%q: use 1 to 48 letters, digits, '_', '.' or '-', starting with a letter or digit", req.ID)})
+	} else if err := checkNames(req, prefix); err != nil {
+		es = append(es, err.(*driver.FieldError))
+	}
+	if req.Provider != "" {
+		if _, err := s.provider(req.Provider); err != nil {
+			es = append(es, &driver.FieldError{Path: prefix + "provider", Reason: fmt.Sprintf("unknown provider %q; known: %v", req.Provider, s.provNames)})
+		}
+	}
+	if err := es.Err(); err != nil {
+		return err
+	}
+	return nil
+}
+
+func prefixErr(prefix string, err error) error {
+	if prefix == "" {
+		return err
+	}
+	return appendPrefixed(nil, prefix, err).Err()
+}
+
+// instanceName is the name of instance i of r (the scheduler's naming).
+func instanceName(r *scheduler.Request, i int) string {
+	if r.Name == "" {
+		return r.InstanceID(i)
+	}
+	if r.N() > 1 {
+		return r.Name + "-" + strconv.Itoa(i)
+	}
+	return r.Name
+}
+
+// accept places the parts' instances, stores the requests, the instances
+// (scheduled with their intent, or pending with the reason) and the group
+// in one transaction, and starts the launches. plans holds a plan already
+// made per request id (a group's); requests without one are placed here.
+func (s *state) accept(ctx context.Context, parts []part, groupPlan *scheduler.Plan, group *scheduler.Group) ([]Placed, error) {
+	now := s.now()
+	byID := map[string]scheduler.Placement{}
+	reasons := map[string]string{}
+	var held []string // instance ids the cluster holds for this call
+	release := func() {
+		for _, id := range held {
+			s.cluster.release(id)
+		}
+	}
+	if groupPlan != nil {
+		for _, pl := range groupPlan.Placements {
+			byID[pl.Instance] = pl
+			held = append(held, pl.Instance)
+		}
+		for _, u := range groupPlan.Unplaced {
+			for _, i := range u.Indexes {
+				reasons[u.Request+"#"+strconv.Itoa(i)] = "no node fits: " + u.Reasons.String()
+			}
+		}
+	}
+
+	// Quotas first: what could never fit is refused, what cannot fit now
+	// waits.
+	var recs []*reconciler.Instance
+	for pi := range parts {
+		pt := &parts[pi]
+		r := &pt.req
+		for i := range r.N() {
+			in := &reconciler.Instance{
+				ID: r.InstanceID(i), Name: instanceName(r, i), Spec: r.Spec, Phase: reconciler.Pending,
+				Owner: pt.owner, Pool: pt.pool, Label: pt.label, Group: r.Group, Request: r.ID,
+				Priority: r.Priority, Created: now, Updated: now,
+			}
+			in.Spec.Name = ""
+			recs = append(recs, in)
+		}
+		for _, u := range s.quotaUse() {
+			probe := reconciler.Instance{Owner: pt.owner, Pool: pt.pool}
+			if !u.applies(&probe, r.Provider) {
+				continue
+			}
+			if why := u.never(r.Resources, r.N()); why != "" {
+				release()
+				return nil, driver.Errorf(driver.ErrQuotaExceeded, "request %s can never fit: %s", r.ID, why)
+			}
+		}
+	}
+	if err := s.reserveNames(recs); err != nil {
+		release()
+		return nil, err
+	}
+	defer s.unreserveNames(recs)
+
+	// Place what is not placed yet, request by request, within quota.
+	k := 0
+	for pi := range parts {
+		r := &parts[pi].req
+		n := r.N()
+		mine := recs[k : k+n]
+		k += n
+		if groupPlan != nil {
+			continue
+		}
+		blocked := s.quotaBlocks(mine[0])
+		if blocked != "" {
+			for _, in := range mine {
+				in.Message = blocked
+			}
+			continue
+		}
+		start := time.Now()
+		plan, err := s.cluster.c.Place(r)
+		if s.cfg.Metrics != nil {
+			s.cfg.Metrics.Scheduled(time.Since(start), err == nil && plan.Complete())
+		}
+		if err != nil {
+			release()
+			return nil, err
+		}
+		for _, pl := range plan.Placements {
+			byID[pl.Instance] = pl
+			held = append(held, pl.Instance)
+		}
+		for _, u := range plan.Unplaced {
+			for _, i := range u.Indexes {
+				reasons[u.Request+"#"+strconv.Itoa(i)] = "no node fits: " + u.Reasons.String()
+			}
+		}
+	}
+	// Keep placements within quota: count them in one by one.
+	use := s.quotaUse()
+	launch := map[string][]reconciler.Action{}
+	for _, in := range recs {
+		pl, ok := byID[in.ID]
+		if !ok {
+			if in.Message == "" {
+				in.Message = reasons[in.Request+"#"+strconv.Itoa(indexOf(in))]
+			}
+			if in.Message == "" {
+				in.Message = "waiting for a node"
+			}
+			continue
+		}
+		over := ""
+		for k := range use {
+			if use[k].applies(in, pl.Provider) {
+				if why := use[k].blocks(in.Spec.Resources); why != "" && over == "" {
+					over = why
+				}
+			}
+		}
+		if over != "" {
+			s.cluster.release(in.ID)
+			delete(byID, in.ID)
+			in.Message = over
+			continue
+		}
+		for k := range use {
+			if use[k].applies(in, pl.Provider) {
+				use[k].UsedInstances++
+				use[k].UsedCPU += in.Spec.CPU
+				use[k].UsedMemory += in.Spec.Memory
+			}
+		}
+		if s.runtimeOf() != nil {
+			// The reconciler runs: store the instance as creating and start
+			// the create once it is stored, saving a transaction.
+			next, acts := s.m.Step(*in, reconciler.Event{Kind: reconciler.Placed, Provider: pl.Provider, Node: pl.Node, Ports: pl.Ports}, now)
+			*in = next
+			launch[in.ID] = acts
+			continue
+		}
+		in.Phase, in.Provider, in.Node, in.HostPorts = reconciler.Scheduled, pl.Provider, pl.Node, pl.Ports
+	}
+
+	// One transaction: the requests and every instance, none of which may
+	// exist yet.
+	var cmps []store.Cmp
+	var ops []store.Op
+	stored := map[string]*storedRequest{}
+	for _, pt := range parts {
+		sr := &storedRequest{Request: pt.req, Owner: pt.owner, Time: now}
+		b, err := json.Marshal(sr)
+		if err != nil {
+			release()
+			return nil, fmt.Errorf("control: encode request: %w", err)
+		}
+		key := PrefixRequests + pt.req.ID
+		cmps = append(cmps, store.Cmp{Key: key})
+		ops = append(ops, store.Put(key, b))
+		stored[pt.req.ID] = sr
+	}
+	for _, in := range recs {
+		key := PrefixInstances + in.ID
+		cmps = append(cmps, store.Cmp{Key: key})
+		ops = append(ops, store.Put(key, encodeInstance(in)))
+	}
+	if group != nil {
+		b, err := json.Marshal(group)
+		if err != nil {
+			release()
+			return nil, fmt.Errorf("control: encode group: %w", err)
+		}
+		cmps = append(cmps, store.Cmp{Key: PrefixGroups + group.ID})
+		ops = append(ops, store.Put(PrefixGroups+group.ID, b))
+	}
+	res, err := s.st.Txn(ctx, cmps, ops)
+	if err != nil {
+		release()
+		return nil, fmt.Errorf("control: store request: %w", err)
+	}
+	if !res.Succeeded {
+		release()
+		return nil, fmt.Errorf("%w: request %s: %w", driver.ErrAlreadyExists, parts[0].req.ID, &driver.FieldError{Path: "id", Reason: "a request or instance with this id exists already"})
+	}
+	s.mu.Lock()
+	for id, sr := range stored {
+		s.requests[id] = sr
+	}
+	s.mu.Unlock()
+	out := make([]Placed, 0, len(recs))
+	for _, in := range recs {
+		in.Revision = res.Revision
+		s.remember(*in)
+		p := Placed{Instance: *in}
+		if in.Phase.HoldsNode() {
+			p.Node = s.nodeRef(in.Provider, in.Node)
+		}
+		// Read the runtime after remembering: a Run starting now either
+		// sees the instance when it resumes or is seen here.
+		switch rt := s.runtimeOf(); {
+		case launch[in.ID] != nil:
+			s.perform(*in, launch[in.ID], nil)
+		case in.Phase == reconciler.Scheduled && rt != nil:
+			s.tickAt(rt, in.ID, now)
+		}
+		out = append(out, p)
+	}
+	if group != nil && groupPlan != nil && essentialMissing(groupPlan) {
+		// Nothing of the group was placed: it waits in the gang queue and
+		// is placed all or none.
+		s.queueGroup(group, now)
+	}
+	if len(byID) < len(recs) {
+		s.kickPlacer()
+	}
+	return out, nil
+}
+
+// indexOf returns the instance index of in within its request.
+func indexOf(in *reconciler.Instance) int {
+	if in.ID == in.Request {
+		return 0
+	}
+	n, err := strconv.Atoi(in.ID[len(in.Request)+1:])
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// reserveNames claims the names of recs, refusing names that a live
+// instance (or a submission in flight) holds.
+func (s *state) reserveNames(recs []*reconciler.Instance) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, in := range recs {
+		if id, taken := s.names[in.Name]; taken {
+			for _, done := range recs[:k] {
+				delete(s.names, done.Name)
+			}
+			return fmt.Errorf("%w: %w", driver.ErrAlreadyExists, &driver.FieldError{Path: "name", Reason: fmt.Sprintf("%q is in use by instance %s", in.Name, id)})
+		}
+		s.names[in.Name] = in.ID
+	}
+	return nil
+}
+
+// unreserveNames drops the claims of recs; the names of stored live
+// instances stay claimed through the cache.
+func (s *state) unreserveNames(recs []*reconciler.Instance) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, in := range recs {
+		if cur, ok := s.recs[in.ID]; ok && cur.Phase != reconciler.Deleted {
+			continue
+		}
+		if s.names[in.Name] == in.ID {
+			delete(s.names, in.Name)
+		}
+	}
+}
+
+// submitGroup is Plane.SubmitGroup.
+func (s *state) submitGroup(ctx context.Context, g scheduler.Group, owner string) (*GroupAnswer, error) {
+	if err := g.Validate(); err != nil {
+		return nil, err
+	}
+	if !idRE.MatchString(g.ID) {
+		return nil, &driver.FieldError{Path: "id", Reason: fmt.Sprintf("%q: use 1 to 48 letters, digits, '_', '.' or '-', starting with a letter or digit", g.ID)}
+	}
+	if g.Provider != "" {
+		if _, err := s.provider(g.Provider); err != nil {
+			return nil, &driver.FieldError{Path: "provider", Reason: fmt.Sprintf("unknown provider %q; known: %v", g.Provider, s.provNames)}
+		}
+	}
+	if _, err := s.st.Get(ctx, PrefixGroups+g.ID); err == nil {
+		return nil, fmt.Errorf("%w: group %s: %w", driver.ErrAlreadyExists, g.ID, &driver.FieldError{Path: "id", Reason: "exists already"})
+	}
+	var reused []Placed
+	if g.Kind == scheduler.KindNodeSet {
+		var err error
+		if reused, err = s.reuse(ctx, &g, owner); err != nil {
+			return nil, err
+		}
+	}
+	ans := &GroupAnswer{Group: g.ID, Instances: reused}
+	if len(g.Services) == 0 {
+		return ans, nil
+	}
+	// The requests as the scheduler names them, for storing and re-placing.
+	parts := make([]part, len(g.Services))
+	for i := range g.Services {
+		sv := &g.Services[i]
+		r := sv.Request
+		name := sv.Name
+		if name == "" {
+			name = sv.ID
+		}
+		if name == "" {
+			name = "s" + strconv.Itoa(i)
+		}
+		r.ID, r.Group = g.ID+"."+name, g.ID
+		if g.Priority != 0 {
+			r.Priority = g.Priority
+		}
+		if g.Provider != "" {
+			r.Provider = g.Provider
+		}
+		if err := checkNames(&r, fmt.Sprintf("services[%d].", i)); err != nil {
+			return nil, err
+		}
+		parts[i] = part{req: r, owner: owner}
+	}
+	start := time.Now()
+	plan, err := s.cluster.c.PlaceGroup(&g)
+	if s.cfg.Metrics != nil {
+		s.cfg.Metrics.Scheduled(time.Since(start), err == nil && plan.Complete())
+	}
+	if err != nil {
+		return nil, err
+	}
+	placed, err := s.accept(ctx, parts, plan, &g)
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range plan.Evicted {
+		_ = s.delete(ctx, id)
+	}
+	ans.Instances = append(ans.Instances, placed...)
+	return ans, nil
+}
+
+// reuse hands ready pool instances to a node set: each service naming a
+// pool label takes unassigned running instances of that label (Nodepool's
+// reuse of ready nodes). Services fully served are removed from g.
+func (s *state) reuse(ctx context.Context, g *scheduler.Group, owner string) ([]Placed, error) {
+	var out []Placed
+	rest := g.Services[:0]
+	for _, sv := range g.Services {
+		need := sv.N()
+		ready := s.snapshot(func(in *reconciler.Instance) bool {
+			return in.Pool != "" && in.Label == sv.Name && in.Owner == "" && in.Group == "" &&
+				in.Phase == reconciler.Running && (g.Provider == "" || in.Provider == g.Provider)
+		})
+		for _, in := range ready {
+			if need == 0 {
+				break
+			}
+			got, ok, err := s.assign(ctx, in.ID, owner, g.ID)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				out = append(out, Placed{Instance: got, Node: s.nodeRef(got.Provider, got.Node)})
+				need--
+			}
+		}
+		if need > 0 {
+			sv.Count = need
+			if sv.Essential != nil && *sv.Essential > need {
+				e := need
+				sv.Essential = &e
+			}
+			rest = append(rest, sv)
+		}
+	}
+	g.Services = rest
+	return out, nil
+}
+
+// assign gives a ready pool instance to owner and group, if it is still
+// ready and unassigned.
+func (s *state) assign(ctx context.Context, id, owner, group string) (reconciler.Instance, bool, error) {
+	mu := s.lockOf(id)
+	mu.Lock()
+	defer mu.Unlock()
+	for range 10 {
+		cur, ok := s.get(id)
+		if !ok || cur.Owner != "" || cur.Group != "" || cur.Phase != reconciler.Running {
+			return cur, false, nil
+		}
+		next := cur
+		next.Owner, next.Group, next.Updated = owner, group, s.now()
+		if next.Owner == "" {
+			next.Owner = "-"
+		}
+		res, err := s.st.Txn(ctx, []store.Cmp{{Key: PrefixInstances + id, ModRevision: cur.Revision}},
+			[]store.Op{store.Put(PrefixInstances+id, encodeInstance(&next))})
+		if err != nil {
+			return cur, false, err
+		}
+		if !res.Succeeded {
+			if err := s.reload(ctx, id); err != nil {
+				return cur, false, err
+			}
+			continue
+		}
+		next.Revision = res.Revision
+		s.remember(next)
+		return next, true, nil
+	}
+	return reconciler.Instance{}, false, nil
+}
+
+// plan is Plane.Plan: the request placed on a private snapshot.
+func (s *state) plan(ctx context.Context, req scheduler.Request) (*PlanAnswer, error) {
+	if err := s.checkRequest(&req, ""); err != nil {
+		return nil, err
+	}
+	plan, err := s.cluster.c.Snapshot(scheduler.Options{}).Plan(&req)
+	if err != nil {
+		return nil, err
+	}
+	ans := &PlanAnswer{Placements: []PlanPlacement{}}
+	for _, pl := range plan.Placements {
+		ans.Placements = append(ans.Placements, PlanPlacement{Instance: pl.Instance, Node: *s.nodeRef(pl.Provider, pl.Node)})
+	}
+	for _, u := range plan.Unplaced {
+		ans.Unplaced += len(u.Indexes)
+		ans.Reasons = append(ans.Reasons, u.Reasons.String())
+	}
+	probe := reconciler.Instance{Spec: req.Spec}
+	if why := s.quotaBlocks(&probe); why != "" {
+		ans.Reasons = append(ans.Reasons, why)
+	}
+	return ans, nil
+}

@@ -1,0 +1,302 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/reconciler"
+	"github.com/berth-dev/berth/store"
+)
+
+// syncLoop reads every provider's nodes and instances each SyncInterval:
+// node changes feed the scheduler and the lifecycle (node offline), listings
+// update observed states and find leaks, and pools are topped up.
+func (s *state) syncLoop(ctx context.Context, rt *runtime) {
+	t := time.NewTicker(s.cfg.SyncInterval)
+	defer t.Stop()
+	for {
+		s.syncOnce(ctx, rt)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// syncOnce does one round of the sync loop.
+func (s *state) syncOnce(ctx context.Context, rt *runtime) {
+	for _, name := range s.provNames {
+		if ctx.Err() != nil {
+			return
+		}
+		p := s.provs[name]
+		s.syncNodes(ctx, rt, p)
+		s.syncInstances(ctx, rt, p)
+	}
+	s.syncPools(ctx)
+	if s.cfg.Metrics != nil {
+		s.mu.RLock()
+		n := s.queued
+		s.mu.RUnlock()
+		s.cfg.Metrics.QueueDepth(n)
+		if q, err := s.quotas(ctx); err == nil {
+			for _, u := range q {
+				s.cfg.Metrics.QuotaUse(u)
+			}
+		}
+	}
+}
+
+// syncNodes reads p's nodes, hands them to the scheduler, records status
+// changes in the store and tells the instances on nodes that went offline.
+func (s *state) syncNodes(ctx context.Context, rt *runtime, p *provider.Provider) {
+	ps, err := p.State(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("provider state", "provider", p.Name(), "err", err)
+		}
+		return
+	}
+	s.updateNodes(p, ps.Nodes)
+	s.kickPlacer()
+	type change struct {
+		n     driver.Node
+		prev  nodeSeen
+		known bool
+	}
+	var changes []change
+	var changed []driver.Node
+	rt.mu.Lock()
+	for _, n := range ps.Nodes {
+		key := p.Name() + "/" + n.Name
+		prev, known := rt.nodes[key]
+		if known && prev.status == n.Status && prev.reason == n.Reason {
+			continue
+		}
+		rt.nodes[key] = nodeSeen{status: n.Status, reason: n.Reason}
+		changed = append(changed, n)
+		if !known || prev.status != n.Status {
+			changes = append(changes, change{n, prev, known})
+		}
+	}
+	rt.mu.Unlock()
+	s.recordNodes(ctx, p.Name(), changed)
+	for _, c := range changes {
+		n, prev, known := c.n, c.prev, c.known
+		switch {
+		case n.Status == driver.NodeOffline:
+			s.log.Warn("node offline", "provider", p.Name(), "node", n.Name, "reason", n.Reason)
+			for _, in := range s.snapshot(func(in *reconciler.Instance) bool {
+				return in.Provider == p.Name() && in.Node == n.Name && in.Phase.HoldsNode() && in.Phase != reconciler.Deleting
+			}) {
+				if _, _, err := s.apply(ctx, in.ID, reconciler.Event{Kind: reconciler.NodeOffline}); err != nil && ctx.Err() == nil {
+					s.log.Warn("node offline", "instance", in.ID, "err", err)
+				}
+			}
+		case known && prev.status == driver.NodeOffline:
+			s.log.Info("node back", "provider", p.Name(), "node", n.Name, "status", n.Status)
+			// Tick every instance with a stale copy there so it is deleted.
+			for _, in := range s.snapshot(func(in *reconciler.Instance) bool {
+				return slices.ContainsFunc(in.Stale, func(r reconciler.Ref) bool { return r.Provider == p.Name() && r.Node == n.Name })
+			}) {
+				s.tickAt(rt, in.ID, s.now())
+			}
+		}
+	}
+}
+
+// recordNodes stores the statuses of nodes that changed under
+// PrefixNodes, all in one transaction.
+func (s *state) recordNodes(ctx context.Context, prov string, nodes []driver.Node) {
+	if len(nodes) == 0 {
+		return
+	}
+	for range 3 {
+		kvs, _, err := s.st.List(ctx, PrefixNodes+prov+"/")
+		if err != nil {
+			return
+		}
+		old := make(map[string]store.KV, len(kvs))
+		for _, kv := range kvs {
+			old[kv.Key] = kv
+		}
+		var cmps []store.Cmp
+		var ops []store.Op
+		for _, n := range nodes {
+			key := PrefixNodes + prov + "/" + n.Name
+			kv, ok := old[key]
+			if ok {
+				var st NodeState
+				if json.Unmarshal(kv.Value, &st) == nil && st.Status == n.Status && st.Reason == n.Reason {
+					continue
+				}
+			}
+			b, _ := json.Marshal(NodeState{Provider: prov, Name: n.Name, Status: n.Status, Reason: n.Reason, Since: s.now()})
+			cmps = append(cmps, store.Cmp{Key: key, ModRevision: kv.ModRevision})
+			ops = append(ops, store.Put(key, b))
+		}
+		if len(ops) == 0 {
+			return
+		}
+		res, err := s.st.Txn(ctx, cmps, ops)
+		if err != nil || res.Succeeded {
+			return
+		}
+	}
+}
+
+// syncInstances lists p's resources that carry this cluster's tags and
+// reconciles them with the store: observed states, lost instances, and
+// leaks (tagged resources the store does not account for), deleted after
+// LeakSightings consecutive sightings.
+func (s *state) syncInstances(ctx context.Context, rt *runtime, p *provider.Provider) {
+	listedAt := s.now()
+	found, err := p.List(ctx, map[string]string{driver.TagCluster: s.cfg.Cluster})
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("provider list", "provider", p.Name(), "err", err)
+		}
+		return
+	}
+	seen := map[string]bool{}
+	leakSeen := map[string]bool{}
+	for _, f := range found {
+		if f.Tags[driver.TagManaged] != "true" || f.Tags[driver.TagCluster] != s.cfg.Cluster {
+			// Not Berth's, or another installation's: never touched.
+			continue
+		}
+		id := f.Tags[driver.TagInstance]
+		in, ok := s.get(id)
+		if ok && in.Provider == p.Name() && in.BackendID == f.ID && in.Phase != reconciler.Deleted {
+			seen[id] = true
+			if in.Observed == nil || in.Observed.State != f.State || !sameExit(in.Observed, f) {
+				if _, _, err := s.apply(ctx, id, reconciler.Event{Kind: reconciler.Observed, Instance: f}); err != nil && ctx.Err() == nil {
+					s.log.Warn("observe", "instance", id, "err", err)
+				}
+			}
+			continue
+		}
+		if ok && s.accountedFor(rt, &in, p.Name(), f) {
+			continue
+		}
+		// A leak: unknown to the store, deleted there, or a second copy.
+		key := p.Name() + "/" + f.ID
+		leakSeen[key] = true
+		rt.mu.Lock()
+		rt.leaks[key]++
+		n := rt.leaks[key]
+		rt.mu.Unlock()
+		if n >= s.cfg.LeakSightings {
+			s.log.Warn("leak", "provider", p.Name(), "backend_id", f.ID, "instance", id, "sightings", n)
+			s.startLeak(rt, p, id, f.ID)
+		}
+	}
+	rt.mu.Lock()
+	for key := range rt.leaks {
+		if !leakSeen[key] && len(key) > len(p.Name()) && key[:len(p.Name())+1] == p.Name()+"/" {
+			delete(rt.leaks, key)
+		}
+	}
+	rt.mu.Unlock()
+
+	// Instances the listing should have shown but did not: lost, after two
+	// listings, unless their node is offline (handled as node offline).
+	var missing []*reconciler.Instance
+	s.mu.RLock()
+	for _, in := range s.recs {
+		switch in.Phase {
+		case reconciler.Running, reconciler.Stopped, reconciler.Exited, reconciler.Held:
+			if in.Provider == p.Name() && in.BackendID != "" && !seen[in.ID] && in.Updated.Before(listedAt) {
+				missing = append(missing, in)
+			}
+		}
+	}
+	s.mu.RUnlock()
+	rt.mu.Lock()
+	for id := range rt.misses {
+		if seen[id] {
+			delete(rt.misses, id)
+		}
+	}
+	rt.mu.Unlock()
+	for _, in := range missing {
+		rt.mu.Lock()
+		ns, known := rt.nodes[p.Name()+"/"+in.Node]
+		if seen[in.ID] || (known && ns.status == driver.NodeOffline) {
+			delete(rt.misses, in.ID)
+			rt.mu.Unlock()
+			continue
+		}
+		rt.misses[in.ID]++
+		n := rt.misses[in.ID]
+		rt.mu.Unlock()
+		if n < 2 {
+			continue
+		}
+		// Confirm with a direct read before declaring it lost.
+		if got, err := p.Get(ctx, in.BackendID); err == nil {
+			_, _, _ = s.apply(ctx, in.ID, reconciler.Event{Kind: reconciler.Observed, Instance: got})
+			continue
+		} else if !errors.Is(err, driver.ErrNotFound) {
+			continue
+		}
+		rt.mu.Lock()
+		delete(rt.misses, in.ID)
+		rt.mu.Unlock()
+		s.log.Warn("instance lost", "instance", in.ID, "provider", p.Name(), "backend_id", in.BackendID)
+		lost := reconciler.Event{Kind: reconciler.Observed, Ref: reconciler.Ref{Provider: p.Name(), BackendID: in.BackendID}}
+		if _, _, err := s.apply(ctx, in.ID, lost); err != nil && ctx.Err() == nil {
+			s.log.Warn("lost", "instance", in.ID, "err", err)
+		}
+	}
+}
+
+func sameExit(a, b *driver.Instance) bool {
+	if (a.ExitCode == nil) != (b.ExitCode == nil) {
+		return false
+	}
+	return a.ExitCode == nil || *a.ExitCode == *b.ExitCode
+}
+
+// accountedFor reports whether resource f, tagged with in's id but not in's
+// current resource, is work in progress rather than a leak: the create or
+// delete of in that has not reported its id yet, or a stale copy already
+// scheduled for deletion.
+func (s *state) accountedFor(rt *runtime, in *reconciler.Instance, prov string, f *driver.Instance) bool {
+	switch {
+	case in.Phase == reconciler.Creating && in.BackendID == "" && in.Provider == prov:
+		return true
+	case in.Phase == reconciler.Deleting && in.Provider == prov && (in.BackendID == "" || in.BackendID == f.ID):
+		return true
+	}
+	for _, r := range in.Stale {
+		if r.Provider == prov && (r.BackendID == f.ID || r.BackendID == "") {
+			return true
+		}
+	}
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	t, busy := rt.ops[in.ID]
+	return busy && t.kind == taskCreate && in.Provider == prov
+}
+
+// startLeak queues the deletion of a leaked resource.
+func (s *state) startLeak(rt *runtime, p *provider.Provider, instID, backendID string) {
+	ref := reconciler.Ref{Provider: p.Name(), BackendID: backendID}
+	t := &task{kind: taskLeak, id: instID, ref: ref, prov: p, due: s.now(), start: s.now()}
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	key := sideKey(t)
+	if _, busy := rt.side[key]; busy {
+		return
+	}
+	rt.side[key] = t
+	delete(rt.leaks, p.Name()+"/"+backendID)
+	rt.push(t)
+}

@@ -1,0 +1,679 @@
+// Package reconciler holds the lifecycle of Berth's instances: an explicit
+// state machine written as a pure step function (no I/O, the clock passed
+// in), in the manner of etcd's raft. The caller — package control — feeds it
+// events (a tick, an operation's result, an observation of the back-end, a
+// user's request), stores the instance it returns in one transaction, and
+// then performs the actions it returns. Because the instance is stored before
+// any action is taken, a crash between the two only ever repeats an action,
+// and every action is safe to repeat.
+//
+// The phases:
+//
+//	pending   → scheduled   placed; the intent (provider, node, tags) is stored
+//	scheduled → creating    the back-end is asked to create it
+//	creating  → running     the create finished (or exited, for quick batch work)
+//	running   → stopping → stopped, and stopped/exited → running on start
+//	any       → deleting → deleted (or back to pending for a retry, or failed)
+//	running   → held        kept until an expiry, then deleted (Nodepool's hold)
+//	failed                  permanent failure or out of attempts
+package reconciler
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/berth-dev/berth/driver"
+)
+
+// Phase is an instance's lifecycle phase.
+type Phase string
+
+// Phases.
+const (
+	Pending   Phase = "pending"
+	Scheduled Phase = "scheduled"
+	Creating  Phase = "creating"
+	Running   Phase = "running"
+	Stopping  Phase = "stopping"
+	Stopped   Phase = "stopped"
+	Exited    Phase = "exited"
+	Deleting  Phase = "deleting"
+	Deleted   Phase = "deleted"
+	Failed    Phase = "failed"
+	Held      Phase = "held"
+)
+
+// Phases lists every phase.
+var Phases = []Phase{Pending, Scheduled, Creating, Running, Stopping, Stopped, Exited, Deleting, Deleted, Failed, Held}
+
+// Valid reports whether p is a known phase.
+func (p Phase) Valid() bool { return slices.Contains(Phases, p) }
+
+// Terminal reports whether no more work will happen for the instance
+// unless a user asks (deleted, or failed with nothing left in the back-end).
+func (p Phase) Terminal() bool { return p == Deleted || p == Failed }
+
+// HoldsNode reports whether an instance in phase p is counted on its node:
+// it has been placed and its back-end resource may exist.
+func (p Phase) HoldsNode() bool {
+	switch p {
+	case Scheduled, Creating, Running, Stopping, Stopped, Exited, Deleting, Held:
+		return true
+	}
+	return false
+}
+
+// Ref names one back-end resource: a stale copy of an instance that must be
+// deleted once its node answers again.
+type Ref struct {
+	Provider  string `json:"provider"`
+	Node      string `json:"node,omitempty"`
+	BackendID string `json:"backend_id"`
+}
+
+// Instance is Berth's record of one instance, stored as JSON under
+// /berth/instances/<id>.
+type Instance struct {
+	ID       string      `json:"id"`
+	Name     string      `json:"name,omitempty"`
+	Provider string      `json:"provider,omitempty"`
+	Node     string      `json:"node,omitempty"`
+	Spec     driver.Spec `json:"spec"`
+	Phase    Phase       `json:"phase"`
+	// HostPorts are the host ports the scheduler chose for the spec's
+	// published "any port" ports, in order.
+	HostPorts []int `json:"host_ports,omitempty"`
+	// BackendID is the back-end's id of the resource; empty until the
+	// back-end reports it.
+	BackendID string `json:"backend_id,omitempty"`
+	// Observed is the back-end's instance as last seen.
+	Observed *driver.Instance `json:"observed,omitempty"`
+	Owner    string           `json:"owner,omitempty"`
+	Pool     string           `json:"pool,omitempty"`
+	Label    string           `json:"label,omitempty"`
+	Group    string           `json:"group,omitempty"`
+	// Request is the id of the request the instance came from; the request
+	// is kept under /berth/requests/<id> for placing it again.
+	Request  string `json:"request,omitempty"`
+	Priority int    `json:"priority,omitempty"`
+	// Attempts counts failed create attempts (quota refusals excluded).
+	Attempts int `json:"attempts"`
+	// Incarnation counts the times the instance was placed again after its
+	// node or its back-end lost it; copies get distinct back-end names.
+	Incarnation int `json:"incarnation,omitempty"`
+	// Message says why the instance is pending, failed, or what last went
+	// wrong.
+	Message string `json:"message,omitempty"`
+	// After is the phase a deleting instance takes once the back-end
+	// resource is gone: deleted, pending (a retry) or failed.
+	After Phase `json:"after,omitempty"`
+	// Exclude lists nodes ("provider/node") not to place the instance on
+	// again: nodes that went offline under it or lacked capacity.
+	Exclude []string `json:"exclude,omitempty"`
+	// Stale are older copies of the instance on nodes that went offline;
+	// they are deleted as soon as their node answers (Swarm's lesson: no
+	// duplicate survives).
+	Stale []Ref `json:"stale,omitempty"`
+	// Deadline is the launch deadline while creating, the hold's expiry
+	// while held, and the earliest next attempt while pending or deleting.
+	Deadline time.Time `json:"deadline,omitzero"`
+	Created  time.Time `json:"created"`
+	Updated  time.Time `json:"updated"`
+	// Revision is the store revision of the record as read; it is not
+	// stored.
+	Revision int64 `json:"revision"`
+}
+
+// BackendName returns the name the back-end resource of in is created
+// with: the instance's name, with the incarnation appended once the
+// instance has been placed again, so that a stale copy that still holds the
+// name cannot block its replacement.
+func (in *Instance) BackendName() string {
+	if in.Incarnation == 0 {
+		return in.Name
+	}
+	return fmt.Sprintf("%s.%d", in.Name, in.Incarnation)
+}
+
+// NodeID returns "provider/node", the id answers and exclusions use.
+func NodeID(provider, node string) string { return provider + "/" + node }
+
+// Restarts reports whether the instance's restart policy asks for it to be
+// run again when it is lost.
+func (in *Instance) Restarts() bool {
+	switch in.Spec.RestartPolicy.Name {
+	case "always", "on-failure", "unless-stopped":
+		return true
+	}
+	return false
+}
+
+// EventKind names an input of Step.
+type EventKind string
+
+// Event kinds.
+const (
+	// Tick: time has passed; deadlines are checked.
+	Tick EventKind = "tick"
+	// Resume: the reconciler (re)started and no operation of this instance is
+	// in flight; interrupted work is started again.
+	Resume EventKind = "resume"
+	// Placed: the scheduler chose Provider and Node.
+	Placed EventKind = "placed"
+	// Unplaceable: no node fits now; Message says why.
+	Unplaceable EventKind = "unplaceable"
+	// Created: the create finished; Instance is the back-end's instance.
+	Created EventKind = "created"
+	// Progress: the create reported the back-end id (Instance) before
+	// finishing.
+	Progress EventKind = "progress"
+	// CreateFailed: the create failed with Err.
+	CreateFailed EventKind = "create-failed"
+	// NameTaken: the back-end refused the create because the instance's
+	// back-end name is held by a resource it cannot show (what a crash in
+	// the middle of a create may leave); the next attempt uses the next
+	// incarnation's name. It counts as an attempt.
+	NameTaken EventKind = "name-taken"
+	// Abandoned: a create interrupted by a crash left Instance (nil when
+	// nothing) broken; it is deleted and the launch retried, not counted as
+	// an attempt.
+	Abandoned EventKind = "abandoned"
+	// Gone: the delete finished (or the resource was already gone).
+	Gone EventKind = "gone"
+	// DeleteFailed: the delete failed with Err; it is tried again.
+	DeleteFailed EventKind = "delete-failed"
+	// Observed: a listing of the back-end shows Instance, or (nil) that the
+	// resource Ref.BackendID (when set) no longer exists.
+	Observed EventKind = "observed"
+	// NodeOffline: the instance's node stopped answering.
+	NodeOffline EventKind = "node-offline"
+	// StaleGone: the stale copy Ref is deleted.
+	StaleGone EventKind = "stale-gone"
+	// DeleteRequested: a user asked to delete the instance.
+	DeleteRequested EventKind = "delete"
+	// StopRequested, Stopped, StartRequested, Started: a user's stop and start,
+	// and their completion. StopFailed/StartFailed carry Err.
+	StopRequested  EventKind = "stop"
+	StopDone       EventKind = "stopped"
+	StopFailed     EventKind = "stop-failed"
+	StartRequested EventKind = "start"
+	StartDone      EventKind = "started"
+	StartFailed    EventKind = "start-failed"
+	// Hold: keep the instance until Until, then delete it.
+	Hold EventKind = "hold"
+)
+
+// Event is one input of Step.
+type Event struct {
+	Kind     EventKind
+	Provider string
+	Node     string
+	Instance *driver.Instance
+	Err      error
+	Message  string
+	Ref      Ref
+	Until    time.Time
+	// Ports are the host ports chosen with a placement.
+	Ports []int
+}
+
+// ActionKind names an output of Step.
+type ActionKind string
+
+// Action kinds.
+const (
+	// Place: ask the scheduler for a node.
+	Place ActionKind = "place"
+	// Create: start the back-end create. When Adopt is set an earlier
+	// attempt may have created the resource: look it up by the instance's
+	// tag first and adopt it instead of creating a second copy.
+	Create ActionKind = "create"
+	// Cancel: abandon the create operation in flight.
+	Cancel ActionKind = "cancel"
+	// Delete: delete the back-end resource — BackendID, or when unknown,
+	// everything tagged with the instance's id.
+	Delete ActionKind = "delete"
+	// DeleteStale: delete the Stale copies.
+	DeleteStale ActionKind = "delete-stale"
+	// Stop, Start: call the back-end.
+	Stop  ActionKind = "stop"
+	Start ActionKind = "start"
+	// Release: the instance no longer holds its node; the scheduler's
+	// reservation is released.
+	Release ActionKind = "release"
+	// Wake: tick the instance again at At.
+	Wake ActionKind = "wake"
+)
+
+// Action is one output of Step, performed by the caller after the instance
+// returned with it is stored.
+type Action struct {
+	Kind  ActionKind
+	Adopt bool
+	At    time.Time
+}
+
+func (a Action) String() string {
+	switch {
+	case a.Kind == Create && a.Adopt:
+		return "create+adopt"
+	case a.Kind == Wake:
+		return "wake"
+	}
+	return string(a.Kind)
+}
+
+// Machine holds the knobs of the lifecycle. The zero value is usable: each
+// zero field takes its default.
+type Machine struct {
+	// LaunchTimeout bounds one create attempt; default 5m.
+	LaunchTimeout time.Duration
+	// MaxAttempts is the number of counted create failures after which the
+	// instance fails; default 3.
+	MaxAttempts int
+	// Backoff is the wait before the first retry; it doubles per attempt up
+	// to MaxBackoff. Default 1s.
+	Backoff time.Duration
+	// MaxBackoff caps Backoff; default 1m.
+	MaxBackoff time.Duration
+}
+
+func (m Machine) launchTimeout() time.Duration {
+	if m.LaunchTimeout > 0 {
+		return m.LaunchTimeout
+	}
+	return 5 * time.Minute
+}
+
+func (m Machine) maxAttempts() int {
+	if m.MaxAttempts > 0 {
+		return m.MaxAttempts
+	}
+	return 3
+}
+
+func (m Machine) backoff(attempt int) time.Duration {
+	b, ceiling := m.Backoff, m.MaxBackoff
+	if b <= 0 {
+		b = time.Second
+	}
+	if ceiling <= 0 {
+		ceiling = time.Minute
+	}
+	for i := 1; i < attempt && b < ceiling; i++ {
+		b *= 2
+	}
+	return min(b, ceiling)
+}
+
+// Step applies ev to in at time now and returns the new instance and the
+// actions to perform once it is stored. It does no I/O; an event that does
+// not apply to the instance's phase returns it unchanged with no action.
+func (m Machine) Step(in Instance, ev Event, now time.Time) (Instance, []Action) {
+	out := in
+	out.Exclude = slices.Clone(in.Exclude)
+	out.Stale = slices.Clone(in.Stale)
+	acts := m.step(&out, ev, now)
+	if in.Phase.HoldsNode() && !out.Phase.HoldsNode() {
+		acts = append([]Action{{Kind: Release}}, acts...)
+	}
+	if Changed(in, out) {
+		out.Updated = now
+	}
+	return out, acts
+}
+
+// Changed reports whether b differs from a in anything worth storing.
+func Changed(a, b Instance) bool {
+	return a.Phase != b.Phase || a.Provider != b.Provider || a.Node != b.Node ||
+		a.BackendID != b.BackendID || a.Attempts != b.Attempts || a.Incarnation != b.Incarnation || a.Message != b.Message ||
+		a.After != b.After || !a.Deadline.Equal(b.Deadline) || !slices.Equal(a.Exclude, b.Exclude) ||
+		!slices.Equal(a.Stale, b.Stale) || a.Observed != b.Observed || !slices.Equal(a.HostPorts, b.HostPorts)
+}
+
+// Step applies ev with the default Machine.
+func Step(in Instance, ev Event, now time.Time) (Instance, []Action) {
+	return Machine{}.Step(in, ev, now)
+}
+
+func (m Machine) step(in *Instance, ev Event, now time.Time) []Action {
+	switch ev.Kind {
+	case DeleteRequested:
+		return m.deleteRequested(in, now)
+	case StaleGone:
+		in.Stale = slices.DeleteFunc(in.Stale, func(r Ref) bool { return r == ev.Ref })
+		return nil
+	case Hold:
+		if in.Phase == Running || in.Phase == Held {
+			in.Phase, in.Deadline = Held, ev.Until
+			in.Message = "held until " + ev.Until.UTC().Format(time.RFC3339)
+			return []Action{{Kind: Wake, At: ev.Until}}
+		}
+		return nil
+	}
+	var acts []Action
+	if len(in.Stale) > 0 && (ev.Kind == Tick || ev.Kind == Resume) {
+		acts = append(acts, Action{Kind: DeleteStale})
+	}
+	switch in.Phase {
+	case Pending:
+		acts = append(acts, m.pending(in, ev, now)...)
+	case Scheduled:
+		if ev.Kind == Tick || ev.Kind == Resume {
+			acts = append(acts, m.launch(in, now, false)...)
+		}
+	case Creating:
+		acts = append(acts, m.creating(in, ev, now)...)
+	case Running, Stopped, Exited, Held:
+		acts = append(acts, m.live(in, ev, now)...)
+	case Stopping:
+		acts = append(acts, m.stopping(in, ev)...)
+	case Deleting:
+		acts = append(acts, m.deleting(in, ev, now)...)
+	case Failed:
+		if ev.Kind == Observed && ev.Instance != nil && ev.Instance.ID == in.BackendID {
+			in.Observed = ev.Instance
+		}
+	}
+	return acts
+}
+
+func (m Machine) pending(in *Instance, ev Event, now time.Time) []Action {
+	switch ev.Kind {
+	case Tick, Resume:
+		if now.Before(in.Deadline) {
+			return []Action{{Kind: Wake, At: in.Deadline}}
+		}
+		return []Action{{Kind: Place}}
+	case Placed:
+		in.Phase, in.Provider, in.Node, in.HostPorts = Scheduled, ev.Provider, ev.Node, slices.Clone(ev.Ports)
+		in.Message, in.Deadline, in.BackendID, in.Observed = "", time.Time{}, "", nil
+		return m.launch(in, now, false)
+	case Unplaceable:
+		in.Message = ev.Message
+	}
+	return nil
+}
+
+// launch moves a scheduled instance to creating.
+func (m Machine) launch(in *Instance, now time.Time, adopt bool) []Action {
+	in.Phase = Creating
+	in.Deadline = now.Add(m.launchTimeout())
+	return []Action{{Kind: Create, Adopt: adopt}, {Kind: Wake, At: in.Deadline}}
+}
+
+func (m Machine) creating(in *Instance, ev Event, now time.Time) []Action {
+	switch ev.Kind {
+	case Resume:
+		// The operation died with the previous reconciler; the resource may
+		// exist, so look it up before creating.
+		in.Deadline = now.Add(m.launchTimeout())
+		return []Action{{Kind: Create, Adopt: true}, {Kind: Wake, At: in.Deadline}}
+	case Tick:
+		if !now.Before(in.Deadline) {
+			return append([]Action{{Kind: Cancel}}, m.launchFailed(in, driver.Errorf(driver.ErrTimeout, "launch did not finish within %s", m.launchTimeout()), now)...)
+		}
+		return []Action{{Kind: Wake, At: in.Deadline}}
+	case Progress:
+		if ev.Instance != nil && ev.Instance.ID != "" {
+			in.BackendID = ev.Instance.ID
+		}
+	case Created:
+		if ev.Instance != nil {
+			in.BackendID = ev.Instance.ID
+			in.Observed = ev.Instance
+			if ev.Instance.Node != "" {
+				in.Node = ev.Instance.Node
+			}
+		}
+		in.Phase, in.Message, in.Deadline = Running, "", time.Time{}
+		if ev.Instance != nil {
+			m.observe(in, ev.Instance)
+		}
+	case CreateFailed:
+		if ev.Instance != nil && ev.Instance.ID != "" {
+			in.BackendID = ev.Instance.ID
+		}
+		return m.launchFailed(in, ev.Err, now)
+	case NameTaken:
+		in.Incarnation++
+		return m.launchFailed(in, ev.Err, now)
+	case Abandoned:
+		if ev.Instance != nil && ev.Instance.ID != "" {
+			in.BackendID = ev.Instance.ID
+		}
+		in.Message = "an interrupted launch left a broken copy; launching again"
+		return m.requeue(in, now, in.BackendID != "", 0)
+	case NodeOffline:
+		return m.nodeOffline(in, now)
+	}
+	return nil
+}
+
+// launchFailed maps a create error to exactly one action per error class.
+func (m Machine) launchFailed(in *Instance, err error, now time.Time) []Action {
+	kind := driver.KindOf(err)
+	msg := fmt.Sprint(err)
+	// mayExist: the resource may have been created in part.
+	mayExist := in.BackendID != "" || kind == driver.ErrTimeout || kind == nil
+	switch {
+	case errors.Is(err, driver.ErrQuotaExceeded):
+		// Nodepool: abort and requeue; not a failure of the request.
+		in.Message = "waiting for quota: " + msg
+		return m.requeue(in, now, mayExist, m.backoff(1))
+	case kind == driver.ErrPermanent || kind == driver.ErrInvalid || kind == driver.ErrUnsupported ||
+		kind == driver.ErrNotFound || kind == driver.ErrNotSuspended:
+		in.Message = msg
+		return m.fail(in, now, mayExist)
+	}
+	// Retryable, insufficient capacity, timeout, already exists, delete
+	// failed and unclassified errors are counted attempts.
+	in.Attempts++
+	if kind == driver.ErrInsufficientCapacity && in.Node != "" {
+		in.Exclude = appendUnique(in.Exclude, NodeID(in.Provider, in.Node))
+	}
+	if in.Attempts >= m.maxAttempts() {
+		in.Message = fmt.Sprintf("failed after %d attempts: %s", in.Attempts, msg)
+		return m.fail(in, now, mayExist)
+	}
+	in.Message = fmt.Sprintf("attempt %d failed, retrying: %s", in.Attempts, msg)
+	return m.requeue(in, now, mayExist, m.backoff(in.Attempts))
+}
+
+// requeue sends the instance back to pending, deleting a partial resource
+// first.
+func (m Machine) requeue(in *Instance, now time.Time, mayExist bool, wait time.Duration) []Action {
+	if mayExist {
+		in.Phase, in.After, in.Deadline = Deleting, Pending, time.Time{}
+		return []Action{{Kind: Delete}}
+	}
+	in.toPending(now.Add(wait))
+	return []Action{{Kind: Wake, At: in.Deadline}}
+}
+
+func (in *Instance) toPending(notBefore time.Time) {
+	in.Phase, in.After, in.Deadline = Pending, "", notBefore
+	in.Provider, in.Node, in.BackendID, in.Observed, in.HostPorts = "", "", "", nil, nil
+}
+
+// fail fails the instance, deleting a partial resource first.
+func (m Machine) fail(in *Instance, now time.Time, mayExist bool) []Action {
+	if mayExist {
+		in.Phase, in.After, in.Deadline = Deleting, Failed, time.Time{}
+		return []Action{{Kind: Delete}}
+	}
+	in.Phase, in.Deadline = Failed, time.Time{}
+	return nil
+}
+
+// live handles running, stopped, exited and held instances.
+func (m Machine) live(in *Instance, ev Event, now time.Time) []Action {
+	switch ev.Kind {
+	case Tick, Resume:
+		if in.Phase == Held && !in.Deadline.IsZero() {
+			if !now.Before(in.Deadline) {
+				in.Phase, in.After, in.Deadline, in.Message = Deleting, Deleted, time.Time{}, "hold expired"
+				return []Action{{Kind: Delete}}
+			}
+			return []Action{{Kind: Wake, At: in.Deadline}}
+		}
+	case Observed:
+		if ev.Instance == nil {
+			if ev.Ref.BackendID != "" && ev.Ref.BackendID != in.BackendID {
+				// About a copy the instance no longer uses.
+				return nil
+			}
+			if in.Restarts() {
+				in.Message = "the back-end lost the instance; placing it again"
+				in.Incarnation++
+				in.toPending(now)
+				return []Action{{Kind: Place}}
+			}
+			in.Phase, in.Message = Failed, "the back-end lost the instance"
+			in.BackendID, in.Observed = "", nil
+			return nil
+		}
+		if ev.Instance.ID != in.BackendID {
+			return nil
+		}
+		in.Observed = ev.Instance
+		m.observe(in, ev.Instance)
+	case NodeOffline:
+		return m.nodeOffline(in, now)
+	case StopRequested:
+		if in.Phase == Running || in.Phase == Held {
+			in.Phase, in.Message = Stopping, ""
+			return []Action{{Kind: Stop}}
+		}
+	case StartRequested:
+		if in.Phase == Stopped || in.Phase == Exited {
+			in.Message = ""
+			return []Action{{Kind: Start}}
+		}
+	case StartDone:
+		in.Phase, in.Message = Running, ""
+	case StartFailed:
+		in.Message = fmt.Sprint("start failed: ", ev.Err)
+	}
+	return nil
+}
+
+// observe maps the back-end's state onto the phase of a live instance.
+func (m Machine) observe(in *Instance, obs *driver.Instance) {
+	if in.Phase == Held {
+		return
+	}
+	switch obs.State {
+	case driver.StateRunning, driver.StateSuspended:
+		in.Phase = Running
+	case driver.StateStopped:
+		in.Phase = Stopped
+	case driver.StateExited:
+		in.Phase = Exited
+	case driver.StateFailed:
+		in.Phase = Failed
+		in.Message = obs.Message
+	}
+}
+
+func (m Machine) nodeOffline(in *Instance, now time.Time) []Action {
+	where, wasCreating := in.Node, in.Phase == Creating
+	if !in.Restarts() {
+		in.Message = fmt.Sprintf("node %s is offline", where)
+		return nil
+	}
+	if in.BackendID != "" || wasCreating {
+		in.Stale = append(in.Stale, Ref{Provider: in.Provider, Node: in.Node, BackendID: in.BackendID})
+	}
+	in.Exclude = appendUnique(in.Exclude, NodeID(in.Provider, in.Node))
+	in.Message = fmt.Sprintf("node %s went offline; placing the instance again", where)
+	in.Incarnation++
+	in.toPending(now)
+	acts := []Action{{Kind: Place}}
+	if wasCreating {
+		acts = append([]Action{{Kind: Cancel}}, acts...)
+	}
+	return acts
+}
+
+func (m Machine) stopping(in *Instance, ev Event) []Action {
+	switch ev.Kind {
+	case Resume:
+		return []Action{{Kind: Stop}}
+	case StopDone:
+		in.Phase = Stopped
+	case StopFailed:
+		in.Phase, in.Message = Running, fmt.Sprint("stop failed: ", ev.Err)
+	case Observed:
+		if ev.Instance == nil {
+			in.Phase, in.Message, in.BackendID, in.Observed = Failed, "the back-end lost the instance", "", nil
+		}
+	}
+	return nil
+}
+
+func (m Machine) deleting(in *Instance, ev Event, now time.Time) []Action {
+	switch ev.Kind {
+	case Resume:
+		return []Action{{Kind: Delete}}
+	case Tick:
+		if !now.Before(in.Deadline) {
+			return []Action{{Kind: Delete}}
+		}
+		return []Action{{Kind: Wake, At: in.Deadline}}
+	case Gone:
+		after := in.After
+		if after == "" {
+			after = Deleted
+		}
+		in.After, in.Deadline, in.Observed = "", time.Time{}, nil
+		switch after {
+		case Pending:
+			in.toPending(now.Add(m.backoff(max(in.Attempts, 1))))
+			return []Action{{Kind: Wake, At: in.Deadline}}
+		default:
+			in.Phase, in.BackendID = after, ""
+		}
+	case DeleteFailed:
+		in.Message = fmt.Sprint("delete failed, retrying: ", ev.Err)
+		in.Deadline = now.Add(m.backoff(2))
+		return []Action{{Kind: Wake, At: in.Deadline}}
+	}
+	return nil
+}
+
+func (m Machine) deleteRequested(in *Instance, now time.Time) []Action {
+	switch in.Phase {
+	case Deleted:
+		return nil
+	case Pending, Scheduled:
+		// A scheduled instance has not reached the back-end: the move to
+		// creating is stored before any create is made.
+		in.Phase, in.Message, in.Deadline = Deleted, "deleted on request", time.Time{}
+		in.BackendID, in.Observed = "", nil
+		return nil
+	case Failed:
+		if in.BackendID == "" {
+			in.Phase, in.Message = Deleted, "deleted on request"
+			return nil
+		}
+	case Deleting:
+		in.After, in.Message = Deleted, "deleted on request"
+		return nil
+	}
+	acts := []Action{{Kind: Delete}}
+	if in.Phase == Creating {
+		acts = append([]Action{{Kind: Cancel}}, acts...)
+	}
+	in.Phase, in.After, in.Deadline, in.Message = Deleting, Deleted, time.Time{}, "deleted on request"
+	return acts
+}
+
+func appendUnique(s []string, v string) []string {
+	if slices.Contains(s, v) {
+		return s
+	}
+	return append(s, v)
+}
