@@ -22,6 +22,11 @@ type Driver interface {
 	// it abandons the operation, which then reports ErrTimeout. The driver
 	// stores spec.Tags on the resource before (or atomically with) creating it,
 	// so that List finds it even if the caller crashes mid-operation.
+	// Failures the driver knows without asking the back-end (ErrInvalid,
+	// ErrUnsupported, an unknown node, an offline node, a full node by its own
+	// count) may come from Create itself or from the first Advance; callers
+	// treat both alike. Whatever the back-end answers comes through Advance.
+	// The caller must not change spec until the operation is over.
 	Create(ctx context.Context, node string, spec *Spec) (Operation, error)
 
 	// Delete starts removing the instance with back-end id id. An instance
@@ -91,7 +96,8 @@ type Resizer interface {
 	Resize(ctx context.Context, id string, r Resources) error
 }
 
-// Starter starts a stopped or exited instance.
+// Starter starts a stopped or exited instance. Starting a running instance
+// is not an error.
 // Fallback: ErrUnsupported.
 type Starter interface {
 	Start(ctx context.Context, id string) error
@@ -104,20 +110,24 @@ type Stopper interface {
 	Stop(ctx context.Context, id string, grace time.Duration) error
 }
 
-// Restarter restarts an instance.
+// Restarter restarts an instance; a stopped or exited one is started.
 // Fallback: Stop then Start when the driver has both, else ErrUnsupported.
 type Restarter interface {
 	Restart(ctx context.Context, id string, grace time.Duration) error
 }
 
-// Killer sends a signal ("TERM", "SIGKILL", "9", ...) to an instance.
+// Killer sends a signal to an instance. Drivers read the signal with
+// ParseSignal ("TERM", "SIGKILL", "9", ...); a bad one is ErrInvalid. An
+// instance that is not running returns ErrPermanent: signalling it will
+// never succeed.
 // Fallback: KILL becomes Stop with zero grace; other signals ErrUnsupported.
 type Killer interface {
 	Kill(ctx context.Context, id string, signal string) error
 }
 
-// Suspender pauses and resumes an instance. Resume on an instance that is not
-// suspended returns ErrNotSuspended.
+// Suspender pauses and resumes an instance. Suspending a suspended instance
+// is not an error; suspending one that is not running returns ErrPermanent.
+// Resume on an instance that is not suspended returns ErrNotSuspended.
 // Fallback: ErrUnsupported.
 type Suspender interface {
 	Suspend(ctx context.Context, id string) error

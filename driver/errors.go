@@ -134,9 +134,47 @@ func (es FieldErrors) Unwrap() []error {
 	return out
 }
 
-// add appends a field error; prefix is joined to path with a dot.
-func (es *FieldErrors) add(path, format string, args ...any) {
+// Add appends a field error for path with a formatted reason.
+func (es *FieldErrors) Add(path, format string, args ...any) {
 	*es = append(*es, &FieldError{Path: path, Reason: fmt.Sprintf(format, args...)})
+}
+
+// AddErr appends err's field errors with prefix put before each path (joined
+// with a dot when the path is not an index); an error that carries no
+// *FieldError is added with prefix as its path. A nil err adds nothing.
+func (es *FieldErrors) AddErr(prefix string, err error) {
+	if err == nil {
+		return
+	}
+	var found []*FieldError
+	var list FieldErrors
+	var one *FieldError
+	switch {
+	case errors.As(err, &list):
+		found = list
+	case errors.As(err, &one):
+		found = []*FieldError{one}
+	default:
+		*es = append(*es, &FieldError{Path: prefix, Reason: err.Error()})
+		return
+	}
+	for _, fe := range found {
+		*es = append(*es, &FieldError{Path: JoinPath(prefix, fe.Path), Reason: fe.Reason})
+	}
+}
+
+// JoinPath joins a field path and a sub-path: "ports" and "[1].host_port"
+// make "ports[1].host_port"; "engines[0]" and "tls" make "engines[0].tls".
+func JoinPath(prefix, path string) string {
+	switch {
+	case prefix == "":
+		return path
+	case path == "":
+		return prefix
+	case strings.HasPrefix(path, "["):
+		return prefix + path
+	}
+	return prefix + "." + path
 }
 
 // Err returns nil for an empty list and the list otherwise.

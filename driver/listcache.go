@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 )
@@ -40,8 +41,9 @@ func (c *ListCache[T]) now() time.Time {
 }
 
 // Get returns the cached listing if fresh, or fetches it once for all
-// concurrent callers, who all receive that fetch's result. A failed fetch is
-// not cached.
+// concurrent callers, who all receive that fetch's result (unless it failed
+// only because the fetching caller's context ended; then a waiter whose own
+// context is live fetches again). A failed fetch is not cached.
 func (c *ListCache[T]) Get(ctx context.Context) (T, error) {
 	c.mu.Lock()
 	if c.valid && c.now().Sub(c.at) < c.TTL {
@@ -56,6 +58,11 @@ func (c *ListCache[T]) Get(ctx context.Context) (T, error) {
 			var zero T
 			return zero, ctx.Err()
 		case <-call.done:
+			// A fetch that ended because its caller's context ended says
+			// nothing about the back-end: fetch again under this context.
+			if isContextErr(call.err) && ctx.Err() == nil {
+				return c.Get(ctx)
+			}
 			return call.val, call.err
 		}
 	}
@@ -83,4 +90,8 @@ func (c *ListCache[T]) Invalidate() {
 	c.valid = false
 	c.gen++
 	c.mu.Unlock()
+}
+
+func isContextErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }

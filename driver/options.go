@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"reflect"
 	"slices"
 	"strconv"
@@ -22,8 +23,12 @@ type Option struct {
 	Help    string `json:"help,omitempty"`
 }
 
-// FlagName returns the command-line flag that sets option o of driver.
-func FlagName(driver string, o Option) string { return driver + "-" + o.Name }
+// FlagName returns the command-line flag (without dashes in front) that sets
+// option o of driver: the option's name with underscores turned into dashes,
+// after the driver's name, e.g. "local-stop-grace" for stop_grace.
+func FlagName(driver string, o Option) string {
+	return driver + "-" + strings.ReplaceAll(o.Name, "_", "-")
+}
 
 var (
 	durationType    = reflect.TypeFor[time.Duration]()
@@ -127,11 +132,11 @@ func decodeOptions(dst any, raw map[string]any) error {
 			if len(names) > 0 {
 				reason += "; known: " + strings.Join(names, ", ")
 			}
-			es.add(key, "%s", reason)
+			es.Add(key, "%s", reason)
 			continue
 		}
 		if err := setOption(rv.FieldByIndex(f.index), raw[key]); err != nil {
-			es.add(key, "%s", err)
+			es.Add(key, "%s", err)
 		}
 	}
 	return es.Err()
@@ -232,7 +237,7 @@ func strictJSON(b []byte, v any) error {
 	if err := dec.Decode(v); err != nil {
 		return err
 	}
-	if dec.More() {
+	if _, err := dec.Token(); err != io.EOF {
 		return errors.New("trailing data after the value")
 	}
 	return nil

@@ -77,8 +77,8 @@ type Spec struct {
 	// ConfigFiles are written into the instance before it starts: at most
 	// MaxConfigFiles files of at most MaxConfigFileSize bytes each.
 	ConfigFiles []ConfigFile `json:"config_files,omitempty"`
-	// UserData is exposed to the instance (metadata service, a file, or the
-	// BERTH_USER_DATA variable, depending on the back-end).
+	// UserData is exposed to the instance: through a metadata service, a
+	// file or an environment variable, as each driver documents.
 	UserData string `json:"user_data,omitempty"`
 
 	RestartPolicy RestartPolicy `json:"restart_policy,omitzero"`
@@ -129,9 +129,18 @@ var (
 	cpusetR = regexp.MustCompile(`^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$`)
 )
 
-// isName reports whether s matches ^[a-zA-Z0-9][a-zA-Z0-9_.-]*$, the form of
-// instance and volume names. It is written out rather than a regexp because
-// every create validates a name.
+// CheckName checks a name of an instance, volume or engine: 1 to max
+// letters, digits, '_', '.' or '-', starting with a letter or digit. It
+// returns nil or a *FieldError for path.
+func CheckName(path, s string, max int) *FieldError {
+	if len(s) > 0 && len(s) <= max && isName(s) {
+		return nil
+	}
+	return &FieldError{Path: path, Reason: fmt.Sprintf("%q: use 1 to %d letters, digits, '_', '.' or '-', starting with a letter or digit", s, max)}
+}
+
+// isName reports whether s matches ^[a-zA-Z0-9][a-zA-Z0-9_.-]*$. It is
+// written out rather than a regexp because every create validates a name.
 func isName(s string) bool {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
@@ -150,57 +159,59 @@ func isName(s string) bool {
 // the checks specific to its back-end.
 func (s *Spec) Validate() error {
 	var es FieldErrors
-	if s.Name != "" && (len(s.Name) > MaxNameLength || !isName(s.Name)) {
-		es.add("name", "%q: use 1 to %d letters, digits, '_', '.' or '-', starting with a letter or digit", s.Name, MaxNameLength)
+	if s.Name != "" {
+		if fe := CheckName("name", s.Name, MaxNameLength); fe != nil {
+			es = append(es, fe)
+		}
 	}
 	switch s.Kind {
 	case "", KindContainer, KindVM, KindBareMetal:
 		if s.Image == "" {
-			es.add("image", "required for kind %q", s.kindOrDefault())
+			es.Add("image", "required for kind %q", s.kindOrDefault())
 		}
 	case KindProcess:
 		if s.Image == "" && len(s.Entrypoint) == 0 && len(s.Command) == 0 {
-			es.add("command", "a process needs an image (executable), an entrypoint or a command")
+			es.Add("command", "a process needs an image (executable), an entrypoint or a command")
 		}
 	default:
-		es.add("kind", "%q: want one of container, process, vm, baremetal", s.Kind)
+		es.Add("kind", "%q: want one of container, process, vm, baremetal", s.Kind)
 	}
 	switch s.Type {
 	case "", TypeService, TypeBatch:
 	default:
-		es.add("type", "%q: want service or batch", s.Type)
+		es.Add("type", "%q: want service or batch", s.Type)
 	}
 	if strings.ContainsAny(s.Image, " \t\n") {
-		es.add("image", "%q: must not contain white space", s.Image)
+		es.Add("image", "%q: must not contain white space", s.Image)
 	}
 	validateResources(&es, "", s.Resources)
 	if s.MemoryReservation < 0 {
-		es.add("memory_reservation", "must not be negative")
+		es.Add("memory_reservation", "must not be negative")
 	} else if s.Memory > 0 && s.MemoryReservation > s.Memory {
-		es.add("memory_reservation", "%s exceeds the memory limit %s", s.MemoryReservation, s.Memory)
+		es.Add("memory_reservation", "%s exceeds the memory limit %s", s.MemoryReservation, s.Memory)
 	}
 	if s.Cpuset != "" && !cpusetR.MatchString(s.Cpuset) {
-		es.add("cpuset", "%q: want a list such as 0-3,6", s.Cpuset)
+		es.Add("cpuset", "%q: want a list such as 0-3,6", s.Cpuset)
 	}
 	for k := range s.Env {
 		if !envKey.MatchString(k) {
-			es.add("env."+k, "not a valid variable name")
+			es.Add("env."+k, "not a valid variable name")
 		}
 	}
 	if s.WorkingDir != "" && !path.IsAbs(s.WorkingDir) {
-		es.add("working_dir", "%q: must be an absolute path", s.WorkingDir)
+		es.Add("working_dir", "%q: must be an absolute path", s.WorkingDir)
 	}
 	if s.Hostname != "" && !hostRE.MatchString(s.Hostname) {
-		es.add("hostname", "%q: not a valid host name", s.Hostname)
+		es.Add("hostname", "%q: not a valid host name", s.Hostname)
 	}
 	for k := range s.Labels {
 		if k == "" {
-			es.add("labels", "empty key")
+			es.Add("labels", "empty key")
 		}
 	}
 	for k := range s.Tags {
 		if k == "" {
-			es.add("tags", "empty key")
+			es.Add("tags", "empty key")
 		}
 	}
 	type portKey struct {
@@ -211,10 +222,10 @@ func (s *Spec) Validate() error {
 	for i, p := range s.Ports {
 		f := fmt.Sprintf("ports[%d]", i)
 		if p.ContainerPort < 1 || p.ContainerPort > 65535 {
-			es.add(f+".container_port", "%d: want 1 to 65535", p.ContainerPort)
+			es.Add(f+".container_port", "%d: want 1 to 65535", p.ContainerPort)
 		}
 		if p.HostPort < 0 || p.HostPort > 65535 {
-			es.add(f+".host_port", "%d: want 1 to 65535, or 0 for any free port", p.HostPort)
+			es.Add(f+".host_port", "%d: want 1 to 65535, or 0 for any free port", p.HostPort)
 		}
 		proto := p.Protocol
 		switch proto {
@@ -222,12 +233,12 @@ func (s *Spec) Validate() error {
 			proto = "tcp"
 		case "tcp", "udp", "sctp":
 		default:
-			es.add(f+".protocol", "%q: want tcp, udp or sctp", p.Protocol)
+			es.Add(f+".protocol", "%q: want tcp, udp or sctp", p.Protocol)
 		}
 		if p.HostPort > 0 {
 			k := portKey{p.HostPort, proto}
 			if seen[k] {
-				es.add(f+".host_port", "%d/%s is bound twice", p.HostPort, proto)
+				es.Add(f+".host_port", "%d/%s is bound twice", p.HostPort, proto)
 			}
 			seen[k] = true
 		}
@@ -236,55 +247,55 @@ func (s *Spec) Validate() error {
 	for i, v := range s.Volumes {
 		f := fmt.Sprintf("volumes[%d]", i)
 		if v.Source == "" {
-			es.add(f+".source", "required: an absolute host path or a volume name")
+			es.Add(f+".source", "required: an absolute host path or a volume name")
 		} else if !v.IsBind() && !isName(v.Source) {
-			es.add(f+".source", "%q: neither an absolute path nor a volume name", v.Source)
+			es.Add(f+".source", "%q: neither an absolute path nor a volume name", v.Source)
 		}
 		if !path.IsAbs(v.Target) {
-			es.add(f+".target", "%q: must be an absolute path", v.Target)
+			es.Add(f+".target", "%q: must be an absolute path", v.Target)
 		} else if targets[path.Clean(v.Target)] {
-			es.add(f+".target", "%q is mounted twice", v.Target)
+			es.Add(f+".target", "%q is mounted twice", v.Target)
 		}
 		targets[path.Clean(v.Target)] = true
 	}
 	for i, n := range s.Networks {
 		if n == "" {
-			es.add(fmt.Sprintf("networks[%d]", i), "empty network name")
+			es.Add(fmt.Sprintf("networks[%d]", i), "empty network name")
 		}
 	}
 	if len(s.ConfigFiles) > MaxConfigFiles {
-		es.add("config_files", "%d files: at most %d are allowed", len(s.ConfigFiles), MaxConfigFiles)
+		es.Add("config_files", "%d files: at most %d are allowed", len(s.ConfigFiles), MaxConfigFiles)
 	}
 	files := map[string]bool{}
 	for i, c := range s.ConfigFiles {
 		f := fmt.Sprintf("config_files[%d]", i)
 		if !path.IsAbs(c.Path) || strings.HasSuffix(c.Path, "/") {
-			es.add(f+".path", "%q: must be an absolute file path", c.Path)
+			es.Add(f+".path", "%q: must be an absolute file path", c.Path)
 		} else if files[path.Clean(c.Path)] {
-			es.add(f+".path", "%q appears twice", c.Path)
+			es.Add(f+".path", "%q appears twice", c.Path)
 		}
 		files[path.Clean(c.Path)] = true
 		if len(c.Content) > MaxConfigFileSize {
-			es.add(f+".content", "%d bytes: at most %d are allowed", len(c.Content), MaxConfigFileSize)
+			es.Add(f+".content", "%d bytes: at most %d are allowed", len(c.Content), MaxConfigFileSize)
 		}
 		if c.Mode > 0o7777 {
-			es.add(f+".mode", "%o: not a file mode", c.Mode)
+			es.Add(f+".mode", "%o: not a file mode", c.Mode)
 		}
 	}
 	if len(s.UserData) > MaxUserDataSize {
-		es.add("user_data", "%d bytes: at most %d are allowed", len(s.UserData), MaxUserDataSize)
+		es.Add("user_data", "%d bytes: at most %d are allowed", len(s.UserData), MaxUserDataSize)
 	}
 	switch s.RestartPolicy.Name {
 	case "", "no", "always", "unless-stopped":
 		if s.RestartPolicy.MaxRetries != 0 {
-			es.add("restart_policy.max_retries", "only allowed with on-failure")
+			es.Add("restart_policy.max_retries", "only allowed with on-failure")
 		}
 	case "on-failure":
 		if s.RestartPolicy.MaxRetries < 0 {
-			es.add("restart_policy.max_retries", "must not be negative")
+			es.Add("restart_policy.max_retries", "must not be negative")
 		}
 	default:
-		es.add("restart_policy.name", "%q: want no, always, on-failure or unless-stopped", s.RestartPolicy.Name)
+		es.Add("restart_policy.name", "%q: want no, always, on-failure or unless-stopped", s.RestartPolicy.Name)
 	}
 	return es.Err()
 }
@@ -303,23 +314,23 @@ func (s *Spec) KindOrDefault() Kind { return s.kindOrDefault() }
 // to each field path.
 func validateResources(es *FieldErrors, prefix string, r Resources) {
 	if r.CPU < 0 {
-		es.add(prefix+"cpus", "%s: must not be negative", r.CPU)
+		es.Add(prefix+"cpus", "%s: must not be negative", r.CPU)
 	}
 	if r.Memory < 0 {
-		es.add(prefix+"memory", "%s: must not be negative", r.Memory)
+		es.Add(prefix+"memory", "%s: must not be negative", r.Memory)
 	}
 	if r.Disk < 0 {
-		es.add(prefix+"disk", "%s: must not be negative", r.Disk)
+		es.Add(prefix+"disk", "%s: must not be negative", r.Disk)
 	}
 	if r.GPUs < 0 {
-		es.add(prefix+"gpus", "%d: must not be negative", r.GPUs)
+		es.Add(prefix+"gpus", "%d: must not be negative", r.GPUs)
 	}
 	for k, v := range r.Other {
 		if k == "" {
-			es.add(prefix+"other", "empty resource name")
+			es.Add(prefix+"other", "empty resource name")
 		}
 		if v < 0 {
-			es.add(prefix+"other."+k, "%d: must not be negative", v)
+			es.Add(prefix+"other."+k, "%d: must not be negative", v)
 		}
 	}
 }
