@@ -290,7 +290,7 @@ func TestRunPsLogsStopRm(t *testing.T) {
 	if err := json.Unmarshal([]byte(mustBerth(t, s, "nodes", "--json")), &nodes); err != nil || len(nodes) != 1 || nodes[0].Provider != "local" {
 		t.Fatalf("nodes: %v %+v", err, nodes)
 	}
-	if drv := mustBerth(t, s, "drivers"); !strings.Contains(drv, "--local-stop_grace") {
+	if drv := mustBerth(t, s, "drivers"); !strings.Contains(drv, "--local-stop-grace") {
 		t.Fatalf("drivers: %q", drv)
 	}
 
