@@ -13,8 +13,9 @@
 //
 // # Specs
 //
-// The kind must be "process". An empty kind also means process on this
-// back-end (its only kind); container, vm and baremetal give ErrUnsupported.
+// The kind must be "process". Container, vm and baremetal give
+// ErrUnsupported, and so does an empty kind, which means container in the
+// contract; Berth's CLI sends kind process for a run without an image.
 // The command line is Entrypoint followed by Command; when Entrypoint is
 // empty, Image (if set) names the executable and Command holds its
 // arguments. A name without a slash is looked up in the process's PATH.
@@ -64,6 +65,17 @@
 // id match, so a recycled pid is never mistaken for it, nor signalled. A
 // process started by a Berth that stopped before recording the pid is found
 // again through its BERTH_INSTANCE_ID variable in /proc/<pid>/environ.
+//
+// A name is claimed by the file <data_dir>/names/<name> holding the id.
+// Instance directories and claims appear and disappear only by rename and
+// link out of <data_dir>/tmp, in an order that keeps two rules whenever
+// Berth is killed: every instance directory holds its record, and every
+// claim names an instance whose record exists. The record comes before the
+// claim on create, and the claim is dropped before the directory on delete. A
+// Berth killed in between leaves at most an instance without its claim,
+// which List returns with its tags (a create interrupted before the start
+// shows as failed), so Berth adopts or deletes it. Open removes the
+// leftovers of a killed Berth from <data_dir>/tmp.
 //
 // Each process leads its own process group (Setpgid), so it outlives Berth,
 // and Stop, Kill, Suspend, Resume and Delete signal the whole group. The

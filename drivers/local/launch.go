@@ -29,21 +29,22 @@ const (
 	defaultPath     = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 )
 
-// checkSpec validates spec for this driver and returns the copy to record:
-// an empty kind becomes process.
+// checkSpec validates spec for this driver and returns the copy to record.
+// Every kind but process, also the default kind (container), gives
+// ErrUnsupported.
 func (d *Driver) checkSpec(node string, spec *driver.Spec) (*driver.Spec, error) {
 	if spec == nil {
 		return nil, &driver.FieldError{Path: "spec", Reason: "required"}
 	}
 	sp := *spec
-	if sp.Kind == "" {
-		sp.Kind = driver.KindProcess
+	switch sp.Kind {
+	case "":
+		return nil, driver.Errorf(driver.ErrUnsupported, "kind: empty means %s; the local back-end runs processes only (kind process)", sp.KindOrDefault())
+	case driver.KindContainer, driver.KindVM, driver.KindBareMetal:
+		return nil, driver.Errorf(driver.ErrUnsupported, "kind %q: the local back-end runs processes only (kind process)", sp.Kind)
 	}
 	if err := sp.Validate(); err != nil {
 		return nil, err
-	}
-	if sp.Kind != driver.KindProcess {
-		return nil, driver.Errorf(driver.ErrUnsupported, "kind %q: the local back-end runs processes only (kind process)", sp.Kind)
 	}
 	if node != "" && node != d.node {
 		return nil, driver.Errorf(driver.ErrNotFound, "node %q: the local back-end has the one node %q", node, d.node)

@@ -100,7 +100,7 @@ func Open(ctx context.Context, opts *Options, env driver.Env) (driver.Driver, er
 	if err != nil {
 		return nil, fmt.Errorf("data_dir: %w", err)
 	}
-	for _, sub := range []string{"instances", "names"} {
+	for _, sub := range []string{"instances", "names", "tmp"} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
 			return nil, fmt.Errorf("data_dir: %w", err)
 		}
@@ -141,6 +141,9 @@ func Open(ctx context.Context, opts *Options, env driver.Env) (driver.Driver, er
 	}
 	if d.cg.reason != "" {
 		log.Info("cpu and memory limits are off", "reason", d.cg.reason)
+	}
+	if err := d.sweep(); err != nil {
+		log.Warn("local: cannot remove what an interrupted create or delete left", "data_dir", dir, "err", err)
 	}
 	return d, nil
 }

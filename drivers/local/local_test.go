@@ -481,6 +481,9 @@ func TestUnsupportedSpecs(t *testing.T) {
 		want   error
 	}{
 		{"container", "", func(sp *driver.Spec) { sp.Kind = driver.KindContainer; sp.Image = "busybox" }, driver.ErrUnsupported},
+		{"empty-kind", "", func(sp *driver.Spec) { sp.Kind = "" }, driver.ErrUnsupported}, // container, the contract's default
+		{"empty-kind-image", "", func(sp *driver.Spec) { sp.Kind = ""; sp.Image = "/bin/sh" }, driver.ErrUnsupported},
+		{"bad-kind", "", func(sp *driver.Spec) { sp.Kind = "submarine" }, driver.ErrInvalid},
 		{"vm", "", func(sp *driver.Spec) { sp.Kind = driver.KindVM; sp.Image = "debian" }, driver.ErrUnsupported},
 		{"volumes", "", func(sp *driver.Spec) { sp.Volumes = []driver.Volume{{Source: "/tmp", Target: "/data"}} }, driver.ErrUnsupported},
 		{"restart-always", "", func(sp *driver.Spec) { sp.RestartPolicy.Name = "always" }, driver.ErrUnsupported},
@@ -500,12 +503,6 @@ func TestUnsupportedSpecs(t *testing.T) {
 	ids, _ := d.ids()
 	if len(ids) != 0 {
 		t.Errorf("refused creates left %d instance directories", len(ids))
-	}
-	// An empty kind means process here.
-	sp := serviceSpec()
-	sp.Kind = ""
-	if in := create(t, d, sp); in.Kind != driver.KindProcess {
-		t.Errorf("empty kind: instance kind %q", in.Kind)
 	}
 }
 
@@ -944,6 +941,11 @@ func TestAbandonedCreate(t *testing.T) {
 const helperEnv = "BERTH_LOCAL_TEST_HELPER_DIR"
 
 func TestMain(m *testing.M) {
+	if dir := os.Getenv(churnEnv); dir != "" {
+		err := churnBerth(dir) // returns only on an error: the test kills it
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	if dir := os.Getenv(helperEnv); dir != "" {
 		if err := helperBerth(dir); err != nil {
 			fmt.Fprintln(os.Stderr, err)

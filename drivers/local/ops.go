@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"os"
 	"syscall"
 	"time"
 
@@ -12,10 +11,12 @@ import (
 )
 
 // Create records the instance (its intent) in data_dir before anything
-// else and returns an operation of two steps: write the instance's files
-// and choose its ports, then start the process. Each step takes a few
-// milliseconds. A failure before the process starts removes the record
-// again; nothing is left behind.
+// else, then claims its name, and returns an operation of two steps: write
+// the instance's files and choose its ports, then start the process. Each
+// step takes a few milliseconds. A failure before the process starts
+// removes the record again; nothing is left behind. A name that is taken
+// gives ErrAlreadyExists. A Berth killed at any point leaves every claimed
+// name held by an instance that List returns, with its tags.
 func (d *Driver) Create(ctx context.Context, node string, spec *driver.Spec) (driver.Operation, error) {
 	if err := d.checkOpen(); err != nil {
 		return nil, err
@@ -30,19 +31,28 @@ func (d *Driver) Create(ctx context.Context, node string, spec *driver.Spec) (dr
 	}
 	tags[driver.TagManaged] = "true"
 	rec := &record{ID: newID(), Name: sp.Name, Node: d.node, Spec: sp, Tags: tags, Created: time.Now(), Phase: phaseCreating}
+	d.inflight.Store(rec.ID, struct{}{}) // before the record is visible
+	// The lock keeps a Delete of the instance (found by List) from running
+	// between the record and the claim.
+	unlock := d.locks.lock(rec.ID)
+	if err := d.createRecord(rec); err != nil {
+		d.inflight.Delete(rec.ID)
+		unlock()
+		return nil, fmt.Errorf("%w: %w", driver.ErrRetryable, err)
+	}
+	// The name is claimed once the record exists, so that every claim
+	// names an instance that List returns, whenever Berth stops.
 	if rec.Name != "" {
 		if err := d.reserveName(rec.Name, rec.ID); err != nil {
+			d.discard(rec)
+			unlock()
+			if driver.KindOf(err) == nil {
+				err = fmt.Errorf("%w: %w", driver.ErrRetryable, err)
+			}
 			return nil, err
 		}
 	}
-	d.inflight.Store(rec.ID, struct{}{}) // before the record is visible
-	if err := os.MkdirAll(d.instDir(rec.ID), 0o700); err == nil {
-		err = d.save(rec)
-	}
-	if err != nil {
-		d.discard(rec)
-		return nil, fmt.Errorf("%w: %w", driver.ErrRetryable, err)
-	}
+	unlock()
 	step := func(do func() error) func(context.Context) (bool, *driver.Instance, error) {
 		return func(context.Context) (bool, *driver.Instance, error) {
 			unlock := d.locks.lock(rec.ID)
@@ -80,11 +90,14 @@ func (d *Driver) Create(ctx context.Context, node string, spec *driver.Spec) (dr
 	), nil
 }
 
-// discard removes everything of an instance whose process never started.
+// discard removes everything of an instance whose process never started:
+// its name claim, then its directory.
 func (d *Driver) discard(rec *record) {
 	d.inflight.Delete(rec.ID)
-	os.RemoveAll(d.instDir(rec.ID))
 	d.releaseName(rec.Name, rec.ID)
+	if err := d.removeInstDir(rec.ID); err != nil {
+		d.log.Warn("local: cannot remove the directory of a failed create", "id", rec.ID, "err", err)
+	}
 }
 
 // Delete returns an operation that stops the process group (SIGTERM, then
@@ -134,10 +147,11 @@ func (d *Driver) Delete(ctx context.Context, id string) (driver.Operation, error
 				return false, nil, err
 			}
 			d.cg.remove(id)
-			if err := os.RemoveAll(d.instDir(id)); err != nil {
+			// The claim goes first: a claim never outlives its record.
+			d.releaseName(rec.Name, id)
+			if err := d.removeInstDir(id); err != nil {
 				return false, nil, fmt.Errorf("%w: %w", driver.ErrDeleteFailed, err)
 			}
-			d.releaseName(rec.Name, id)
 			d.mu.Lock()
 			delete(d.usage, id)
 			d.mu.Unlock()

@@ -9,8 +9,10 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/berth-dev/berth/driver"
@@ -102,14 +104,21 @@ func (d *Driver) load(id string) (*record, error) {
 // save writes rec atomically and durably: a temporary file, fsync, rename.
 func (d *Driver) save(rec *record) error {
 	b, err := json.MarshalIndent(rec, "", "  ")
-	if err != nil {
-		return err
+	if err == nil {
+		err = writeAtomic(d.recordPath(rec.ID), b)
 	}
-	p := d.recordPath(rec.ID)
+	if err != nil {
+		return fmt.Errorf("write record of %s: %w", rec.ID, err)
+	}
+	return nil
+}
+
+// writeAtomic replaces the file p with b: a temporary file, fsync, rename.
+func writeAtomic(p string, b []byte) error {
 	tmp := p + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
-		return fmt.Errorf("write record of %s: %w", rec.ID, err)
+		return err
 	}
 	_, err = f.Write(b)
 	if err == nil {
@@ -123,9 +132,111 @@ func (d *Driver) save(rec *record) error {
 	}
 	if err != nil {
 		os.Remove(tmp)
+	}
+	return err
+}
+
+// The instance directories and name claims change only by renames and
+// links out of <data_dir>/tmp, so that a Berth killed at any moment leaves
+// every directory in instances/ with its record, and every claim in names/
+// naming an instance whose record exists:
+//
+//   - a new instance directory is built as tmp/new-<pid>-<id> with its
+//     record and renamed into instances/;
+//   - a claim is written as tmp/claim-<pid>-<id> and hard-linked to
+//     names/<name>, which fails if the name is taken; the claim is made
+//     after the instance's record exists;
+//   - an instance directory is renamed to tmp/del-<id>-<random> before it
+//     is removed, after its claim was dropped.
+//
+// Open removes what a killed Berth left in tmp/ (see sweep).
+func (d *Driver) tmpDir() string { return filepath.Join(d.dir, "tmp") }
+
+// tmpPrefix starts the names of this process's files in tmp/.
+func tmpPrefix(kind string) string { return kind + "-" + strconv.Itoa(os.Getpid()) + "-" }
+
+// createRecord makes the instance directory of rec, holding its record,
+// in one rename.
+func (d *Driver) createRecord(rec *record) error {
+	stage := filepath.Join(d.tmpDir(), tmpPrefix("new")+rec.ID)
+	b, err := json.MarshalIndent(rec, "", "  ")
+	if err == nil {
+		err = os.Mkdir(stage, 0o700)
+	}
+	if err == nil {
+		err = writeAtomic(filepath.Join(stage, "record.json"), b)
+		if err == nil {
+			err = os.Rename(stage, d.instDir(rec.ID))
+		}
+		if err != nil {
+			os.RemoveAll(stage)
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("write record of %s: %w", rec.ID, err)
 	}
 	return nil
+}
+
+// removeInstDir removes the directory of id: first out of instances/ in one
+// rename, then its files. The caller has dropped id's name claim.
+func (d *Driver) removeInstDir(id string) error {
+	trash := filepath.Join(d.tmpDir(), "del-"+id+"-"+newID())
+	if err := os.Rename(d.instDir(id), trash); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	return os.RemoveAll(trash)
+}
+
+// sweep removes what a Berth killed in the middle of a create or delete
+// left in tmp/: the directories of deleted instances, and the staged
+// directories and claims of Berth processes that no longer run. It also
+// removes the directories in instances/ that have no record, which only a
+// Berth that built them in place (before tmp/ existed) could leave. It
+// returns the first error and goes on past it.
+func (d *Driver) sweep() error {
+	var first error
+	keep := func(err error) {
+		if first == nil && err != nil {
+			first = err
+		}
+	}
+	ents, err := os.ReadDir(d.tmpDir())
+	keep(err)
+	for _, e := range ents {
+		kind, rest, _ := strings.Cut(e.Name(), "-")
+		pid, _, _ := strings.Cut(rest, "-")
+		switch kind {
+		case "del":
+		case "new", "claim":
+			if n, err := strconv.Atoi(pid); err == nil && processExists(n) {
+				continue
+			}
+		default:
+			continue
+		}
+		keep(os.RemoveAll(filepath.Join(d.tmpDir(), e.Name())))
+	}
+	ids, err := d.ids()
+	keep(err)
+	for _, id := range ids {
+		if _, err := os.Stat(d.recordPath(id)); errors.Is(err, os.ErrNotExist) {
+			keep(d.removeInstDir(id))
+		}
+	}
+	return first
+}
+
+// processExists reports whether a process with pid exists.
+func processExists(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 // ids lists the instance directories.
@@ -145,25 +256,27 @@ func (d *Driver) ids() ([]string, error) {
 
 func (d *Driver) namePath(name string) string { return filepath.Join(d.dir, "names", name) }
 
-// reserveName claims name for id with an exclusive create of
-// <data_dir>/names/<name>. A claim whose instance no longer exists is
-// taken over.
+// reserveName claims name for id by hard-linking a file holding id to
+// <data_dir>/names/<name>; the link fails when the name is taken. The
+// caller has written id's record. A claim whose instance has no record is
+// stale and taken over.
 func (d *Driver) reserveName(name, id string) error {
+	tmp := filepath.Join(d.tmpDir(), tmpPrefix("claim")+id)
+	if err := writeAtomic(tmp, []byte(id)); err != nil {
+		return fmt.Errorf("claim name %q: %w", name, err)
+	}
+	defer os.Remove(tmp)
 	p := d.namePath(name)
 	for range 2 {
-		f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+		err := os.Link(tmp, p)
 		if err == nil {
-			_, err = f.WriteString(id)
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-			return err
+			return nil
 		}
 		if !errors.Is(err, os.ErrExist) {
-			return err
+			return fmt.Errorf("claim name %q: %w", name, err)
 		}
-		owner, _ := os.ReadFile(p)
-		if _, err := os.Stat(d.instDir(strings.TrimSpace(string(owner)))); err == nil || len(owner) == 0 {
+		owner := d.nameOwner(name)
+		if _, err := os.Stat(d.recordPath(owner)); idRE.MatchString(owner) && err == nil {
 			return driver.Errorf(driver.ErrAlreadyExists, "an instance named %q exists (%s)", name, owner)
 		}
 		os.Remove(p) // stale: its instance is gone

@@ -22,7 +22,8 @@ const DefaultHistory = 10000
 type Options struct {
 	// History is how many of the latest revisions watches can start from;
 	// older ones are forgotten and Watch returns store.ErrCompacted for
-	// them. 0 means DefaultHistory.
+	// them. 0 means DefaultHistory. The store forgets old changes in
+	// batches, so it holds the changes of up to twice as many revisions.
 	History int
 }
 
@@ -36,7 +37,7 @@ type Store struct {
 	rev     int64
 	compact int64
 	kvs     map[string]store.KV
-	log     []change // changes after compact, oldest first
+	log     []change // oldest first; holds every change after compact
 }
 
 type change struct {
@@ -150,10 +151,22 @@ func (s *Store) apply(cmps []store.Cmp, ops []store.Op) (store.TxnResult, bool, 
 	s.rev = rev
 	if c := s.rev - int64(s.history); c > s.compact {
 		s.compact = c
-		i := sort.Search(len(s.log), func(i int) bool { return s.log[i].rev > c })
-		s.log = slices.Delete(s.log, 0, i)
+		s.trim()
 	}
 	return store.TxnResult{Succeeded: true, Revision: rev}, true, nil
+}
+
+// trim forgets the changes at or before the compact revision, but only once
+// they span a whole history's worth of revisions, so the copy of the kept
+// changes is paid once per s.history commits rather than on every commit.
+// Changes never reads at or before the compact revision, so the changes
+// kept past it until the next trim are never seen.
+func (s *Store) trim() {
+	if len(s.log) == 0 || s.log[0].rev > s.compact-int64(s.history) {
+		return
+	}
+	i := sort.Search(len(s.log), func(i int) bool { return s.log[i].rev > s.compact })
+	s.log = slices.Delete(s.log, 0, i)
 }
 
 // Watch implements store.Store.
