@@ -47,6 +47,12 @@ type envelope struct {
 	Error *Error `json:"error"`
 }
 
+// Error codes of the driver vocabulary that Berth's own code also answers.
+const (
+	CodeNotFound = "not_found"
+	CodeTimeout  = "timeout"
+)
+
 // Error codes beyond the driver vocabulary.
 const (
 	CodeTooLarge         = "too_large"
@@ -63,7 +69,7 @@ var codes = []struct {
 	code   string
 	status int
 }{
-	{driver.ErrNotFound, "not_found", http.StatusNotFound},
+	{driver.ErrNotFound, CodeNotFound, http.StatusNotFound},
 	{driver.ErrAlreadyExists, "already_exists", http.StatusConflict},
 	{driver.ErrNotSuspended, "not_suspended", http.StatusConflict},
 	{driver.ErrInsufficientCapacity, "insufficient_capacity", http.StatusConflict},
@@ -71,7 +77,7 @@ var codes = []struct {
 	{driver.ErrPermanent, "permanent", http.StatusUnprocessableEntity},
 	{driver.ErrQuotaExceeded, "quota_exceeded", http.StatusTooManyRequests},
 	{driver.ErrRetryable, "retryable", http.StatusServiceUnavailable},
-	{driver.ErrTimeout, "timeout", http.StatusGatewayTimeout},
+	{driver.ErrTimeout, CodeTimeout, http.StatusGatewayTimeout},
 	{driver.ErrDeleteFailed, "delete_failed", http.StatusBadGateway},
 	// Last: other kinds carry a *driver.FieldError to name the field (an id
 	// that exists already), which matches ErrInvalid too.
@@ -100,12 +106,8 @@ func toError(err error) *Error {
 		e.Field = fe.Path
 	}
 	var mbe *http.MaxBytesError
-	switch {
-	case errors.As(err, &mbe):
+	if errors.As(err, &mbe) {
 		e.Code, e.Status = CodeTooLarge, http.StatusRequestEntityTooLarge
-		return e
-	case errors.Is(err, store.ErrNotFound):
-		e.Code, e.Status = "not_found", http.StatusNotFound
 		return e
 	}
 	for _, c := range codes {
@@ -118,7 +120,7 @@ func toError(err error) *Error {
 	case errors.Is(err, store.ErrClosed):
 		e.Code, e.Status = CodeUnavailable, http.StatusServiceUnavailable
 	case errors.Is(err, context.DeadlineExceeded):
-		e.Code, e.Status = "timeout", http.StatusGatewayTimeout
+		e.Code, e.Status = CodeTimeout, http.StatusGatewayTimeout
 	case errors.Is(err, context.Canceled):
 		e.Code, e.Status = CodeCanceled, http.StatusServiceUnavailable
 	default:

@@ -90,6 +90,7 @@ func (s *Server) routes() {
 	}
 	h("POST /v1/requests", s.submit)
 	h("POST /v1/groups", s.submitGroup)
+	h("GET /v1/groups/{id}", s.group)
 	h("POST /v1/plan", s.plan)
 	h("GET /v1/instances", s.instances)
 	h("GET /v1/instances/{ref}", s.instance)
@@ -118,7 +119,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if _, pattern := s.mux.Handler(r); pattern == "" {
 		rec := &statusRecorder{header: http.Header{}}
 		s.mux.ServeHTTP(rec, r)
-		e := &Error{Code: "not_found", Status: http.StatusNotFound, Message: "no such endpoint: " + r.Method + " " + r.URL.Path}
+		e := &Error{Code: CodeNotFound, Status: http.StatusNotFound, Message: "no such endpoint: " + r.Method + " " + r.URL.Path}
 		if rec.status == http.StatusMethodNotAllowed {
 			e = &Error{Code: CodeMethodNotAllowed, Status: rec.status, Message: "method " + r.Method + " not allowed on " + r.URL.Path}
 			w.Header().Set("Allow", rec.header.Get("Allow"))
@@ -245,6 +246,14 @@ func (s *Server) submitGroup(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	return writeJSON(w, http.StatusCreated, ans)
+}
+
+func (s *Server) group(w http.ResponseWriter, r *http.Request) error {
+	st, err := s.plane.Group(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, st)
 }
 
 func (s *Server) plan(w http.ResponseWriter, r *http.Request) error {
@@ -425,13 +434,17 @@ func (s *Server) restart(w http.ResponseWriter, r *http.Request) error {
 	return s.afterChange(w, r, http.StatusAccepted)
 }
 
+// DefaultSignal is the signal POST /v1/instances/{ref}/kill sends when the
+// request names none.
+const DefaultSignal = "KILL"
+
 func (s *Server) kill(w http.ResponseWriter, r *http.Request) error {
 	if err := onlyParams(r.URL.Query(), "signal"); err != nil {
 		return err
 	}
 	sig := r.URL.Query().Get("signal")
 	if sig == "" {
-		sig = "KILL"
+		sig = DefaultSignal
 	}
 	if err := s.plane.Kill(r.Context(), r.PathValue("ref"), sig); err != nil {
 		return err
@@ -450,7 +463,7 @@ func (s *Server) resize(w http.ResponseWriter, r *http.Request) error {
 	if err := s.plane.Resize(r.Context(), r.PathValue("ref"), res); err != nil {
 		return err
 	}
-	return s.afterChange(w, r, http.StatusOK)
+	return s.afterChange(w, r, http.StatusAccepted)
 }
 
 // LogFrame is one line of a logs stream: a chunk of one stream's output, or
@@ -679,10 +692,10 @@ func (s *Server) preload(w http.ResponseWriter, r *http.Request) error {
 	}
 	var es driver.FieldErrors
 	if req.Provider == "" {
-		es = append(es, &driver.FieldError{Path: "provider", Reason: "required"})
+		es.Add("provider", "required")
 	}
 	if req.Image == "" {
-		es = append(es, &driver.FieldError{Path: "image", Reason: "required"})
+		es.Add("image", "required")
 	}
 	if err := es.Err(); err != nil {
 		return err

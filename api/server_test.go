@@ -15,11 +15,11 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/berth-dev/berth/api"
+	"github.com/berth-dev/berth/api/apitest"
 	"github.com/berth-dev/berth/api/client"
 	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/driver"
-	_ "github.com/berth-dev/berth/drivers/sim"
-	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/reconciler"
 	"github.com/berth-dev/berth/scheduler"
 	"github.com/berth-dev/berth/store"
 	"github.com/berth-dev/berth/store/memory"
@@ -45,44 +45,12 @@ func newEnv(tb testing.TB, simOpts map[string]any, maxBody int64) *env {
 // newEnvOn is newEnv over the given store, which it closes at the end.
 func newEnvOn(tb testing.TB, st store.Store, simOpts map[string]any, maxBody int64) *env {
 	tb.Helper()
-	ctx := context.Background()
-	def, err := driver.Lookup("sim")
+	e := apitest.Start(tb, st, simOpts, api.Options{MaxBodySize: maxBody})
+	c, err := client.New(e.HTTP.URL, client.WithOwner("tester"))
 	if err != nil {
 		tb.Fatal(err)
 	}
-	d, err := def.Open(ctx, simOpts, driver.Env{Provider: "sim", Cluster: "test"})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	p, err := provider.New(d, provider.Config{Name: "sim"})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	plane, err := control.New(ctx, control.Config{Store: st, Providers: []*provider.Provider{p}, Cluster: "test"})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = plane.Run(runCtx)
-	}()
-	s := api.New(plane, api.Options{MaxBodySize: maxBody})
-	hs := httptest.NewServer(s)
-	c, err := client.New(hs.URL, client.WithOwner("tester"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		s.CloseStreams()
-		hs.Close()
-		cancel()
-		<-done
-		_ = p.Close(ctx)
-		_ = st.Close()
-	})
-	return &env{api: s, http: hs, client: c, plane: plane}
+	return &env{api: e.API, http: e.HTTP, client: c, plane: e.Plane}
 }
 
 // errorBody is the API's error shape as a test reads it.
@@ -354,9 +322,25 @@ func TestLogsAndPreloadStreams(t *testing.T) {
 
 func TestCloseStreamsEndsFollowers(t *testing.T) {
 	e := newEnv(t, map[string]any{"nodes": 1}, 0)
+	ctx := context.Background()
+	if _, err := e.client.Submit(ctx, scheduler.Request{Spec: driver.Spec{Image: "x"}, ID: "before"}); err != nil {
+		t.Fatal(err)
+	}
+	// Replaying from revision 1 delivers the submission's events at once:
+	// the first one proves the server is streaming to this follower.
+	live := make(chan struct{})
+	var once sync.Once
 	done := make(chan error, 1)
-	go func() { done <- e.client.Events(context.Background(), 0, func(control.Event) {}) }()
-	time.Sleep(100 * time.Millisecond)
+	go func() {
+		done <- e.client.Events(ctx, 1, func(control.Event) { once.Do(func() { close(live) }) })
+	}()
+	select {
+	case <-live:
+	case err := <-done:
+		t.Fatalf("Events ended before CloseStreams: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no event replayed from revision 1")
+	}
 	e.api.CloseStreams()
 	select {
 	case err := <-done:
@@ -374,5 +358,54 @@ func TestOversizedBodyThroughTheClient(t *testing.T) {
 	var ae *api.Error
 	if !errors.As(err, &ae) || ae.Status != http.StatusRequestEntityTooLarge {
 		t.Fatalf("got %v, want 413", err)
+	}
+}
+
+// TestChangesAnswerAccepted checks that changes to a live instance, resize
+// included, answer 202 with the instance, and that a kill without a signal
+// sends DefaultSignal.
+func TestChangesAnswerAccepted(t *testing.T) {
+	e := newEnv(t, map[string]any{"nodes": 1}, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := e.client.Submit(ctx, scheduler.Request{Spec: driver.Spec{Image: "x"}, ID: "web"}); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase := func(want reconciler.Phase) {
+		t.Helper()
+		for {
+			in, err := e.client.Instance(ctx, "web")
+			if err == nil && in.Phase == want {
+				return
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("instance never %s (last %+v, %v)", want, in, err)
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
+	waitPhase(reconciler.Running)
+	for _, c := range []struct{ path, body string }{
+		{"/v1/instances/web/resize", `{"cpus": 0.5}`},
+		{"/v1/instances/web/restart", ``},
+		{"/v1/instances/web/kill", ``},
+	} {
+		if status, eb, raw := do(t, e.api, "POST", c.path, c.body); status != http.StatusAccepted {
+			t.Errorf("POST %s: %d %q (%s), want 202", c.path, status, eb.Error.Code, raw)
+		}
+	}
+	in, err := e.client.Instance(ctx, "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.Spec.CPU != 500 {
+		t.Errorf("after resize: cpus %s, want 0.5", in.Spec.CPU)
+	}
+	// The sim's instance keeps running after a signal it handles; only a
+	// KILL (or TERM) ends it, after which a signal cannot be delivered.
+	status, eb, _ := do(t, e.api, "POST", "/v1/instances/web/kill?signal=USR1", ``)
+	if status != http.StatusUnprocessableEntity || eb.Error.Code != "permanent" {
+		t.Errorf("kill after a kill without a signal: %d %q, want 422 permanent (the first kill sent KILL)", status, eb.Error.Code)
 	}
 }

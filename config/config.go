@@ -42,7 +42,8 @@ type Config struct {
 	Log     Log    `yaml:"log"`
 	// ShutdownTimeout bounds a graceful shutdown.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
-	// MaxBodySize caps API request bodies, in bytes.
+	// MaxBodySize caps API request bodies. In YAML it is a size string
+	// ("1Mi", "512k") or a bare number of MiB.
 	MaxBodySize driver.Bytes `yaml:"max_body_size"`
 	// MaxCount caps the instances one API submission may ask for.
 	MaxCount  int        `yaml:"max_count"`
@@ -96,7 +97,8 @@ type Breaker struct {
 	// Failures is how many consecutive failures open the breaker; 0 means
 	// the provider default.
 	Failures int `yaml:"failures"`
-	// OpenFor is how long the breaker stays open before trying again.
+	// OpenFor is how long the breaker stays open before trying again; 0
+	// means the provider default. Negative values are rejected.
 	OpenFor time.Duration `yaml:"open_for"`
 }
 
@@ -207,46 +209,43 @@ func (c *Config) Finish(name string, overrides map[string]map[string]string) err
 }
 
 func (c *Config) validate(es *driver.FieldErrors) {
-	add := func(path, format string, args ...any) {
-		*es = append(*es, &driver.FieldError{Path: path, Reason: fmt.Sprintf(format, args...)})
-	}
 	switch c.Log.Format {
 	case "", "text", "json":
 	default:
-		add("log.format", "%q: want text or json", c.Log.Format)
+		es.Add("log.format", "%q: want text or json", c.Log.Format)
 	}
 	switch c.Log.Level {
 	case "", "debug", "info", "warn", "error":
 	default:
-		add("log.level", "%q: want debug, info, warn or error", c.Log.Level)
+		es.Add("log.level", "%q: want debug, info, warn or error", c.Log.Level)
 	}
 	if c.Listen == "" {
-		add("listen", "required (host:port)")
+		es.Add("listen", "required (host:port)")
 	} else if !strings.Contains(c.Listen, ":") {
-		add("listen", "%q: want host:port", c.Listen)
+		es.Add("listen", "%q: want host:port", c.Listen)
 	}
 	if c.MaxBodySize < 0 {
-		add("max_body_size", "must not be negative")
+		es.Add("max_body_size", "must not be negative")
 	}
 	if c.MaxCount < 0 {
-		add("max_count", "must not be negative")
+		es.Add("max_count", "must not be negative")
 	}
 	providers := map[string]bool{}
 	for i := range c.Providers {
 		p := &c.Providers[i]
 		f := fmt.Sprintf("providers[%d]", i)
 		if p.Name == "" {
-			add(f+".name", "required")
+			es.Add(f+".name", "required")
 		} else if providers[p.Name] {
-			add(f+".name", "%q is configured twice", p.Name)
+			es.Add(f+".name", "%q is configured twice", p.Name)
 		}
 		providers[p.Name] = true
 		if p.Driver == "" {
-			add(f+".driver", "required; registered drivers: %s", strings.Join(driver.Drivers(), ", "))
+			es.Add(f+".driver", "required; registered drivers: %s", strings.Join(driver.Drivers(), ", "))
 		} else if def, err := driver.Lookup(p.Driver); err != nil {
-			add(f+".driver", "%v", err)
+			es.Add(f+".driver", "%v", err)
 		} else if opts, err := def.Decode(p.Options); err != nil {
-			addOptionErrors(es, f+".options", err)
+			es.AddErr(f+".options", err)
 		} else {
 			p.Decoded = opts
 		}
@@ -255,45 +254,53 @@ func (c *Config) validate(es *driver.FieldErrors) {
 			val  float64
 		}{{"reads", p.RateLimit.Reads}, {"read_burst", float64(p.RateLimit.ReadBurst)}, {"writes", p.RateLimit.Writes}, {"write_burst", float64(p.RateLimit.WriteBurst)}} {
 			if v.val < 0 {
-				add(f+".rate_limit."+v.name, "must not be negative")
+				es.Add(f+".rate_limit."+v.name, "must not be negative")
 			}
 		}
 		if p.Breaker.Failures < 0 {
-			add(f+".breaker.failures", "must not be negative")
+			es.Add(f+".breaker.failures", "must not be negative")
+		}
+		for _, d := range []struct {
+			name string
+			val  time.Duration
+		}{{"breaker.open_for", p.Breaker.OpenFor}, {"timeout", p.Timeout}, {"launch_timeout", p.LaunchTimeout}} {
+			if d.val < 0 {
+				es.Add(f+"."+d.name, "%s: must not be negative", d.val)
+			}
 		}
 	}
 	pools := map[string]bool{}
 	for i, p := range c.Pools {
 		f := fmt.Sprintf("pools[%d]", i)
 		if p.Name == "" {
-			add(f+".name", "required")
+			es.Add(f+".name", "required")
 		} else if pools[p.Name] {
-			add(f+".name", "%q is configured twice", p.Name)
+			es.Add(f+".name", "%q is configured twice", p.Name)
 		}
 		pools[p.Name] = true
 		if !providers[p.Provider] {
-			add(f+".provider", "%q: no such provider; configured: %s", p.Provider, strings.Join(c.ProviderNames(), ", "))
+			es.Add(f+".provider", "%q: no such provider; configured: %s", p.Provider, strings.Join(c.ProviderNames(), ", "))
 		}
 		if p.MaxInstances < 0 {
-			add(f+".max_instances", "must not be negative")
+			es.Add(f+".max_instances", "must not be negative")
 		}
 		labels := map[string]bool{}
 		for j, l := range p.Labels {
 			lf := fmt.Sprintf("%s.labels[%d]", f, j)
 			if l.Name == "" {
-				add(lf+".name", "required")
+				es.Add(lf+".name", "required")
 			} else if labels[l.Name] {
-				add(lf+".name", "%q appears twice", l.Name)
+				es.Add(lf+".name", "%q appears twice", l.Name)
 			}
 			labels[l.Name] = true
 			if l.MinReady < 0 {
-				add(lf+".min_ready", "must not be negative")
+				es.Add(lf+".min_ready", "must not be negative")
 			}
 			if l.Max < 0 {
-				add(lf+".max", "must not be negative")
+				es.Add(lf+".max", "must not be negative")
 			}
 			if err := l.Spec.Validate(); err != nil {
-				addOptionErrors(es, lf+".spec", err)
+				es.AddErr(lf+".spec", err)
 			}
 		}
 	}
@@ -303,46 +310,30 @@ func (c *Config) validate(es *driver.FieldErrors) {
 		if q.Provider != "" {
 			scopes++
 			if !providers[q.Provider] {
-				add(f+".provider", "%q: no such provider", q.Provider)
+				es.Add(f+".provider", "%q: no such provider", q.Provider)
 			}
 		}
 		if q.Pool != "" {
 			scopes++
 			if !pools[q.Pool] {
-				add(f+".pool", "%q: no such pool", q.Pool)
+				es.Add(f+".pool", "%q: no such pool", q.Pool)
 			}
 		}
 		if q.Owner != "" {
 			scopes++
 		}
 		if scopes != 1 {
-			add(f, "name exactly one of provider, pool and owner")
+			es.Add(f, "name exactly one of provider, pool and owner")
 		}
 		if q.Instances < 0 {
-			add(f+".instances", "must not be negative")
+			es.Add(f+".instances", "must not be negative")
 		}
 		if q.CPU < 0 {
-			add(f+".cpus", "must not be negative")
+			es.Add(f+".cpus", "must not be negative")
 		}
 		if q.Memory < 0 {
-			add(f+".memory", "must not be negative")
+			es.Add(f+".memory", "must not be negative")
 		}
-	}
-}
-
-// addOptionErrors re-roots the field errors in err under prefix.
-func addOptionErrors(es *driver.FieldErrors, prefix string, err error) {
-	var list driver.FieldErrors
-	var one *driver.FieldError
-	switch {
-	case errors.As(err, &list):
-		for _, fe := range list {
-			*es = append(*es, &driver.FieldError{Path: join(prefix, fe.Path), Reason: fe.Reason})
-		}
-	case errors.As(err, &one):
-		*es = append(*es, &driver.FieldError{Path: join(prefix, one.Path), Reason: one.Reason})
-	default:
-		*es = append(*es, &driver.FieldError{Path: prefix, Reason: err.Error()})
 	}
 }
 

@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -59,12 +60,81 @@ func (s *state) updateNodes(p *provider.Provider, nodes []driver.Node) {
 	if err := s.cluster.c.UpdateNodes(p.Name(), nodes); err != nil {
 		s.log.Warn("provider nodes", "provider", p.Name(), "err", err)
 	}
+	var top driver.Resources
+	for _, n := range nodes {
+		c := n.Capacity
+		top.CPU, top.Memory, top.Disk, top.GPUs = max(top.CPU, c.CPU), max(top.Memory, c.Memory), max(top.Disk, c.Disk), max(top.GPUs, c.GPUs)
+		for k, v := range c.Other {
+			if top.Other == nil {
+				top.Other = map[string]int64{}
+			}
+			top.Other[k] = max(top.Other[k], v)
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, n := range nodes {
 		n.Images, n.Ports = nil, nil
 		s.nodeInfo[reconciler.NodeID(p.Name(), n.Name)] = n
 	}
+	if len(nodes) > 0 {
+		s.largest[p.Name()] = top
+	}
+}
+
+// poolProvider returns the provider of the named pool, "" if none.
+func (s *state) poolProvider(pool string) string {
+	for _, pl := range s.cfg.Pools {
+		if pl.Name == pool {
+			return pl.Provider
+		}
+	}
+	return ""
+}
+
+// tooLarge says why an instance asking r on prov (any provider when empty)
+// could never fit any node, or "". Each resource is compared with the
+// largest amount any node of the eligible providers has in total, online
+// or not, as last listed. Nodes may join later: a provider that has not
+// listed any node yet makes nothing too large, and a node larger than
+// every one seen so far takes the requests declined before it joined only
+// when they are submitted again.
+func (s *state) tooLarge(r driver.Resources, prov string) string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var top driver.Resources
+	for _, name := range s.provNames {
+		if prov != "" && name != prov {
+			continue
+		}
+		l, ok := s.largest[name]
+		if !ok {
+			return ""
+		}
+		top.CPU, top.Memory, top.Disk, top.GPUs = max(top.CPU, l.CPU), max(top.Memory, l.Memory), max(top.Disk, l.Disk), max(top.GPUs, l.GPUs)
+		for k, v := range l.Other {
+			if top.Other == nil {
+				top.Other = map[string]int64{}
+			}
+			top.Other[k] = max(top.Other[k], v)
+		}
+	}
+	switch {
+	case r.CPU > top.CPU:
+		return fmt.Sprintf("cpus: one instance asks for %s, the largest node has %s", r.CPU, top.CPU)
+	case r.Memory > top.Memory:
+		return fmt.Sprintf("memory: one instance asks for %s, the largest node has %s", r.Memory, top.Memory)
+	case r.Disk > top.Disk:
+		return fmt.Sprintf("disk: one instance asks for %s, the largest node has %s", r.Disk, top.Disk)
+	case r.GPUs > top.GPUs:
+		return fmt.Sprintf("gpus: one instance asks for %d, the largest node has %d", r.GPUs, top.GPUs)
+	}
+	for _, k := range slices.Sorted(maps.Keys(r.Other)) {
+		if r.Other[k] > top.Other[k] {
+			return fmt.Sprintf("other.%s: one instance asks for %d, the largest node has %d", k, r.Other[k], top.Other[k])
+		}
+	}
+	return ""
 }
 
 // refreshNodes reads every provider's nodes once (used by New so that
@@ -141,13 +211,9 @@ func (s *state) requestFor(in *reconciler.Instance) scheduler.Request {
 	r.ID, r.Count, r.Group, r.Priority = in.ID, 1, in.Group, in.Priority
 	r.Constraints = slices.Clone(r.Constraints)
 	if in.Pool != "" {
-		for _, pl := range s.cfg.Pools {
-			if pl.Name == in.Pool {
-				r.Provider = pl.Provider
-			}
-		}
+		r.Provider = s.poolProvider(in.Pool)
 	}
-	for _, x := range in.Exclude {
+	for _, x := range in.Excluded(s.now()) {
 		prov, node, _ := strings.Cut(x, "/")
 		if r.Provider == "" || r.Provider == prov {
 			r.Constraints = append(r.Constraints, "node!="+node)

@@ -67,6 +67,18 @@ type Config struct {
 	// Writers is how many goroutines store the outcomes of operations,
 	// each committing up to 512 in one transaction. Default 2.
 	Writers int
+	// ExcludeFor is how long a node that went offline under an instance,
+	// or lacked capacity for it, is avoided when the instance is placed
+	// again. Default 10m.
+	ExcludeFor time.Duration
+	// Retention is how long a deleted instance stays visible (Filter.All,
+	// inspect by name) before its record is removed from the store; a
+	// request's and a group's records go with their last instance.
+	// Failed instances are kept until they are deleted. Default 1h.
+	Retention time.Duration
+	// MaxRetained caps the deleted instances kept for Retention: beyond
+	// it the oldest are removed first. Default 10000.
+	MaxRetained int
 }
 
 // Metrics receives the plane's measurements. Implementations must be safe
@@ -273,9 +285,18 @@ func (p *Plane) Run(ctx context.Context) error { return p.run(ctx) }
 // stored — or as scheduled when Run is not running. Instances that cannot
 // be placed now are accepted as pending, with the reason in their Message,
 // and are placed when capacity frees up. A request that could never fit a
-// quota is refused with driver.ErrQuotaExceeded; bad input with
-// driver.FieldErrors (matching driver.ErrInvalid) naming the field; an id or
-// name in use with driver.ErrAlreadyExists.
+// quota is refused with driver.ErrQuotaExceeded naming the quota; one whose
+// instances ask for more of a resource than any known node of the eligible
+// providers has in total with driver.ErrInsufficientCapacity naming the
+// resource (a provider that has listed no node yet refuses nothing); bad
+// input with driver.FieldErrors (matching driver.ErrInvalid) naming the
+// field; an id in use, or a name held by an instance that is not deleted,
+// with driver.ErrAlreadyExists.
+//
+// A request without an id gets a fresh one. Ids are never reused: a
+// request id given by the client is refused while any record of that
+// request is kept (see Config.Retention). Names are reusable once their
+// holder is deleted or being deleted.
 func (p *Plane) Submit(ctx context.Context, req scheduler.Request, owner string) (*Answer, error) {
 	return p.submit(ctx, req, owner)
 }
@@ -284,7 +305,10 @@ func (p *Plane) Submit(ctx context.Context, req scheduler.Request, owner string)
 // set first reuses ready pool instances of its labels. A group whose
 // essential instances do not fit now waits, whole, in the gang queue
 // (Config.QueuePolicy, priority classes, backfill) and is placed all at
-// once when it fits.
+// once when it fits. A group whose essential instances together could never
+// fit a quota of owner is refused with driver.ErrQuotaExceeded naming the
+// quota. Members whose node goes offline are placed again, restart policy
+// or not; Group tells whether the group is degraded meanwhile.
 func (p *Plane) SubmitGroup(ctx context.Context, g scheduler.Group, owner string) (*GroupAnswer, error) {
 	return p.submitGroup(ctx, g, owner)
 }
@@ -305,8 +329,9 @@ func (p *Plane) Instances(ctx context.Context, f Filter) ([]Instance, error) {
 // are left out). It is cheap: it reads counters, not the instances.
 func (p *Plane) Counts(ctx context.Context) (map[Phase]int, error) { return p.counts(), nil }
 
-// Instance returns the instance with id ref or, failing that, the newest not
-// deleted instance named ref; driver.ErrNotFound otherwise.
+// Instance returns the instance with id ref or, failing that, the instance
+// that holds the name ref or, when every instance named ref is deleted, the
+// newest of them; driver.ErrNotFound otherwise.
 func (p *Plane) Instance(ctx context.Context, ref string) (Instance, error) {
 	return p.instance(ctx, ref)
 }

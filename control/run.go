@@ -171,6 +171,7 @@ func (s *state) run(ctx context.Context) error {
 	wg.Go(func() { s.watchStore(ctx, rt) })
 	wg.Go(func() { s.placer(ctx) })
 	wg.Go(func() { s.syncLoop(ctx, rt) })
+	wg.Go(func() { s.collector(ctx) })
 	wg.Wait()
 	// Operations still in flight ended with ctx; the next Run resumes
 	// them.

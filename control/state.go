@@ -63,11 +63,12 @@ type state struct {
 	mu       sync.RWMutex
 	recs     map[string]*reconciler.Instance // the store's instances, write-through
 	requests map[string]*storedRequest
-	names    map[string]string        // instance id by name, for live instances
-	held     map[string]*held         // what each owner, pool and provider holds
-	queued   int                      // pending instances
-	phases   map[reconciler.Phase]int // instances per phase
-	nodeInfo map[string]driver.Node   // latest reading of every node, by provider/node, without images and ports
+	names    map[string]string           // instance id by name, for live instances
+	held     map[string]*held            // what each owner, pool and provider holds
+	queued   int                         // pending instances
+	phases   map[reconciler.Phase]int    // instances per phase
+	nodeInfo map[string]driver.Node      // latest reading of every node, by provider/node, without images and ports
+	largest  map[string]driver.Resources // per provider, the most of each resource one node has, as last listed
 
 	lists listings // shared listings of tagged resources, per provider
 
@@ -193,12 +194,18 @@ func newState(ctx context.Context, cfg Config) (*state, error) {
 	if cfg.Writers <= 0 {
 		cfg.Writers = 2
 	}
+	if cfg.Retention <= 0 {
+		cfg.Retention = time.Hour
+	}
+	if cfg.MaxRetained <= 0 {
+		cfg.MaxRetained = 10000
+	}
 	s := &state{
 		cfg:       cfg,
 		st:        cfg.Store,
 		log:       cfg.Logger,
 		now:       cfg.Now,
-		m:         reconciler.Machine{LaunchTimeout: cfg.LaunchTimeout, MaxAttempts: cfg.MaxAttempts, Backoff: cfg.RetryBackoff},
+		m:         reconciler.Machine{LaunchTimeout: cfg.LaunchTimeout, MaxAttempts: cfg.MaxAttempts, Backoff: cfg.RetryBackoff, ExcludeFor: cfg.ExcludeFor},
 		provs:     provs,
 		recs:      map[string]*reconciler.Instance{},
 		requests:  map[string]*storedRequest{},
@@ -206,6 +213,7 @@ func newState(ctx context.Context, cfg Config) (*state, error) {
 		held:      map[string]*held{},
 		phases:    map[reconciler.Phase]int{},
 		nodeInfo:  map[string]driver.Node{},
+		largest:   map[string]driver.Resources{},
 		placeKick: make(chan struct{}, 1),
 	}
 	for n := range provs {
@@ -220,6 +228,16 @@ func newState(ctx context.Context, cfg Config) (*state, error) {
 	}
 	if err := s.loadGroups(ctx); err != nil {
 		return nil, err
+	}
+	if orphans := s.orphanRequests(); len(orphans) > 0 {
+		ops := make([]store.Op, len(orphans))
+		for i, id := range orphans {
+			ops[i] = store.Delete(PrefixRequests + id)
+			delete(s.requests, id)
+		}
+		if _, err := s.st.Txn(ctx, nil, ops); err != nil {
+			return nil, fmt.Errorf("control: remove requests without instances: %w", err)
+		}
 	}
 	s.cluster = newCluster(s)
 	s.refreshNodes(ctx)
@@ -303,6 +321,11 @@ func (s *state) get(id string) (reconciler.Instance, bool) {
 func (s *state) remember(in reconciler.Instance) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.rememberLocked(in)
+}
+
+// rememberLocked is remember with s.mu held for writing.
+func (s *state) rememberLocked(in reconciler.Instance) {
 	if cur, ok := s.recs[in.ID]; ok && cur.Revision > in.Revision {
 		return
 	}
@@ -318,13 +341,28 @@ func (s *state) putLocked(in *reconciler.Instance) {
 	}
 	s.recs[in.ID] = in
 	s.countLocked(in, 1)
-	if in.Phase == reconciler.Deleted {
+	if !holdsName(in) {
 		if s.names[in.Name] == in.ID {
 			delete(s.names, in.Name)
 		}
 		return
 	}
 	s.names[in.Name] = in.ID
+}
+
+// holdsName reports whether in keeps its name from new instances: every
+// instance does until it is deleted or being deleted for good (Docker's
+// rm frees the name). A replacement that reuses the name while the old
+// back-end resource is still being removed gets the next incarnation's
+// back-end name if the back-end still holds the old one.
+func holdsName(in *reconciler.Instance) bool {
+	switch in.Phase {
+	case reconciler.Deleted:
+		return false
+	case reconciler.Deleting:
+		return in.After != reconciler.Deleted
+	}
+	return true
 }
 
 // held is what one scope holds: instances placed on a node and their
@@ -543,11 +581,17 @@ func (s *state) applyBatch(ctx context.Context, batch []outcome) {
 			results[id].in.Revision = res.Revision
 		}
 	}
+	// One critical section for the whole batch: submissions wait for the
+	// cache lock once per batch, not once per instance.
+	s.mu.Lock()
+	for _, id := range order {
+		if r := results[id]; reconciler.Changed(r.base, r.in) {
+			s.rememberLocked(r.in)
+		}
+	}
+	s.mu.Unlock()
 	for _, id := range order {
 		r := results[id]
-		if reconciler.Changed(r.base, r.in) {
-			s.remember(r.in)
-		}
 		s.perform(r.in, r.acts, nil)
 	}
 	unlock()
@@ -578,8 +622,9 @@ func newID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// find returns the instance with id ref, or the newest not deleted one named
-// ref.
+// find returns the instance with id ref, or else the instance that holds
+// the name ref, or else the newest (by creation, then id) of the instances
+// that were named ref, deleted or being deleted.
 func (s *state) find(ref string) (reconciler.Instance, error) {
 	if ref == "" {
 		return reconciler.Instance{}, &driver.FieldError{Path: "ref", Reason: "an instance id or name is required"}
@@ -593,6 +638,18 @@ func (s *state) find(ref string) (reconciler.Instance, error) {
 		if in, ok := s.recs[id]; ok {
 			return *in, nil
 		}
+	}
+	var newest *reconciler.Instance
+	for _, in := range s.recs {
+		if in.Name != ref {
+			continue
+		}
+		if newest == nil || in.Created.After(newest.Created) || (in.Created.Equal(newest.Created) && in.ID > newest.ID) {
+			newest = in
+		}
+	}
+	if newest != nil {
+		return *newest, nil
 	}
 	return reconciler.Instance{}, driver.Errorf(driver.ErrNotFound, "instance %q", ref)
 }

@@ -139,6 +139,14 @@ func (s *state) accept(ctx context.Context, parts []part, groupPlan *scheduler.P
 			in.Spec.Name = ""
 			recs = append(recs, in)
 		}
+		prov := r.Provider
+		if pt.pool != "" {
+			prov = s.poolProvider(pt.pool)
+		}
+		if why := s.tooLarge(r.Resources, prov); why != "" {
+			release()
+			return nil, driver.Errorf(driver.ErrInsufficientCapacity, "request %s can never fit: %s", r.ID, why)
+		}
 		for _, u := range s.quotaUse() {
 			probe := reconciler.Instance{Owner: pt.owner, Pool: pt.pool}
 			if !u.applies(&probe, r.Provider) {
@@ -154,7 +162,13 @@ func (s *state) accept(ctx context.Context, parts []part, groupPlan *scheduler.P
 		release()
 		return nil, err
 	}
-	defer s.unreserveNames(recs)
+	// Once stored, the instances hold their names through the cache.
+	stored := false
+	defer func() {
+		if !stored {
+			s.unreserveNames(recs)
+		}
+	}()
 
 	// Place what is not placed yet, request by request, within quota.
 	k := 0
@@ -242,7 +256,7 @@ func (s *state) accept(ctx context.Context, parts []part, groupPlan *scheduler.P
 	// exist yet.
 	var cmps []store.Cmp
 	var ops []store.Op
-	stored := map[string]*storedRequest{}
+	reqs := map[string]*storedRequest{}
 	for _, pt := range parts {
 		sr := &storedRequest{Request: pt.req, Owner: pt.owner, Time: now}
 		b, err := json.Marshal(sr)
@@ -253,7 +267,7 @@ func (s *state) accept(ctx context.Context, parts []part, groupPlan *scheduler.P
 		key := PrefixRequests + pt.req.ID
 		cmps = append(cmps, store.Cmp{Key: key})
 		ops = append(ops, store.Put(key, b))
-		stored[pt.req.ID] = sr
+		reqs[pt.req.ID] = sr
 	}
 	for _, in := range recs {
 		key := PrefixInstances + in.ID
@@ -278,15 +292,20 @@ func (s *state) accept(ctx context.Context, parts []part, groupPlan *scheduler.P
 		release()
 		return nil, fmt.Errorf("%w: request %s: %w", driver.ErrAlreadyExists, parts[0].req.ID, &driver.FieldError{Path: "id", Reason: "a request or instance with this id exists already"})
 	}
+	// The requests and their instances enter the cache together, in one
+	// critical section.
+	stored = true
 	s.mu.Lock()
-	for id, sr := range stored {
+	for id, sr := range reqs {
 		s.requests[id] = sr
+	}
+	for _, in := range recs {
+		in.Revision = res.Revision
+		s.rememberLocked(*in)
 	}
 	s.mu.Unlock()
 	out := make([]Placed, 0, len(recs))
 	for _, in := range recs {
-		in.Revision = res.Revision
-		s.remember(*in)
 		p := Placed{Instance: *in}
 		if in.Phase.HoldsNode() {
 			p.Node = s.nodeRef(in.Provider, in.Node)
@@ -347,7 +366,7 @@ func (s *state) unreserveNames(recs []*reconciler.Instance) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, in := range recs {
-		if cur, ok := s.recs[in.ID]; ok && cur.Phase != reconciler.Deleted {
+		if cur, ok := s.recs[in.ID]; ok && holdsName(cur) {
 			continue
 		}
 		if s.names[in.Name] == in.ID {
@@ -406,6 +425,9 @@ func (s *state) submitGroup(ctx context.Context, g scheduler.Group, owner string
 			return nil, err
 		}
 		parts[i] = part{req: r, owner: owner}
+	}
+	if why := s.groupNeverFits(&g, owner); why != "" {
+		return nil, driver.Errorf(driver.ErrQuotaExceeded, "group %s can never fit: %s", g.ID, why)
 	}
 	start := time.Now()
 	plan, err := s.cluster.c.PlaceGroup(&g)
@@ -520,4 +542,36 @@ func (s *state) plan(ctx context.Context, req scheduler.Request) (*PlanAnswer, e
 		ans.Reasons = append(ans.Reasons, why)
 	}
 	return ans, nil
+}
+
+// groupNeverFits says why the essential instances of g, which are placed
+// all at once, could never fit together within a quota of owner (or of
+// g's provider, when g names one) even if nothing else were held; or "".
+func (s *state) groupNeverFits(g *scheduler.Group, owner string) string {
+	n := 0
+	var cpu driver.MilliCPU
+	var mem driver.Bytes
+	for i := range g.Services {
+		sv := &g.Services[i]
+		e := sv.EssentialCount()
+		n += e
+		cpu += driver.MilliCPU(e) * sv.CPU
+		mem += driver.Bytes(e) * sv.Memory
+	}
+	probe := reconciler.Instance{Owner: owner}
+	for _, u := range s.quotaUse() {
+		if u.Pool != "" || (u.Provider != "" && u.Provider != g.Provider) || !u.applies(&probe, g.Provider) {
+			continue
+		}
+		scope := u.scope()
+		switch {
+		case u.Instances > 0 && n > u.Instances:
+			return fmt.Sprintf("quota %s allows %d instances; the group's essential instances are %d", scope, u.Instances, n)
+		case u.CPU > 0 && cpu > u.CPU:
+			return fmt.Sprintf("quota %s allows %s cpus; the group's essential instances ask for %s", scope, u.CPU, cpu)
+		case u.Memory > 0 && mem > u.Memory:
+			return fmt.Sprintf("quota %s allows %s memory; the group's essential instances ask for %s", scope, u.Memory, mem)
+		}
+	}
+	return ""
 }

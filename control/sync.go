@@ -164,7 +164,7 @@ func (s *state) syncInstances(ctx context.Context, rt *runtime, p *provider.Prov
 		}
 		return
 	}
-	seen := map[string]bool{}
+	seen := make(map[string]bool, len(found))
 	leakSeen := map[string]bool{}
 	for _, f := range found {
 		if f.Tags[driver.TagManaged] != "true" || f.Tags[driver.TagCluster] != s.cfg.Cluster {
@@ -172,18 +172,24 @@ func (s *state) syncInstances(ctx context.Context, rt *runtime, p *provider.Prov
 			continue
 		}
 		id := f.Tags[driver.TagInstance]
-		in, ok := s.get(id)
-		if ok && in.Provider == p.Name() && in.BackendID == f.ID && in.Phase != reconciler.Deleted {
+		// Peek at the cached record without copying it: most listed
+		// instances are known and unchanged.
+		s.mu.RLock()
+		cached := s.recs[id]
+		s.mu.RUnlock()
+		if cached != nil && cached.Provider == p.Name() && cached.BackendID == f.ID && cached.Phase != reconciler.Deleted {
 			seen[id] = true
-			if in.Observed == nil || in.Observed.State != f.State || !sameExit(in.Observed, f) {
+			if obs := cached.Observed; obs == nil || obs.State != f.State || !sameExit(obs, f) {
 				if _, _, err := s.apply(ctx, id, reconciler.Event{Kind: reconciler.Observed, Instance: f}); err != nil && ctx.Err() == nil {
 					s.log.Warn("observe", "instance", id, "err", err)
 				}
 			}
 			continue
 		}
-		if ok && s.accountedFor(rt, &in, p.Name(), f) {
-			continue
+		if cached != nil {
+			if in := *cached; s.accountedFor(rt, &in, p.Name(), f) {
+				continue
+			}
 		}
 		// A leak: unknown to the store, deleted there, or a second copy.
 		key := p.Name() + "/" + f.ID

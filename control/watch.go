@@ -57,12 +57,18 @@ func (s *state) external(rt *runtime, ev store.Event) {
 		s.mu.Unlock()
 		return
 	}
+	// Most changes are this plane's own, cached already: skip them before
+	// paying for the decoding.
+	s.mu.RLock()
+	cur, ok := s.recs[id]
+	known := ok && cur.Revision >= ev.KV.ModRevision
+	s.mu.RUnlock()
+	if known {
+		return
+	}
 	in, err := decodeInstance(ev.KV)
 	if err != nil {
 		s.log.Warn("store watch", "key", ev.KV.Key, "err", err)
-		return
-	}
-	if cur, ok := s.get(id); ok && cur.Revision >= in.Revision {
 		return
 	}
 	s.remember(*in)

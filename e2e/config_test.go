@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,8 +18,8 @@ func serverExit(t *testing.T, args ...string) (string, int) {
 	t.Helper()
 	cmd := exec.Command(berthBin, append([]string{"server"}, args...)...)
 	out, err := cmd.CombinedOutput()
-	ee, ok := err.(*exec.ExitError)
-	if !ok {
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
 		t.Fatalf("berth server %v: %v (%s)", args, err, out)
 	}
 	return string(out), ee.ExitCode()

@@ -3,6 +3,7 @@ package provider
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -29,9 +30,9 @@ func (p *Provider) unsupported(op, why string, attrs ...any) error {
 	return err
 }
 
-// invalid reports a bad argument without calling the driver.
-func (p *Provider) invalid(op, path, reason string, attrs ...any) error {
-	err := fmt.Errorf("provider %q: %s: %w", p.cfg.Name, op, &driver.FieldError{Path: path, Reason: reason})
+// invalid reports a bad argument, fe, without calling the driver.
+func (p *Provider) invalid(op string, fe *driver.FieldError, attrs ...any) error {
+	err := fmt.Errorf("provider %q: %s: %w", p.cfg.Name, op, fe)
 	p.finish(callOpts{op: op, attrs: attrs}, 0, err)
 	return err
 }
@@ -73,7 +74,7 @@ func (p *Provider) noNode(op, node string) error {
 // naming the nodes that lack it. An unknown node is ErrNotFound.
 func (p *Provider) Preload(ctx context.Context, image string, nodes []string, progress func(driver.PreloadProgress)) error {
 	if image == "" {
-		return p.invalid("preload", "image", "required")
+		return p.invalid("preload", &driver.FieldError{Path: "image", Reason: "required"})
 	}
 	if pl, ok := p.d.(driver.Preloader); ok {
 		_, err := call(ctx, p, callOpts{op: "preload", budget: writeBudget, long: true, attrs: []any{"image", image}},
@@ -180,23 +181,22 @@ func (p *Provider) Restart(ctx context.Context, id string, grace time.Duration) 
 	return p.Start(ctx, id)
 }
 
-// isKill reports whether signal names SIGKILL.
-func isKill(signal string) bool {
-	s := strings.ToUpper(strings.TrimSpace(signal))
-	return s == "KILL" || s == "SIGKILL" || s == "9"
-}
-
-// Kill sends signal ("TERM", "SIGKILL", "9", ...) to an instance.
+// Kill sends signal ("TERM", "SIGKILL", "9", ...) to an instance. A signal
+// driver.ParseSignal rejects is ErrInvalid without calling the driver.
 // Fallback: KILL (also "SIGKILL", "9", any case) becomes Stop with zero
 // grace; other signals are ErrUnsupported.
 func (p *Provider) Kill(ctx context.Context, id string, signal string) error {
 	if strings.TrimSpace(signal) == "" {
-		return p.invalid("kill", "signal", "required", "instance", id)
+		return p.invalid("kill", &driver.FieldError{Path: "signal", Reason: "required"}, "instance", id)
+	}
+	name, _, err := driver.ParseSignal(signal)
+	if fe := (*driver.FieldError)(nil); errors.As(err, &fe) {
+		return p.invalid("kill", fe, "instance", id)
 	}
 	if k, ok := p.d.(driver.Killer); ok {
 		return p.write1(ctx, "kill", id, func(ctx context.Context) error { return k.Kill(ctx, id, signal) })
 	}
-	if _, ok := p.d.(driver.Stopper); !ok || !isKill(signal) {
+	if _, ok := p.d.(driver.Stopper); !ok || name != "KILL" {
 		return p.unsupported("kill", fmt.Sprintf("the driver cannot send signals; only KILL can be done as a stop with no grace, not %q", signal), "instance", id)
 	}
 	return p.Stop(ctx, id, 0)

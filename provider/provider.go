@@ -123,12 +123,11 @@ type transition struct{ from, to string }
 // driver.ErrInvalid.
 func New(d driver.Driver, cfg Config) (*Provider, error) {
 	var es driver.FieldErrors
-	bad := func(path, reason string) { es = append(es, &driver.FieldError{Path: path, Reason: reason}) }
 	if d == nil {
-		bad("driver", "required")
+		es.Add("driver", "required")
 	}
 	if cfg.Name == "" {
-		bad("name", "required")
+		es.Add("name", "required")
 	}
 	for _, f := range []struct {
 		path string
@@ -140,7 +139,7 @@ func New(d driver.Driver, cfg Config) (*Provider, error) {
 		{"state_ttl", float64(cfg.StateTTL)}, {"watch_interval", float64(cfg.WatchInterval)},
 	} {
 		if f.v < 0 {
-			bad(f.path, "must not be negative")
+			es.Add(f.path, "must not be negative")
 		}
 	}
 	if err := es.Err(); err != nil {

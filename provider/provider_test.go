@@ -641,7 +641,7 @@ func TestFallbacks(t *testing.T) {
 	})
 
 	t.Run("kill KILL is stop with no grace", func(t *testing.T) {
-		for _, sig := range []string{"KILL", "SIGKILL", "9", "kill"} {
+		for _, sig := range []string{"KILL", "SIGKILL", "9", "kill", "sigkill"} {
 			f := newFake()
 			f.put(driver.Instance{ID: "i-1", State: driver.StateRunning})
 			p := newProvider(t, lifecycle{f}, provider.Config{})
@@ -660,6 +660,9 @@ func TestFallbacks(t *testing.T) {
 		var fe *driver.FieldError
 		if err := p.Kill(ctx, "i-1", ""); !errors.As(err, &fe) || fe.Path != "signal" {
 			t.Fatalf("empty signal: %v", err)
+		}
+		if err := p.Kill(ctx, "i-1", "BOGUS"); !errors.As(err, &fe) || fe.Path != "signal" {
+			t.Fatalf("bad signal: %v", err)
 		}
 		if len(f.callLog()) != 0 {
 			t.Fatalf("driver calls = %v", f.callLog())

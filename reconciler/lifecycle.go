@@ -110,8 +110,12 @@ type Instance struct {
 	// resource is gone: deleted, pending (a retry) or failed.
 	After Phase `json:"after,omitempty"`
 	// Exclude lists nodes ("provider/node") not to place the instance on
-	// again: nodes that went offline under it or lacked capacity.
-	Exclude []string `json:"exclude,omitempty"`
+	// again: nodes that went offline under it or lacked capacity. The
+	// exclusions last until ExcludeUntil; each new one moves it to a full
+	// Machine.ExcludeFor from then, and Step drops them all once it has
+	// passed (a record with exclusions but no expiry drops them at once).
+	Exclude      []string  `json:"exclude,omitempty"`
+	ExcludeUntil time.Time `json:"exclude_until,omitzero"`
 	// Stale are older copies of the instance on nodes that went offline;
 	// they are deleted as soon as their node answers (Swarm's lesson: no
 	// duplicate survives).
@@ -141,7 +145,8 @@ func (in *Instance) BackendName() string {
 func NodeID(provider, node string) string { return provider + "/" + node }
 
 // Restarts reports whether the instance's restart policy asks for it to be
-// run again when it is lost.
+// run again when it is lost. Members of a group are placed again when
+// their node goes offline whatever their policy: the group needs them.
 func (in *Instance) Restarts() bool {
 	switch in.Spec.RestartPolicy.Name {
 	case "always", "on-failure", "unless-stopped":
@@ -278,6 +283,31 @@ type Machine struct {
 	Backoff time.Duration
 	// MaxBackoff caps Backoff; default 1m.
 	MaxBackoff time.Duration
+	// ExcludeFor is how long a node stays excluded for an instance after
+	// it went offline under it or lacked capacity; default 10m.
+	ExcludeFor time.Duration
+}
+
+func (m Machine) excludeFor() time.Duration {
+	if m.ExcludeFor > 0 {
+		return m.ExcludeFor
+	}
+	return 10 * time.Minute
+}
+
+// exclude excludes the instance's node until ExcludeFor from now.
+func (m Machine) exclude(in *Instance, now time.Time) {
+	in.Exclude = appendUnique(in.Exclude, NodeID(in.Provider, in.Node))
+	in.ExcludeUntil = now.Add(m.excludeFor())
+}
+
+// Excluded returns the nodes ("provider/node") in must still avoid at now:
+// Exclude, or nothing once ExcludeUntil has passed.
+func (in *Instance) Excluded(now time.Time) []string {
+	if len(in.Exclude) == 0 || !now.Before(in.ExcludeUntil) {
+		return nil
+	}
+	return in.Exclude
 }
 
 func (m Machine) launchTimeout() time.Duration {
@@ -315,6 +345,9 @@ func (m Machine) Step(in Instance, ev Event, now time.Time) (Instance, []Action)
 	out := in
 	out.Exclude = slices.Clone(in.Exclude)
 	out.Stale = slices.Clone(in.Stale)
+	if len(out.Exclude) > 0 && !now.Before(out.ExcludeUntil) {
+		out.Exclude, out.ExcludeUntil = nil, time.Time{}
+	}
 	acts := m.step(&out, ev, now)
 	if in.Phase.HoldsNode() && !out.Phase.HoldsNode() {
 		acts = append([]Action{{Kind: Release}}, acts...)
@@ -329,7 +362,7 @@ func (m Machine) Step(in Instance, ev Event, now time.Time) (Instance, []Action)
 func Changed(a, b Instance) bool {
 	return a.Phase != b.Phase || a.Provider != b.Provider || a.Node != b.Node ||
 		a.BackendID != b.BackendID || a.Attempts != b.Attempts || a.Incarnation != b.Incarnation || a.Message != b.Message ||
-		a.After != b.After || !a.Deadline.Equal(b.Deadline) || !slices.Equal(a.Exclude, b.Exclude) ||
+		a.After != b.After || !a.Deadline.Equal(b.Deadline) || !slices.Equal(a.Exclude, b.Exclude) || !a.ExcludeUntil.Equal(b.ExcludeUntil) ||
 		!slices.Equal(a.Stale, b.Stale) || a.Observed != b.Observed || !slices.Equal(a.HostPorts, b.HostPorts)
 }
 
@@ -472,7 +505,7 @@ func (m Machine) launchFailed(in *Instance, err error, now time.Time) []Action {
 	// failed and unclassified errors are counted attempts.
 	in.Attempts++
 	if kind == driver.ErrInsufficientCapacity && in.Node != "" {
-		in.Exclude = appendUnique(in.Exclude, NodeID(in.Provider, in.Node))
+		m.exclude(in, now)
 	}
 	if in.Attempts >= m.maxAttempts() {
 		in.Message = fmt.Sprintf("failed after %d attempts: %s", in.Attempts, msg)
@@ -580,14 +613,14 @@ func (m Machine) observe(in *Instance, obs *driver.Instance) {
 
 func (m Machine) nodeOffline(in *Instance, now time.Time) []Action {
 	where, wasCreating := in.Node, in.Phase == Creating
-	if !in.Restarts() {
+	if !in.Restarts() && in.Group == "" {
 		in.Message = fmt.Sprintf("node %s is offline", where)
 		return nil
 	}
 	if in.BackendID != "" || wasCreating {
 		in.Stale = append(in.Stale, Ref{Provider: in.Provider, Node: in.Node, BackendID: in.BackendID})
 	}
-	in.Exclude = appendUnique(in.Exclude, NodeID(in.Provider, in.Node))
+	m.exclude(in, now)
 	in.Message = fmt.Sprintf("node %s went offline; placing the instance again", where)
 	in.Incarnation++
 	in.toPending(now)

@@ -16,9 +16,9 @@ import (
 
 // TestScenarios replays the scripted scenarios in testdata/*.txt through
 // Step. A file holds scenarios; each starts with "scenario NAME", may set
-// the machine ("machine launch=30s attempts=3 backoff=1s") and the initial
+// the machine ("machine launch=30s attempts=3 backoff=1s exclude=10m") and the initial
 // instance ("init phase=running backend=b1 provider=p node=n restart=always
-// attempts=0"), then lists steps:
+// group=g attempts=0"), then lists steps:
 //
 //	AT EVENT [k=v ...] -> PHASE [ACTION ...] [k=v ...]
 //
@@ -171,6 +171,8 @@ func parseScenarios(t *testing.T, file string) []*scenario {
 					cur.m.Backoff = d
 				case "attempts":
 					cur.m.MaxAttempts, err = strconv.Atoi(v)
+				case "exclude":
+					cur.m.ExcludeFor = d
 				default:
 					bad("unknown machine knob %q", k)
 				}
@@ -192,6 +194,8 @@ func parseScenarios(t *testing.T, file string) []*scenario {
 					cur.init.Node = v
 				case "restart":
 					cur.init.Spec.RestartPolicy.Name = v
+				case "group":
+					cur.init.Group = v
 				case "attempts":
 					cur.init.Attempts, _ = strconv.Atoi(v)
 				default:

@@ -130,15 +130,15 @@ func (c *Cluster) UpdateNodes(provider string, nodes []driver.Node) error {
 	for k, n := range nodes {
 		p := fmt.Sprintf("nodes[%d].", k)
 		if n.Name == "" {
-			addf(&es, p+"name", "required")
+			es.Add(p+"name", "required")
 		} else if seen[n.Name] {
-			addf(&es, p+"name", "%q appears twice", n.Name)
+			es.Add(p+"name", "%q appears twice", n.Name)
 		}
 		seen[n.Name] = true
-		prefixed(&es, p, driver.ValidateResources("capacity.", n.Capacity))
-		prefixed(&es, p, driver.ValidateResources("reserved.", n.Reserved))
+		es.AddErr("", driver.ValidateResources(p+"capacity.", n.Capacity))
+		es.AddErr("", driver.ValidateResources(p+"reserved.", n.Reserved))
 		if n.MaxInstances < 0 {
-			addf(&es, p+"max_instances", "%d: must not be negative", n.MaxInstances)
+			es.Add(p+"max_instances", "%d: must not be negative", n.MaxInstances)
 		}
 	}
 	if err := es.Err(); err != nil {

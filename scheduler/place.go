@@ -454,28 +454,12 @@ func compileGroup(g *Group) (*gang, error) {
 	slices.SortStableFunc(order, func(a, b int) int { return g.Services[a].StartupOrder - g.Services[b].StartupOrder })
 	gg := &gang{g: g, cs: make([]*compiled, len(order)), ess: make([]int, len(order))}
 	for k, si := range order {
-		s := &g.Services[si]
-		r := s.Request
-		name := s.Name
-		if name == "" {
-			name = s.ID
-		}
-		if name == "" {
-			name = "s" + strconv.Itoa(si)
-		}
-		r.ID = g.ID + "." + name
-		r.Group = g.ID
-		if g.Priority != 0 {
-			r.Priority = g.Priority
-		}
-		if g.Provider != "" {
-			r.Provider = g.Provider
-		}
+		r := g.ServiceRequest(si)
 		c, err := compile(&r, "")
 		if err != nil {
 			return nil, err
 		}
-		gg.cs[k], gg.ess[k] = c, s.EssentialCount()
+		gg.cs[k], gg.ess[k] = c, g.Services[si].EssentialCount()
 	}
 	return gg, nil
 }

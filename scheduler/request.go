@@ -1,7 +1,6 @@
 package scheduler
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -122,59 +121,40 @@ func (r *Request) Validate() error {
 	return es.Err()
 }
 
-func addf(es *driver.FieldErrors, path, format string, args ...any) {
-	*es = append(*es, &driver.FieldError{Path: path, Reason: fmt.Sprintf(format, args...)})
-}
-
-// prefixed appends the field errors in err under prefix.
-func prefixed(es *driver.FieldErrors, prefix string, err error) {
-	if err == nil {
-		return
-	}
-	var fes driver.FieldErrors
-	var fe *driver.FieldError
-	switch {
-	case errors.As(err, &fes):
-		for _, e := range fes {
-			addf(es, prefix+e.Path, "%s", e.Reason)
-		}
-	case errors.As(err, &fe):
-		addf(es, prefix+fe.Path, "%s", fe.Reason)
-	default:
-		addf(es, strings.TrimSuffix(prefix, "."), "%v", err)
-	}
-}
-
 func (r *Request) validate(es *driver.FieldErrors, prefix string) {
-	prefixed(es, prefix, r.Spec.Validate())
+	es.AddErr(strings.TrimSuffix(prefix, "."), r.Spec.Validate())
 	if r.Count < 0 || r.Count > MaxCount {
-		addf(es, prefix+"count", "%d: want 1 to %d (0 means 1)", r.Count, MaxCount)
+		es.Add(prefix+"count", "%d: want 1 to %d (0 means 1)", r.Count, MaxCount)
 	}
 	if r.MaxPerNode < 0 {
-		addf(es, prefix+"max_per_node", "%d: must not be negative", r.MaxPerNode)
+		es.Add(prefix+"max_per_node", "%d: must not be negative", r.MaxPerNode)
 	}
 	for i, c := range r.Constraints {
 		if _, err := ParseExpr(c); err != nil {
-			addf(es, fmt.Sprintf("%sconstraints[%d]", prefix, i), "%v", err)
+			es.Add(fmt.Sprintf("%sconstraints[%d]", prefix, i), "%v", err)
 		}
 	}
 	for i, a := range r.Affinities {
 		e, err := ParseExpr(a)
 		if err != nil {
-			addf(es, fmt.Sprintf("%saffinities[%d]", prefix, i), "%v", err)
+			es.Add(fmt.Sprintf("%saffinities[%d]", prefix, i), "%v", err)
 			continue
 		}
 		if _, lk := affinityKey(e.Key); lk == "" && strings.HasPrefix(e.Key, "label.") {
-			addf(es, fmt.Sprintf("%saffinities[%d]", prefix, i), "%q: empty label name", a)
+			es.Add(fmt.Sprintf("%saffinities[%d]", prefix, i), "%q: empty label name", a)
 		}
 	}
 	for i, c := range r.Capabilities {
 		if !slices.Contains(knownCaps, c) {
-			addf(es, fmt.Sprintf("%scapabilities[%d]", prefix, i), "%q: want one of %s", c, strings.Join(knownCaps, ", "))
+			es.Add(fmt.Sprintf("%scapabilities[%d]", prefix, i), "%q: want one of %s", c, strings.Join(knownCaps, ", "))
 		}
 	}
 	if r.Strategy != "" && !slices.Contains(Strategies, r.Strategy) {
-		addf(es, prefix+"strategy", "%q: want binpack, spread, random, waterfill or average", r.Strategy)
+		names := make([]string, len(Strategies))
+		for i, st := range Strategies {
+			names[i] = string(st)
+		}
+		es.Add(prefix+"strategy", "%q: want one of %s", r.Strategy, strings.Join(names, ", "))
 	}
 }
 
@@ -259,20 +239,44 @@ func (s *Service) EssentialCount() int {
 	return *s.Essential
 }
 
+// ServiceRequest returns the request of service i as the scheduler places
+// it: its ID is the group's ID, a dot and the service's name (else its ID,
+// else "s" and i), its Group is the group's ID, and the group's priority and
+// provider, when set, replace the service's own.
+func (g *Group) ServiceRequest(i int) Request {
+	s := &g.Services[i]
+	r := s.Request
+	name := s.Name
+	if name == "" {
+		name = s.ID
+	}
+	if name == "" {
+		name = "s" + strconv.Itoa(i)
+	}
+	r.ID, r.Group = g.ID+"."+name, g.ID
+	if g.Priority != 0 {
+		r.Priority = g.Priority
+	}
+	if g.Provider != "" {
+		r.Provider = g.Provider
+	}
+	return r
+}
+
 // Validate checks the group and returns driver.FieldErrors naming every bad
 // field, or nil. Service fields are reported as "services[i].<field>".
 func (g *Group) Validate() error {
 	var es driver.FieldErrors
 	if g.ID == "" {
-		addf(&es, "id", "required")
+		es.Add("id", "required")
 	}
 	switch g.Kind {
 	case "", KindApplication, KindNodeSet:
 	default:
-		addf(&es, "kind", "%q: want application or nodeset", g.Kind)
+		es.Add("kind", "%q: want application or nodeset", g.Kind)
 	}
 	if len(g.Services) == 0 {
-		addf(&es, "services", "a group needs at least one service")
+		es.Add("services", "a group needs at least one service")
 	}
 	names := map[string]int{}
 	for i := range g.Services {
@@ -280,16 +284,16 @@ func (g *Group) Validate() error {
 		p := fmt.Sprintf("services[%d].", i)
 		s.validate(&es, p)
 		if s.Essential != nil && (*s.Essential < 0 || *s.Essential > s.N()) {
-			addf(&es, p+"essential", "%d: want 0 to count (%d)", *s.Essential, s.N())
+			es.Add(p+"essential", "%d: want 0 to count (%d)", *s.Essential, s.N())
 		}
 		if g.Kind == KindNodeSet && s.EssentialCount() != s.N() {
-			addf(&es, p+"essential", "every instance of a node set is essential")
+			es.Add(p+"essential", "every instance of a node set is essential")
 		}
 		if g.Kind == KindNodeSet && s.Name == "" {
-			addf(&es, p+"name", "required: the node set label")
+			es.Add(p+"name", "required: the node set label")
 		}
 		if s.Provider != "" && g.Provider != "" && s.Provider != g.Provider {
-			addf(&es, p+"provider", "%q differs from the group's provider %q", s.Provider, g.Provider)
+			es.Add(p+"provider", "%q differs from the group's provider %q", s.Provider, g.Provider)
 		}
 		key := s.Name
 		if key == "" {
@@ -297,7 +301,7 @@ func (g *Group) Validate() error {
 		}
 		if key != "" {
 			if j, dup := names[key]; dup {
-				addf(&es, p+"name", "%q already names services[%d]", key, j)
+				es.Add(p+"name", "%q already names services[%d]", key, j)
 			}
 			names[key] = i
 		}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/berth-dev/berth/driver"
@@ -106,5 +107,40 @@ func TestGroupValidate(t *testing.T) {
 	}
 	if got := paths((&Group{}).Validate()); !slices.Equal(got, []string{"id", "services"}) {
 		t.Fatalf("empty group: %v", got)
+	}
+}
+
+func TestStrategyErrorNamesEveryStrategy(t *testing.T) {
+	r := Request{Spec: driver.Spec{Image: "x"}, Strategy: "tetris"}
+	var fe *driver.FieldError
+	if err := r.Validate(); !errors.As(err, &fe) || fe.Path != "strategy" {
+		t.Fatalf("Validate: %v, want a field error for strategy", err)
+	}
+	for _, s := range Strategies {
+		if !strings.Contains(fe.Reason, string(s)) {
+			t.Errorf("reason %q does not name %s", fe.Reason, s)
+		}
+	}
+}
+
+func TestServiceRequest(t *testing.T) {
+	g := Group{ID: "g", Priority: 7, Provider: "p", Services: []Service{
+		{Request: Request{Spec: driver.Spec{Name: "web", Image: "x"}, Priority: 1, Provider: "q"}},
+		{Request: Request{ID: "db", Spec: driver.Spec{Image: "x"}}},
+		{Request: Request{Spec: driver.Spec{Image: "x"}}},
+	}}
+	want := []string{"g.web", "g.db", "g.s2"}
+	for i, id := range want {
+		r := g.ServiceRequest(i)
+		if r.ID != id || r.Group != "g" || r.Priority != 7 || r.Provider != "p" {
+			t.Errorf("ServiceRequest(%d) = id %q group %q priority %d provider %q, want %q g 7 p", i, r.ID, r.Group, r.Priority, r.Provider, id)
+		}
+	}
+	g.Priority, g.Provider = 0, ""
+	if r := g.ServiceRequest(0); r.Priority != 1 || r.Provider != "q" {
+		t.Errorf("without group priority and provider: %d %q, want the service's 1 q", r.Priority, r.Provider)
+	}
+	if g.Services[0].ID != "" {
+		t.Errorf("ServiceRequest changed the group's service: id %q", g.Services[0].ID)
 	}
 }

@@ -26,6 +26,14 @@ func benchWorkload(b *testing.B, name string, nodes int, opt Options) {
 	b.ReportMetric(float64(last.Conflicts), "conflicts")
 	b.ReportMetric(float64(last.DoubleBooked), "double_booked")
 	b.ReportMetric(float64(last.PeakRSSBytes)/(1<<20), "peak_rss_MiB")
+	if p := last.PlaneResult; p != nil {
+		b.ReportMetric(p.SecondsToRunning, "s_to_running")
+		b.ReportMetric(float64(p.Running), "running")
+		b.ReportMetric(float64(p.CapacityRefusals), "capacity_refusals")
+		if p.Failed != 0 || p.CapacityRefusals != 0 || last.Unplaced != 0 {
+			b.Fatalf("full path: %d failed, %d refused for capacity, %d unplaced (%s)", p.Failed, p.CapacityRefusals, last.Unplaced, last.UnplacedReason)
+		}
+	}
 	if last.DoubleBooked != 0 {
 		b.Fatalf("%d nodes double-booked", last.DoubleBooked)
 	}
@@ -37,6 +45,17 @@ func BenchmarkW3(b *testing.B) { benchWorkload(b, "w3", 0, Options{}) }
 func BenchmarkW5(b *testing.B) {
 	for _, k := range []int{1, 2, 4, 8} {
 		b.Run(fmt.Sprintf("K=%d", k), func(b *testing.B) { benchWorkload(b, "w5", 0, Options{Schedulers: k, Optimistic: true}) })
+	}
+}
+
+// BenchmarkFull replays w1 and w3 through the whole control plane (see
+// PathFull), with each store. Run one at a time with -benchtime 1x: w3
+// places a million instances.
+func BenchmarkFull(b *testing.B) {
+	for _, name := range []string{"w1", "w3"} {
+		for _, st := range []string{StoreMemory, StoreBolt} {
+			b.Run(name+"/"+st, func(b *testing.B) { benchWorkload(b, name, 0, Options{Path: PathFull, Store: st}) })
+		}
 	}
 }
 

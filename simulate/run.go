@@ -43,6 +43,13 @@ type Options struct {
 	// Progress, when set, is called now and then with how many requests
 	// were handled out of how many.
 	Progress func(done, total int)
+	// Path is what the requests go through: PathScheduler (the default)
+	// or PathFull, the whole control plane (see Run).
+	Path Path
+	// Store is the control plane's store with PathFull: StoreMemory (the
+	// default) or StoreBolt, a bbolt file in a temporary directory that is
+	// removed after the run.
+	Store string
 }
 
 // Result is what a run measured. Placements are instances; requests are
@@ -83,6 +90,11 @@ type Result struct {
 	QueueLeft   int     `json:"queue_left,omitempty"`
 	WaitP50Secs float64 `json:"wait_p50_s,omitempty"`
 	WaitMaxSecs float64 `json:"wait_max_s,omitempty"`
+	// Path is the path the requests went through.
+	Path Path `json:"path"`
+	// PlaneResult is set by a run through the control plane (PathFull)
+	// alone; its fields then appear in the JSON.
+	*PlaneResult
 }
 
 // event is one request arrival.
@@ -96,9 +108,34 @@ type event struct {
 // requests through the scheduler. Time in the workload is simulated: arrival
 // times order the requests and durations release instances, without
 // waiting. The run stops early when ctx ends.
+//
+// With PathFull the nodes become a sim provider of a control.Plane on a
+// fresh store, and the requests go through Plane.Submit (SubmitGroup for
+// gangs), in order of arrival; preplaced instances are submitted first,
+// pinned to their nodes, and run before the clock starts. An instance whose
+// duration has ended by the next arrival (in simulated time) is deleted
+// through Plane.Delete before that arrival is submitted. The run ends when
+// no instance is on its way any more: each runs, has failed or is pending
+// with a reason. Seconds then measures the submissions, SecondsToRunning
+// the whole, latencies are per Submit call, and double_booked comes from an
+// independent sum of the sim back-end's instances on each node.
 func Run(ctx context.Context, w *Workload, opt Options) (*Result, error) {
 	if err := w.Validate(); err != nil {
 		return nil, err
+	}
+	switch opt.Path {
+	case "", PathScheduler:
+	case PathFull:
+		res, err := runFull(ctx, w, opt)
+		if err == nil {
+			res.Path = PathFull
+		}
+		return res, err
+	default:
+		return nil, &driver.FieldError{Path: "path", Reason: fmt.Sprintf("%q: want scheduler or full", opt.Path)}
+	}
+	if opt.Store != "" {
+		return nil, &driver.FieldError{Path: "store", Reason: "a store is used by the full path only"}
 	}
 	if opt.Queue != "" && opt.Schedulers > 1 {
 		return nil, &driver.FieldError{Path: "schedulers", Reason: "a queue works with one scheduler"}
@@ -122,10 +159,9 @@ func Run(ctx context.Context, w *Workload, opt Options) (*Result, error) {
 		return nil, err
 	}
 	lg := newLedger(ps.Nodes)
-	res := &Result{Workload: w.Name, Nodes: len(ps.Nodes), Schedulers: max(opt.Schedulers, 1), Strategy: string(opt.Strategy), Sample: opt.Sample}
+	res := &Result{Workload: w.Name, Nodes: len(ps.Nodes), Schedulers: max(opt.Schedulers, 1), Strategy: string(opt.Strategy), Sample: opt.Sample, Path: PathScheduler}
 
 	// Preplaced instances, round-robin over the nodes.
-	var events []event
 	next := 0
 	for i := range w.Requests {
 		it := &w.Requests[i]
@@ -143,14 +179,10 @@ func Run(ctx context.Context, w *Workload, opt Options) (*Result, error) {
 				return nil, err
 			}
 			res.Preplaced += len(as)
-			continue
-		}
-		for k := range n {
-			events = append(events, event{at: it.Arrival + float64(k)*it.Interval, item: it, id: "r" + strconv.Itoa(i) + "." + strconv.Itoa(k)})
-			res.Instances += it.N()
 		}
 	}
-	slices.SortStableFunc(events, func(a, b event) int { return cmp.Compare(a.at, b.at) })
+	events, instances := arrivals(w)
+	res.Instances = instances
 	res.Requests = len(events)
 	lg.resetPeaks()
 
@@ -174,6 +206,26 @@ func Run(ctx context.Context, w *Workload, opt Options) (*Result, error) {
 	}
 	r.finish()
 	return res, nil
+}
+
+// arrivals returns the workload's requests that are not preplaced, in
+// order of arrival (file order for equal times), and how many instances
+// they ask for.
+func arrivals(w *Workload) ([]event, int) {
+	var events []event
+	instances := 0
+	for i := range w.Requests {
+		it := &w.Requests[i]
+		if it.Preplaced {
+			continue
+		}
+		for k := range max(it.Repeat, 1) {
+			events = append(events, event{at: it.Arrival + float64(k)*it.Interval, item: it, id: "r" + strconv.Itoa(i) + "." + strconv.Itoa(k)})
+			instances += it.N()
+		}
+	}
+	slices.SortStableFunc(events, func(a, b event) int { return cmp.Compare(a.at, b.at) })
+	return events, instances
 }
 
 // runner replays events.
@@ -500,14 +552,7 @@ func (r *runner) finish() {
 	if res.Seconds > 0 {
 		res.PlacementsPerSec = float64(res.Placed) / res.Seconds
 	}
-	if len(r.lat) > 0 {
-		slices.Sort(r.lat)
-		q := func(p float64) float64 {
-			i := int(math.Ceil(p*float64(len(r.lat)))) - 1
-			return float64(r.lat[max(i, 0)].Nanoseconds()) / 1e3
-		}
-		res.P50Micros, res.P99Micros, res.MaxMicros = q(0.50), q(0.99), q(1)
-	}
+	res.P50Micros, res.P99Micros, res.MaxMicros = percentiles(r.lat)
 	res.NodesUsed = r.lg.peakUsed
 	res.LowerBoundNodes = r.lg.peakLB
 	if res.LowerBoundNodes > 0 {
@@ -533,6 +578,20 @@ func (r *runner) finish() {
 	if r.q != nil && res.QueueLeft > 0 {
 		res.UnplacedReason = fmt.Sprintf("%d requests still queued when the workload ended", res.QueueLeft)
 	}
+}
+
+// percentiles sorts lat and returns its median, 99th percentile and
+// maximum in microseconds (0 for none).
+func percentiles(lat []time.Duration) (p50, p99, most float64) {
+	if len(lat) == 0 {
+		return 0, 0, 0
+	}
+	slices.Sort(lat)
+	q := func(p float64) float64 {
+		i := int(math.Ceil(p*float64(len(lat)))) - 1
+		return float64(lat[max(i, 0)].Nanoseconds()) / 1e3
+	}
+	return q(0.50), q(0.99), q(1)
 }
 
 // ledger is the run's own account of what runs where, kept apart from the

@@ -27,6 +27,9 @@ func run(t *testing.T, w *Workload, opt Options) *Result {
 	if res.DoubleBooked != 0 {
 		t.Fatalf("%d nodes double-booked", res.DoubleBooked)
 	}
+	if res.PlaneResult != nil && res.Misplaced != 0 {
+		t.Fatalf("%d instances on nodes that break their constraints", res.Misplaced)
+	}
 	return res
 }
 

@@ -51,8 +51,8 @@ func newServerCmd(c *cli) *cobra.Command {
 the scheduler and the reconciler.
 
 --dev needs no setup: an embedded store in the data directory (default
-~/.local/share/berth) and the "local" back-end running processes on this host,
-listening on 127.0.0.1.
+$XDG_DATA_HOME/berth, or ~/.local/share/berth when that is not set) and the
+"local" back-end running processes on this host, listening on 127.0.0.1.
 
 Every driver option can also be given as --<driver>-<option>; flags override
 the config file. SIGTERM or SIGINT shut down gracefully; SIGUSR2 writes every

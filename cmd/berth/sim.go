@@ -29,13 +29,22 @@ func newSimCmd() *cobra.Command {
 		sample     int
 		strategy   string
 		queue      string
+		full       bool
+		path       string
+		storeKind  string
 		asJSON     bool
 	)
 	cmd := &cobra.Command{
-		Use:   "sim --workload w1|w2|w3|w5|FILE",
+		Use:   "sim --workload w1|w2|w3|w5|FILE [--full [--store memory|bolt]]",
 		Short: "Replay a workload through the scheduler on a simulated cluster",
 		Long: `Replay a workload through Berth's scheduler on a cluster built by the sim
 back-end, and report speed, packing and safety. No server is needed.
+
+With --full (--path full) the workload goes through the whole control plane
+instead: its nodes become a sim provider, requests are submitted as the API
+would, stored (in memory, or in a temporary bbolt file with --store bolt),
+and created on the sim by the reconciler; the run ends when every instance
+runs, has failed or is pending with a reason.
 
 Built-in workloads:
   w1  5,000 nodes (4 cpus, 32 GiB, 110 instances); 1,000 instances preplaced;
@@ -68,6 +77,27 @@ See docs/sim.md for how to read the output to size a cluster.`,
 			if queue != "" && schedulers > 1 {
 				return usagef("--queue works with one scheduler")
 			}
+			if full {
+				if cmd.Flags().Changed("path") && path != string(simulate.PathFull) {
+					return usagef("--full and --path %s disagree", path)
+				}
+				path = string(simulate.PathFull)
+			}
+			if path != string(simulate.PathScheduler) && path != string(simulate.PathFull) {
+				return usagef("--path %q: want scheduler or full", path)
+			}
+			if path == string(simulate.PathFull) {
+				for _, name := range []string{"schedulers", "seed", "sample", "queue"} {
+					if cmd.Flags().Changed(name) {
+						return usagef("--%s applies to the scheduler path, not to --full", name)
+					}
+				}
+				if storeKind != simulate.StoreMemory && storeKind != simulate.StoreBolt {
+					return usagef("--store %q: want memory or bolt", storeKind)
+				}
+			} else if cmd.Flags().Changed("store") {
+				return usagef("--store applies to --full only")
+			}
 			var w *simulate.Workload
 			var err error
 			if slices.Contains(simulate.Builtins, workload) {
@@ -87,6 +117,10 @@ See docs/sim.md for how to read the output to size a cluster.`,
 			opt := simulate.Options{
 				Schedulers: schedulers, Optimistic: schedulers > 1, Seed: seed,
 				Sample: sample, Strategy: scheduler.Strategy(strategy), Queue: scheduler.Policy(queue),
+				Path: simulate.Path(path),
+			}
+			if opt.Path == simulate.PathFull {
+				opt.Store = storeKind
 			}
 			stderr := cmd.ErrOrStderr()
 			var bar *progressbar.ProgressBar
@@ -122,6 +156,9 @@ See docs/sim.md for how to read the output to size a cluster.`,
 	f.IntVar(&sample, "sample", 0, "score only this many feasible nodes per placement (0: all)")
 	f.StringVar(&strategy, "strategy", "", "override every request's strategy: binpack, spread, random, waterfill or average")
 	f.StringVar(&queue, "queue", "", "queue what does not fit (fifo, size or dynsize) and retry it as room frees up; every request is then all or none")
+	f.BoolVar(&full, "full", false, "replay through the whole control plane (same as --path full)")
+	f.StringVar(&path, "path", string(simulate.PathScheduler), "what the requests go through: scheduler (the scheduler alone) or full (the whole control plane)")
+	f.StringVar(&storeKind, "store", simulate.StoreMemory, "the control plane's store with --full: memory, or bolt (a temporary bbolt file, removed after)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object with the results")
 	return cmd
 }
@@ -137,6 +174,9 @@ func printSimSummary(w io.Writer, r *simulate.Result) {
 	}
 	fmt.Fprintf(w, "workload %s: %s nodes, %s requests (%s instances), %d %s", r.Workload, n(r.Nodes), n(r.Requests),
 		n(r.Instances), r.Schedulers, plural(r.Schedulers, "scheduler", "schedulers"))
+	if r.PlaneResult != nil {
+		fmt.Fprintf(w, ", full control plane (%s store)", r.Store)
+	}
 	if r.Sample > 0 {
 		fmt.Fprintf(w, ", sampling %d nodes", r.Sample)
 	}
@@ -156,13 +196,20 @@ func printSimSummary(w io.Writer, r *simulate.Result) {
 		fmt.Fprintf(w, "queue      %s requests waited (p50 %.1f s, max %.1f s), %s still waiting\n", n(r.Queued), r.WaitP50Secs, r.WaitMaxSecs, n(r.QueueLeft))
 	}
 	fmt.Fprintf(w, "speed      %s placements/s over %.3f s\n", groupDigits(int64(r.PlacementsPerSec)), r.Seconds)
+	if p := r.PlaneResult; p != nil {
+		fmt.Fprintf(w, "running    %s, failed %s, all settled after %.3f s; the sim holds %s instances\n", n(p.Running), n(p.Failed), p.SecondsToRunning, n(p.BackendInstances))
+	}
 	fmt.Fprintf(w, "latency    p50 %s, p99 %s, max %s per request\n", micros(r.P50Micros), micros(r.P99Micros), micros(r.MaxMicros))
 	ratio := ""
 	if r.LowerBoundNodes > 0 {
 		ratio = fmt.Sprintf(" (%.2fx)", r.PackingRatio)
 	}
 	fmt.Fprintf(w, "packing    %s nodes used at peak, lower bound %s%s\n", n(r.NodesUsed), n(r.LowerBoundNodes), ratio)
-	fmt.Fprintf(w, "safety     %s conflicts (%.2f%% of commits), %d double-booked nodes\n", groupDigits(int64(r.Conflicts)), 100*r.ConflictRate, r.DoubleBooked)
+	fmt.Fprintf(w, "safety     %s conflicts (%.2f%% of commits), %d double-booked nodes", groupDigits(int64(r.Conflicts)), 100*r.ConflictRate, r.DoubleBooked)
+	if p := r.PlaneResult; p != nil {
+		fmt.Fprintf(w, ", %d misplaced, %d creates refused for lack of room", p.Misplaced, p.CapacityRefusals)
+	}
+	fmt.Fprintln(w)
 	fmt.Fprintf(w, "memory     %.0f MiB peak resident\n", float64(r.PeakRSSBytes)/(1<<20))
 	if r.Unplaced > 0 && r.UnplacedReason != "" {
 		fmt.Fprintf(w, "unplaced   %s\n", r.UnplacedReason)

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,6 +18,8 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/berth-dev/berth/api"
+	"github.com/berth-dev/berth/api/client"
 	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/scheduler"
@@ -75,6 +79,42 @@ func table(w io.Writer, header ...string) *tabwriter.Writer {
 	return tw
 }
 
+// printList prints list as JSON when asJSON is set (an empty list as []),
+// else as a table of header and one row of cells per item.
+func printList[T any](w io.Writer, asJSON bool, list []T, header []string, cells func(T) []any) error {
+	if asJSON {
+		if list == nil {
+			list = []T{}
+		}
+		return printJSON(w, list)
+	}
+	tw := table(w, header...)
+	for _, v := range list {
+		row(tw, cells(v)...)
+	}
+	return tw.Flush()
+}
+
+// listCmd completes cmd as a list verb with no arguments: it fetches the
+// list through the API and prints it with printList, adding --json.
+func listCmd[T any](c *cli, cmd *cobra.Command, header []string, fetch func(context.Context, *client.Client) ([]T, error), cells func(T) []any) *cobra.Command {
+	var asJSON bool
+	cmd.Args = nArgs(0, 0)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		cl, err := c.client()
+		if err != nil {
+			return err
+		}
+		list, err := fetch(cmd.Context(), cl)
+		if err != nil {
+			return err
+		}
+		return printList(c.stdout, asJSON, list, header, cells)
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
 func row(tw *tabwriter.Writer, cols ...any) {
 	s := make([]string, len(cols))
 	for i, c := range cols {
@@ -99,7 +139,7 @@ func (s *specFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringVar(&s.name, "name", "", "instance name (a request of --count N names its instances NAME-i)")
 	fl.StringVar(&s.cpus, "cpus", "", "cpus, e.g. 0.5 or 500m")
-	fl.StringVarP(&s.memory, "memory", "m", "", "memory, e.g. 512Mi, 1G or 512m (Docker's m = MiB); a bare number is MiB")
+	fl.StringVarP(&s.memory, "memory", "m", "", "memory, e.g. 512m or 1G (Docker's units, binary in either case) or 512Mi; a bare number is MiB")
 	fl.StringVar(&s.kind, "kind", "", "container, process, vm or baremetal (default: process without an image, else container)")
 	fl.StringVar(&s.typ, "type", "", "service (spread) or batch (pack)")
 	fl.StringVar(&s.restart, "restart", "", "restart policy: no, always, unless-stopped, on-failure[:N]")
@@ -133,7 +173,6 @@ func (s *specFlags) request(cmd *cobra.Command, args []string) (scheduler.Reques
 	if len(r.Command) == 0 {
 		r.Command = nil
 	}
-	r.ID = s.name
 	r.Name = s.name
 	r.Kind = driver.Kind(s.kind)
 	if r.Kind == "" && r.Image == "" {
@@ -193,17 +232,26 @@ func (s *specFlags) request(cmd *cobra.Command, args []string) (scheduler.Reques
 	return r, nil
 }
 
-// parseMemory reads --memory: Docker's lower-case k/m/g/t suffixes are
-// binary units, anything else as driver.ParseBytes (a bare number is MiB).
+// parseMemory reads --memory as Docker does: a number with b, k, m, g or t
+// in either case, optionally followed by b ("512m", "1G", "2gb"), is in
+// binary units (1G is 1 GiB). Anything else is read by driver.ParseBytes
+// ("512Mi"; a bare number is MiB).
 func parseMemory(s string) (driver.Bytes, error) {
-	docker := map[string]string{"k": "Ki", "m": "Mi", "g": "Gi", "t": "Ti"}
-	if len(s) > 1 {
-		if u, ok := docker[s[len(s)-1:]]; ok {
-			s = s[:len(s)-1] + u
+	t := strings.TrimSpace(s)
+	if m := dockerSize.FindStringSubmatch(t); m != nil {
+		mult := map[string]driver.Bytes{"b": 1, "k": driver.KiB, "m": driver.MiB, "g": driver.GiB, "t": driver.TiB}[strings.ToLower(m[2]+m[3])]
+		f, err := strconv.ParseFloat(m[1], 64)
+		if err != nil {
+			return 0, fmt.Errorf("size %q: %w", s, err)
 		}
+		return driver.Bytes(math.Round(f * float64(mult))), nil
 	}
-	return driver.ParseBytes(s)
+	return driver.ParseBytes(t)
 }
+
+// dockerSize matches Docker's memory sizes: a number, then b, k, m, g or t
+// in either case, then an optional b after k, m, g or t.
+var dockerSize = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?) ?(?:([bB])|([kKmMgGtT])[bB]?)$`)
 
 func keyValues(flag string, items []string) (map[string]string, error) {
 	if len(items) == 0 {
@@ -368,30 +416,25 @@ func psCmd(c *cli) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				if list == nil {
-					list = []control.Instance{}
-				}
-				return printJSON(c.stdout, list)
-			}
-			if quiet {
+			if quiet && !asJSON {
 				for _, in := range list {
 					fmt.Fprintln(c.stdout, in.ID)
 				}
 				return nil
 			}
-			tw := table(c.stdout, "ID", "NAME", "PHASE", "PROVIDER", "NODE", "WHAT", "CREATED", "MESSAGE")
-			for _, in := range list {
-				row(tw, in.ID, in.Name, in.Phase, in.Provider, in.Node, what(in.Spec), ago(in.Created), truncate(in.Message, 60))
-			}
-			return tw.Flush()
+			return printList(c.stdout, asJSON, list, []string{"ID", "NAME", "PHASE", "PROVIDER", "NODE", "WHAT", "CREATED", "MESSAGE"},
+				func(in control.Instance) []any {
+					return []any{in.ID, in.Name, in.Phase, in.Provider, in.Node, what(in.Spec), ago(in.Created), truncate(in.Message, 60)}
+				})
 		},
 	}
 	fl := cmd.Flags()
 	fl.BoolVarP(&f.All, "all", "a", false, "include deleted instances")
 	fl.StringVar(&f.Provider, "provider", "", "only this provider")
 	fl.StringVar(&f.Node, "node", "", "only this node")
-	fl.StringVar(&f.Owner, "filter-owner", "", "only this owner")
+	// --owner names the owner to list here, shadowing the global --owner
+	// (who submits), which ps has no use for.
+	fl.StringVar(&f.Owner, "owner", "", "only this owner's instances")
 	fl.StringVar(&f.Pool, "pool", "", "only this pool")
 	fl.StringVar(&f.Group, "group", "", "only this group")
 	fl.StringVar(&f.Request, "request", "", "only this request")
@@ -449,7 +492,6 @@ func inspectCmd(c *cli) *cobra.Command {
 			return printJSON(c.stdout, out)
 		},
 	}
-	cmd.Flags().Bool("json", true, "print JSON (always)")
 	return cmd
 }
 
@@ -488,13 +530,7 @@ func changeCmd(c *cli, verb, short string) *cobra.Command {
 		Short: short,
 		Args:  nArgs(1, -1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
-			var first error
-			for _, ref := range args {
-				var err error
+			return c.eachRef(args, func(cl *client.Client, ref string) (err error) {
 				switch verb {
 				case "stop":
 					_, err = cl.Stop(cmd.Context(), ref, grace)
@@ -503,14 +539,8 @@ func changeCmd(c *cli, verb, short string) *cobra.Command {
 				case "restart":
 					_, err = cl.Restart(cmd.Context(), ref, grace)
 				}
-				if err != nil {
-					fmt.Fprintf(c.stderr, "berth: %s: %v\n", ref, err)
-					first = cmpErr(first, err)
-					continue
-				}
-				fmt.Fprintln(c.stdout, ref)
-			}
-			return first
+				return err
+			})
 		},
 	}
 	if verb != "start" {
@@ -519,12 +549,26 @@ func changeCmd(c *cli, verb, short string) *cobra.Command {
 	return cmd
 }
 
-// cmpErr keeps the first error; the exit code follows it.
-func cmpErr(first, err error) error {
-	if first != nil {
-		return first
+// eachRef calls fn for every reference in refs, printing each reference
+// that succeeds and the error of each that fails, and returns the first
+// error (already reported).
+func (c *cli) eachRef(refs []string, fn func(cl *client.Client, ref string) error) error {
+	cl, err := c.client()
+	if err != nil {
+		return err
 	}
-	return reported{err}
+	var first error
+	for _, ref := range refs {
+		if err := fn(cl, ref); err != nil {
+			fmt.Fprintf(c.stderr, "berth: %s: %v\n", ref, err)
+			if first == nil {
+				first = reported{err}
+			}
+			continue
+		}
+		fmt.Fprintln(c.stdout, ref)
+	}
+	return first
 }
 
 // reported is an error already printed per argument; run prints only a
@@ -540,23 +584,13 @@ func killCmd(c *cli) *cobra.Command {
 		Short: "Send a signal to instances (default KILL)",
 		Args:  nArgs(1, -1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := c.client()
-			if err != nil {
+			return c.eachRef(args, func(cl *client.Client, ref string) error {
+				_, err := cl.Kill(cmd.Context(), ref, sig)
 				return err
-			}
-			var first error
-			for _, ref := range args {
-				if _, err := cl.Kill(cmd.Context(), ref, sig); err != nil {
-					fmt.Fprintf(c.stderr, "berth: %s: %v\n", ref, err)
-					first = cmpErr(first, err)
-					continue
-				}
-				fmt.Fprintln(c.stdout, ref)
-			}
-			return first
+			})
 		},
 	}
-	cmd.Flags().StringVarP(&sig, "signal", "s", "KILL", "signal name or number")
+	cmd.Flags().StringVarP(&sig, "signal", "s", api.DefaultSignal, "signal name or number")
 	return cmd
 }
 
@@ -567,20 +601,10 @@ func rmCmd(c *cli) *cobra.Command {
 		Short:   "Delete instances (the back-end resource is removed)",
 		Args:    nArgs(1, -1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := c.client()
-			if err != nil {
+			return c.eachRef(args, func(cl *client.Client, ref string) error {
+				_, err := cl.Delete(cmd.Context(), ref)
 				return err
-			}
-			var first error
-			for _, ref := range args {
-				if _, err := cl.Delete(cmd.Context(), ref); err != nil {
-					fmt.Fprintf(c.stderr, "berth: %s: %v\n", ref, err)
-					first = cmpErr(first, err)
-					continue
-				}
-				fmt.Fprintln(c.stdout, ref)
-			}
-			return first
+			})
 		},
 	}
 	cmd.Flags().BoolP("force", "f", false, "accepted for Docker compatibility; rm always removes running instances")
@@ -628,100 +652,39 @@ func resizeCmd(c *cli) *cobra.Command {
 
 func nodesCmd(c *cli) *cobra.Command {
 	var prov string
-	var asJSON bool
-	cmd := &cobra.Command{
-		Use:   "nodes",
-		Short: "List every provider's nodes with Berth's reservations",
-		Args:  nArgs(0, 0),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
-			list, err := cl.Nodes(cmd.Context(), prov)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				if list == nil {
-					list = []control.NodeView{}
-				}
-				return printJSON(c.stdout, list)
-			}
-			tw := table(c.stdout, "PROVIDER", "NODE", "STATUS", "ADDRESS", "CPUS", "MEMORY", "BERTH CPUS", "BERTH MEMORY", "INSTANCES")
-			for _, n := range list {
-				row(tw, n.Provider, n.Name, n.Status, n.Address, n.Capacity.CPU, n.Capacity.Memory, n.Berth.CPU, n.Berth.Memory, n.BerthCount)
-			}
-			return tw.Flush()
-		},
-	}
+	cmd := listCmd(c, &cobra.Command{Use: "nodes", Short: "List every provider's nodes with Berth's reservations"},
+		[]string{"PROVIDER", "NODE", "STATUS", "ADDRESS", "CPUS", "MEMORY", "BERTH CPUS", "BERTH MEMORY", "INSTANCES"},
+		func(ctx context.Context, cl *client.Client) ([]control.NodeView, error) { return cl.Nodes(ctx, prov) },
+		func(n control.NodeView) []any {
+			return []any{n.Provider, n.Name, n.Status, n.Address, n.Capacity.CPU, n.Capacity.Memory, n.Berth.CPU, n.Berth.Memory, n.BerthCount}
+		})
 	cmd.Flags().StringVar(&prov, "provider", "", "only this provider")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }
 
 func providersCmd(c *cli) *cobra.Command {
-	var asJSON bool
-	cmd := &cobra.Command{
-		Use:   "providers",
-		Short: "List providers with their health and circuit breaker state",
-		Args:  nArgs(0, 0),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := c.client()
-			if err != nil {
-				return err
+	return listCmd(c, &cobra.Command{Use: "providers", Short: "List providers with their health and circuit breaker state"},
+		[]string{"NAME", "DRIVER", "BREAKER", "FAILURES", "NODES", "CAPABILITIES", "ERROR"},
+		func(ctx context.Context, cl *client.Client) ([]control.ProviderView, error) { return cl.Providers(ctx) },
+		func(p control.ProviderView) []any {
+			errText := p.Error
+			if errText == "" {
+				errText = p.Health.LastError
 			}
-			list, err := cl.Providers(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(c.stdout, list)
-			}
-			tw := table(c.stdout, "NAME", "DRIVER", "BREAKER", "FAILURES", "NODES", "CAPABILITIES", "ERROR")
-			for _, p := range list {
-				errText := p.Error
-				if errText == "" {
-					errText = p.Health.LastError
-				}
-				row(tw, p.Name, p.Driver, p.Health.Breaker, p.Health.ConsecutiveFailures, p.Nodes, strings.Join(p.Capabilities, ","), truncate(errText, 60))
-			}
-			return tw.Flush()
-		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	return cmd
+			return []any{p.Name, p.Driver, p.Health.Breaker, p.Health.ConsecutiveFailures, p.Nodes, strings.Join(p.Capabilities, ","), truncate(errText, 60)}
+		})
 }
 
 func imagesCmd(c *cli) *cobra.Command {
 	var prov, node string
-	var asJSON bool
-	cmd := &cobra.Command{
-		Use:   "images --provider P [--node N]",
-		Short: "List the images present on a provider's node",
-		Args:  nArgs(0, 0),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
-			list, err := cl.Images(cmd.Context(), prov, node)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(c.stdout, list)
-			}
-			tw := table(c.stdout, "IMAGE", "ID", "SIZE", "CREATED")
-			for _, im := range list {
-				row(tw, im.Name, truncate(im.ID, 19), im.Size, ago(im.Created))
-			}
-			return tw.Flush()
+	cmd := listCmd(c, &cobra.Command{Use: "images --provider P [--node N]", Short: "List the images present on a provider's node"},
+		[]string{"IMAGE", "ID", "SIZE", "CREATED"},
+		func(ctx context.Context, cl *client.Client) ([]driver.Image, error) {
+			return cl.Images(ctx, prov, node)
 		},
-	}
+		func(im driver.Image) []any { return []any{im.Name, truncate(im.ID, 19), im.Size, ago(im.Created)} })
 	cmd.Flags().StringVar(&prov, "provider", "", "provider (required)")
 	cmd.Flags().StringVar(&node, "node", "", "node")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	_ = cmd.MarkFlagRequired("provider")
 	return cmd
 }
@@ -826,7 +789,7 @@ func eventsCmd(c *cli) *cobra.Command {
 				switch {
 				case ev.Instance != nil:
 					in := ev.Instance
-					fmt.Fprintf(c.stdout, "%d instance %s %s %s %s %s\n", ev.Revision, in.ID, in.Phase, in.Provider, in.Node, in.Message)
+					fmt.Fprintf(c.stdout, "%d instance %s %s %s %s %s %s\n", ev.Revision, in.ID, in.Name, in.Phase, in.Provider, in.Node, in.Message)
 				case ev.Node != nil:
 					fmt.Fprintf(c.stdout, "%d node %s/%s %s %s\n", ev.Revision, ev.Node.Provider, ev.Node.Name, ev.Node.Status, ev.Node.Reason)
 				}
@@ -881,42 +844,22 @@ func driversCmd(c *cli) *cobra.Command {
 }
 
 func quotasCmd(c *cli) *cobra.Command {
-	var asJSON bool
-	cmd := &cobra.Command{
-		Use:   "quotas",
-		Short: "List quotas and their use",
-		Args:  nArgs(0, 0),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := c.client()
-			if err != nil {
-				return err
+	return listCmd(c, &cobra.Command{Use: "quotas", Short: "List quotas and their use"},
+		[]string{"SCOPE", "NAME", "INSTANCES", "CPUS", "MEMORY"},
+		func(ctx context.Context, cl *client.Client) ([]control.QuotaUse, error) { return cl.Quotas(ctx) },
+		func(q control.QuotaUse) []any {
+			scope, name := "owner", q.Owner
+			if q.Provider != "" {
+				scope, name = "provider", q.Provider
+			} else if q.Pool != "" {
+				scope, name = "pool", q.Pool
 			}
-			list, err := cl.Quotas(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(c.stdout, list)
-			}
-			tw := table(c.stdout, "SCOPE", "NAME", "INSTANCES", "CPUS", "MEMORY")
-			for _, q := range list {
-				scope, name := "owner", q.Owner
-				if q.Provider != "" {
-					scope, name = "provider", q.Provider
-				} else if q.Pool != "" {
-					scope, name = "pool", q.Pool
-				}
-				row(tw, scope, name, fmt.Sprintf("%d/%s", q.UsedInstances, limit(q.Instances)),
-					fmt.Sprintf("%s/%s", q.UsedCPU, limit(q.CPU)), fmt.Sprintf("%s/%s", q.UsedMemory, limit(q.Memory)))
-			}
-			return tw.Flush()
-		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	return cmd
+			return []any{scope, name, fmt.Sprintf("%d/%s", q.UsedInstances, limit(q.Instances)),
+				fmt.Sprintf("%s/%s", q.UsedCPU, limit(q.CPU)), fmt.Sprintf("%s/%s", q.UsedMemory, limit(q.Memory))}
+		})
 }
 
-func limit[T interface{ comparable }](v T) string {
+func limit[T comparable](v T) string {
 	var zero T
 	if v == zero {
 		return "∞"

@@ -45,8 +45,15 @@ func TestParseMemory(t *testing.T) {
 		"512m":  512 * driver.MiB,
 		"2g":    2 * driver.GiB,
 		"512Mi": 512 * driver.MiB,
-		"1G":    1000 * 1000 * 1000,
+		"1G":    driver.GiB,
+		"1g":    driver.GiB,
+		"1GB":   driver.GiB,
+		"2M":    2 * driver.MiB,
+		"1.5g":  1536 * driver.MiB,
+		"100b":  100,
 		"64k":   64 * driver.KiB,
+		"64K":   64 * driver.KiB,
+		"1GiB":  driver.GiB,
 	}
 	for in, want := range cases {
 		got, err := parseMemory(in)
@@ -54,8 +61,10 @@ func TestParseMemory(t *testing.T) {
 			t.Errorf("%q: got %v %v, want %v", in, got, err, want)
 		}
 	}
-	if _, err := parseMemory("lots"); err == nil {
-		t.Error("lots accepted")
+	for _, bad := range []string{"lots", "1bb", "1x", "g"} {
+		if _, err := parseMemory(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
 	}
 }
 

@@ -151,21 +151,38 @@ func (s *suite) testStop(t *testing.T) {
 	}
 }
 
-func (s *suite) testStart(t *testing.T) {
+// stopIfCan stops the instance id and waits until it is stopped or exited.
+// It reports false, doing nothing, when the driver is not a Stopper.
+func (s *suite) stopIfCan(t *testing.T, id string) bool {
+	t.Helper()
 	st, ok := s.d.(driver.Stopper)
 	if !ok {
-		t.Skip("the driver can start but not stop; nothing to start")
+		return false
 	}
-	inst := s.startOne(t, "start")
-	ctx := s.ctx(t)
-	if err := st.Stop(ctx, inst.ID, 10*time.Second); err != nil {
+	if err := st.Stop(s.ctx(t), id, 10*time.Second); err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
-	s.waitState(t, inst.ID, "stopped or exited", is(driver.StateStopped, driver.StateExited))
-	if err := s.d.(driver.Starter).Start(ctx, inst.ID); err != nil {
+	s.waitState(t, id, "stopped or exited", is(driver.StateStopped, driver.StateExited))
+	return true
+}
+
+func (s *suite) testStart(t *testing.T) {
+	inst := s.startOne(t, "start")
+	ctx := s.ctx(t)
+	starter := s.d.(driver.Starter)
+	if err := starter.Start(ctx, inst.ID); err != nil {
+		t.Errorf("Start of a running instance: %v, want nil", err)
+	}
+	if !s.stopIfCan(t, inst.ID) {
+		t.Skip("the driver can start but not stop; nothing more to start")
+	}
+	if err := starter.Start(ctx, inst.ID); err != nil {
 		t.Fatalf("Start after Stop: %v", err)
 	}
 	s.waitState(t, inst.ID, "running", is(driver.StateRunning))
+	if err := starter.Start(ctx, inst.ID); err != nil {
+		t.Errorf("Start of a restarted instance: %v, want nil", err)
+	}
 }
 
 func (s *suite) testRestart(t *testing.T) {
@@ -175,15 +192,29 @@ func (s *suite) testRestart(t *testing.T) {
 		t.Fatalf("Restart: %v", err)
 	}
 	s.waitState(t, inst.ID, "running", is(driver.StateRunning))
+	if !s.stopIfCan(t, inst.ID) {
+		return
+	}
+	if err := s.d.(driver.Restarter).Restart(ctx, inst.ID, 10*time.Second); err != nil {
+		t.Fatalf("Restart of a stopped instance: %v", err)
+	}
+	s.waitState(t, inst.ID, "running after Restart of a stopped instance", is(driver.StateRunning))
 }
 
 func (s *suite) testKill(t *testing.T) {
 	inst := s.startOne(t, "kill")
 	ctx := s.ctx(t)
-	if err := s.d.(driver.Killer).Kill(ctx, inst.ID, "KILL"); err != nil {
+	k := s.d.(driver.Killer)
+	if err := k.Kill(ctx, inst.ID, "KILL"); err != nil {
 		t.Fatalf("Kill KILL: %v", err)
 	}
-	s.waitState(t, inst.ID, "not running", func(st driver.State) bool { return st != driver.StateRunning })
+	s.waitState(t, inst.ID, "stopped or exited", is(driver.StateStopped, driver.StateExited))
+	if err := k.Kill(ctx, inst.ID, "KILL"); !errors.Is(err, driver.ErrPermanent) {
+		t.Errorf("Kill of an instance that is not running: %v, want ErrPermanent", err)
+	}
+	if err := k.Kill(ctx, inst.ID, "NOSUCHSIGNAL"); !errors.Is(err, driver.ErrInvalid) {
+		t.Errorf("Kill with a bad signal: %v, want ErrInvalid", err)
+	}
 }
 
 func (s *suite) testResize(t *testing.T) {
@@ -305,12 +336,21 @@ func (s *suite) testSuspend(t *testing.T) {
 		t.Fatalf("Suspend: %v", err)
 	}
 	s.waitState(t, inst.ID, "suspended", is(driver.StateSuspended))
+	if err := sus.Suspend(ctx, inst.ID); err != nil {
+		t.Errorf("Suspend of a suspended instance: %v, want nil", err)
+	}
 	if err := sus.Resume(ctx, inst.ID); err != nil {
 		t.Fatalf("Resume: %v", err)
 	}
 	s.waitState(t, inst.ID, "running", is(driver.StateRunning))
 	if err := sus.Resume(ctx, inst.ID); !errors.Is(err, driver.ErrNotSuspended) {
 		t.Errorf("Resume of a running instance: %v, want ErrNotSuspended", err)
+	}
+	if !s.stopIfCan(t, inst.ID) {
+		return
+	}
+	if err := sus.Suspend(ctx, inst.ID); !errors.Is(err, driver.ErrPermanent) {
+		t.Errorf("Suspend of a stopped instance: %v, want ErrPermanent", err)
 	}
 }
 

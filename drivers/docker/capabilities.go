@@ -287,6 +287,14 @@ func (d *Driver) Start(ctx context.Context, id string) error {
 	return d.act(e, err, "start container "+cid)
 }
 
+// graceCtx bounds a stop or restart by call_timeout plus grace under ctx and
+// returns grace in whole seconds, rounded up, as the engine takes it.
+func (d *Driver) graceCtx(ctx context.Context, grace time.Duration) (context.Context, context.CancelFunc, int) {
+	secs := int((grace + time.Second - 1) / time.Second)
+	cctx, cancel := context.WithTimeout(ctx, d.opts.CallTimeout+grace)
+	return cctx, cancel, secs
+}
+
 // Stop sends SIGTERM and, after grace, SIGKILL. Stopping a stopped
 // container is not an error.
 func (d *Driver) Stop(ctx context.Context, id string, grace time.Duration) error {
@@ -294,8 +302,7 @@ func (d *Driver) Stop(ctx context.Context, id string, grace time.Duration) error
 	if err != nil {
 		return err
 	}
-	secs := int((grace + time.Second - 1) / time.Second)
-	cctx, cancel := context.WithTimeout(ctx, d.opts.CallTimeout+grace)
+	cctx, cancel, secs := d.graceCtx(ctx, grace)
 	defer cancel()
 	_, err = e.cli.ContainerStop(cctx, cid, client.ContainerStopOptions{Timeout: &secs})
 	return d.act(e, err, "stop container "+cid)
@@ -307,18 +314,19 @@ func (d *Driver) Restart(ctx context.Context, id string, grace time.Duration) er
 	if err != nil {
 		return err
 	}
-	secs := int((grace + time.Second - 1) / time.Second)
-	cctx, cancel := context.WithTimeout(ctx, d.opts.CallTimeout+grace)
+	cctx, cancel, secs := d.graceCtx(ctx, grace)
 	defer cancel()
 	_, err = e.cli.ContainerRestart(cctx, cid, client.ContainerRestartOptions{Timeout: &secs})
 	return d.act(e, err, "restart container "+cid)
 }
 
-// Kill sends signal ("TERM", "SIGKILL", "9") to the container's main
-// process. A container that is not running gives ErrPermanent.
+// Kill sends signal ("TERM", "SIGKILL", "9", read by driver.ParseSignal)
+// to the container's main process. A container that is not running gives
+// ErrPermanent.
 func (d *Driver) Kill(ctx context.Context, id string, signal string) error {
-	if signal == "" || strings.ContainsAny(signal, " \t\n/") {
-		return &driver.FieldError{Path: "signal", Reason: fmt.Sprintf("%q: want a signal name or number", signal)}
+	name, _, err := driver.ParseSignal(signal)
+	if err != nil {
+		return fmt.Errorf("docker: kill: %w", err)
 	}
 	e, cid, err := d.resolve(id)
 	if err != nil {
@@ -326,14 +334,15 @@ func (d *Driver) Kill(ctx context.Context, id string, signal string) error {
 	}
 	cctx, cancel := d.callCtx(ctx)
 	defer cancel()
-	_, err = e.cli.ContainerKill(cctx, cid, client.ContainerKillOptions{Signal: signal})
+	_, err = e.cli.ContainerKill(cctx, cid, client.ContainerKillOptions{Signal: name})
 	if cerrdefs.IsInvalidArgument(err) {
 		return &driver.FieldError{Path: "signal", Reason: fmt.Sprintf("%q: %v", signal, err)}
 	}
-	return d.act(e, err, "kill container "+cid+" with "+signal)
+	return d.act(e, err, "kill container "+cid+" with "+name)
 }
 
-// Suspend pauses every process of the container (docker pause).
+// Suspend pauses every process of the container (docker pause). A paused
+// container is left as it is; one that is not running gives ErrPermanent.
 func (d *Driver) Suspend(ctx context.Context, id string) error {
 	e, cid, err := d.resolve(id)
 	if err != nil {
@@ -342,6 +351,14 @@ func (d *Driver) Suspend(ctx context.Context, id string) error {
 	cctx, cancel := d.callCtx(ctx)
 	defer cancel()
 	_, err = e.cli.ContainerPause(cctx, cid, client.ContainerPauseOptions{})
+	if cerrdefs.IsConflict(err) {
+		// The engine refuses to pause a paused container as it refuses a
+		// stopped one; only the first is success.
+		ci, ierr := e.cli.ContainerInspect(cctx, cid, client.ContainerInspectOptions{})
+		if ierr == nil && ci.Container.State != nil && ci.Container.State.Paused {
+			return nil
+		}
+	}
 	return d.act(e, err, "pause container "+cid)
 }
 

@@ -179,21 +179,18 @@ func extraNetworks(spec *driver.Spec) []string {
 // files to copy in (nil when there are none).
 func (d *Driver) containerOptions(spec *driver.Spec) (client.ContainerCreateOptions, []byte, error) {
 	var es driver.FieldErrors
-	add := func(p, format string, args ...any) {
-		es = append(es, &driver.FieldError{Path: p, Reason: fmt.Sprintf(format, args...)})
-	}
 	labels := map[string]string{}
 	for k, v := range spec.Labels {
 		if strings.HasPrefix(k, "berth.") {
-			add("labels."+k, "the prefix \"berth.\" is reserved for Berth's tags")
+			es.Add("labels."+k, "the prefix \"berth.\" is reserved for Berth's tags")
 		} else if _, dup := spec.Tags[k]; dup {
-			add("labels."+k, "%q is also a tag", k)
+			es.Add("labels."+k, "%q is also a tag", k)
 		}
 		labels[k] = v
 	}
 	for k, v := range spec.Tags {
 		if k == labelTagKeys {
-			add("tags."+k, "reserved")
+			es.Add("tags."+k, "reserved")
 		}
 		labels[k] = v
 	}
@@ -231,7 +228,7 @@ func (d *Driver) containerOptions(spec *driver.Spec) (client.ContainerCreateOpti
 		}
 		port, ok := network.PortFrom(uint16(p.ContainerPort), network.IPProtocol(proto))
 		if !ok {
-			add(fmt.Sprintf("ports[%d]", i), "%d/%s: not a valid port", p.ContainerPort, proto)
+			es.Add(fmt.Sprintf("ports[%d]", i), "%d/%s: not a valid port", p.ContainerPort, proto)
 			continue
 		}
 		if cfg.ExposedPorts == nil {
@@ -244,7 +241,7 @@ func (d *Driver) containerOptions(spec *driver.Spec) (client.ContainerCreateOpti
 		case p.HostIP != "":
 			ip, err := netip.ParseAddr(p.HostIP)
 			if err != nil {
-				add(fmt.Sprintf("ports[%d].host_ip", i), "%q: not an IP address", p.HostIP)
+				es.Add(fmt.Sprintf("ports[%d].host_ip", i), "%q: not an IP address", p.HostIP)
 			}
 			b.HostIP = ip
 		case !p.Publish:

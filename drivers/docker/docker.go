@@ -21,6 +21,7 @@ package docker
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -76,7 +77,8 @@ type engine struct {
 // Open connects to the engines of opts. An engine that does not answer is
 // not an error: it starts offline and its health loop keeps trying.
 func Open(ctx context.Context, opts *Options, env driver.Env) (*Driver, error) {
-	if err := opts.Validate(); err != nil {
+	tlsConfigs, err := opts.check()
+	if err != nil {
 		return nil, err
 	}
 	if env.Logger == nil {
@@ -90,7 +92,11 @@ func Open(ctx context.Context, opts *Options, env driver.Env) (*Driver, error) {
 		subs:   map[uint64]chan driver.Event{},
 	}
 	for i, cfg := range opts.engines() {
-		cli, err := newClient(cfg, opts.APIVersion, i)
+		var tc *tls.Config
+		if i < len(tlsConfigs) {
+			tc = tlsConfigs[i]
+		}
+		cli, err := newClient(cfg, tc, opts.APIVersion, i)
 		if err != nil {
 			d.closeClients()
 			return nil, err
@@ -121,13 +127,11 @@ func open(ctx context.Context, opts *Options, env driver.Env) (driver.Driver, er
 	return d, nil
 }
 
-func newClient(cfg EngineConfig, version string, i int) (*client.Client, error) {
+// newClient makes the client of engine i; tc is its TLS configuration as
+// Options.check loaded it, nil for none.
+func newClient(cfg EngineConfig, tc *tls.Config, version string, i int) (*client.Client, error) {
 	ops := []client.Opt{client.WithUserAgent("berth")}
-	if cfg.TLS != nil {
-		tc, err := tlsConfig(cfg.TLS, fmt.Sprintf("engines[%d].tls", i))
-		if err != nil {
-			return nil, err
-		}
+	if tc != nil {
 		ops = append(ops, client.WithHTTPClient(&http.Client{Transport: &http.Transport{TLSClientConfig: tc}, CheckRedirect: client.CheckRedirect}))
 	}
 	ops = append(ops, client.WithHost(cfg.Address))

@@ -57,7 +57,7 @@ func leakCheck(t *testing.T) {
 		// The tests' own clients keep idle connections; they are not the driver's.
 		mainCli.Close()
 		if second != nil {
-			second.cli.Close()
+			second.Client.Close()
 		}
 		goleak.VerifyNone(t, ignore)
 	})
@@ -79,7 +79,7 @@ func helloSpec() *driver.Spec {
 func engineAddrs() []string {
 	addrs := []string{DefaultHost}
 	if second != nil {
-		addrs = append(addrs, second.address())
+		addrs = append(addrs, second.Address())
 	}
 	return addrs
 }

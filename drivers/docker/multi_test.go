@@ -38,7 +38,7 @@ func nodeNamed(t *testing.T, st *driver.PlatformState, name string) driver.Node 
 func TestTwoEngines(t *testing.T) {
 	needSecond(t)
 	leakCheck(t)
-	o := testOptions(DefaultHost, second.address())
+	o := testOptions(DefaultHost, second.Address())
 	o.Engines[1].Labels = map[string]string{"zone": "b"}
 	o.Engines[1].Capacity = driver.Resources{CPU: 1500}
 	d := openTest(t, o)
@@ -108,7 +108,7 @@ func TestTwoEngines(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		for _, c := range []*client.Client{mainCli, second.cli} {
+		for _, c := range []*client.Client{mainCli, second.Client} {
 			_, _ = c.ImageRemove(context.Background(), img, client.ImageRemoveOptions{})
 		}
 	})
@@ -155,7 +155,7 @@ func TestTwoEngines(t *testing.T) {
 	}
 
 	// A draining engine takes nothing new.
-	o2 := testOptions(DefaultHost, second.address())
+	o2 := testOptions(DefaultHost, second.Address())
 	o2.Engines[1].Drain = true
 	dd := openTest(t, o2)
 	st, err = dd.State(ctx)
@@ -177,13 +177,13 @@ func TestTwoEngines(t *testing.T) {
 func TestEngineGoesAway(t *testing.T) {
 	needSecond(t)
 	leakCheck(t)
-	d := openTest(t, testOptions(DefaultHost, second.address()))
+	d := openTest(t, testOptions(DefaultHost, second.Address()))
 	run := randomID()
 	tags := map[string]string{"berth.test.run": run}
 	t.Cleanup(func() {
 		removeByLabel(t, mainCli, "berth.test.run", run)
-		if second.cmd != nil {
-			removeByLabel(t, second.cli, "berth.test.run", run)
+		if second.Running() {
+			removeByLabel(t, second.Client, "berth.test.run", run)
 		}
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -225,7 +225,7 @@ func TestEngineGoesAway(t *testing.T) {
 	}
 	// Stop the second engine once a few launches have gone through.
 	time.Sleep(300 * time.Millisecond)
-	second.stop()
+	second.Stop()
 	close(stopped)
 	wg.Wait()
 	close(results)
@@ -270,7 +270,7 @@ func TestEngineGoesAway(t *testing.T) {
 	}
 
 	// The engine returns; its health loop finds it.
-	if err := second.start(ctx); err != nil {
+	if err := second.Start(ctx); err != nil {
 		t.Fatalf("restart the second engine: %v", err)
 	}
 	wait(t, func() bool {
@@ -313,7 +313,7 @@ func TestEngineGoesAway(t *testing.T) {
 			t.Errorf("delete %s: %v", in.ID, err)
 		}
 	}
-	for name, c := range map[string]*client.Client{"e1": mainCli, "e2": second.cli} {
+	for name, c := range map[string]*client.Client{"e1": mainCli, "e2": second.Client} {
 		left, err := c.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", "berth.test.run="+run)})
 		if err != nil {
 			t.Fatal(err)

@@ -75,10 +75,7 @@ func defaultOptions() *Options {
 	}
 }
 
-var (
-	engineNameRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
-	apiVersionRE = regexp.MustCompile(`^1\.[0-9]+$`)
-)
+var apiVersionRE = regexp.MustCompile(`^1\.[0-9]+$`)
 
 // engines returns the configured engines, the host shorthand or the default.
 func (o *Options) engines() []EngineConfig {
@@ -95,81 +92,87 @@ func (o *Options) engines() []EngineConfig {
 // Validate checks every option and names the offending path, e.g.
 // "engines[1].tls.cert".
 func (o *Options) Validate() error {
+	_, err := o.check()
+	return err
+}
+
+// check validates the options as Validate does and returns the loaded TLS
+// configuration of each of o.Engines (nil where an engine has no tls), so
+// that the files are read once.
+func (o *Options) check() ([]*tls.Config, error) {
 	var es driver.FieldErrors
-	add := func(path, format string, args ...any) {
-		es = append(es, &driver.FieldError{Path: path, Reason: fmt.Sprintf(format, args...)})
-	}
+	tlsConfigs := make([]*tls.Config, len(o.Engines))
 	if len(o.Engines) > 0 && o.Host != "" {
-		add("host", "set either host or engines, not both")
+		es.Add("host", "set either host or engines, not both")
 	}
 	if o.Host != "" {
 		if err := checkAddress(o.Host); err != nil {
-			add("host", "%v", err)
+			es.Add("host", "%v", err)
 		}
 	}
 	if o.APIVersion != "" && !apiVersionRE.MatchString(o.APIVersion) {
-		add("api_version", "%q: want a version such as 1.41", o.APIVersion)
+		es.Add("api_version", "%q: want a version such as 1.41", o.APIVersion)
 	}
 	for _, d := range []struct {
 		name string
 		v    time.Duration
 	}{{"call_timeout", o.CallTimeout}, {"poll_interval", o.PollInterval}, {"backoff_min", o.BackoffMin}, {"backoff_max", o.BackoffMax}} {
 		if d.v <= 0 {
-			add(d.name, "%s: must be positive", d.v)
+			es.Add(d.name, "%s: must be positive", d.v)
 		}
 	}
 	if o.StopGrace < 0 {
-		add("stop_grace", "%s: must not be negative", o.StopGrace)
+		es.Add("stop_grace", "%s: must not be negative", o.StopGrace)
 	}
 	if o.BackoffMax < o.BackoffMin {
-		add("backoff_max", "%s is shorter than backoff_min %s", o.BackoffMax, o.BackoffMin)
+		es.Add("backoff_max", "%s is shorter than backoff_min %s", o.BackoffMax, o.BackoffMin)
 	}
 	if o.UserDataPath == "" || !strings.HasPrefix(o.UserDataPath, "/") || strings.HasSuffix(o.UserDataPath, "/") {
-		add("user_data_path", "%q: must be an absolute file path", o.UserDataPath)
+		es.Add("user_data_path", "%q: must be an absolute file path", o.UserDataPath)
 	}
 	names := map[string]int{}
 	for i, e := range o.Engines {
 		p := fmt.Sprintf("engines[%d]", i)
-		switch {
-		case e.Name == "":
-			add(p+".name", "required")
-		case !engineNameRE.MatchString(e.Name):
-			add(p+".name", "%q: use letters, digits, '_', '.' or '-', starting with a letter or digit", e.Name)
-		default:
+		if e.Name == "" {
+			es.Add(p+".name", "required")
+		} else if fe := driver.CheckName(p+".name", e.Name, driver.MaxNameLength); fe != nil {
+			es = append(es, fe)
+		} else {
 			if j, dup := names[e.Name]; dup {
-				add(p+".name", "%q is also the name of engines[%d]", e.Name, j)
+				es.Add(p+".name", "%q is also the name of engines[%d]", e.Name, j)
 			}
 			names[e.Name] = i
 		}
 		if e.Address == "" {
-			add(p+".address", "required: unix:///path/to/docker.sock or tcp://host:port")
+			es.Add(p+".address", "required: unix:///path/to/docker.sock or tcp://host:port")
 		} else if err := checkAddress(e.Address); err != nil {
-			add(p+".address", "%v", err)
+			es.Add(p+".address", "%v", err)
 		}
 		if e.TLS != nil {
 			if !strings.HasPrefix(e.Address, "tcp://") {
-				add(p+".tls", "TLS needs a tcp:// address")
+				es.Add(p+".tls", "TLS needs a tcp:// address")
 			}
-			if _, err := tlsConfig(e.TLS, p+".tls"); err != nil {
-				es = append(es, err.(driver.FieldErrors)...)
-			}
+			tc, err := tlsConfig(e.TLS, p+".tls")
+			es.AddErr("", err)
+			tlsConfigs[i] = tc
 		}
 		for k := range e.Labels {
 			if k == "" {
-				add(p+".labels", "empty key")
+				es.Add(p+".labels", "empty key")
 			}
 		}
-		if err := driver.ValidateResources(p+".capacity.", e.Capacity); err != nil {
-			es = append(es, err.(driver.FieldErrors)...)
-		}
+		es.AddErr("", driver.ValidateResources(p+".capacity.", e.Capacity))
 		if e.MaxInstances < 0 {
-			add(p+".max_instances", "%d: must not be negative", e.MaxInstances)
+			es.Add(p+".max_instances", "%d: must not be negative", e.MaxInstances)
 		}
 		if e.ExternalAddress != "" && strings.ContainsAny(e.ExternalAddress, "/ ") {
-			add(p+".external_address", "%q: want a host name or IP address", e.ExternalAddress)
+			es.Add(p+".external_address", "%q: want a host name or IP address", e.ExternalAddress)
 		}
 	}
-	return es.Err()
+	if err := es.Err(); err != nil {
+		return nil, err
+	}
+	return tlsConfigs, nil
 }
 
 // checkAddress accepts unix:///abs/path and tcp://host:port.
@@ -197,9 +200,7 @@ func checkAddress(addr string) error {
 // tlsConfig loads the TLS files; errors name path.ca, path.cert, path.key.
 func tlsConfig(c *TLSConfig, path string) (*tls.Config, error) {
 	var es driver.FieldErrors
-	add := func(p, format string, args ...any) {
-		es = append(es, &driver.FieldError{Path: path + "." + p, Reason: fmt.Sprintf(format, args...)})
-	}
+	add := func(p, format string, args ...any) { es.Add(path+"."+p, format, args...) }
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: c.InsecureSkipVerify} //nolint:gosec // the operator's explicit choice
 	if c.CA != "" {
 		pem, err := os.ReadFile(c.CA)

@@ -208,26 +208,30 @@ func (s *Sim) Restart(ctx context.Context, id string, grace time.Duration) error
 	})
 }
 
-// signals maps the signals Kill accepts to the exit code they cause; -1
+// signalCodes maps the signals Kill acts on to the exit code they cause; -1
 // means the instance handles the signal and keeps running.
-var signals = map[string]int{
+var signalCodes = map[string]int{
 	"HUP": 129, "INT": 130, "QUIT": 131, "KILL": 137, "TERM": 0,
 	"USR1": -1, "USR2": -1, "WINCH": -1,
-	"1": 129, "2": 130, "3": 131, "9": 137, "15": 0, "10": -1, "12": -1, "28": -1,
 }
 
 // Kill sends signal to a running or suspended instance. KILL ends it with
 // exit code 137, TERM with 0, HUP, INT and QUIT with 128 plus the signal;
-// USR1, USR2 and WINCH are handled and it keeps running. An unknown signal is
-// ErrInvalid; an instance that is not running, ErrRetryable.
+// USR1, USR2 and WINCH are handled and it keeps running. A signal that
+// driver.ParseSignal rejects, or another signal the sim does not act on, is
+// ErrInvalid; an instance that is not running is ErrPermanent.
 func (s *Sim) Kill(ctx context.Context, id string, signal string) error {
-	code, ok := signals[strings.TrimPrefix(strings.ToUpper(signal), "SIG")]
+	name, _, err := driver.ParseSignal(signal)
+	if err != nil {
+		return fmt.Errorf("sim: kill: %w", err)
+	}
+	code, ok := signalCodes[name]
 	if !ok {
-		return fmt.Errorf("sim: kill: %w", &driver.FieldError{Path: "signal", Reason: fmt.Sprintf("%q: not a signal the sim knows", signal)})
+		return fmt.Errorf("sim: kill: %w", &driver.FieldError{Path: "signal", Reason: fmt.Sprintf("%q: not a signal the sim acts on", signal)})
 	}
 	return s.change("kill", id, signal, func(now int64, slot uint32, in *inst) error {
 		if in.state != stRunning && in.state != stSuspended {
-			return driver.Errorf(driver.ErrRetryable, "sim: kill %s: instance is %s, not running", id, stateNames[in.state])
+			return driver.Errorf(driver.ErrPermanent, "sim: kill %s: instance is %s, not running; start it first", id, stateNames[in.state])
 		}
 		if code >= 0 {
 			s.setEnded(slot, in, stExited, code, now, driver.EventDie)
@@ -236,7 +240,8 @@ func (s *Sim) Kill(ctx context.Context, id string, signal string) error {
 	})
 }
 
-// Suspend pauses a running instance; a suspended one is left as it is.
+// Suspend pauses a running instance; a suspended one is left as it is and
+// any other is ErrPermanent.
 func (s *Sim) Suspend(ctx context.Context, id string) error {
 	return s.change("suspend", id, "", func(now int64, slot uint32, in *inst) error {
 		switch in.state {
@@ -247,7 +252,7 @@ func (s *Sim) Suspend(ctx context.Context, id string) error {
 			s.emit(slot, in, driver.EventPause, now)
 			return nil
 		}
-		return driver.Errorf(driver.ErrRetryable, "sim: suspend %s: instance is %s, not running", id, stateNames[in.state])
+		return driver.Errorf(driver.ErrPermanent, "sim: suspend %s: instance is %s, not running; start it first", id, stateNames[in.state])
 	})
 }
 

@@ -58,7 +58,8 @@
 // SIM_STDOUT (default "started") as one line to stdout and SIM_STDERR, if
 // set, to stderr. Kill understands KILL (exit 137), TERM (exit 0), HUP, INT
 // and QUIT (128 plus the signal); USR1, USR2 and WINCH are handled and the
-// instance keeps running. Faults can be driven directly from tests:
+// instance keeps running; other signals are ErrInvalid. Kill and Suspend of
+// an instance that is not running are ErrPermanent. Faults can be driven directly from tests:
 // SetNodeStatus takes a node offline or drains it, and Calls returns the
 // most recent changes asked of the sim.
 //

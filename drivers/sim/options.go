@@ -1,9 +1,7 @@
 package sim
 
 import (
-	"errors"
 	"fmt"
-	"regexp"
 	"time"
 
 	"github.com/berth-dev/berth/driver"
@@ -79,19 +77,14 @@ func DefaultOptions() *Options {
 	}
 }
 
-var prefixRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
-
 // Validate checks the options; every error names its key.
 func (o *Options) Validate() error {
 	var es driver.FieldErrors
-	add := func(path, format string, args ...any) {
-		es = append(es, &driver.FieldError{Path: path, Reason: fmt.Sprintf(format, args...)})
-	}
 	if o.Nodes < 0 || o.Nodes > MaxNodes {
-		add("nodes", "%d: want 1 to %d", o.Nodes, MaxNodes)
+		es.Add("nodes", "%d: want 1 to %d", o.Nodes, MaxNodes)
 	}
 	if o.Nodes > 0 && len(o.Pools) > 0 {
-		add("nodes", "set either nodes (with shape) or pools, not both")
+		es.Add("nodes", "set either nodes (with shape) or pools, not both")
 	}
 	if len(o.Pools) == 0 {
 		validateShape(&es, "shape.", o.Shape)
@@ -101,20 +94,20 @@ func (o *Options) Validate() error {
 	for i, p := range o.Pools {
 		f := fmt.Sprintf("pools[%d].", i)
 		if p.Count < 1 || p.Count > MaxNodes {
-			add(f+"count", "%d: want 1 to %d", p.Count, MaxNodes)
+			es.Add(f+"count", "%d: want 1 to %d", p.Count, MaxNodes)
 		}
 		total += max(p.Count, 0)
 		prefix := poolPrefix(i, p)
-		if !prefixRE.MatchString(prefix) {
-			add(f+"name_prefix", "%q: use letters, digits, '_', '.' or '-', starting with a letter or digit", p.NamePrefix)
+		if fe := driver.CheckName(f+"name_prefix", prefix, driver.MaxNameLength); fe != nil {
+			es = append(es, fe)
 		} else if j, dup := prefixes[prefix]; dup {
-			add(f+"name_prefix", "%q is also the prefix of pools[%d]", prefix, j)
+			es.Add(f+"name_prefix", "%q is also the prefix of pools[%d]", prefix, j)
 		}
 		prefixes[prefix] = i
 		validateShape(&es, f, p.Shape)
 	}
 	if total > MaxNodes {
-		add("pools", "%d nodes in total: at most %d", total, MaxNodes)
+		es.Add("pools", "%d nodes in total: at most %d", total, MaxNodes)
 	}
 	for _, r := range []struct {
 		key string
@@ -124,11 +117,11 @@ func (o *Options) Validate() error {
 		{"fail_quota", o.FailQuota}, {"hang_rate", o.HangRate}, {"offline_rate", o.OfflineRate},
 	} {
 		if !(r.v >= 0 && r.v <= 1) {
-			add(r.key, "%v: want a share from 0 to 1", r.v)
+			es.Add(r.key, "%v: want a share from 0 to 1", r.v)
 		}
 	}
 	if sum := o.FailRetryable + o.FailPermanent + o.FailQuota + o.HangRate; sum > 1 {
-		add("fail_retryable", "fail_retryable, fail_permanent, fail_quota and hang_rate add up to %v: at most 1", sum)
+		es.Add("fail_retryable", "fail_retryable, fail_permanent, fail_quota and hang_rate add up to %v: at most 1", sum)
 	}
 	for _, d := range []struct {
 		key string
@@ -138,44 +131,39 @@ func (o *Options) Validate() error {
 		{"latency_jitter", o.LatencyJitter}, {"flap", o.Flap},
 	} {
 		if d.v < 0 {
-			add(d.key, "%s: must not be negative", d.v)
+			es.Add(d.key, "%s: must not be negative", d.v)
 		}
 	}
 	if o.CallLog < 0 {
-		add("call_log", "%d: must not be negative", o.CallLog)
+		es.Add("call_log", "%d: must not be negative", o.CallLog)
 	}
 	return es.Err()
 }
 
 func validateShape(es *driver.FieldErrors, prefix string, s Shape) {
-	if err := driver.ValidateResources(prefix, s.Resources); err != nil {
-		var fes driver.FieldErrors
-		if errors.As(err, &fes) {
-			*es = append(*es, fes...)
-		}
-	}
+	es.AddErr("", driver.ValidateResources(prefix, s.Resources))
 	if s.CPU <= 0 {
-		*es = append(*es, &driver.FieldError{Path: prefix + "cpus", Reason: "a node needs more than 0 cpus"})
+		es.Add(prefix+"cpus", "a node needs more than 0 cpus")
 	}
 	if s.Memory <= 0 {
-		*es = append(*es, &driver.FieldError{Path: prefix + "memory", Reason: "a node needs more than 0 memory"})
+		es.Add(prefix+"memory", "a node needs more than 0 memory")
 	}
 	if s.MaxInstances < 0 {
-		*es = append(*es, &driver.FieldError{Path: prefix + "max_instances", Reason: fmt.Sprintf("%d: must not be negative", s.MaxInstances)})
+		es.Add(prefix+"max_instances", "%d: must not be negative", s.MaxInstances)
 	}
 	for i, img := range s.Images {
 		if img == "" {
-			*es = append(*es, &driver.FieldError{Path: fmt.Sprintf("%simages[%d]", prefix, i), Reason: "empty image name"})
+			es.Add(fmt.Sprintf("%simages[%d]", prefix, i), "empty image name")
 		}
 	}
 	for i, z := range s.Zones {
 		if z == "" {
-			*es = append(*es, &driver.FieldError{Path: fmt.Sprintf("%szones[%d]", prefix, i), Reason: "empty zone name"})
+			es.Add(fmt.Sprintf("%szones[%d]", prefix, i), "empty zone name")
 		}
 	}
 	for i, r := range s.Racks {
 		if r == "" {
-			*es = append(*es, &driver.FieldError{Path: fmt.Sprintf("%sracks[%d]", prefix, i), Reason: "empty rack name"})
+			es.Add(fmt.Sprintf("%sracks[%d]", prefix, i), "empty rack name")
 		}
 	}
 }

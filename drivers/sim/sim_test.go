@@ -135,6 +135,8 @@ func TestOptionErrors(t *testing.T) {
 		{"pool unknown field", map[string]any{"pools": `[{"count": 1, "cpu": 1}]`}, "pools"},
 		{"pools too big", map[string]any{"pools": `[{"count": 60000, "cpus": 1, "memory": 1}, {"count": 60000, "cpus": 1, "memory": 1}]`}, "pools"},
 		{"duplicate prefix", map[string]any{"pools": `[{"count": 1, "name_prefix": "a", "cpus": 1, "memory": 1}, {"count": 1, "name_prefix": "a", "cpus": 1, "memory": 1}]`}, "pools[1].name_prefix"},
+		{"bad prefix", map[string]any{"pools": `[{"count": 1, "name_prefix": "-a", "cpus": 1, "memory": 1}]`}, "pools[0].name_prefix"},
+		{"negative pool memory", map[string]any{"pools": `[{"count": 1, "cpus": 1, "memory": -1}]`}, "pools[0].memory"},
 		{"shape without cpus", map[string]any{"shape": `{"memory": "1Gi"}`}, "shape.cpus"},
 		{"rate above one", map[string]any{"fail_quota": 1.5}, "fail_quota"},
 		{"rates add up", map[string]any{"fail_retryable": 0.6, "fail_permanent": 0.6}, "fail_retryable"},
@@ -657,8 +659,8 @@ func TestSignalsAndStates(t *testing.T) {
 	if st, code := exit(); st != driver.StateExited || code != 0 {
 		t.Errorf("after TERM: %s %d, want exited 0", st, code)
 	}
-	if err := s.Kill(ctx, in.ID, "KILL"); !errors.Is(err, driver.ErrRetryable) {
-		t.Errorf("kill of an exited instance: %v, want ErrRetryable", err)
+	if err := s.Kill(ctx, in.ID, "KILL"); !errors.Is(err, driver.ErrPermanent) {
+		t.Errorf("kill of an exited instance: %v, want ErrPermanent", err)
 	}
 	if err := s.Start(ctx, in.ID); err != nil {
 		t.Fatal(err)
@@ -669,11 +671,14 @@ func TestSignalsAndStates(t *testing.T) {
 	if st, code := exit(); st != driver.StateExited || code != 137 {
 		t.Errorf("after 9: %s %d, want exited 137", st, code)
 	}
+	if err := s.Kill(ctx, in.ID, "STOP"); !hasPath(err, "signal") {
+		t.Errorf("a signal the sim does not act on: %v, want ErrInvalid naming signal", err)
+	}
 	if err := s.Kill(ctx, in.ID, "BOGUS"); !hasPath(err, "signal") {
 		t.Errorf("unknown signal: %v, want ErrInvalid naming signal", err)
 	}
-	if err := s.Suspend(ctx, in.ID); !errors.Is(err, driver.ErrRetryable) {
-		t.Errorf("suspend of an exited instance: %v, want ErrRetryable", err)
+	if err := s.Suspend(ctx, in.ID); !errors.Is(err, driver.ErrPermanent) {
+		t.Errorf("suspend of an exited instance: %v, want ErrPermanent", err)
 	}
 	if err := s.Resume(ctx, in.ID); !errors.Is(err, driver.ErrNotSuspended) {
 		t.Errorf("resume of an exited instance: %v, want ErrNotSuspended", err)

@@ -1,4 +1,4 @@
-// Command hello is the program inside the test image berth-test/hello: it
+// Command hello is the program inside the test image dockertest builds: it
 // writes "hello stdout" to stdout and "hello stderr" to stderr, prints the
 // files named in HELLO_FILES (comma separated), serves "hello" on TCP port
 // HELLO_LISTEN when set, and then runs until SIGTERM or SIGINT, when it

@@ -1,0 +1,67 @@
+// Package apitest serves Berth's REST API over a real control plane with a
+// sim back-end, for the tests of the API and of its clients.
+package apitest
+
+import (
+	"context"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/berth-dev/berth/api"
+	"github.com/berth-dev/berth/control"
+	"github.com/berth-dev/berth/driver"
+	_ "github.com/berth-dev/berth/drivers/sim" // the back-end Start opens
+	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/store"
+)
+
+// Env is a running API: the server, its HTTP listener and the plane
+// behind it.
+type Env struct {
+	API   *api.Server
+	HTTP  *httptest.Server
+	Plane *control.Plane
+}
+
+// Start opens a sim back-end with simOpts as the provider "sim" of cluster
+// "test", runs a control plane over it and st, and serves the API with
+// opts. When tb ends the streams, the listener, the plane, the provider and
+// st are closed, in that order.
+func Start(tb testing.TB, st store.Store, simOpts map[string]any, opts api.Options) *Env {
+	tb.Helper()
+	ctx := context.Background()
+	def, err := driver.Lookup("sim")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	d, err := def.Open(ctx, simOpts, driver.Env{Provider: "sim", Cluster: "test"})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p, err := provider.New(d, provider.Config{Name: "sim"})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	plane, err := control.New(ctx, control.Config{Store: st, Providers: []*provider.Provider{p}, Cluster: "test"})
+	if err != nil {
+		_ = p.Close(ctx)
+		tb.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = plane.Run(runCtx)
+	}()
+	s := api.New(plane, opts)
+	hs := httptest.NewServer(s)
+	tb.Cleanup(func() {
+		s.CloseStreams()
+		hs.Close()
+		cancel()
+		<-done
+		_ = p.Close(ctx)
+		_ = st.Close()
+	})
+	return &Env{API: s, HTTP: hs, Plane: plane}
+}
