@@ -58,8 +58,8 @@ func (e *env) matchStore(t *testing.T) {
 		if in.Phase == reconciler.Failed && in.BackendID == "" {
 			continue // failed with nothing left on the back-end
 		}
-		if in.BackendID == "" {
-			t.Errorf("instance %s (%s) has no back-end id", in.ID, in.Phase)
+		if in.BackendID == "" || want[in.Node] == nil {
+			t.Errorf("instance %s is %s on node %q with back-end id %q; want it on an engine", in.ID, in.Phase, in.Node, in.BackendID)
 			continue
 		}
 		want[in.Node][containerID(in.BackendID)] = in.ID

@@ -290,7 +290,7 @@ func (e *Engine) Start(ctx context.Context) error {
 		}
 		if ctx.Err() != nil || time.Now().After(deadline) {
 			e.stopLocked()
-			return fmt.Errorf("dockerd did not answer: %v\n%s", err, e.logTail(2000))
+			return fmt.Errorf("dockerd did not answer: %v\n%s", err, e.Log(2000))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -302,21 +302,6 @@ func (e *Engine) Stop() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.stopLocked()
-}
-
-// Kill crashes the engine: SIGKILL to dockerd alone, which leaves its
-// containerd and its containers running, as a crash of dockerd does. Start
-// brings it back; Destroy kills what it left.
-func (e *Engine) Kill() {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.cmd == nil {
-		return
-	}
-	cmd := e.cmd
-	e.cmd = nil
-	_ = cmd.Process.Kill()
-	_ = cmd.Wait()
 }
 
 func (e *Engine) stopLocked() {
@@ -336,24 +321,18 @@ func (e *Engine) stopLocked() {
 	}
 }
 
-// Destroy removes every container of the engine (starting it again first
-// when it is stopped, so that it cleans up after itself), stops it, kills
-// every process it left behind, unmounts what it left mounted and removes
-// its directories; it reports what it could not do on stderr.
+// Destroy removes every container of the engine, stops it, kills every
+// process it left behind, unmounts what it left mounted and removes its
+// directories; it reports what it could not do on stderr.
 func (e *Engine) Destroy() {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if !e.Running() {
-		if err := e.Start(ctx); err != nil {
-			fmt.Fprintln(os.Stderr, "dockertest: start the engine to clean it up:", err)
-		}
-	}
 	if e.Running() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		if list, err := e.Client.ContainerList(ctx, client.ContainerListOptions{All: true}); err == nil {
 			for _, c := range list.Items {
 				_, _ = e.Client.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
 			}
 		}
+		cancel()
 	}
 	e.Stop()
 	e.Client.Close()
@@ -387,11 +366,10 @@ func unmountUnder(dir string) {
 	}
 }
 
-// killOrphans kills what a stopped engine left running under dir: its
-// containerd after a Kill, and the runtime shims of containers (after a
-// Kill, or whose start was cut short by the engine's shutdown), which name
-// the engine's containerd socket in dir, with their children. It returns
-// how many processes it killed.
+// killOrphans kills what a stopped engine left running under dir: the
+// runtime shims of containers whose start was cut short by the engine's
+// shutdown (they name the engine's containerd socket in dir), with their
+// children. It returns how many processes it killed.
 func killOrphans(dir string) int {
 	procs, _ := filepath.Glob("/proc/[0-9]*")
 	parent := map[int]int{}
@@ -412,19 +390,20 @@ func killOrphans(dir string) int {
 		}
 		cmdline, err := os.ReadFile(p + "/cmdline")
 		if err == nil && bytes.Contains(cmdline, []byte(dir+"/")) {
-			// containerd or a shim of this engine
 			shims = append(shims, pid)
 		}
 	}
 	n := 0
 	for _, shim := range shims {
+		// The shim first, so that it cannot act on its children's end;
+		// they are known by the pids read before.
+		if syscall.Kill(shim, syscall.SIGKILL) == nil {
+			n++
+		}
 		for pid, pp := range parent {
 			if pp == shim && syscall.Kill(pid, syscall.SIGKILL) == nil {
 				n++
 			}
-		}
-		if syscall.Kill(shim, syscall.SIGKILL) == nil {
-			n++
 		}
 	}
 	return n
@@ -432,10 +411,6 @@ func killOrphans(dir string) int {
 
 // Log returns the end of the engine's log, at most n bytes.
 func (e *Engine) Log(n int) string {
-	return e.logTail(n)
-}
-
-func (e *Engine) logTail(n int) string {
 	b, _ := os.ReadFile(filepath.Join(e.dir, "dockerd.log"))
 	if len(b) > n {
 		b = b[len(b)-n:]
