@@ -9,6 +9,7 @@ import (
 
 	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/drivers/sim"
 	"github.com/berth-dev/berth/reconciler"
 	"github.com/berth-dev/berth/scheduler"
 	"github.com/berth-dev/berth/store"
@@ -22,7 +23,9 @@ func named(name string) scheduler.Request {
 }
 
 func TestNameIsReusableOnceItsHolderIsDeleted(t *testing.T) {
-	_, prov := newSim(t, 2, nil)
+	// Deletes take a while, so that the new hello is created while the
+	// back-end still holds the old one under the name.
+	_, prov := newSim(t, 1, func(o *sim.Options) { o.DeleteLatency = 300 * time.Millisecond })
 	p, _ := start(t, config(memory.New(memory.Options{}), prov))
 	ctx := context.Background()
 
@@ -50,8 +53,11 @@ func TestNameIsReusableOnceItsHolderIsDeleted(t *testing.T) {
 	if newID == oldID {
 		t.Fatalf("the new hello reuses id %s", oldID)
 	}
+	running := waitPhase(t, p, newID, reconciler.Running)
 	waitPhase(t, p, oldID, reconciler.Deleted)
-	waitPhase(t, p, newID, reconciler.Running)
+	if running.Incarnation != 1 {
+		t.Errorf("new hello incarnation %d, want 1: created under hello.1 while the old resource still held hello", running.Incarnation)
+	}
 	if in, err := p.Instance(ctx, "hello"); err != nil || in.ID != newID {
 		t.Fatalf("Instance(hello) = %s, %v; want the live %s", in.ID, err, newID)
 	}

@@ -179,8 +179,8 @@ func (s *state) placer(ctx context.Context) {
 func (s *state) placePending(ctx context.Context) {
 	s.placeGroups(ctx)
 	now := s.now()
-	pending := s.snapshot(func(in *reconciler.Instance) bool {
-		return in.Phase == reconciler.Pending && !now.Before(in.Deadline)
+	pending := s.pendingSnapshot(func(in *reconciler.Instance) bool {
+		return !now.Before(in.Deadline)
 	})
 	pending = slices.DeleteFunc(pending, func(in reconciler.Instance) bool { return s.gangQueued(in.Group) })
 	slices.SortStableFunc(pending, func(a, b reconciler.Instance) int { return b.Priority - a.Priority })

@@ -56,7 +56,9 @@ type Config struct {
 	// tagged resource before it is deleted. Default 2.
 	LeakSightings int
 	// SyncInterval is how often each provider is listed and its state read
-	// (observed states, node changes, leaks). Default 2s.
+	// (observed states, node changes, leaks). A round that takes longer
+	// than a quarter of it is followed by a pause four times its length
+	// instead. Default 2s.
 	SyncInterval time.Duration
 	// Workers is how many goroutines drive create and delete operations.
 	// Default 4.

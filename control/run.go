@@ -642,6 +642,12 @@ func (s *state) createFailed(ctx context.Context, rt *runtime, t *task, in *reco
 			s.launched(t, err)
 			s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.NameTaken, Err: fmt.Errorf("%w: the name %q is held by a resource provider %s cannot show: %w", driver.ErrRetryable, in.BackendName(), in.Provider, err)}, true)
 			return
+		case ferr == nil && got.Tags[driver.TagCluster] == s.cfg.Cluster && s.releasedName(got.Tags[driver.TagInstance]):
+			// Held by the resource of an earlier instance of the same name
+			// that is being deleted: try again under another name.
+			s.launched(t, err)
+			s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.NameTaken, Err: fmt.Errorf("%w: the name %q is held by the resource of deleted instance %s: %w", driver.ErrRetryable, in.BackendName(), got.Tags[driver.TagInstance], err)}, true)
+			return
 		}
 		err = fmt.Errorf("%w: the name %q is taken in provider %s by a resource that is not this instance: %w", driver.ErrPermanent, in.BackendName(), in.Provider, err)
 	}
@@ -651,6 +657,15 @@ func (s *state) createFailed(ctx context.Context, rt *runtime, t *task, in *reco
 	}
 	s.launched(t, err)
 	s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.CreateFailed, Err: err, Instance: partial}, true)
+}
+
+// releasedName reports whether instance id gave up its name: it is deleted
+// or being deleted for good, or gone from the store.
+func (s *state) releasedName(id string) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	in, ok := s.recs[id]
+	return !ok || !holdsName(in)
 }
 
 // awaitOp returns an Operation that waits for the back-end's instance id to

@@ -66,6 +66,7 @@ type state struct {
 	names    map[string]string           // instance id by name, for live instances
 	held     map[string]*held            // what each owner, pool and provider holds
 	queued   int                         // pending instances
+	pending  map[string]bool             // ids of the pending instances
 	phases   map[reconciler.Phase]int    // instances per phase
 	nodeInfo map[string]driver.Node      // latest reading of every node, by provider/node, without images and ports
 	largest  map[string]driver.Resources // per provider, the most of each resource one node has, as last listed
@@ -212,6 +213,7 @@ func newState(ctx context.Context, cfg Config) (*state, error) {
 		names:     map[string]string{},
 		held:      map[string]*held{},
 		phases:    map[reconciler.Phase]int{},
+		pending:   map[string]bool{},
 		nodeInfo:  map[string]driver.Node{},
 		largest:   map[string]driver.Resources{},
 		placeKick: make(chan struct{}, 1),
@@ -383,6 +385,11 @@ func (s *state) countLocked(in *reconciler.Instance, sign int) {
 	s.phases[in.Phase] += sign
 	if in.Phase == reconciler.Pending {
 		s.queued += sign
+		if sign > 0 {
+			s.pending[in.ID] = true
+		} else {
+			delete(s.pending, in.ID)
+		}
 	}
 	if !in.Phase.HoldsNode() {
 		return
@@ -446,6 +453,30 @@ func (s *state) snapshot(keep func(*reconciler.Instance) bool) []reconciler.Inst
 	if len(ptrs) == 0 {
 		return nil
 	}
+	out := make([]reconciler.Instance, len(ptrs))
+	for i, in := range ptrs {
+		out[i] = *in
+	}
+	return out
+}
+
+// pendingSnapshot returns copies of the pending instances that keep
+// returns true for, like snapshot but without visiting the others.
+func (s *state) pendingSnapshot(keep func(*reconciler.Instance) bool) []reconciler.Instance {
+	s.mu.RLock()
+	ptrs := make([]*reconciler.Instance, 0, len(s.pending))
+	for id := range s.pending {
+		if in := s.recs[id]; in != nil && (keep == nil || keep(in)) {
+			ptrs = append(ptrs, in)
+		}
+	}
+	s.mu.RUnlock()
+	slices.SortFunc(ptrs, func(a, b *reconciler.Instance) int {
+		if c := a.Created.Compare(b.Created); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.ID, b.ID)
+	})
 	out := make([]reconciler.Instance, len(ptrs))
 	for i, in := range ptrs {
 		out[i] = *in

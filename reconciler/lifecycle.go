@@ -110,7 +110,8 @@ type Instance struct {
 	// resource is gone: deleted, pending (a retry) or failed.
 	After Phase `json:"after,omitempty"`
 	// Exclude lists nodes ("provider/node") not to place the instance on
-	// again: nodes that went offline under it or lacked capacity. The
+	// again: nodes that went offline under it, refused a create with a
+	// retryable error or lacked capacity. The
 	// exclusions last until ExcludeUntil; each new one moves it to a full
 	// Machine.ExcludeFor from then, and Step drops them all once it has
 	// passed (a record with exclusions but no expiry drops them at once).
@@ -192,7 +193,8 @@ const (
 	// Observed: a listing of the back-end shows Instance, or (nil) that the
 	// resource Ref.BackendID (when set) no longer exists.
 	Observed EventKind = "observed"
-	// NodeOffline: the instance's node stopped answering.
+	// NodeOffline: the node Provider/Node stopped answering. An instance
+	// that is not (or no longer) on that node ignores it.
 	NodeOffline EventKind = "node-offline"
 	// StaleGone: the stale copy Ref is deleted.
 	StaleGone EventKind = "stale-gone"
@@ -469,6 +471,9 @@ func (m Machine) creating(in *Instance, ev Event, now time.Time) []Action {
 		if ev.Instance != nil && ev.Instance.ID != "" {
 			in.BackendID = ev.Instance.ID
 		}
+		if acts, ok := m.retryElsewhere(in, ev.Err, now); ok {
+			return acts
+		}
 		return m.launchFailed(in, ev.Err, now)
 	case NameTaken:
 		in.Incarnation++
@@ -480,7 +485,7 @@ func (m Machine) creating(in *Instance, ev Event, now time.Time) []Action {
 		in.Message = "an interrupted launch left a broken copy; launching again"
 		return m.requeue(in, now, in.BackendID != "", 0)
 	case NodeOffline:
-		return m.nodeOffline(in, now)
+		return m.nodeOffline(in, ev, now)
 	}
 	return nil
 }
@@ -513,6 +518,22 @@ func (m Machine) launchFailed(in *Instance, err error, now time.Time) []Action {
 	}
 	in.Message = fmt.Sprintf("attempt %d failed, retrying: %s", in.Attempts, msg)
 	return m.requeue(in, now, mayExist, m.backoff(in.Attempts))
+}
+
+// retryElsewhere requeues the instance after a retryable create failure
+// (Zoe) on a node it does not avoid yet: the node is excluded for
+// ExcludeFor and the failure is not counted, so that a node that stopped
+// answering does not use up the attempts while another can take the
+// instance. Once the instance is back on an excluded node (the scheduler
+// found no other), its failures count again. ok is false when the failure
+// is for launchFailed.
+func (m Machine) retryElsewhere(in *Instance, err error, now time.Time) (acts []Action, ok bool) {
+	if driver.KindOf(err) != driver.ErrRetryable || in.Node == "" || slices.Contains(in.Exclude, NodeID(in.Provider, in.Node)) {
+		return nil, false
+	}
+	m.exclude(in, now)
+	in.Message = fmt.Sprintf("node %s refused the create, placing the instance elsewhere: %s", in.Node, err)
+	return m.requeue(in, now, in.BackendID != "", m.backoff(1)), true
 }
 
 // requeue sends the instance back to pending, deleting a partial resource
@@ -574,7 +595,7 @@ func (m Machine) live(in *Instance, ev Event, now time.Time) []Action {
 		in.Observed = ev.Instance
 		m.observe(in, ev.Instance)
 	case NodeOffline:
-		return m.nodeOffline(in, now)
+		return m.nodeOffline(in, ev, now)
 	case StopRequested:
 		if in.Phase == Running || in.Phase == Held {
 			in.Phase, in.Message = Stopping, ""
@@ -611,7 +632,15 @@ func (m Machine) observe(in *Instance, obs *driver.Instance) {
 	}
 }
 
-func (m Machine) nodeOffline(in *Instance, now time.Time) []Action {
+// onNode reports whether in is on the node ev names.
+func onNode(in *Instance, ev Event) bool {
+	return in.Node != "" && in.Provider == ev.Provider && in.Node == ev.Node
+}
+
+func (m Machine) nodeOffline(in *Instance, ev Event, now time.Time) []Action {
+	if !onNode(in, ev) {
+		return nil
+	}
 	where, wasCreating := in.Node, in.Phase == Creating
 	if !in.Restarts() && in.Group == "" {
 		in.Message = fmt.Sprintf("node %s is offline", where)
@@ -669,6 +698,20 @@ func (m Machine) deleting(in *Instance, ev Event, now time.Time) []Action {
 		default:
 			in.Phase, in.BackendID = after, ""
 		}
+	case NodeOffline:
+		if in.After != Pending || !onNode(in, ev) {
+			return nil
+		}
+		// A retry's cleanup cannot reach the partial copy: the copy becomes
+		// stale, deleted when its node answers again, and the instance is
+		// placed again now.
+		where := in.Node
+		in.Stale = append(in.Stale, Ref{Provider: in.Provider, Node: in.Node, BackendID: in.BackendID})
+		m.exclude(in, now)
+		in.Message = fmt.Sprintf("node %s went offline before the failed copy was deleted; placing the instance again", where)
+		in.Incarnation++
+		in.toPending(now)
+		return []Action{{Kind: Place}}
 	case DeleteFailed:
 		in.Message = fmt.Sprint("delete failed, retrying: ", ev.Err)
 		in.Deadline = now.Add(m.backoff(2))
