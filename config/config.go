@@ -52,6 +52,29 @@ type Config struct {
 	Pools []control.Pool `yaml:"pools"`
 	// Quotas limit a provider, a pool or an owner.
 	Quotas []control.Quota `yaml:"quotas"`
+	// Reconcile tunes the lifecycle loops; zero values take control's
+	// defaults.
+	Reconcile Reconcile `yaml:"reconcile"`
+}
+
+// Reconcile tunes the control plane's lifecycle loops (control.Config).
+type Reconcile struct {
+	LaunchTimeout time.Duration `yaml:"launch_timeout"`
+	MaxAttempts   int           `yaml:"max_attempts"`
+	RetryBackoff  time.Duration `yaml:"retry_backoff"`
+	LeakSightings int           `yaml:"leak_sightings"`
+	SyncInterval  time.Duration `yaml:"sync_interval"`
+	Workers       int           `yaml:"workers"`
+	ExcludeFor    time.Duration `yaml:"exclude_for"`
+	Retention     time.Duration `yaml:"retention"`
+	MaxRetained   int           `yaml:"max_retained"`
+}
+
+// Apply copies r into cfg.
+func (r Reconcile) Apply(cfg *control.Config) {
+	cfg.LaunchTimeout, cfg.MaxAttempts, cfg.RetryBackoff = r.LaunchTimeout, r.MaxAttempts, r.RetryBackoff
+	cfg.LeakSightings, cfg.SyncInterval, cfg.Workers = r.LeakSightings, r.SyncInterval, r.Workers
+	cfg.ExcludeFor, cfg.Retention, cfg.MaxRetained = r.ExcludeFor, r.Retention, r.MaxRetained
 }
 
 // Log configures the server's slog output.
@@ -72,8 +95,6 @@ type Provider struct {
 	Breaker   Breaker        `yaml:"breaker"`
 	// Timeout bounds each call to the back-end; 0 means the provider default.
 	Timeout time.Duration `yaml:"timeout"`
-	// LaunchTimeout bounds a whole create; 0 means the provider default.
-	LaunchTimeout time.Duration `yaml:"launch_timeout"`
 
 	// Decoded holds Options after driver.Definition.Decode (set by Load).
 	Decoded any `yaml:"-"`
@@ -230,6 +251,21 @@ func (c *Config) validate(es *driver.FieldErrors) {
 	if c.MaxCount < 0 {
 		es.Add("max_count", "must not be negative")
 	}
+	r := c.Reconcile
+	for _, v := range []struct {
+		name string
+		neg  bool
+	}{
+		{"launch_timeout", r.LaunchTimeout < 0}, {"max_attempts", r.MaxAttempts < 0},
+		{"retry_backoff", r.RetryBackoff < 0}, {"leak_sightings", r.LeakSightings < 0},
+		{"sync_interval", r.SyncInterval < 0}, {"workers", r.Workers < 0},
+		{"exclude_for", r.ExcludeFor < 0}, {"retention", r.Retention < 0},
+		{"max_retained", r.MaxRetained < 0},
+	} {
+		if v.neg {
+			es.Add("reconcile."+v.name, "must not be negative")
+		}
+	}
 	providers := map[string]bool{}
 	for i := range c.Providers {
 		p := &c.Providers[i]
@@ -263,7 +299,7 @@ func (c *Config) validate(es *driver.FieldErrors) {
 		for _, d := range []struct {
 			name string
 			val  time.Duration
-		}{{"breaker.open_for", p.Breaker.OpenFor}, {"timeout", p.Timeout}, {"launch_timeout", p.LaunchTimeout}} {
+		}{{"breaker.open_for", p.Breaker.OpenFor}, {"timeout", p.Timeout}} {
 			if d.val < 0 {
 				es.Add(f+"."+d.name, "%s: must not be negative", d.val)
 			}

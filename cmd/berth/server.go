@@ -197,10 +197,12 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 	if err != nil {
 		return err
 	}
-	plane, err := control.New(ctx, control.Config{
+	planeCfg := control.Config{
 		Store: st, Providers: providers, Cluster: cfg.Cluster, Pools: cfg.Pools, Quotas: cfg.Quotas,
 		Logger: log, Metrics: m,
-	})
+	}
+	cfg.Reconcile.Apply(&planeCfg)
+	plane, err := control.New(ctx, planeCfg)
 	if err != nil {
 		return err
 	}
