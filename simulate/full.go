@@ -195,7 +195,7 @@ func runFull(ctx context.Context, w *Workload, opt Options) (*Result, error) {
 		plane: plane, back: back, opt: opt, lg: newLedger(ps.Nodes),
 		res: &Result{Workload: w.Name, Nodes: len(ps.Nodes), Schedulers: 1, Strategy: string(opt.Strategy),
 			PlaneResult: &PlaneResult{Store: kind}},
-		pending: map[string]bool{}, reasons: map[string]int{}, bad: map[string]bool{}, misplaced: map[string]bool{},
+		pending: map[string]bool{}, elastic: map[string]bool{}, gone: map[string]bool{}, reasons: map[string]int{}, bad: map[string]bool{}, misplaced: map[string]bool{},
 	}
 	if f.rules, err = hardRules(w); err != nil {
 		return nil, err
@@ -237,6 +237,10 @@ type fullRunner struct {
 	// pending holds the ids of instances answered as pending that have not
 	// been seen on a node yet.
 	pending map[string]bool
+	// elastic holds the ids of placed elastic instances of gangs, which a
+	// later gang of higher priority may evict; gone those evicted.
+	elastic map[string]bool
+	gone    map[string]bool
 	// reasons counts why instances were not placed.
 	reasons map[string]int
 	// preRunning is how many preplaced instances run.
@@ -371,6 +375,12 @@ func (f *fullRunner) submit(ctx context.Context, e *event) error {
 		f.reasons[err.Error()] += e.item.N()
 		return nil
 	}
+	if e.item.Essential != nil && len(f.elastic) > 0 {
+		if err := f.evicted(ctx); err != nil {
+			return err
+		}
+	}
+	elastic := e.item.Essential != nil && *e.item.Essential < e.item.N()
 	var ids []string
 	for _, p := range placed {
 		id := p.Instance.ID
@@ -383,8 +393,11 @@ func (f *fullRunner) submit(ctx context.Context, e *event) error {
 		}
 		f.res.Placed++
 		lid := ""
-		if e.item.Duration > 0 {
+		if e.item.Duration > 0 || elastic {
 			lid = id
+		}
+		if elastic {
+			f.elastic[id] = true
 		}
 		f.lg.add(lid, p.Node.Name, p.Instance.Spec.Resources)
 	}
@@ -397,6 +410,24 @@ func (f *fullRunner) submit(ctx context.Context, e *event) error {
 			return 1
 		})
 		f.deps = slices.Insert(f.deps, k, d)
+	}
+	return nil
+}
+
+// evicted accounts the elastic instances a gang's submission evicted: the
+// plane deletes them to make room for the gang's essential ones.
+func (f *fullRunner) evicted(ctx context.Context) error {
+	for id := range f.elastic {
+		in, err := f.plane.Instance(ctx, id)
+		if err != nil {
+			return fmt.Errorf("elastic instance %s: %w", id, err)
+		}
+		if in.Phase == reconciler.Deleting || in.Phase == reconciler.Deleted {
+			delete(f.elastic, id)
+			f.gone[id] = true
+			f.lg.remove(id)
+			f.res.Evicted++
+		}
 	}
 	return nil
 }
@@ -421,10 +452,15 @@ func (f *fullRunner) depart(ctx context.Context, at float64) error {
 					f.res.Placed++
 					f.res.Released++
 				}
+			} else if f.gone[id] {
+				// Evicted before its time: nothing left to release.
+				delete(f.gone, id)
+				continue
 			} else {
 				f.lg.remove(id)
 				f.res.Released++
 			}
+			delete(f.elastic, id)
 			if err := f.plane.Delete(ctx, id); err != nil {
 				return fmt.Errorf("departure of %s: %w", id, err)
 			}
@@ -459,8 +495,9 @@ func (f *fullRunner) waitGone(ctx context.Context, ids []string) error {
 }
 
 // settle waits until no instance is on its way (scheduled, creating,
-// stopping or deleting) in two readings in a row with the same counts:
-// every instance then runs, has failed, or is pending with a reason.
+// stopping or deleting, or pending with a retry of a failed create still
+// to come) in two readings in a row with the same counts: every instance
+// then runs, has failed, or is pending with a reason.
 func (f *fullRunner) settle(ctx context.Context) error {
 	var last map[reconciler.Phase]int
 	t := time.NewTicker(fullSettlePoll)
@@ -475,7 +512,19 @@ func (f *fullRunner) settle(ctx context.Context) error {
 			busy += c[ph]
 		}
 		if busy == 0 && last != nil && maps.Equal(c, last) {
-			return nil
+			retry, err := f.nextRetry(ctx, c[reconciler.Pending])
+			if err != nil {
+				return err
+			}
+			if retry.IsZero() {
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(time.Until(retry)):
+			}
+			c = nil
 		}
 		last = c
 		if f.checkDue() {
@@ -491,9 +540,38 @@ func (f *fullRunner) settle(ctx context.Context) error {
 	}
 }
 
-// check is the independent double-booking check: it sums the resources
-// and the number of the instances the sim back-end really holds on each
-// node and compares them with the node's capacity and instance cap.
+// retryGrace is how long after its due time a retry of a failed create is
+// still taken to be on its way: the plane's placer looks at pending
+// instances at least once a second.
+const retryGrace = 1500 * time.Millisecond
+
+// nextRetry returns when to look again for a pending instance waiting for
+// a retry of a failed create (due at its Deadline, plus retryGrace for the
+// placer to act), or zero when none waits for one. pending is how many
+// instances are pending.
+func (f *fullRunner) nextRetry(ctx context.Context, pending int) (time.Time, error) {
+	if pending == 0 {
+		return time.Time{}, nil
+	}
+	ins, err := f.plane.Instances(ctx, control.Filter{Phases: []reconciler.Phase{reconciler.Pending}})
+	if err != nil {
+		return time.Time{}, err
+	}
+	var latest time.Time
+	now := time.Now()
+	for _, in := range ins {
+		if due := in.Deadline.Add(retryGrace); due.After(now) && due.After(latest) {
+			latest = due
+		}
+	}
+	return latest, nil
+}
+
+// check is the independent safety check, made on what the sim back-end
+// really holds, not on what the plane says: it sums the resources and the
+// number of the instances on each node against the node's capacity and
+// instance cap (double booking), and matches each instance's node against
+// its request's hard constraints (misplacement).
 func (f *fullRunner) check(ctx context.Context) error {
 	start := time.Now()
 	defer func() {
@@ -669,7 +747,7 @@ func (f *fullRunner) finish(ctx context.Context) error {
 	if res.LowerBoundNodes > 0 {
 		res.PackingRatio = float64(res.NodesUsed) / float64(res.LowerBoundNodes)
 	}
-	res.DoubleBooked = max(len(f.bad), f.lg.overbooked())
+	res.DoubleBooked = len(f.bad)
 	res.PeakRSSBytes = peakRSS()
 	best, bestN := "", 0
 	for k, v := range f.reasons {

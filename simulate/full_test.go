@@ -257,3 +257,26 @@ func TestFullConstrained(t *testing.T) {
 		t.Fatalf("%d nodes used: only 30 have disk=ssd", res.NodesUsed)
 	}
 }
+
+// TestFullEviction: a gang of higher priority evicts elastic instances
+// through the plane; the run must account them as the scheduler path does.
+func TestFullEviction(t *testing.T) {
+	w, err := Decode(strings.NewReader(`{
+		"nodes": [{"count": 2, "cpus": 4, "memory": "8Gi"}],
+		"requests": [
+			{"image": "low", "cpus": 1, "memory": 256, "count": 8, "essential": 2, "priority": 1},
+			{"image": "high", "cpus": 3, "memory": 256, "count": 2, "essential": 2, "priority": 5, "arrival": 1}
+		]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sched := run(t, w, Options{})
+	full := run(t, w, Options{Path: PathFull})
+	if full.Placed != 10 || full.Evicted != 6 || full.Running != 4 || full.BackendInstances != 4 {
+		t.Fatalf("placed %d, evicted %d, running %d, on the back-end %d", full.Placed, full.Evicted, full.Running, full.BackendInstances)
+	}
+	if full.Evicted != sched.Evicted || full.LowerBoundNodes != sched.LowerBoundNodes || full.NodesUsed != sched.NodesUsed {
+		t.Fatalf("full path: evicted %d, bound %d, used %d; scheduler: %d, %d, %d", full.Evicted, full.LowerBoundNodes, full.NodesUsed,
+			sched.Evicted, sched.LowerBoundNodes, sched.NodesUsed)
+	}
+}
