@@ -283,22 +283,41 @@ func (s *state) accept(ctx context.Context, parts []part, groupPlan *scheduler.P
 		cmps = append(cmps, store.Cmp{Key: PrefixGroups + group.ID})
 		ops = append(ops, store.Put(PrefixGroups+group.ID, b))
 	}
+	// The requests enter the cache before the transaction: once it commits,
+	// the store watch may hand its pending instances to the placer before
+	// this call remembers them, and the placer must find their requests
+	// (constraints, affinities) then. An id already known is not touched;
+	// the transaction refuses it.
+	s.mu.Lock()
+	var added []string
+	for id, sr := range reqs {
+		if _, known := s.requests[id]; !known {
+			s.requests[id] = sr
+			added = append(added, id)
+		}
+	}
+	s.mu.Unlock()
+	forget := func() {
+		s.mu.Lock()
+		for _, id := range added {
+			delete(s.requests, id)
+		}
+		s.mu.Unlock()
+	}
 	res, err := s.st.Txn(ctx, cmps, ops)
 	if err != nil {
+		forget()
 		release()
 		return nil, fmt.Errorf("control: store request: %w", err)
 	}
 	if !res.Succeeded {
+		forget()
 		release()
 		return nil, fmt.Errorf("%w: request %s: %w", driver.ErrAlreadyExists, parts[0].req.ID, &driver.FieldError{Path: "id", Reason: "a request or instance with this id exists already"})
 	}
-	// The requests and their instances enter the cache together, in one
-	// critical section.
+	// The instances enter the cache together, in one critical section.
 	stored = true
 	s.mu.Lock()
-	for id, sr := range reqs {
-		s.requests[id] = sr
-	}
 	for _, in := range recs {
 		in.Revision = res.Revision
 		s.rememberLocked(*in)
