@@ -232,6 +232,14 @@ func (s *state) placeOne(ctx context.Context, in reconciler.Instance) {
 	r := s.requestFor(&in)
 	start := time.Now()
 	plan, err := s.cluster.c.Place(&r)
+	if err == nil && len(plan.Placements) == 0 && len(in.Excluded(s.now())) > 0 {
+		// Exclusions steer, they never strand: when no other node fits, a
+		// healthy excluded node beats waiting for the exclusions to expire.
+		all := in
+		all.Exclude = nil
+		r = s.requestFor(&all)
+		plan, err = s.cluster.c.Place(&r)
+	}
 	if s.cfg.Metrics != nil {
 		s.cfg.Metrics.Scheduled(time.Since(start), err == nil && len(plan.Placements) == 1)
 	}

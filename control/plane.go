@@ -47,7 +47,9 @@ type Config struct {
 	// LaunchTimeout bounds one create attempt; default 5m.
 	LaunchTimeout time.Duration
 	// MaxAttempts is how many failed create attempts an instance gets before
-	// it is failed; quota refusals are not counted. Default 3.
+	// it is failed; quota refusals are not counted, nor is a retryable
+	// refusal by a node the instance does not avoid yet (the node is
+	// avoided for ExcludeFor instead). Default 3.
 	MaxAttempts int
 	// RetryBackoff is the first wait before a requeued instance is placed
 	// again; it doubles per attempt up to a minute. Default 1s.
@@ -70,8 +72,9 @@ type Config struct {
 	// each committing up to 512 in one transaction. Default 2.
 	Writers int
 	// ExcludeFor is how long a node that went offline under an instance,
-	// or lacked capacity for it, is avoided when the instance is placed
-	// again. Default 10m.
+	// refused its create with a retryable error or lacked capacity for it,
+	// is avoided when the instance is placed again; an avoided node is
+	// still used when no other fits. Default 10m.
 	ExcludeFor time.Duration
 	// Retention is how long a deleted instance stays visible (Filter.All,
 	// inspect by name) before its record is removed from the store; a

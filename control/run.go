@@ -655,8 +655,13 @@ func (s *state) createFailed(ctx context.Context, rt *runtime, t *task, in *reco
 		rt.finish(t)
 		return
 	}
+	if errors.Is(err, driver.ErrRetryable) {
+		// The node may be gone: the next read of the provider's state asks
+		// the back-end instead of the cache.
+		t.prov.InvalidateState()
+	}
 	s.launched(t, err)
-	s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.CreateFailed, Err: err, Instance: partial}, true)
+	s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.CreateFailed, Err: err, Instance: partial, Provider: in.Provider, Node: in.Node}, true)
 }
 
 // releasedName reports whether instance id gave up its name: it is deleted

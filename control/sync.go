@@ -61,6 +61,9 @@ func (s *state) syncOnce(ctx context.Context, rt *runtime) {
 
 // syncNodes reads p's nodes, hands them to the scheduler, records status
 // changes in the store and tells the instances on nodes that went offline.
+// Each round it also tells the instances whose retry is stuck deleting a
+// failed copy on a node that is offline, so that they are placed again
+// now rather than when the node returns.
 func (s *state) syncNodes(ctx context.Context, rt *runtime, p *provider.Provider) {
 	ps, err := p.State(ctx)
 	if err != nil {
@@ -93,18 +96,19 @@ func (s *state) syncNodes(ctx context.Context, rt *runtime, p *provider.Provider
 	}
 	rt.mu.Unlock()
 	s.recordNodes(ctx, p.Name(), changed)
+	// offline holds p's offline nodes, true for those that just went.
+	offline := map[string]bool{}
+	for _, n := range ps.Nodes {
+		if n.Status == driver.NodeOffline {
+			offline[n.Name] = false
+		}
+	}
 	for _, c := range changes {
 		n, prev, known := c.n, c.prev, c.known
 		switch {
 		case n.Status == driver.NodeOffline:
 			s.log.Warn("node offline", "provider", p.Name(), "node", n.Name, "reason", n.Reason)
-			for _, in := range s.snapshot(func(in *reconciler.Instance) bool {
-				return in.Provider == p.Name() && in.Node == n.Name && in.Phase.HoldsNode() && in.Phase != reconciler.Deleting
-			}) {
-				if _, _, err := s.apply(ctx, in.ID, reconciler.Event{Kind: reconciler.NodeOffline}); err != nil && ctx.Err() == nil {
-					s.log.Warn("node offline", "instance", in.ID, "err", err)
-				}
-			}
+			offline[n.Name] = true
 		case known && prev.status == driver.NodeOffline:
 			s.log.Info("node back", "provider", p.Name(), "node", n.Name, "status", n.Status)
 			// Tick every instance with a stale copy there so it is deleted.
@@ -113,6 +117,21 @@ func (s *state) syncNodes(ctx context.Context, rt *runtime, p *provider.Provider
 			}) {
 				s.tickAt(rt, in.ID, s.now())
 			}
+		}
+	}
+	if len(offline) == 0 {
+		return
+	}
+	// The event names the node: an instance that moved since the snapshot
+	// ignores it.
+	for _, in := range s.snapshot(func(in *reconciler.Instance) bool {
+		just, off := offline[in.Node]
+		return off && in.Provider == p.Name() &&
+			((just && in.Phase.HoldsNode()) || (in.Phase == reconciler.Deleting && in.After == reconciler.Pending))
+	}) {
+		ev := reconciler.Event{Kind: reconciler.NodeOffline, Provider: in.Provider, Node: in.Node}
+		if _, _, err := s.apply(ctx, in.ID, ev); err != nil && ctx.Err() == nil {
+			s.log.Warn("node offline", "instance", in.ID, "err", err)
 		}
 	}
 }

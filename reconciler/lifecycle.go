@@ -175,7 +175,9 @@ const (
 	// Progress: the create reported the back-end id (Instance) before
 	// finishing.
 	Progress EventKind = "progress"
-	// CreateFailed: the create failed with Err.
+	// CreateFailed: the create failed with Err. Provider and Node, when
+	// set, name the node the create was for: the outcome of a create for
+	// another node (one that arrived after the instance moved) is ignored.
 	CreateFailed EventKind = "create-failed"
 	// NameTaken: the back-end refused the create because the instance's
 	// back-end name is held by a resource it cannot show (what a crash in
@@ -278,7 +280,8 @@ type Machine struct {
 	// LaunchTimeout bounds one create attempt; default 5m.
 	LaunchTimeout time.Duration
 	// MaxAttempts is the number of counted create failures after which the
-	// instance fails; default 3.
+	// instance fails; default 3. Quota refusals and a retryable refusal by
+	// a node the instance does not exclude yet are not counted.
 	MaxAttempts int
 	// Backoff is the wait before the first retry; it doubles per attempt up
 	// to MaxBackoff. Default 1s.
@@ -286,7 +289,8 @@ type Machine struct {
 	// MaxBackoff caps Backoff; default 1m.
 	MaxBackoff time.Duration
 	// ExcludeFor is how long a node stays excluded for an instance after
-	// it went offline under it or lacked capacity; default 10m.
+	// it went offline under it, refused its create with a retryable error
+	// or lacked capacity; default 10m.
 	ExcludeFor time.Duration
 }
 
@@ -468,6 +472,9 @@ func (m Machine) creating(in *Instance, ev Event, now time.Time) []Action {
 			m.observe(in, ev.Instance)
 		}
 	case CreateFailed:
+		if ev.Node != "" && !onNode(in, ev) {
+			return nil
+		}
 		if ev.Instance != nil && ev.Instance.ID != "" {
 			in.BackendID = ev.Instance.ID
 		}
@@ -506,8 +513,9 @@ func (m Machine) launchFailed(in *Instance, err error, now time.Time) []Action {
 		in.Message = msg
 		return m.fail(in, now, mayExist)
 	}
-	// Retryable, insufficient capacity, timeout, already exists, delete
-	// failed and unclassified errors are counted attempts.
+	// Retryable (on a node already excluded: see retryElsewhere),
+	// insufficient capacity, timeout, already exists, delete failed and
+	// unclassified errors are counted attempts.
 	in.Attempts++
 	if kind == driver.ErrInsufficientCapacity && in.Node != "" {
 		m.exclude(in, now)
