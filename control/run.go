@@ -725,31 +725,19 @@ func (s *state) workDelete(ctx context.Context, rt *runtime, t *task) {
 	if t.ops == nil {
 		ids := []string{in.BackendID}
 		if in.BackendID == "" {
-			found, err := s.tagged(ctx, t.prov, in.ID)
-			if err != nil {
+			var err error
+			if ids, err = s.taggedIDs(ctx, t.prov, in.ID, ""); err != nil {
 				s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.DeleteFailed, Err: err}, true)
 				return
 			}
-			ids = ids[:0]
-			for _, f := range found {
-				ids = append(ids, f.ID)
-			}
 		}
-		opCtx, ok := rt.opContext(ctx, t)
+		ok, err := s.startDeletes(ctx, rt, t, ids)
 		if !ok {
 			return
 		}
-		t.ops = []driver.Operation{}
-		for _, id := range ids {
-			op, err := t.prov.Delete(opCtx, id)
-			if errors.Is(err, driver.ErrNotFound) {
-				continue
-			}
-			if err != nil {
-				s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.DeleteFailed, Err: err}, true)
-				return
-			}
-			t.ops = append(t.ops, op)
+		if err != nil {
+			s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.DeleteFailed, Err: err}, true)
+			return
 		}
 	}
 	done, wait, err := s.advanceAll(ctx, t)
@@ -763,6 +751,44 @@ func (s *state) workDelete(ctx context.Context, rt *runtime, t *task) {
 	default:
 		s.again(rt, t, wait)
 	}
+}
+
+// taggedIDs returns the back-end ids of the resources tagged with instance
+// id, except the one with back-end id except.
+func (s *state) taggedIDs(ctx context.Context, prov *provider.Provider, id, except string) ([]string, error) {
+	found, err := s.tagged(ctx, prov, id)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, f := range found {
+		if f.ID != except {
+			ids = append(ids, f.ID)
+		}
+	}
+	return ids, nil
+}
+
+// startDeletes starts one delete per back-end id as t's operations,
+// skipping ids already gone. ok is false when Run is stopping; then nothing
+// was started.
+func (s *state) startDeletes(ctx context.Context, rt *runtime, t *task, ids []string) (ok bool, err error) {
+	opCtx, ok := rt.opContext(ctx, t)
+	if !ok {
+		return false, nil
+	}
+	t.ops = []driver.Operation{}
+	for _, id := range ids {
+		op, err := t.prov.Delete(opCtx, id)
+		if errors.Is(err, driver.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return true, err
+		}
+		t.ops = append(t.ops, op)
+	}
+	return true, nil
 }
 
 // advanceAll advances every operation of t once, dropping finished ones; a
@@ -799,34 +825,20 @@ func (s *state) workStale(ctx context.Context, rt *runtime, t *task) {
 			// The copy was still being created when its node went away:
 			// every tagged copy except the current one is stale.
 			in, _ := s.get(t.id)
-			found, err := s.tagged(ctx, t.prov, t.id)
-			if err != nil {
+			var err error
+			if ids, err = s.taggedIDs(ctx, t.prov, t.id, in.BackendID); err != nil {
 				rt.finish(t)
 				return
 			}
-			ids = ids[:0]
-			for _, f := range found {
-				if f.ID != in.BackendID {
-					ids = append(ids, f.ID)
-				}
-			}
 		}
-		opCtx, ok := rt.opContext(ctx, t)
+		ok, err := s.startDeletes(ctx, rt, t, ids)
 		if !ok {
 			return
 		}
-		t.ops = []driver.Operation{}
-		for _, id := range ids {
-			op, err := t.prov.Delete(opCtx, id)
-			if errors.Is(err, driver.ErrNotFound) {
-				continue
-			}
-			if err != nil {
-				// The node may still be away; the next tick tries again.
-				rt.finish(t)
-				return
-			}
-			t.ops = append(t.ops, op)
+		if err != nil {
+			// The node may still be away; the next tick tries again.
+			rt.finish(t)
+			return
 		}
 	}
 	done, wait, err := s.advanceAll(ctx, t)

@@ -424,22 +424,7 @@ func (s *state) submitGroup(ctx context.Context, g scheduler.Group, owner string
 	// The requests as the scheduler names them, for storing and re-placing.
 	parts := make([]part, len(g.Services))
 	for i := range g.Services {
-		sv := &g.Services[i]
-		r := sv.Request
-		name := sv.Name
-		if name == "" {
-			name = sv.ID
-		}
-		if name == "" {
-			name = "s" + strconv.Itoa(i)
-		}
-		r.ID, r.Group = g.ID+"."+name, g.ID
-		if g.Priority != 0 {
-			r.Priority = g.Priority
-		}
-		if g.Provider != "" {
-			r.Provider = g.Provider
-		}
+		r := g.ServiceRequest(i)
 		if err := checkNames(&r, fmt.Sprintf("services[%d].", i)); err != nil {
 			return nil, err
 		}
