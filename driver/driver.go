@@ -42,7 +42,10 @@ type Driver interface {
 
 	// List returns every instance whose tags include all of tags (and always
 	// TagManaged). Resources without Berth's tags are never listed. Leak
-	// cleanup relies on List seeing everything Create ever made.
+	// cleanup relies on List seeing everything Create ever made. When some
+	// nodes cannot be asked, List may return the instances of the others
+	// with a *PartialListError naming the nodes it missed; otherwise a
+	// non-nil error means the listing is void.
 	List(ctx context.Context, tags map[string]string) ([]*Instance, error)
 
 	// Close releases every goroutine and connection the driver holds. It is

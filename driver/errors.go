@@ -184,3 +184,42 @@ func (es FieldErrors) Err() error {
 	}
 	return es
 }
+
+// PartialListError is what List returns, together with the instances it
+// did list, when some nodes could not be asked (an engine that is offline).
+// Nodes names them, sorted; the listing of every other node is complete.
+// It matches ErrRetryable under errors.Is, so a caller that does not look
+// for it treats the listing as failed and tries again later, as before. A
+// caller that finds it with errors.As may use the instances it got, but
+// must not conclude from the listing that an instance on one of Nodes is
+// gone, nor that one is absent there.
+type PartialListError struct {
+	Nodes []string
+	// Err says why, node by node. It carries no kind of its own, so the
+	// error is ErrRetryable and nothing else.
+	Err error
+}
+
+func (e *PartialListError) Error() string {
+	msg := "retryable: list is partial: nodes " + strings.Join(e.Nodes, ", ") + " could not be listed"
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+// Is reports whether target is ErrRetryable.
+func (e *PartialListError) Is(target error) bool { return target == ErrRetryable }
+
+// Unwrap returns the underlying error.
+func (e *PartialListError) Unwrap() error { return e.Err }
+
+// Missing reports whether node is one of the nodes that were not listed.
+func (e *PartialListError) Missing(node string) bool {
+	for _, n := range e.Nodes {
+		if n == node {
+			return true
+		}
+	}
+	return false
+}

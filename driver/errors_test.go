@@ -71,3 +71,23 @@ func TestCapabilities(t *testing.T) {
 		t.Errorf("a bare driver declares %v", got)
 	}
 }
+
+func TestPartialListError(t *testing.T) {
+	var err error = fmt.Errorf("provider p: %w", &driver.PartialListError{Nodes: []string{"e2", "e3"}, Err: errors.New("e2: offline; e3: offline")})
+	if !errors.Is(err, driver.ErrRetryable) || driver.KindOf(err) != driver.ErrRetryable {
+		t.Errorf("%v: not ErrRetryable", err)
+	}
+	if errors.Is(err, driver.ErrTimeout) || errors.Is(err, driver.ErrNotFound) {
+		t.Errorf("%v: matches another kind", err)
+	}
+	var pe *driver.PartialListError
+	if !errors.As(err, &pe) {
+		t.Fatalf("%v: errors.As finds no PartialListError", err)
+	}
+	if !pe.Missing("e2") || !pe.Missing("e3") || pe.Missing("e1") {
+		t.Errorf("Missing: nodes %v", pe.Nodes)
+	}
+	if want := "provider p: retryable: list is partial: nodes e2, e3 could not be listed: e2: offline; e3: offline"; err.Error() != want {
+		t.Errorf("text %q, want %q", err, want)
+	}
+}

@@ -340,8 +340,17 @@ func TestEngineStopsDuringLaunches(t *testing.T) {
 	if st := e.nodeRecord(t, secondNode); st.Reason == "" {
 		t.Errorf("node record %+v: want the reason it is offline", st)
 	}
+	// The node record turns offline before the plane has moved what ran
+	// there: wait until every instance runs on the main engine or failed.
+	var moved []control.Instance
+	e.waitFor(t, "every instance running on the main engine or failed", func() bool {
+		moved = e.instances(t)
+		return len(moved) == 2*wave && !slices.ContainsFunc(moved, func(in control.Instance) bool {
+			return in.Phase != reconciler.Failed && (in.Phase != reconciler.Running || in.Node != mainNode)
+		})
+	})
 	running := map[string]string{} // instance → back-end id
-	for _, in := range e.settled(t, 2*wave) {
+	for _, in := range moved {
 		switch {
 		case in.Phase == reconciler.Failed:
 			// Nothing accepted may be lost.

@@ -72,7 +72,6 @@ func (d *Driver) Create(ctx context.Context, node string, spec *driver.Spec) (dr
 	steps := []step{{name: "create", call: func(ctx context.Context) (*driver.Instance, error) {
 		res, err := e.cli.ContainerCreate(ctx, opts)
 		if err != nil {
-			d.noteErr(e, err)
 			switch {
 			case cerrdefs.IsNotFound(err) && !client.IsErrConnectionFailed(err):
 				// The image, or a network or volume driver the spec names.
@@ -83,7 +82,7 @@ func (d *Driver) Create(ctx context.Context, node string, spec *driver.Spec) (dr
 			case cerrdefs.IsConflict(err):
 				return nil, fmt.Errorf("%w: engine %s: a container named %q exists: %w", driver.ErrAlreadyExists, e.cfg.Name, spec.Name, err)
 			}
-			return nil, classify(err, e, "create "+what)
+			return nil, d.callErr(ctx, e, err, "create "+what)
 		}
 		cid = res.ID
 		labels, tags := splitLabels(opts.Config.Labels)
@@ -93,37 +92,38 @@ func (d *Driver) Create(ctx context.Context, node string, spec *driver.Spec) (dr
 	for _, n := range extraNetworks(spec) {
 		steps = append(steps, step{name: "connect " + n, call: func(ctx context.Context) (*driver.Instance, error) {
 			_, err := e.cli.NetworkConnect(ctx, n, client.NetworkConnectOptions{Container: cid})
-			d.noteErr(e, err)
-			return nil, laterStep(err, e, "connect "+what+" to network "+n)
+			return nil, d.laterStep(ctx, err, e, "connect "+what+" to network "+n)
 		}})
 	}
 	if files != nil {
 		steps = append(steps, step{name: "copy files", call: func(ctx context.Context) (*driver.Instance, error) {
 			_, err := e.cli.CopyToContainer(ctx, cid, client.CopyToContainerOptions{DestinationPath: "/", Content: bytes.NewReader(files)})
-			d.noteErr(e, err)
-			return nil, laterStep(err, e, "copy config files into "+what)
+			return nil, d.laterStep(ctx, err, e, "copy config files into "+what)
 		}})
 	}
 	steps = append(steps,
 		step{name: "start", call: func(ctx context.Context) (*driver.Instance, error) {
 			_, err := e.cli.ContainerStart(ctx, cid, client.ContainerStartOptions{})
-			d.noteErr(e, err)
-			return nil, laterStep(err, e, "start "+what)
+			return nil, d.laterStep(ctx, err, e, "start "+what)
 		}},
 		step{name: "inspect", call: func(ctx context.Context) (*driver.Instance, error) {
 			return d.inspect(ctx, e, cid)
 		}},
 	)
 	m := d.newMachine(ctx, steps...)
-	m.cleanup = &step{name: "remove after failure", call: func(ctx context.Context) (*driver.Instance, error) {
+	m.cleanup = &cleanup{name: "remove after failure", call: func(ctx context.Context, failure error) error {
 		if cid == "" {
-			return nil, nil
+			if isTimeout(failure) {
+				// The create itself may have happened; its id is unknown.
+				return driver.Errorf(driver.ErrTimeout, "engine %s: create %s: the container may exist; List finds it by its tags", e.cfg.Name, what)
+			}
+			return nil // the create was refused: nothing was made
 		}
 		_, err := e.cli.ContainerRemove(ctx, cid, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
 		if cerrdefs.IsNotFound(err) {
 			err = nil
 		}
-		return nil, classify(err, e, "remove "+what)
+		return d.callErr(ctx, e, err, "remove "+what)
 	}}
 	return m, nil
 }
@@ -132,11 +132,11 @@ func (d *Driver) Create(ctx context.Context, node string, spec *driver.Spec) (dr
 // exists. Not found then means something the spec names is missing (a
 // network, a volume driver) or the container was removed meanwhile: the
 // spec cannot succeed as it is, so it is ErrPermanent.
-func laterStep(err error, e *engine, what string) error {
+func (d *Driver) laterStep(ctx context.Context, err error, e *engine, what string) error {
 	if cerrdefs.IsNotFound(err) && !client.IsErrConnectionFailed(err) {
 		return fmt.Errorf("%w: engine %s: %s: %w", driver.ErrPermanent, e.cfg.Name, what, err)
 	}
-	return classify(err, e, what)
+	return d.callErr(ctx, e, err, what)
 }
 
 // unsupported rejects the spec fields a Docker Engine cannot honour.
@@ -329,8 +329,7 @@ func (d *Driver) Delete(ctx context.Context, id string) (driver.Operation, error
 	grace := int((d.opts.StopGrace + time.Second - 1) / time.Second)
 	stop := step{name: "stop", extra: d.opts.StopGrace, call: func(ctx context.Context) (*driver.Instance, error) {
 		_, err := e.cli.ContainerStop(ctx, cid, client.ContainerStopOptions{Timeout: &grace})
-		d.noteErr(e, err)
-		switch err := classify(err, e, "stop container "+cid); {
+		switch err := d.callErr(ctx, e, err, "stop container "+cid); {
 		case err == nil:
 			return nil, nil
 		case errors.Is(err, driver.ErrNotFound), errors.Is(err, driver.ErrRetryable), errors.Is(err, driver.ErrTimeout):
@@ -340,11 +339,10 @@ func (d *Driver) Delete(ctx context.Context, id string) (driver.Operation, error
 	}}
 	remove := step{name: "remove", call: func(ctx context.Context) (*driver.Instance, error) {
 		_, err := e.cli.ContainerRemove(ctx, cid, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
-		d.noteErr(e, err)
 		e.mu.Lock()
 		delete(e.limits, cid)
 		e.mu.Unlock()
-		switch err := classify(err, e, "remove container "+cid); {
+		switch err := d.callErr(ctx, e, err, "remove container "+cid); {
 		case err == nil, errors.Is(err, driver.ErrNotFound), errors.Is(err, driver.ErrRetryable), errors.Is(err, driver.ErrTimeout):
 			return nil, err
 		default:

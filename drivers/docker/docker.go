@@ -6,7 +6,10 @@
 // Each engine has its own health loop, started by Open and ended by Close:
 // an engine that stops answering is marked offline at once and probed again
 // with exponential backoff (backoff_min up to backoff_max) without holding up
-// the other engines. Creates on an offline engine fail with ErrRetryable.
+// the other engines. An engine that went offline comes back online only after
+// recoverChecks consecutive good probes, so an engine in the middle of
+// shutting down (answering one moment, not the next) stays offline. Creates
+// on an offline engine fail with ErrRetryable.
 //
 // Node usage (Node.InUse) is not filled: the engine offers no cheap
 // aggregate, and one stats call per container on every State would cost more
@@ -64,6 +67,7 @@ type Driver struct {
 type engine struct {
 	cfg  EngineConfig
 	cli  *client.Client
+	ping *client.Client // a new connection per call: see newClient
 	ext  string
 	wake chan struct{} // asks the health loop to probe now
 
@@ -72,7 +76,19 @@ type engine struct {
 	reason string
 	info   *system.Info // the last good reading
 	limits map[string]driver.Resources
+	seen   bool         // e has been online at least once
+	streak int          // consecutive good probes while offline
+	last   *driver.Node // the last complete State reading
 }
+
+// recoverChecks is how many consecutive good probes an engine that went
+// offline needs before it is online again. Probes run backoff_min apart
+// once the engine answers.
+const recoverChecks = 3
+
+// stateWait bounds the reading of one engine in State; an engine that takes
+// longer is reported from its last complete reading.
+const stateWait = time.Second
 
 // Open connects to the engines of opts. An engine that does not answer is
 // not an error: it starts offline and its health loop keeps trying.
@@ -96,12 +112,18 @@ func Open(ctx context.Context, opts *Options, env driver.Env) (*Driver, error) {
 		if i < len(tlsConfigs) {
 			tc = tlsConfigs[i]
 		}
-		cli, err := newClient(cfg, tc, opts.APIVersion, i)
+		cli, err := newClient(cfg, tc, opts.APIVersion, i, true)
 		if err != nil {
 			d.closeClients()
 			return nil, err
 		}
-		e := &engine{cfg: cfg, cli: cli, ext: cfg.externalAddress(), wake: make(chan struct{}, 1),
+		ping, err := newClient(cfg, tc, opts.APIVersion, i, false)
+		if err != nil {
+			cli.Close()
+			d.closeClients()
+			return nil, err
+		}
+		e := &engine{cfg: cfg, cli: cli, ping: ping, ext: cfg.externalAddress(), wake: make(chan struct{}, 1),
 			status: driver.NodeOffline, reason: "not yet probed", limits: map[string]driver.Resources{}}
 		d.engines = append(d.engines, e)
 		d.byName[cfg.Name] = e
@@ -127,12 +149,21 @@ func open(ctx context.Context, opts *Options, env driver.Env) (driver.Driver, er
 	return d, nil
 }
 
-// newClient makes the client of engine i; tc is its TLS configuration as
-// Options.check loaded it, nil for none.
-func newClient(cfg EngineConfig, tc *tls.Config, version string, i int) (*client.Client, error) {
+// newClient makes a client of engine i; tc is its TLS configuration as
+// Options.check loaded it, nil for none. Without keepAlive every call dials
+// a new connection: that is the client of the health checks, because an
+// engine that is shutting down closes its listener first and goes on
+// answering on the connections it has for a while, so only a new connection
+// tells whether it is still there.
+func newClient(cfg EngineConfig, tc *tls.Config, version string, i int, keepAlive bool) (*client.Client, error) {
 	ops := []client.Opt{client.WithUserAgent("berth")}
-	if tc != nil {
-		ops = append(ops, client.WithHTTPClient(&http.Client{Transport: &http.Transport{TLSClientConfig: tc}, CheckRedirect: client.CheckRedirect}))
+	if tc != nil || !keepAlive {
+		ops = append(ops, client.WithHTTPClient(&http.Client{Transport: &http.Transport{TLSClientConfig: tc, DisableKeepAlives: !keepAlive}, CheckRedirect: client.CheckRedirect}))
+		if tc == nil {
+			// A transport of one's own gets a TLS configuration when the
+			// client copies it, which would make the scheme https.
+			ops = append(ops, client.WithScheme("http"))
+		}
 	}
 	ops = append(ops, client.WithHost(cfg.Address))
 	if version != "" {
@@ -148,6 +179,7 @@ func newClient(cfg EngineConfig, tc *tls.Config, version string, i int) (*client
 func (d *Driver) closeClients() {
 	for _, e := range d.engines {
 		e.cli.Close()
+		e.ping.Close()
 	}
 }
 
@@ -210,12 +242,12 @@ func (d *Driver) healthLoop(ctx context.Context, e *engine) {
 	}
 }
 
-// probe pings e (negotiating the API version on first contact) and reads
-// its info; it records the outcome and reports whether e answered.
+// probe pings e on a new connection and reads its info; it records the
+// outcome and reports whether e answered.
 func (d *Driver) probe(ctx context.Context, e *engine) bool {
 	cctx, cancel := context.WithTimeout(ctx, d.opts.CallTimeout)
 	defer cancel()
-	_, err := e.cli.Ping(cctx, client.PingOptions{NegotiateAPIVersion: true})
+	_, err := e.ping.Ping(cctx, client.PingOptions{NegotiateAPIVersion: true})
 	var info client.SystemInfoResult
 	if err == nil {
 		info, err = e.cli.Info(cctx, client.InfoOptions{})
@@ -224,8 +256,20 @@ func (d *Driver) probe(ctx context.Context, e *engine) bool {
 		return false
 	}
 	if err != nil {
-		d.setStatus(e, driver.NodeOffline, err.Error(), nil)
+		d.markOffline(e, err.Error())
 		return false
+	}
+	e.mu.Lock()
+	recovering := e.seen && e.status == driver.NodeOffline
+	if recovering {
+		e.streak++
+		recovering = e.streak < recoverChecks
+	}
+	n := e.streak
+	e.mu.Unlock()
+	if recovering {
+		d.setStatus(e, driver.NodeOffline, fmt.Sprintf("answering again; %d of %d checks passed", n, recoverChecks), &info.Info)
+		return true
 	}
 	d.setStatus(e, driver.NodeOnline, "", &info.Info)
 	return true
@@ -238,6 +282,9 @@ func (d *Driver) setStatus(e *engine, st driver.NodeStatus, reason string, info 
 	e.status, e.reason = st, reason
 	if info != nil {
 		e.info = info
+	}
+	if st == driver.NodeOnline {
+		e.seen, e.streak = true, 0
 	}
 	e.mu.Unlock()
 	if !changed {
@@ -264,7 +311,21 @@ func (d *Driver) noteErr(e *engine, err error) {
 	if err == nil || !(client.IsErrConnectionFailed(err) || tlsRefused(err)) {
 		return
 	}
-	d.setStatus(e, driver.NodeOffline, err.Error(), nil)
+	d.markOffline(e, err.Error())
+	e.probeSoon()
+}
+
+// markOffline records that e failed a check or a call: it is offline, and
+// the good checks it had made towards coming back count no more.
+func (d *Driver) markOffline(e *engine, reason string) {
+	e.mu.Lock()
+	e.streak = 0
+	e.mu.Unlock()
+	d.setStatus(e, driver.NodeOffline, reason, nil)
+}
+
+// probeSoon asks e's health loop to probe now.
+func (e *engine) probeSoon() {
 	select {
 	case e.wake <- struct{}{}:
 	default:
@@ -321,9 +382,11 @@ func (d *Driver) callCtx(ctx context.Context) (context.Context, context.CancelFu
 	return context.WithTimeout(ctx, d.opts.CallTimeout)
 }
 
-// State reads every engine in parallel. An offline engine is reported as
-// such at once, with its last known capacity; an engine that fails during
-// the reading is reported offline with the reason.
+// State reads every engine in parallel, each for at most stateWait. An
+// engine's status is the health loop's: offline engines are reported at
+// once with their last known capacity, and an engine whose reading fails or
+// takes longer is reported from its last complete reading (and probed at
+// once), so one dying engine cannot hold up State.
 func (d *Driver) State(ctx context.Context) (*driver.PlatformState, error) {
 	nodes := make([]driver.Node, len(d.engines))
 	var wg sync.WaitGroup
@@ -339,33 +402,60 @@ func (d *Driver) State(ctx context.Context) (*driver.PlatformState, error) {
 
 func (d *Driver) nodeState(ctx context.Context, e *engine) driver.Node {
 	st, reason, info := e.snapshot()
-	n := driver.Node{Name: e.cfg.Name, Status: st, Reason: reason, Address: e.ext, MaxInstances: e.cfg.MaxInstances}
-	fill := func(info *system.Info) {
+	if st == driver.NodeOffline {
+		return e.cached(st, reason, info)
+	}
+	cctx, cancel := context.WithTimeout(ctx, min(d.opts.CallTimeout, stateWait))
+	defer cancel()
+	n, err := d.readNode(cctx, e)
+	if err != nil {
+		d.noteErr(e, err)
+		e.probeSoon()
+		st, reason, info := e.snapshot()
+		return e.cached(st, reason, info)
+	}
+	// The status may have changed during the reading.
+	n.Status, n.Reason, _ = e.snapshot()
+	cp := n
+	e.mu.Lock()
+	e.last = &cp
+	e.mu.Unlock()
+	return n
+}
+
+// cached returns e's last complete reading (or what info tells, when there
+// is none) with status st.
+func (e *engine) cached(st driver.NodeStatus, reason string, info *system.Info) driver.Node {
+	e.mu.Lock()
+	last := e.last
+	e.mu.Unlock()
+	var n driver.Node
+	if last != nil {
+		n = *last
+		n.Labels, n.Attributes, n.Capacity = nodeFacts(e.cfg, info)
+	} else {
+		n = driver.Node{Name: e.cfg.Name, Address: e.ext, MaxInstances: e.cfg.MaxInstances}
 		n.Labels, n.Attributes, n.Capacity = nodeFacts(e.cfg, info)
 	}
-	fill(info)
-	if st == driver.NodeOffline {
-		return n
-	}
-	offline := func(err error) driver.Node {
-		d.noteErr(e, err)
-		n.Status, n.Reason = driver.NodeOffline, err.Error()
-		return n
-	}
-	cctx, cancel := d.callCtx(ctx)
-	defer cancel()
-	ir, err := e.cli.Info(cctx, client.InfoOptions{})
+	n.Status, n.Reason = st, reason
+	return n
+}
+
+// readNode reads e's info, Berth's containers there and its images.
+func (d *Driver) readNode(ctx context.Context, e *engine) (driver.Node, error) {
+	n := driver.Node{Name: e.cfg.Name, Address: e.ext, MaxInstances: e.cfg.MaxInstances}
+	ir, err := e.cli.Info(ctx, client.InfoOptions{})
 	if err != nil {
-		return offline(err)
+		return n, err
 	}
-	fill(&ir.Info)
-	cl, err := e.cli.ContainerList(cctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", driver.TagManaged+"=true")})
+	n.Labels, n.Attributes, n.Capacity = nodeFacts(e.cfg, &ir.Info)
+	cl, err := e.cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", driver.TagManaged+"=true")})
 	if err != nil {
-		return offline(err)
+		return n, err
 	}
-	il, err := e.cli.ImageList(cctx, client.ImageListOptions{})
+	il, err := e.cli.ImageList(ctx, client.ImageListOptions{})
 	if err != nil {
-		return offline(err)
+		return n, err
 	}
 	for _, im := range il.Items {
 		for _, t := range im.RepoTags {
@@ -387,7 +477,10 @@ func (d *Driver) nodeState(ctx context.Context, e *engine) driver.Node {
 		}
 		n.Instances++
 		live[c.ID] = true
-		r, err := d.limits(cctx, e, c.ID)
+		r, err := d.limits(ctx, e, c.ID)
+		if ctx.Err() != nil {
+			return n, ctx.Err()
+		}
 		if err != nil {
 			continue // removed between the listing and the inspect
 		}
@@ -400,7 +493,7 @@ func (d *Driver) nodeState(ctx context.Context, e *engine) driver.Node {
 		}
 	}
 	e.mu.Unlock()
-	return n
+	return n, nil
 }
 
 // limits returns the cpu and memory limits of container id, inspecting it

@@ -543,6 +543,7 @@ func TestErrors(t *testing.T) {
 	name := "berth-test-dup-" + run
 	s1 := helloSpec()
 	s1.Name = name
+	s1.Tags = tags
 	create(t, d, "e1", s1)
 	s2 := helloSpec()
 	s2.Name = name
@@ -580,8 +581,15 @@ func TestErrors(t *testing.T) {
 	if _, err := d.Get(ctx, "e2/0123"); !errors.Is(err, driver.ErrRetryable) {
 		t.Errorf("Get on an unreachable engine: %v, want ErrRetryable", err)
 	}
-	if _, err := d.List(ctx, tags); !errors.Is(err, driver.ErrRetryable) {
-		t.Errorf("List with an engine offline: %v, want ErrRetryable", err)
+	list, err := d.List(ctx, tags)
+	var partial *driver.PartialListError
+	switch {
+	case !errors.Is(err, driver.ErrRetryable) || !errors.As(err, &partial):
+		t.Errorf("List with an engine offline: %v, want a PartialListError (ErrRetryable)", err)
+	case !slices.Equal(partial.Nodes, []string{"e2"}):
+		t.Errorf("List with e2 offline: missed nodes %v, want [e2]", partial.Nodes)
+	case len(list) != 1 || list[0].Name != name:
+		t.Errorf("List with e2 offline: %d instances, want the one container %s on e1", len(list), name)
 	}
 	if _, err := d.Get(ctx, "e1/"+strings.Repeat("0", 64)); !errors.Is(err, driver.ErrNotFound) {
 		t.Errorf("Get of a missing container: %v, want ErrNotFound", err)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
@@ -24,6 +25,9 @@ import (
 //   - 404: ErrNotFound; 409: ErrAlreadyExists; 503: ErrRetryable;
 //   - the kernel refused memory (ENOMEM): ErrInsufficientCapacity;
 //   - any other answer from the engine (400, 500): ErrPermanent.
+//
+// Calls made while an engine may be going away use Driver.callErr, which
+// settles a 500 by looking at the engine.
 func classify(err error, e *engine, what string) error {
 	if err == nil {
 		return nil
@@ -82,4 +86,73 @@ func outOfMemory(err error) bool {
 // permanent error the contract asks for, naming the image and the engine.
 func missingImage(err error, e *engine, image string) error {
 	return fmt.Errorf("%w: image %q is not present on engine %s; preload it or fix the name: %w", driver.ErrPermanent, image, e.cfg.Name, err)
+}
+
+// serverError reports whether err is an answer 500 from the engine:
+// something failed inside it. An engine that is shutting down gives it for
+// calls its own shutdown cut off (its runtime already gone), so a 500 alone
+// does not say whether the request was wrong.
+func serverError(err error) bool {
+	return !client.IsErrConnectionFailed(err) && (cerrdefs.IsInternal(err) || cerrdefs.IsUnknown(err))
+}
+
+// Evidence that an engine is going away: after a 500 it is pinged up to
+// awayPings times, awayGap apart, each ping bounded by awayWait.
+const (
+	awayPings = 3
+	awayGap   = 100 * time.Millisecond
+	awayWait  = 2 * time.Second
+)
+
+// callErr classifies err from a call on e as classify does, and marks e
+// offline when err says it cannot be reached. A 500 is settled by evidence,
+// not by its text: when e is offline (or not yet trusted again after being
+// offline), or fails one of the pings made right after, the engine is going
+// away and cut the call off (the pings use new connections, which an engine
+// that is shutting down refuses while it still answers on old ones); what the call did is unknown, so it is
+// ErrTimeout (a create's cleanup then removes what the create made). When
+// the engine keeps answering, the 500 is its answer: ErrPermanent.
+func (d *Driver) callErr(ctx context.Context, e *engine, err error, what string) error {
+	if err == nil {
+		return nil
+	}
+	d.noteErr(e, err)
+	if !serverError(err) {
+		return classify(err, e, what)
+	}
+	if why := d.goingAway(ctx, e); why != "" {
+		return fmt.Errorf("%w: engine %s: %s: the engine is going away (%s), the outcome is unknown: %w", driver.ErrTimeout, e.cfg.Name, what, why, err)
+	}
+	return classify(err, e, what)
+}
+
+// goingAway says why e looks like an engine that is shutting down, or ""
+// when it answers normally. A failed ping marks it offline.
+func (d *Driver) goingAway(ctx context.Context, e *engine) string {
+	for i := range awayPings {
+		if st, reason, _ := e.snapshot(); st == driver.NodeOffline {
+			return "offline: " + reason
+		}
+		if i > 0 {
+			t := time.NewTimer(awayGap)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return ""
+			case <-t.C:
+			}
+		}
+		pctx, cancel := context.WithTimeout(ctx, min(awayWait, d.opts.CallTimeout))
+		_, err := e.ping.Ping(pctx, client.PingOptions{})
+		cancel()
+		if ctx.Err() != nil {
+			return ""
+		}
+		if err != nil {
+			d.markOffline(e, err.Error())
+			e.probeSoon()
+			return "ping failed: " + err.Error()
+		}
+	}
+	return ""
 }

@@ -3,6 +3,7 @@ package docker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -50,8 +51,7 @@ func (d *Driver) inspect(ctx context.Context, e *engine, cid string) (*driver.In
 	defer cancel()
 	ci, err := e.cli.ContainerInspect(cctx, cid, client.ContainerInspectOptions{})
 	if err != nil {
-		d.noteErr(e, err)
-		return nil, classify(err, e, "inspect container "+cid)
+		return nil, d.callErr(cctx, e, err, "inspect container "+cid)
 	}
 	return fromInspect(e, &ci.Container), nil
 }
@@ -96,9 +96,10 @@ func (d *Driver) Find(ctx context.Context, name string) (*driver.Instance, error
 }
 
 // List returns Berth's containers (label berth.managed=true) carrying all of
-// tags, on every engine. It fails with ErrRetryable while an engine is
-// offline, because what that engine runs cannot be seen and a partial list
-// would look like lost instances.
+// tags, on every engine. An engine that is offline, or whose listing fails,
+// cannot be seen: List then returns the containers of the other engines
+// with a *driver.PartialListError naming the engines it missed (it is
+// ErrRetryable), so that what runs there is never taken for lost.
 func (d *Driver) List(ctx context.Context, tags map[string]string) ([]*driver.Instance, error) {
 	f := make(client.Filters).Add("label", driver.TagManaged+"=true")
 	for _, k := range slices.Sorted(maps.Keys(tags)) {
@@ -111,18 +112,29 @@ func (d *Driver) List(ctx context.Context, tags map[string]string) ([]*driver.In
 	var wg sync.WaitGroup
 	for i, e := range d.engines {
 		if st, reason, _ := e.snapshot(); st == driver.NodeOffline {
-			errs[i] = driver.Errorf(driver.ErrRetryable, "list: engine %s is offline (%s)", e.cfg.Name, reason)
+			errs[i] = fmt.Errorf("engine %s is offline (%s)", e.cfg.Name, reason)
 			continue
 		}
 		wg.Go(func() { lists[i], errs[i] = d.list(ctx, e, f, true) })
 	}
 	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%w: list: %w", driver.ErrTimeout, err)
+	}
 	var out []*driver.Instance
-	for i := range d.engines {
+	var missed, why []string
+	for i, e := range d.engines {
 		if errs[i] != nil {
-			return nil, errs[i]
+			missed = append(missed, e.cfg.Name)
+			why = append(why, errs[i].Error())
+			continue
 		}
 		out = append(out, lists[i]...)
+	}
+	if len(missed) > 0 {
+		slices.Sort(missed)
+		// The reasons are text only: the error is ErrRetryable and nothing else.
+		return out, &driver.PartialListError{Nodes: missed, Err: errors.New(strings.Join(why, "; "))}
 	}
 	return out, nil
 }

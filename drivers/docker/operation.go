@@ -24,10 +24,12 @@ type step struct {
 // in the background while Advance only looks at whether it has finished. So
 // Advance never blocks, whatever the engine's latency (a container start
 // can take seconds), and one goroutine can drive thousands of operations.
-// When a step fails with anything but ErrTimeout, cleanup (if set) runs
-// before the operation reports the failure, so a failed create leaves
-// nothing behind; after ErrTimeout the outcome is unknown and the container
-// is left for List to find.
+// When a step fails, cleanup (if set) runs before the operation reports
+// the failure, so a failed create leaves nothing behind. Its outcome settles
+// the operation's error: a step cut off with ErrTimeout whose cleanup
+// removed everything is reported ErrRetryable (nothing took effect), and a
+// ErrRetryable failure whose cleanup failed is reported ErrTimeout (the
+// container may be left, for List to find).
 type machine struct {
 	d     *Driver
 	start func(s step) *call // runs a step under the operation's context
@@ -37,10 +39,18 @@ type machine struct {
 	i        int
 	cur      *call
 	inst     *driver.Instance
-	cleanup  *step
+	cleanup  *cleanup
 	cleaning bool
 	err      error
 	over     bool
+}
+
+// cleanup undoes what the steps of a failed operation made. call gets the
+// step's failure and returns nil only when nothing the operation made is
+// left.
+type cleanup struct {
+	name string
+	call func(ctx context.Context, failure error) error
 }
 
 // call is one background Engine API call.
@@ -118,15 +128,19 @@ func (m *machine) Advance(ctx context.Context) (driver.Progress, error) {
 		}
 		switch {
 		case m.cleaning:
+			m.err = settled(m.err, c.err)
 			if c.err != nil {
 				m.d.log.Warn("cleanup after a failed create", "instance", instID(m.inst), "error", c.err)
 			}
 			m.over = true
 		case c.err != nil:
 			m.err = c.err
-			if m.cleanup != nil && !isTimeout(c.err) {
+			if cl := m.cleanup; cl != nil {
 				m.cleaning = true
-				m.cur = m.start(*m.cleanup)
+				failure := c.err
+				m.cur = m.start(step{name: cl.name, call: func(ctx context.Context) (*driver.Instance, error) {
+					return nil, cl.call(ctx, failure)
+				}})
 				continue
 			}
 			m.over = true
@@ -141,6 +155,18 @@ func (m *machine) Advance(ctx context.Context) (driver.Progress, error) {
 }
 
 func isTimeout(err error) bool { return driver.KindOf(err) == driver.ErrTimeout }
+
+// settled is the error of an operation whose step failed with failure and
+// whose cleanup ended with cerr.
+func settled(failure, cerr error) error {
+	switch kind := driver.KindOf(failure); {
+	case cerr == nil && kind == driver.ErrTimeout:
+		return driver.Errorf(driver.ErrRetryable, "%v; what was made is removed, nothing took effect", failure)
+	case cerr != nil && kind == driver.ErrRetryable:
+		return driver.Errorf(driver.ErrTimeout, "%v; the cleanup failed, so the container may be left: %v", failure, cerr)
+	}
+	return failure
+}
 
 func instID(inst *driver.Instance) string {
 	if inst == nil {
