@@ -183,11 +183,17 @@ func (s *state) recordNodes(ctx context.Context, prov string, nodes []driver.Nod
 func (s *state) syncInstances(ctx context.Context, rt *runtime, p *provider.Provider) {
 	listedAt := s.now()
 	found, err := p.List(ctx, map[string]string{driver.TagCluster: s.cfg.Cluster})
+	// A partial listing is complete for the nodes it covers: it updates
+	// their instances and leak sightings; the nodes it misses are neither
+	// searched for lost instances nor counted for leaks.
+	var partial *driver.PartialListError
 	if err != nil {
 		if ctx.Err() == nil {
 			s.log.Warn("provider list", "provider", p.Name(), "err", err)
 		}
-		return
+		if !errors.As(err, &partial) {
+			return
+		}
 	}
 	seen := make(map[string]bool, len(found))
 	leakSeen := map[string]bool{}
@@ -230,7 +236,9 @@ func (s *state) syncInstances(ctx context.Context, rt *runtime, p *provider.Prov
 	}
 	rt.mu.Lock()
 	for key := range rt.leaks {
-		if !leakSeen[key] && len(key) > len(p.Name()) && key[:len(p.Name())+1] == p.Name()+"/" {
+		// A partial listing cannot tell a leak that went away from one on a
+		// node it missed: sightings are kept until a complete listing.
+		if partial == nil && !leakSeen[key] && len(key) > len(p.Name()) && key[:len(p.Name())+1] == p.Name()+"/" {
 			delete(rt.leaks, key)
 		}
 	}
@@ -259,7 +267,7 @@ func (s *state) syncInstances(ctx context.Context, rt *runtime, p *provider.Prov
 	for _, in := range missing {
 		rt.mu.Lock()
 		ns, known := rt.nodes[p.Name()+"/"+in.Node]
-		if seen[in.ID] || (known && ns.status == driver.NodeOffline) {
+		if seen[in.ID] || (known && ns.status == driver.NodeOffline) || (partial != nil && partial.Missing(in.Node)) {
 			delete(rt.misses, in.ID)
 			rt.mu.Unlock()
 			continue

@@ -257,6 +257,12 @@ func isFailure(err error) bool {
 	if err == nil {
 		return false
 	}
+	// A partial listing is an answer: the back-end listed what it could
+	// reach and named the nodes it could not.
+	var partial *driver.PartialListError
+	if errors.As(err, &partial) {
+		return false
+	}
 	switch driver.KindOf(err) {
 	case nil, driver.ErrRetryable, driver.ErrTimeout, driver.ErrDeleteFailed:
 		return true

@@ -1031,3 +1031,29 @@ func BenchmarkStateParallel(b *testing.B) {
 		}
 	})
 }
+
+// A partial listing is an answer: it never opens the breaker however often
+// it comes, while the same kind without the partial type does.
+func TestPartialListDoesNotTripBreaker(t *testing.T) {
+	ctx := testCtx(t)
+	f := newFake()
+	p := newProvider(t, f, provider.Config{Name: "two-engines", BreakerFailures: 2, BreakerOpenFor: time.Hour})
+	f.setFault("list", &driver.PartialListError{Nodes: []string{"n2"}, Err: errors.New("engine n2 is offline")})
+	for range 10 {
+		_, err := p.List(ctx, nil)
+		var partial *driver.PartialListError
+		if !errors.As(err, &partial) || !partial.Missing("n2") {
+			t.Fatalf("List err = %v, want the partial listing", err)
+		}
+	}
+	if h := p.Health(); h.Breaker != "closed" {
+		t.Fatalf("health after partial listings = %+v", h)
+	}
+	f.setFault("list", driver.Errorf(driver.ErrRetryable, "engine n1 is offline"))
+	for range 2 {
+		_, _ = p.List(ctx, nil)
+	}
+	if h := p.Health(); h.Breaker != "open" {
+		t.Fatalf("health after retryable listings = %+v, want open", h)
+	}
+}
