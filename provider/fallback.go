@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -287,9 +286,8 @@ func (b *lockedBuffer) String() string {
 // Watch calls fn for every change in the back-end until ctx ends, and
 // returns ctx's error then, or the error that broke the stream.
 // Fallback: poll List every WatchInterval and report the differences from
-// the previous listing: start (now running), die (ended: exited, failed or
-// stopped), pause and unpause (suspended and back), delete (no longer
-// listed). The first listing is the baseline and reports nothing. A listing
+// the previous listing as driver.DiffListings names them. The first listing
+// is the baseline and reports nothing. A listing
 // that fails because the back-end misbehaves is skipped; one that fails
 // with an answer (ErrUnsupported, ErrInvalid, ...) ends the watch with that
 // error.
@@ -313,7 +311,9 @@ func (p *Provider) Watch(ctx context.Context, fn func(driver.Event)) error {
 				cur[in.ID] = in
 			}
 			if prev != nil {
-				reportChanges(prev, cur, time.Now(), fn)
+				for _, ev := range driver.DiffListings(prev, cur, time.Now()) {
+					fn(ev)
+				}
 			}
 			prev = cur
 		case !isFailure(err):
@@ -325,48 +325,4 @@ func (p *Provider) Watch(ctx context.Context, fn func(driver.Event)) error {
 		case <-t.C:
 		}
 	}
-}
-
-// reportChanges calls fn for each difference between two listings, in
-// order of instance id.
-func reportChanges(prev, cur map[string]*driver.Instance, now time.Time, fn func(driver.Event)) {
-	for _, id := range slices.Sorted(maps.Keys(cur)) {
-		in := cur[id]
-		var from driver.State
-		if old, ok := prev[id]; ok {
-			from = old.State
-		}
-		if typ := changeEvent(from, in.State); typ != "" {
-			fn(driver.Event{Type: typ, Instance: id, Node: in.Node, State: in.State, Tags: in.Tags, Time: now, Message: "observed by polling"})
-		}
-	}
-	for _, id := range slices.Sorted(maps.Keys(prev)) {
-		if _, ok := cur[id]; !ok {
-			old := prev[id]
-			fn(driver.Event{Type: driver.EventDelete, Instance: id, Node: old.Node, Tags: old.Tags, Time: now, Message: "observed by polling"})
-		}
-	}
-}
-
-// changeEvent names the event for an instance going from one state to
-// another; from is empty for an instance not listed before. It returns ""
-// when nothing worth reporting happened.
-func changeEvent(from, to driver.State) driver.EventType {
-	if from == to {
-		return ""
-	}
-	ended := func(s driver.State) bool {
-		return s == driver.StateExited || s == driver.StateFailed || s == driver.StateStopped
-	}
-	switch {
-	case to == driver.StateRunning && from == driver.StateSuspended:
-		return driver.EventUnpause
-	case to == driver.StateRunning:
-		return driver.EventStart
-	case to == driver.StateSuspended && from == driver.StateRunning:
-		return driver.EventPause
-	case ended(to) && !ended(from):
-		return driver.EventDie
-	}
-	return ""
 }
