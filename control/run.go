@@ -513,11 +513,20 @@ type outcome struct {
 // maxBatch bounds how many outcomes one transaction stores.
 const maxBatch = 512
 
+// batchLinger is how long a writer holding fewer than maxBatch outcomes
+// waits for more before storing them. Outcomes of single creates arrive
+// one by one; storing each in its own commit would spend a write and an
+// fsync on each and keep submissions queued behind them.
+const batchLinger = 2 * time.Millisecond
+
 // writer stores outcomes in batches until ctx ends. Outcomes not stored
 // when Run stops are found again by the next Run, which resumes the
 // instances they concern.
 func (s *state) writer(ctx context.Context, rt *runtime) {
 	batch := make([]outcome, 0, maxBatch)
+	linger := time.NewTimer(batchLinger)
+	linger.Stop()
+	defer linger.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -525,15 +534,19 @@ func (s *state) writer(ctx context.Context, rt *runtime) {
 		case o := <-rt.outcomes:
 			batch = append(batch[:0], o)
 		}
-	drain:
+		linger.Reset(batchLinger)
+	collect:
 		for len(batch) < maxBatch {
 			select {
 			case o := <-rt.outcomes:
 				batch = append(batch, o)
-			default:
-				break drain
+			case <-linger.C:
+				break collect
+			case <-ctx.Done():
+				break collect
 			}
 		}
+		linger.Stop()
 		s.applyBatch(ctx, batch)
 	}
 }

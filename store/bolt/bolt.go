@@ -33,6 +33,9 @@ const (
 	DefaultHistory     = 10000
 	// maxGroup is the most Txns committed in one bbolt transaction.
 	maxGroup = 512
+	// initialMmap is the address space mapped for the file when it is
+	// opened (not disk space).
+	initialMmap = 1 << 30
 )
 
 // Options configures Open. The zero value gives the defaults.
@@ -79,7 +82,17 @@ func Open(path string, opts Options) (*Store, error) {
 	if opts.History <= 0 {
 		opts.History = DefaultHistory
 	}
-	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: opts.LockTimeout, FreelistType: bbolt.FreelistMapType})
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{
+		Timeout:      opts.LockTimeout,
+		FreelistType: bbolt.FreelistMapType,
+		// The free list is rebuilt from the pages when the file is opened
+		// rather than written with every commit, so a commit writes and
+		// syncs only the pages it changed and the meta page.
+		NoFreelistSync: true,
+		// Reserving address space up front saves remapping the file as it
+		// grows; a remap waits for every reader and stalls commits.
+		InitialMmapSize: initialMmap,
+	})
 	if errors.Is(err, berrors.ErrTimeout) {
 		return nil, fmt.Errorf("store/bolt: open %s: %w (waited %s)", path, ErrLocked, opts.LockTimeout)
 	}
