@@ -65,21 +65,21 @@ var (
 	ErrDeleteFailed = errors.New("delete failed")
 )
 
-// Kinds lists the sentinel errors, for code that maps each class to exactly
-// one action or status code.
-var Kinds = []error{
+// Classes lists the sentinel errors, the classes every failure falls in, for
+// code that maps each class to exactly one action or status code.
+var Classes = []error{
 	ErrRetryable, ErrPermanent, ErrNotFound, ErrAlreadyExists, ErrUnsupported,
 	ErrNotSuspended, ErrQuotaExceeded, ErrInsufficientCapacity, ErrInvalid,
 	ErrTimeout, ErrDeleteFailed,
 }
 
-// KindOf returns the first sentinel in Kinds that err wraps, or nil when err
-// is nil or unclassified.
-func KindOf(err error) error {
+// ClassOf returns the first sentinel in Classes that err wraps, or nil when
+// err is nil or unclassified.
+func ClassOf(err error) error {
 	if err == nil {
 		return nil
 	}
-	for _, k := range Kinds {
+	for _, k := range Classes {
 		if errors.Is(err, k) {
 			return k
 		}

@@ -13,20 +13,20 @@ import (
 )
 
 func TestErrorVocabulary(t *testing.T) {
-	for _, k := range driver.Kinds {
+	for _, k := range driver.Classes {
 		err := fmt.Errorf("layer two: %w", driver.Errorf(k, "node %s", "n1"))
-		if got := driver.KindOf(err); got != k {
-			t.Errorf("KindOf(wrapped %v) = %v", k, got)
+		if got := driver.ClassOf(err); got != k {
+			t.Errorf("ClassOf(wrapped %v) = %v", k, got)
 		}
 		if want := k.Error() + ": node n1"; errors.Unwrap(err).Error() != want {
 			t.Errorf("Errorf text %q, want %q", errors.Unwrap(err), want)
 		}
 	}
-	if driver.KindOf(nil) != nil || driver.KindOf(io.EOF) != nil {
-		t.Error("KindOf of nil or an unclassified error is not nil")
+	if driver.ClassOf(nil) != nil || driver.ClassOf(io.EOF) != nil {
+		t.Error("ClassOf of nil or an unclassified error is not nil")
 	}
 	fe := &driver.FieldError{Path: "ports[1].host_port", Reason: "bad"}
-	if !errors.Is(fmt.Errorf("x: %w", fe), driver.ErrInvalid) || driver.KindOf(fe) != driver.ErrInvalid {
+	if !errors.Is(fmt.Errorf("x: %w", fe), driver.ErrInvalid) || driver.ClassOf(fe) != driver.ErrInvalid {
 		t.Error("a wrapped FieldError is not ErrInvalid")
 	}
 	if fe.Error() != "invalid ports[1].host_port: bad" || (&driver.FieldError{Reason: "r"}).Error() != "invalid: r" {
@@ -74,7 +74,7 @@ func TestCapabilities(t *testing.T) {
 
 func TestPartialListError(t *testing.T) {
 	var err error = fmt.Errorf("provider p: %w", &driver.PartialListError{Nodes: []string{"e2", "e3"}, Err: errors.New("e2: offline; e3: offline")})
-	if !errors.Is(err, driver.ErrRetryable) || driver.KindOf(err) != driver.ErrRetryable {
+	if !errors.Is(err, driver.ErrRetryable) || driver.ClassOf(err) != driver.ErrRetryable {
 		t.Errorf("%v: not ErrRetryable", err)
 	}
 	if errors.Is(err, driver.ErrTimeout) || errors.Is(err, driver.ErrNotFound) {

@@ -201,7 +201,7 @@ func breakerValue(state string) float64 {
 
 // kindLabel names err's driver error kind ("not_found"...), or "other".
 func kindLabel(err error) string {
-	switch driver.KindOf(err) {
+	switch driver.ClassOf(err) {
 	case driver.ErrRetryable:
 		return "retryable"
 	case driver.ErrPermanent:

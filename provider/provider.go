@@ -263,7 +263,7 @@ func isFailure(err error) bool {
 	if errors.As(err, &partial) {
 		return false
 	}
-	switch driver.KindOf(err) {
+	switch driver.ClassOf(err) {
 	case nil, driver.ErrRetryable, driver.ErrTimeout, driver.ErrDeleteFailed:
 		return true
 	}

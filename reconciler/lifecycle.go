@@ -19,7 +19,6 @@
 package reconciler
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -499,12 +498,12 @@ func (m Machine) creating(in *Instance, ev Event, now time.Time) []Action {
 
 // launchFailed maps a create error to exactly one action per error class.
 func (m Machine) launchFailed(in *Instance, err error, now time.Time) []Action {
-	kind := driver.KindOf(err)
+	kind := driver.ClassOf(err)
 	msg := fmt.Sprint(err)
 	// mayExist: the resource may have been created in part.
 	mayExist := in.BackendID != "" || kind == driver.ErrTimeout || kind == nil
 	switch {
-	case errors.Is(err, driver.ErrQuotaExceeded):
+	case kind == driver.ErrQuotaExceeded:
 		// Nodepool: abort and requeue; not a failure of the request.
 		in.Message = "waiting for quota: " + msg
 		return m.requeue(in, now, mayExist, m.backoff(1))
@@ -536,7 +535,7 @@ func (m Machine) launchFailed(in *Instance, err error, now time.Time) []Action {
 // found no other), its failures count again. ok is false when the failure
 // is for launchFailed.
 func (m Machine) retryElsewhere(in *Instance, err error, now time.Time) (acts []Action, ok bool) {
-	if driver.KindOf(err) != driver.ErrRetryable || in.Node == "" || slices.Contains(in.Exclude, NodeID(in.Provider, in.Node)) {
+	if driver.ClassOf(err) != driver.ErrRetryable || in.Node == "" || slices.Contains(in.Exclude, NodeID(in.Provider, in.Node)) {
 		return nil, false
 	}
 	m.exclude(in, now)

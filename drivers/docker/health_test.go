@@ -130,10 +130,10 @@ func TestSettled(t *testing.T) {
 		{wrong, cleanupFailed, driver.ErrPermanent},
 	} {
 		got := settled(c.failure, c.cleanup)
-		if driver.KindOf(got) != c.want {
+		if driver.ClassOf(got) != c.want {
 			t.Errorf("settled(%v, %v) = %v, want %v", c.failure, c.cleanup, got, c.want)
 		}
-		for _, k := range driver.Kinds {
+		for _, k := range driver.Classes {
 			if k != c.want && errors.Is(got, k) {
 				t.Errorf("settled(%v, %v) = %v is also %v", c.failure, c.cleanup, got, k)
 			}

@@ -154,12 +154,12 @@ func (m *machine) Advance(ctx context.Context) (driver.Progress, error) {
 	return driver.Progress{Done: true, Instance: m.inst}, nil
 }
 
-func isTimeout(err error) bool { return driver.KindOf(err) == driver.ErrTimeout }
+func isTimeout(err error) bool { return driver.ClassOf(err) == driver.ErrTimeout }
 
 // settled is the error of an operation whose step failed with failure and
 // whose cleanup ended with cerr.
 func settled(failure, cerr error) error {
-	switch kind := driver.KindOf(failure); {
+	switch kind := driver.ClassOf(failure); {
 	case cerr == nil && kind == driver.ErrTimeout:
 		return driver.Errorf(driver.ErrRetryable, "%v; what was made is removed, nothing took effect", failure)
 	case cerr != nil && kind == driver.ErrRetryable:

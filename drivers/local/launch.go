@@ -312,7 +312,7 @@ func (d *Driver) launch(rec *record) error {
 		// the process is born in it (CLONE_INTO_CGROUP); on v1 it is moved
 		// in right after the start.
 		if err := d.cg.apply(rec.ID, 0, sp.Resources); err != nil {
-			if driver.KindOf(err) == nil {
+			if driver.ClassOf(err) == nil {
 				err = fmt.Errorf("%w: %w", driver.ErrRetryable, err)
 			}
 			return err
@@ -351,7 +351,7 @@ func (d *Driver) launch(rec *record) error {
 		var ws syscall.WaitStatus
 		syscall.Wait4(pid, &ws, 0, nil) // returns at once: the child was killed
 		d.cg.remove(rec.ID)
-		if driver.KindOf(err) != nil {
+		if driver.ClassOf(err) != nil {
 			return err
 		}
 		return fmt.Errorf("%w: start %s: %w", driver.ErrRetryable, exe, err)

@@ -46,7 +46,7 @@ func (d *Driver) Create(ctx context.Context, node string, spec *driver.Spec) (dr
 		if err := d.reserveName(rec.Name, rec.ID); err != nil {
 			d.discard(rec)
 			unlock()
-			if driver.KindOf(err) == nil {
+			if driver.ClassOf(err) == nil {
 				err = fmt.Errorf("%w: %w", driver.ErrRetryable, err)
 			}
 			return nil, err
@@ -111,7 +111,7 @@ func (d *Driver) Delete(ctx context.Context, id string) (driver.Operation, error
 	rec, li, err := d.refresh(id)
 	if err != nil {
 		unlock()
-		if driver.KindOf(err) == driver.ErrNotFound {
+		if driver.ClassOf(err) == driver.ErrNotFound {
 			return driver.Finished(nil, err), nil
 		}
 		return nil, err
@@ -134,7 +134,7 @@ func (d *Driver) Delete(ctx context.Context, id string) (driver.Operation, error
 				return false, nil, fmt.Errorf("%w: delete of %s abandoned: %w", driver.ErrTimeout, id, err)
 			}
 			done, err := w.step()
-			if err != nil && driver.KindOf(err) != driver.ErrNotFound {
+			if err != nil && driver.ClassOf(err) != driver.ErrNotFound {
 				err = fmt.Errorf("%w: %w", driver.ErrDeleteFailed, err)
 			}
 			return done, nil, err

@@ -217,7 +217,7 @@ func outcomes(t *testing.T, s *sim.Sim, n int) []string {
 		_, p, err := create(t, s, node, spec(fmt.Sprintf("i%d", i)))
 		switch {
 		case err != nil:
-			out = append(out, fmt.Sprint(driver.KindOf(err)))
+			out = append(out, fmt.Sprint(driver.ClassOf(err)))
 		case p.Done:
 			out = append(out, "done "+p.Instance.ID)
 		default:
@@ -253,7 +253,7 @@ func TestDeterministicUnderSeed(t *testing.T) {
 	}
 	for i := range ca {
 		if ca[i].Op != cb[i].Op || ca[i].Node != cb[i].Node || ca[i].Instance != cb[i].Instance ||
-			driver.KindOf(ca[i].Err) != driver.KindOf(cb[i].Err) || !ca[i].Time.Equal(cb[i].Time) {
+			driver.ClassOf(ca[i].Err) != driver.ClassOf(cb[i].Err) || !ca[i].Time.Equal(cb[i].Time) {
 			t.Fatalf("call %d differs: %+v vs %+v", i, ca[i], cb[i])
 		}
 	}
