@@ -7,9 +7,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/berth-dev/berth/driver/drivertest"
 )
 
 // serverExit runs `berth server` with args, expecting it to fail at once,
@@ -77,7 +78,7 @@ func TestServerRejectsBadConfig(t *testing.T) {
 func TestGracefulShutdownEndsStreams(t *testing.T) {
 	s := startServer(t, t.TempDir())
 	cmd := exec.Command(berthBin, "events", "--addr", "http://"+s.addr)
-	var out lockedBuffer
+	var out drivertest.SyncBuffer
 	cmd.Stdout = &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -107,23 +108,6 @@ func TestGracefulShutdownEndsStreams(t *testing.T) {
 	if !strings.Contains(s.logs(), `"msg":"stopped"`) {
 		t.Errorf("no stopped line in the log:\n%s", tail(s.logs(), 10))
 	}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // TestSimServerFromConfig runs a server configured by file (a sim provider

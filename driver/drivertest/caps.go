@@ -19,22 +19,31 @@ const (
 	helloStderr = "hello stderr"
 )
 
-// syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
-type syncBuffer struct {
+// SyncBuffer is a bytes.Buffer safe for a writer and concurrent readers,
+// for tests that read a log stream while it is written.
+type SyncBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
+func (b *SyncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *syncBuffer) String() string {
+// String returns what was written so far.
+func (b *SyncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// Reset forgets what was written.
+func (b *SyncBuffer) Reset() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf.Reset()
 }
 
 // poll calls fn every 20 ms until it reports true or ctx ends; it returns
@@ -77,9 +86,9 @@ func (s *suite) testLogs(t *testing.T) {
 	lr := s.d.(driver.LogReader)
 	ctx := s.ctx(t)
 
-	var out, errOut *syncBuffer
+	var out, errOut *SyncBuffer
 	ok := poll(ctx, func() bool {
-		out, errOut = new(syncBuffer), new(syncBuffer)
+		out, errOut = new(SyncBuffer), new(SyncBuffer)
 		if err := lr.Logs(ctx, inst.ID, driver.LogOptions{Stdout: true, Stderr: true}, out, errOut); err != nil {
 			t.Fatalf("Logs: %v", err)
 		}
@@ -95,7 +104,7 @@ func (s *suite) testLogs(t *testing.T) {
 		t.Errorf("Logs: stderr holds the stdout line: %q", errOut.String())
 	}
 
-	var onlyOut, none syncBuffer
+	var onlyOut, none SyncBuffer
 	if err := lr.Logs(ctx, inst.ID, driver.LogOptions{Stdout: true}, &onlyOut, &none); err != nil {
 		t.Fatalf("Logs stdout only: %v", err)
 	}
@@ -103,7 +112,7 @@ func (s *suite) testLogs(t *testing.T) {
 		t.Errorf("Logs stdout only: stdout %q, stderr %q; want the stdout line and no stderr", onlyOut.String(), none.String())
 	}
 
-	var tail, tailErr syncBuffer
+	var tail, tailErr SyncBuffer
 	if err := lr.Logs(ctx, inst.ID, driver.LogOptions{Stdout: true, Stderr: true, Tail: 1}, &tail, &tailErr); err != nil {
 		t.Fatalf("Logs with Tail 1: %v", err)
 	}
@@ -116,7 +125,7 @@ func (s *suite) testLogs(t *testing.T) {
 
 	fctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var fout, ferr syncBuffer
+	var fout, ferr SyncBuffer
 	done := make(chan error, 1)
 	go func() {
 		done <- lr.Logs(fctx, inst.ID, driver.LogOptions{Stdout: true, Stderr: true, Follow: true}, &fout, &ferr)

@@ -311,9 +311,9 @@ func (s *suite) startOne(t *testing.T, suffix string) *driver.Instance {
 	inst = s.waitState(t, inst.ID, "running", is(driver.StateRunning))
 	if lr, ok := s.d.(driver.LogReader); ok {
 		ctx := s.ctx(t)
-		var out *syncBuffer
+		var out *SyncBuffer
 		up := poll(ctx, func() bool {
-			out = new(syncBuffer)
+			out = new(SyncBuffer)
 			err := lr.Logs(ctx, inst.ID, driver.LogOptions{Stdout: true}, out, io.Discard)
 			return err == nil && strings.Contains(out.String(), helloStdout)
 		})
@@ -618,7 +618,7 @@ func (s *suite) testInvalidSpec(t *testing.T) {
 			var fe *driver.FieldError
 			if !errors.As(err, &fe) {
 				t.Errorf("Create with a bad %s: %v does not carry a *driver.FieldError", c.field, err)
-			} else if !hasField(err, c.field) {
+			} else if !HasField(err, c.field) {
 				t.Errorf("Create with a bad %s: %v does not name the field %q", c.field, err, c.field)
 			}
 			s.expectNothing(t, ctx, "invalid", name)
@@ -626,8 +626,8 @@ func (s *suite) testInvalidSpec(t *testing.T) {
 	}
 }
 
-// hasField reports whether err holds a *driver.FieldError for path.
-func hasField(err error, path string) bool {
+// HasField reports whether err holds a *driver.FieldError for path.
+func HasField(err error, path string) bool {
 	var fes driver.FieldErrors
 	if errors.As(err, &fes) {
 		for _, fe := range fes {
@@ -700,7 +700,7 @@ func (s *suite) testUnknownID(t *testing.T, caps map[string]bool) {
 	}
 	if caps[driver.CapLogs] {
 		calls["Logs"] = func() error {
-			var o, e syncBuffer
+			var o, e SyncBuffer
 			return s.d.(driver.LogReader).Logs(ctx, id, driver.LogOptions{Stdout: true, Stderr: true}, &o, &e)
 		}
 	}

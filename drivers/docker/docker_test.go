@@ -200,7 +200,7 @@ func TestOptionsValidate(t *testing.T) {
 			if !errors.Is(err, driver.ErrInvalid) {
 				t.Fatalf("Decode: %v, want ErrInvalid", err)
 			}
-			if !hasField(err, c.path) {
+			if !drivertest.HasField(err, c.path) {
 				t.Errorf("Decode: %v does not name %q", err, c.path)
 			}
 		})
@@ -238,19 +238,6 @@ func TestOptionsValidate(t *testing.T) {
 	if es := opts.(*Options).engines(); len(es) != 1 || es[0].Name != "local" || es[0].Address != "tcp://10.0.0.2:2375" {
 		t.Errorf("host shorthand: %+v", es)
 	}
-}
-
-func hasField(err error, path string) bool {
-	var fes driver.FieldErrors
-	if errors.As(err, &fes) {
-		for _, fe := range fes {
-			if fe.Path == path {
-				return true
-			}
-		}
-	}
-	var fe *driver.FieldError
-	return errors.As(err, &fe) && fe.Path == path
 }
 
 // create drives a create to the end and registers the instance's removal.
@@ -444,7 +431,7 @@ func TestLogs(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	var out, errOut syncBuffer
+	var out, errOut drivertest.SyncBuffer
 	wait(t, func() bool {
 		out.Reset()
 		errOut.Reset()
@@ -564,7 +551,7 @@ func TestErrors(t *testing.T) {
 	}
 	bad := helloSpec()
 	bad.Labels = map[string]string{"berth.mine": "x"}
-	if err := drive("e1", bad); !errors.Is(err, driver.ErrInvalid) || !hasField(err, "labels.berth.mine") {
+	if err := drive("e1", bad); !errors.Is(err, driver.ErrInvalid) || !drivertest.HasField(err, "labels.berth.mine") {
 		t.Errorf("label with the reserved prefix: %v, want ErrInvalid naming labels.berth.mine", err)
 	}
 	// The engine that is not there: offline in State, creates retryable.

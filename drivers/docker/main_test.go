@@ -1,7 +1,6 @@
 package docker
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -97,30 +96,6 @@ func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
 
 func configWithLabels(labels map[string]string) *container.Config {
 	return &container.Config{Labels: labels}
-}
-
-// syncBuffer is a bytes.Buffer safe for a writer and concurrent readers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func (b *syncBuffer) Reset() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf.Reset()
 }
 
 // syncEvents collects the events a watcher reports.

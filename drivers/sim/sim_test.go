@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/driver/drivertest"
 	"github.com/berth-dev/berth/drivers/sim"
 )
 
@@ -150,7 +151,7 @@ func TestOptionErrors(t *testing.T) {
 			if !errors.Is(err, driver.ErrInvalid) {
 				t.Fatalf("Decode(%v): %v, want ErrInvalid", c.raw, err)
 			}
-			if !hasPath(err, c.key) {
+			if !drivertest.HasField(err, c.key) {
 				t.Errorf("Decode(%v): %v does not name %q", c.raw, err, c.key)
 			}
 			if !strings.Contains(err.Error(), `driver "sim"`) {
@@ -158,19 +159,6 @@ func TestOptionErrors(t *testing.T) {
 			}
 		})
 	}
-}
-
-func hasPath(err error, path string) bool {
-	var fes driver.FieldErrors
-	if errors.As(err, &fes) {
-		for _, fe := range fes {
-			if fe.Path == path {
-				return true
-			}
-		}
-	}
-	var fe *driver.FieldError
-	return errors.As(err, &fe) && fe.Path == path
 }
 
 func TestOptionsFromFlags(t *testing.T) {
@@ -671,10 +659,10 @@ func TestSignalsAndStates(t *testing.T) {
 	if st, code := exit(); st != driver.StateExited || code != 137 {
 		t.Errorf("after 9: %s %d, want exited 137", st, code)
 	}
-	if err := s.Kill(ctx, in.ID, "STOP"); !hasPath(err, "signal") {
+	if err := s.Kill(ctx, in.ID, "STOP"); !drivertest.HasField(err, "signal") {
 		t.Errorf("a signal the sim does not act on: %v, want ErrInvalid naming signal", err)
 	}
-	if err := s.Kill(ctx, in.ID, "BOGUS"); !hasPath(err, "signal") {
+	if err := s.Kill(ctx, in.ID, "BOGUS"); !drivertest.HasField(err, "signal") {
 		t.Errorf("unknown signal: %v, want ErrInvalid naming signal", err)
 	}
 	if err := s.Suspend(ctx, in.ID); !errors.Is(err, driver.ErrPermanent) {

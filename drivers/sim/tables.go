@@ -125,8 +125,9 @@ func encodePairs(m map[string]string) string {
 	return string(appendPairs(stack[:0], m))
 }
 
-// next splits the length-prefixed string at the start of p from the rest.
-func next(p string) (s, rest string) {
+// next splits the length-prefixed string or bytes at the start of p from
+// the rest.
+func next[T ~string | ~[]byte](p T) (s, rest T) {
 	var n, shift uint
 	i := 0
 	for ; i < len(p); i++ {
@@ -250,29 +251,12 @@ func appendPairs(b []byte, m map[string]string) []byte {
 	return b
 }
 
-// nextBytes splits the length-prefixed bytes at the start of p from the
-// rest.
-func nextBytes(p []byte) (s, rest []byte) {
-	var n, shift uint
-	i := 0
-	for ; i < len(p); i++ {
-		c := p[i]
-		n |= uint(c&0x7f) << shift
-		shift += 7
-		if c < 0x80 {
-			i++
-			break
-		}
-	}
-	return p[i : i+int(n)], p[i+int(n):]
-}
-
 // lookupBytes returns the value of key in the encoded pairs p.
 func lookupBytes(p []byte, key string) ([]byte, bool) {
 	for len(p) > 0 {
 		var k, v []byte
-		k, p = nextBytes(p)
-		v, p = nextBytes(p)
+		k, p = next(p)
+		v, p = next(p)
 		if string(k) == key {
 			return v, true
 		}
