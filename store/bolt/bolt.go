@@ -1,10 +1,14 @@
 // Package bolt is Berth's default store.Store: one bbolt file, durable
 // before acknowledging. Every committed Txn is fsynced before Txn returns.
-// Revisions survive a restart: the file holds the current revision, each
-// key's create and mod revisions, and a change log bounded to the latest
-// Options.History revisions, from which watches resume. Concurrent Txns are
-// committed together in one bbolt transaction (group commit), each still
-// applied in order with its own revision.
+// Revisions survive a restart: the file holds the current revision and each
+// key's create and mod revisions. The history that watches starting in the
+// past read from is kept in memory, bounded by Options.History and
+// Options.HistoryBytes, and starts empty when the file is opened: a watch
+// from a revision before the open ends with store.ErrCompacted, and its
+// reader lists again, as after any compaction. A commit writes only the
+// keys it changes. Concurrent Txns are committed together in one bbolt
+// transaction (group commit), each still applied in order with its own
+// revision.
 package bolt
 
 import (
@@ -20,6 +24,7 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/berth-dev/berth/store"
+	"github.com/berth-dev/berth/store/internal/history"
 	"github.com/berth-dev/berth/store/internal/watch"
 )
 
@@ -30,7 +35,7 @@ var ErrLocked = errors.New("store file is locked by another process")
 // Defaults for Options' zero values.
 const (
 	DefaultLockTimeout = time.Second
-	DefaultHistory     = 10000
+	DefaultHistory     = history.DefaultRevisions
 	// maxGroup is the most Txns committed in one bbolt transaction.
 	maxGroup = 512
 	// initialMmap is the address space mapped for the file when it is
@@ -43,10 +48,13 @@ type Options struct {
 	// LockTimeout is how long Open waits for the file lock held by another
 	// process before failing with ErrLocked. 0 means DefaultLockTimeout.
 	LockTimeout time.Duration
-	// History is how many of the latest revisions the change log keeps for
-	// watches that start in the past; older ones are dropped and Watch
-	// returns store.ErrCompacted for them. 0 means DefaultHistory.
+	// History is how many of the latest revisions watches can start from;
+	// older ones are dropped and Watch returns store.ErrCompacted for them.
+	// 0 means DefaultHistory.
 	History int
+	// HistoryBytes bounds the keys and values of the changes kept for
+	// watches (the latest revision is always kept). 0 means 64 MiB.
+	HistoryBytes int64
 	// NoGroupCommit commits every Txn in its own bbolt transaction; it is
 	// for measuring what group commit gains.
 	NoGroupCommit bool
@@ -55,9 +63,13 @@ type Options struct {
 // Store is a store.Store kept in one bbolt file.
 type Store struct {
 	db      *bbolt.DB
-	history int64
 	noGroup bool
 	hub     *watch.Hub
+	log     *history.Log
+
+	// commitMu orders commits, so the history receives revisions in order
+	// when Txns are not grouped.
+	commitMu sync.Mutex
 
 	// closeMu is held shared by every call and exclusively by Close, so
 	// Close waits for calls in progress.
@@ -82,6 +94,9 @@ func Open(path string, opts Options) (*Store, error) {
 	if opts.History <= 0 {
 		opts.History = DefaultHistory
 	}
+	if opts.HistoryBytes <= 0 {
+		opts.HistoryBytes = history.DefaultBytes
+	}
 	db, err := bbolt.Open(path, 0o600, &bbolt.Options{
 		Timeout:      opts.LockTimeout,
 		FreelistType: bbolt.FreelistMapType,
@@ -99,8 +114,9 @@ func Open(path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store/bolt: open %s: %w", path, err)
 	}
+	var rev int64
 	err = db.Update(func(tx *bbolt.Tx) error {
-		for _, name := range [][]byte{bucketMeta, bucketKV, bucketLog} {
+		for _, name := range [][]byte{bucketMeta, bucketKV} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
@@ -110,18 +126,32 @@ func Open(path string, opts Options) (*Store, error) {
 		switch {
 		case err != nil:
 			return err
+		case v == 1:
+			// Format 1 kept the change log in the file.
+			if err := tx.DeleteBucket(bucketLog); err != nil && !errors.Is(err, berrors.ErrBucketNotFound) {
+				return err
+			}
+			if err := meta.Delete(metaCompact); err != nil {
+				return err
+			}
+			if err := meta.Put(metaFormat, u64(formatVersion)); err != nil {
+				return err
+			}
 		case v == 0:
-			return meta.Put(metaFormat, u64(formatVersion))
+			if err := meta.Put(metaFormat, u64(formatVersion)); err != nil {
+				return err
+			}
 		case v != formatVersion:
 			return fmt.Errorf("store/bolt: file format %d, this build reads %d", v, formatVersion)
 		}
-		return nil
+		rev, err = getU64(meta.Get(metaRev))
+		return err
 	})
 	if err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("store/bolt: open %s: %w", path, err)
 	}
-	return &Store{db: db, history: int64(opts.History), noGroup: opts.NoGroupCommit, hub: watch.NewHub()}, nil
+	return &Store{db: db, noGroup: opts.NoGroupCommit, hub: watch.NewHub(), log: history.New(rev, opts.History, opts.HistoryBytes)}, nil
 }
 
 // Path returns the store file's path.
@@ -228,9 +258,9 @@ type call struct {
 	// false when another leader has committed it.
 	wake chan bool
 
-	res     store.TxnResult
-	changed bool
-	err     error
+	res    store.TxnResult
+	events []store.Event // the changes, when it changed something
+	err    error
 }
 
 // Txn implements store.Store. Concurrent Txns are committed in groups: the
@@ -295,9 +325,19 @@ func (s *Store) group(c *call) {
 	s.groupMu.Unlock()
 }
 
-// commit applies calls in order in one bbolt transaction. When that fails,
-// it applies each in its own transaction, so one bad call fails alone.
+// commit applies calls in order in one bbolt transaction and adds their
+// changes to the history. When the transaction fails, it applies each call
+// in its own, so one bad call fails alone.
 func (s *Store) commit(calls []*call) {
+	s.commitMu.Lock()
+	changed := s.commitLocked(calls)
+	s.commitMu.Unlock()
+	if changed {
+		s.hub.Notify()
+	}
+}
+
+func (s *Store) commitLocked(calls []*call) (changed bool) {
 	err := s.db.Update(func(tx *bbolt.Tx) error {
 		for _, c := range calls {
 			if err := s.apply(tx, c); err != nil {
@@ -308,26 +348,30 @@ func (s *Store) commit(calls []*call) {
 	})
 	if err != nil && len(calls) > 1 {
 		for _, c := range calls {
-			s.commit([]*call{c})
+			if s.commitLocked([]*call{c}) {
+				changed = true
+			}
 		}
-		return
+		return changed
 	}
-	changed := false
 	for _, c := range calls {
 		if err != nil {
-			c.res, c.changed, c.err = store.TxnResult{}, false, err
+			c.res, c.events, c.err = store.TxnResult{}, nil, err
+			continue
 		}
-		changed = changed || c.changed
+		if c.events != nil {
+			s.log.Append(c.res.Revision, c.events)
+			c.events = nil
+			changed = true
+		}
 	}
-	if changed {
-		s.hub.Notify()
-	}
+	return changed
 }
 
 // apply runs one Txn inside tx and records its outcome in c.
 func (s *Store) apply(tx *bbolt.Tx, c *call) error {
-	c.res, c.changed, c.err = store.TxnResult{}, false, nil
-	meta, kvs, log := tx.Bucket(bucketMeta), tx.Bucket(bucketKV), tx.Bucket(bucketLog)
+	c.res, c.events, c.err = store.TxnResult{}, nil, nil
+	meta, kvs := tx.Bucket(bucketMeta), tx.Bucket(bucketKV)
 	rev, err := getU64(meta.Get(metaRev))
 	if err != nil {
 		return err
@@ -339,7 +383,7 @@ func (s *Store) apply(tx *bbolt.Tx, c *call) error {
 		}
 	}
 	next := rev + 1
-	var idx uint32
+	var events []store.Event
 	for _, op := range c.ops {
 		key := []byte(op.Key)
 		old := kvs.Get(key)
@@ -349,12 +393,12 @@ func (s *Store) apply(tx *bbolt.Tx, c *call) error {
 			if old != nil {
 				create = createRevision(old)
 			}
-			if err := kvs.Put(key, encodeKV(create, next, op.Value)); err != nil {
+			enc := encodeKV(create, next, op.Value)
+			if err := kvs.Put(key, enc); err != nil {
 				return err
 			}
-			if err := log.Put(logKey(next, idx), encodeEvent(store.EventPut, create, op.Key, op.Value)); err != nil {
-				return err
-			}
+			// The history keeps the encoded value; bbolt only reads it.
+			events = append(events, store.Event{Type: store.EventPut, KV: store.KV{Key: op.Key, Value: enc[kvHeader:], CreateRevision: create}})
 		case store.OpDelete:
 			if old == nil {
 				continue
@@ -362,44 +406,18 @@ func (s *Store) apply(tx *bbolt.Tx, c *call) error {
 			if err := kvs.Delete(key); err != nil {
 				return err
 			}
-			if err := log.Put(logKey(next, idx), encodeEvent(store.EventDelete, 0, op.Key, nil)); err != nil {
-				return err
-			}
+			events = append(events, store.Event{Type: store.EventDelete, KV: store.KV{Key: op.Key}})
 		}
-		idx++
 	}
-	if idx == 0 {
+	if len(events) == 0 {
 		c.res = store.TxnResult{Succeeded: true, Revision: rev}
 		return nil
 	}
 	if err := meta.Put(metaRev, u64(next)); err != nil {
 		return err
 	}
-	if err := s.trimLog(meta, log, next); err != nil {
-		return err
-	}
-	c.res, c.changed = store.TxnResult{Succeeded: true, Revision: next}, true
+	c.res, c.events = store.TxnResult{Succeeded: true, Revision: next}, events
 	return nil
-}
-
-// trimLog drops log entries older than the history bound and moves the
-// compact revision.
-func (s *Store) trimLog(meta, log *bbolt.Bucket, rev int64) error {
-	compact, err := getU64(meta.Get(metaCompact))
-	if err != nil {
-		return err
-	}
-	to := rev - s.history
-	if to <= compact {
-		return nil
-	}
-	cur := log.Cursor()
-	for k, _ := cur.First(); k != nil && logKeyRev(k) <= to; k, _ = cur.First() {
-		if err := cur.Delete(); err != nil {
-			return err
-		}
-	}
-	return meta.Put(metaCompact, u64(to))
 }
 
 // Watch implements store.Store.
@@ -424,58 +442,26 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// source reads the change log for watches.
+// source reads the history for watches.
 type source struct{ s *Store }
 
 func (src source) Revisions() (compact, current int64, err error) {
-	err = src.s.view(func(tx *bbolt.Tx) error {
-		meta := tx.Bucket(bucketMeta)
-		if compact, err = getU64(meta.Get(metaCompact)); err != nil {
-			return err
-		}
-		current, err = getU64(meta.Get(metaRev))
-		return err
-	})
-	return compact, current, err
+	if src.closed() {
+		return 0, 0, store.ErrClosed
+	}
+	compact, current = src.s.log.Revisions()
+	return compact, current, nil
 }
 
 func (src source) Changes(prefix string, after int64, limit int) ([]store.Event, int64, error) {
-	var out []store.Event
-	through := after
-	err := src.s.view(func(tx *bbolt.Tx) error {
-		meta := tx.Bucket(bucketMeta)
-		compact, err := getU64(meta.Get(metaCompact))
-		if err != nil {
-			return err
-		}
-		if after < compact {
-			return store.ErrCompacted
-		}
-		rev, err := getU64(meta.Get(metaRev))
-		if err != nil {
-			return err
-		}
-		through = max(after, min(rev, after+int64(limit)))
-		p := []byte(prefix)
-		c := tx.Bucket(bucketLog).Cursor()
-		for k, v := c.Seek(logKey(after+1, 0)); k != nil && logKeyRev(k) <= through; k, v = c.Next() {
-			key, _, err := eventKey(v)
-			if err != nil {
-				return err
-			}
-			if !bytes.HasPrefix(key, p) {
-				continue
-			}
-			ev, err := decodeEvent(logKeyRev(k), v)
-			if err != nil {
-				return err
-			}
-			out = append(out, ev)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, after, err
+	if src.closed() {
+		return nil, after, store.ErrClosed
 	}
-	return out, through, nil
+	return src.s.log.Changes(prefix, after, limit)
+}
+
+func (src source) closed() bool {
+	src.s.closeMu.RLock()
+	defer src.s.closeMu.RUnlock()
+	return src.s.closed
 }

@@ -104,20 +104,23 @@ func TestReopenKeepsRevisions(t *testing.T) {
 	if kv, _ := s.Get(ctx, "/k/3"); kv.CreateRevision != first.CreateRevision {
 		t.Fatalf("create revision after reopen and put = %d, want %d", kv.CreateRevision, first.CreateRevision)
 	}
-	// The change log survived: a watch resumes from a past revision, and
-	// the history bound holds across the reopen.
+	// The history starts at the reopen: a watch from before it is
+	// compacted, one from the current revision sees what follows.
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	w, err := s.Watch(wctx, "/k/", last.Revision)
+	if _, err := s.Watch(wctx, "/k/", last.Revision); !errors.Is(err, store.ErrCompacted) {
+		t.Fatalf("Watch from %d, before the reopen: err = %v, want ErrCompacted", last.Revision, err)
+	}
+	w, err := s.Watch(wctx, "/k/", res.Revision)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev := <-w.Events()
-	if ev.Type != store.EventDelete || ev.KV.Key != "/k/9" || ev.KV.ModRevision != last.Revision+1 {
-		t.Fatalf("first resumed event = %+v, want delete of /k/9 at %d", ev, last.Revision+1)
+	if _, err := s.Txn(ctx, nil, []store.Op{store.Put("/k/9", []byte("back"))}); err != nil {
+		t.Fatal(err)
 	}
-	if _, err := s.Watch(wctx, "/k/", 1); !errors.Is(err, store.ErrCompacted) {
-		t.Fatalf("Watch from 1 with a history of 100: err = %v, want ErrCompacted", err)
+	ev := <-w.Events()
+	if ev.Type != store.EventPut || ev.KV.Key != "/k/9" || string(ev.KV.Value) != "back" || ev.KV.ModRevision != res.Revision+1 || ev.KV.CreateRevision != res.Revision+1 {
+		t.Fatalf("first event after the reopen = %+v, want put of /k/9 at %d", ev, res.Revision+1)
 	}
 	cancel()
 	for range w.Events() {
@@ -307,32 +310,83 @@ func TestCrashKeepsAcknowledgedTxns(t *testing.T) {
 	}
 }
 
-// checkFile runs bbolt's consistency check and checks the change log
-// against the revision counters.
+// checkFile runs bbolt's consistency check and checks that no key was
+// changed at a revision later than the store's.
 func checkFile(t *testing.T, s *Store) {
 	t.Helper()
 	err := s.db.View(func(tx *bbolt.Tx) error {
 		for err := range tx.Check() {
 			return err
 		}
-		meta := tx.Bucket(bucketMeta)
-		rev, _ := getU64(meta.Get(metaRev))
-		compact, _ := getU64(meta.Get(metaCompact))
-		prev := compact
-		c := tx.Bucket(bucketLog).Cursor()
-		for k, _ := c.First(); k != nil; k, _ = c.Next() {
-			r := logKeyRev(k)
-			if r <= compact || r > rev || r < prev || r > prev+1 {
-				return fmt.Errorf("log entry at revision %d: compact %d, current %d, previous %d", r, compact, rev, prev)
+		rev, _ := getU64(tx.Bucket(bucketMeta).Get(metaRev))
+		return tx.Bucket(bucketKV).ForEach(func(k, v []byte) error {
+			if create, mod := createRevision(v), modRevision(v); create < 1 || create > mod || mod > rev {
+				return fmt.Errorf("key %q: create revision %d, mod revision %d, store revision %d", k, create, mod, rev)
 			}
-			prev = r
-		}
-		if rev > compact && prev != rev {
-			return fmt.Errorf("log ends at %d, current revision is %d", prev, rev)
-		}
-		return nil
+			return nil
+		})
 	})
 	if err != nil {
 		t.Fatalf("file check: %v", err)
 	}
+}
+
+// TestOpensFormat1 opens a file written in format 1, which kept the change
+// log in the file: the keys and revisions are kept, the log is dropped.
+func TestOpensFormat1(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "berth.db")
+	db, err := bbolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bbolt.Tx) error {
+		meta, _ := tx.CreateBucket(bucketMeta)
+		kv, _ := tx.CreateBucket(bucketKV)
+		log, _ := tx.CreateBucket(bucketLog)
+		for _, e := range []struct {
+			b    *bbolt.Bucket
+			k, v []byte
+		}{
+			{meta, metaFormat, u64(1)}, {meta, metaRev, u64(7)}, {meta, metaCompact, u64(3)},
+			{kv, []byte("/a"), encodeKV(2, 7, []byte("x"))},
+			{log, []byte("any log entry"), []byte("v")},
+		} {
+			if err := e.b.Put(e.k, e.v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	kv, err := s.Get(context.Background(), "/a")
+	if err != nil || string(kv.Value) != "x" || kv.CreateRevision != 2 || kv.ModRevision != 7 {
+		t.Fatalf("Get(/a) = %+v, %v", kv, err)
+	}
+	res, err := s.Txn(context.Background(), nil, []store.Op{store.Put("/b", []byte("y"))})
+	if err != nil || res.Revision != 8 {
+		t.Fatalf("Txn after the upgrade = %+v, %v; want revision 8", res, err)
+	}
+	err = s.db.View(func(tx *bbolt.Tx) error {
+		if tx.Bucket(bucketLog) != nil || tx.Bucket(bucketMeta).Get(metaCompact) != nil {
+			return errors.New("the format 1 change log is still in the file")
+		}
+		if v, _ := getU64(tx.Bucket(bucketMeta).Get(metaFormat)); v != formatVersion {
+			return fmt.Errorf("format %d, want %d", v, formatVersion)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFile(t, s)
 }

@@ -11,38 +11,34 @@ import (
 	"sync"
 
 	"github.com/berth-dev/berth/store"
+	"github.com/berth-dev/berth/store/internal/history"
 	"github.com/berth-dev/berth/store/internal/watch"
 )
 
 // DefaultHistory is the number of revisions a store remembers when
 // Options.History is 0.
-const DefaultHistory = 10000
+const DefaultHistory = history.DefaultRevisions
 
 // Options configures a Store.
 type Options struct {
 	// History is how many of the latest revisions watches can start from;
 	// older ones are forgotten and Watch returns store.ErrCompacted for
-	// them. 0 means DefaultHistory. The store forgets old changes in
-	// batches, so it holds the changes of up to twice as many revisions.
+	// them. 0 means DefaultHistory.
 	History int
+	// HistoryBytes bounds the keys and values of the changes remembered
+	// (the latest revision is always kept). 0 means 64 MiB.
+	HistoryBytes int64
 }
 
 // Store is an in-memory store.Store. The zero value is not usable; call New.
 type Store struct {
-	history int
-	hub     *watch.Hub
+	hub *watch.Hub
+	log *history.Log
 
-	mu      sync.RWMutex
-	closed  bool
-	rev     int64
-	compact int64
-	kvs     map[string]store.KV
-	log     []change // oldest first; holds every change after compact
-}
-
-type change struct {
-	rev int64
-	ev  store.Event
+	mu     sync.RWMutex
+	closed bool
+	rev    int64
+	kvs    map[string]store.KV
 }
 
 // New returns an empty store at revision 0.
@@ -50,7 +46,10 @@ func New(opts Options) *Store {
 	if opts.History <= 0 {
 		opts.History = DefaultHistory
 	}
-	return &Store{history: opts.History, hub: watch.NewHub(), kvs: make(map[string]store.KV)}
+	if opts.HistoryBytes <= 0 {
+		opts.HistoryBytes = history.DefaultBytes
+	}
+	return &Store{hub: watch.NewHub(), log: history.New(0, opts.History, opts.HistoryBytes), kvs: make(map[string]store.KV)}
 }
 
 var _ store.Store = (*Store)(nil)
@@ -122,7 +121,7 @@ func (s *Store) apply(cmps []store.Cmp, ops []store.Op) (store.TxnResult, bool, 
 		}
 	}
 	rev := s.rev + 1
-	changed := false
+	var evs []store.Event
 	for _, op := range ops {
 		switch op.Kind {
 		case store.OpPut:
@@ -134,39 +133,21 @@ func (s *Store) apply(cmps []store.Cmp, ops []store.Op) (store.TxnResult, bool, 
 				kv.Value = []byte{}
 			}
 			s.kvs[op.Key] = kv
-			s.log = append(s.log, change{rev, store.Event{Type: store.EventPut, KV: kv}})
-			changed = true
+			evs = append(evs, store.Event{Type: store.EventPut, KV: kv})
 		case store.OpDelete:
 			if _, ok := s.kvs[op.Key]; !ok {
 				continue
 			}
 			delete(s.kvs, op.Key)
-			s.log = append(s.log, change{rev, store.Event{Type: store.EventDelete, KV: store.KV{Key: op.Key, ModRevision: rev}}})
-			changed = true
+			evs = append(evs, store.Event{Type: store.EventDelete, KV: store.KV{Key: op.Key, ModRevision: rev}})
 		}
 	}
-	if !changed {
+	if len(evs) == 0 {
 		return store.TxnResult{Succeeded: true, Revision: s.rev}, false, nil
 	}
 	s.rev = rev
-	if c := s.rev - int64(s.history); c > s.compact {
-		s.compact = c
-		s.trim()
-	}
+	s.log.Append(rev, evs)
 	return store.TxnResult{Succeeded: true, Revision: rev}, true, nil
-}
-
-// trim forgets the changes at or before the compact revision, but only once
-// they span a whole history's worth of revisions, so the copy of the kept
-// changes is paid once per s.history commits rather than on every commit.
-// Changes never reads at or before the compact revision, so the changes
-// kept past it until the next trim are never seen.
-func (s *Store) trim() {
-	if len(s.log) == 0 || s.log[0].rev > s.compact-int64(s.history) {
-		return
-	}
-	i := sort.Search(len(s.log), func(i int) bool { return s.log[i].rev > s.compact })
-	s.log = slices.Delete(s.log, 0, i)
 }
 
 // Watch implements store.Store.
@@ -182,7 +163,7 @@ func (s *Store) Close() error {
 		return store.ErrClosed
 	}
 	s.closed = true
-	s.kvs, s.log = nil, nil
+	s.kvs = nil
 	s.mu.Unlock()
 	s.hub.Close()
 	return nil
@@ -192,38 +173,24 @@ func (s *Store) Close() error {
 type source struct{ s *Store }
 
 func (src source) Revisions() (int64, int64, error) {
-	s := src.s
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.closed {
+	if src.closed() {
 		return 0, 0, store.ErrClosed
 	}
-	return s.compact, s.rev, nil
+	compact, current := src.s.log.Revisions()
+	return compact, current, nil
 }
 
 func (src source) Changes(prefix string, after int64, limit int) ([]store.Event, int64, error) {
-	s := src.s
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.closed {
+	if src.closed() {
 		return nil, after, store.ErrClosed
 	}
-	if after < s.compact {
-		return nil, after, store.ErrCompacted
-	}
-	through := min(s.rev, after+int64(limit))
-	if through <= after {
-		return nil, after, nil
-	}
-	i := sort.Search(len(s.log), func(i int) bool { return s.log[i].rev > after })
-	var out []store.Event
-	for ; i < len(s.log) && s.log[i].rev <= through; i++ {
-		if ev := s.log[i].ev; strings.HasPrefix(ev.KV.Key, prefix) {
-			ev.KV = copyKV(ev.KV)
-			out = append(out, ev)
-		}
-	}
-	return out, through, nil
+	return src.s.log.Changes(prefix, after, limit)
+}
+
+func (src source) closed() bool {
+	src.s.mu.RLock()
+	defer src.s.mu.RUnlock()
+	return src.s.closed
 }
 
 func copyKV(kv store.KV) store.KV {

@@ -1,0 +1,139 @@
+// Package history keeps a store's latest changes in memory, for watches
+// that start in the past. It is bounded twice: by revisions and by bytes,
+// so that a few revisions holding thousands of large values cannot hold
+// gigabytes. What falls out of it is compacted: a watch from before it ends
+// with store.ErrCompacted, and its reader lists again.
+package history
+
+import (
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/berth-dev/berth/store"
+)
+
+// Defaults for stores' history options.
+const (
+	// DefaultRevisions is how many revisions a history holds by default.
+	DefaultRevisions = 10000
+	// DefaultBytes is how many bytes of keys and values a history holds by
+	// default.
+	DefaultBytes = 64 << 20
+)
+
+// eventOverhead is what one held change costs besides its key and value.
+const eventOverhead = 96
+
+// Log is a bounded history of changes. It is safe for concurrent use.
+type Log struct {
+	maxRevs  int64
+	maxBytes int64
+
+	mu      sync.RWMutex
+	compact int64 // every change after compact is held
+	rev     int64 // the latest revision appended (or the start)
+	evs     []store.Event
+	head    int // evs[:head] are dropped
+	bytes   int64
+}
+
+// New returns an empty history at revision rev, which is also its compact
+// revision: watches may start at rev or later. It holds the changes of at
+// most maxRevs revisions and, beyond the latest revision, at most maxBytes
+// of keys and values.
+func New(rev int64, maxRevs int, maxBytes int64) *Log {
+	return &Log{maxRevs: int64(max(maxRevs, 1)), maxBytes: max(maxBytes, 1), compact: rev, rev: rev}
+}
+
+// Append records the changes of revision rev, which must be later than
+// every revision appended before. The log keeps evs' values; the caller
+// must not change them afterwards.
+func (l *Log) Append(rev int64, evs []store.Event) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if rev <= l.rev {
+		panic("history: revisions appended out of order")
+	}
+	l.rev = rev
+	for _, ev := range evs {
+		ev.KV.ModRevision = rev
+		l.evs = append(l.evs, ev)
+		l.bytes += size(ev)
+	}
+	l.trim()
+}
+
+// trim drops the oldest revisions while more than maxRevs are held or the
+// changes take more than maxBytes, always keeping the latest revision.
+func (l *Log) trim() {
+	if c := l.rev - l.maxRevs; c > l.compact {
+		l.dropThrough(c)
+	}
+	for l.bytes > l.maxBytes && l.head < len(l.evs) && l.evs[l.head].KV.ModRevision < l.rev {
+		l.dropThrough(l.evs[l.head].KV.ModRevision)
+	}
+	// Release the dropped prefix once it is the larger part.
+	if l.head > 0 && l.head >= len(l.evs)-l.head {
+		l.evs = slices.Clone(l.evs[l.head:])
+		l.head = 0
+	}
+}
+
+// dropThrough forgets every change at or before rev.
+func (l *Log) dropThrough(rev int64) {
+	for l.head < len(l.evs) && l.evs[l.head].KV.ModRevision <= rev {
+		l.bytes -= size(l.evs[l.head])
+		l.evs[l.head] = store.Event{}
+		l.head++
+	}
+	l.compact = max(l.compact, rev)
+}
+
+func size(ev store.Event) int64 {
+	return int64(len(ev.KV.Key) + len(ev.KV.Value) + eventOverhead)
+}
+
+// Revisions returns the compact revision (the log holds every change after
+// it) and the latest revision appended.
+func (l *Log) Revisions() (compact, current int64) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.compact, l.rev
+}
+
+// Bytes returns the size the held changes are counted at.
+func (l *Log) Bytes() int64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.bytes
+}
+
+// Changes returns copies of the changes to keys with prefix at revisions in
+// (after, through], oldest first, where through is at most after+limit and
+// at most the latest revision, and never less than after. It returns
+// store.ErrCompacted when after is older than the compact revision.
+func (l *Log) Changes(prefix string, after int64, limit int) ([]store.Event, int64, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if after < l.compact {
+		return nil, after, store.ErrCompacted
+	}
+	through := min(l.rev, after+int64(limit))
+	if through <= after {
+		return nil, after, nil
+	}
+	held := l.evs[l.head:]
+	i := sort.Search(len(held), func(i int) bool { return held[i].KV.ModRevision > after })
+	var out []store.Event
+	for ; i < len(held) && held[i].KV.ModRevision <= through; i++ {
+		if ev := held[i]; strings.HasPrefix(ev.KV.Key, prefix) {
+			if ev.KV.Value != nil {
+				ev.KV.Value = slices.Clone(ev.KV.Value)
+			}
+			out = append(out, ev)
+		}
+	}
+	return out, through, nil
+}
