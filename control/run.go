@@ -64,6 +64,7 @@ func (h *taskHeap) Push(x any)   { t := x.(*task); t.index = len(*h); *h = appen
 func (h *taskHeap) Pop() any {
 	old := *h
 	t := old[len(old)-1]
+	old[len(old)-1] = nil // a popped task must not stay reachable
 	*h = old[:len(old)-1]
 	t.index = -1
 	return t
@@ -235,6 +236,11 @@ func (s *state) dispatch(ctx context.Context, rt *runtime, ready chan<- *task) {
 func (s *state) perform(in reconciler.Instance, acts []reconciler.Action, direct []reconciler.ActionKind) []reconciler.Action {
 	var out []reconciler.Action
 	rt := s.runtimeOf()
+	if rt != nil && in.Deadline.IsZero() {
+		// Every wake is at the instance's deadline: one it no longer has
+		// is not needed.
+		s.untick(rt, in.ID)
+	}
 	for _, a := range acts {
 		if slices.Contains(direct, a.Kind) {
 			out = append(out, a)
@@ -295,6 +301,16 @@ func (s *state) tickAt(rt *runtime, id string, at time.Time) {
 	t := &task{kind: taskTick, id: id, due: at}
 	rt.ticks[id] = t
 	rt.push(t)
+}
+
+// untick drops the tick of instance id scheduled for later, if any.
+func (s *state) untick(rt *runtime, id string) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if t, ok := rt.ticks[id]; ok && t.due.After(s.now()) {
+		heap.Remove(&rt.heap, t.index)
+		delete(rt.ticks, id)
+	}
 }
 
 // startOp queues a create or delete for in unless one of the same kind is
@@ -517,7 +533,7 @@ const maxBatch = 512
 // waits for more before storing them. Outcomes of single creates arrive
 // one by one; storing each in its own commit would spend a write and an
 // fsync on each and keep submissions queued behind them.
-const batchLinger = 2 * time.Millisecond
+const batchLinger = 10 * time.Millisecond
 
 // writer stores outcomes in batches until ctx ends. Outcomes not stored
 // when Run stops are found again by the next Run, which resumes the
