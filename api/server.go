@@ -6,6 +6,9 @@
 // Request bodies are decoded strictly: unknown fields and wrong types are
 // 400 naming the field, bodies above the limit are 413.
 //
+// Lists: GET /v1/instances answers one page, sorted by id; a full page
+// carries a Link header (RFC 8288) naming the next one.
+//
 // Streams: logs and image preloads are NDJSON (one JSON object per line,
 // see LogFrame and PreloadFrame); events are server-sent events whose id is
 // the store revision, so a client resumes with Last-Event-ID.
@@ -35,6 +38,13 @@ const DefaultMaxBodySize = 1 << 20
 // Options.MaxCount is 0.
 const DefaultMaxCount = 10_000
 
+// DefaultPageSize is how many instances GET /v1/instances answers when the
+// request gives no limit and Options.PageSize is 0.
+const DefaultPageSize = 1000
+
+// MaxPageSize is the largest limit GET /v1/instances accepts.
+const MaxPageSize = 10_000
+
 // OwnerHeader carries the owner of submitted requests (quotas per owner).
 const OwnerHeader = "X-Berth-Owner"
 
@@ -47,6 +57,10 @@ type Options struct {
 	// DefaultMaxCount. It keeps one small body from costing the server
 	// minutes of work and a response of hundreds of megabytes.
 	MaxCount int
+	// PageSize is how many instances GET /v1/instances answers when the
+	// request gives no limit; 0 means DefaultPageSize, and it is at most
+	// MaxPageSize.
+	PageSize int
 	// Logger receives request errors; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -57,6 +71,7 @@ type Server struct {
 	log      *slog.Logger
 	maxBody  int64
 	maxCount int
+	pageSize int
 	mux      *http.ServeMux
 
 	closeOnce sync.Once
@@ -65,7 +80,7 @@ type Server struct {
 
 // New returns the API server for plane.
 func New(plane *control.Plane, opts Options) *Server {
-	s := &Server{plane: plane, log: opts.Logger, maxBody: opts.MaxBodySize, maxCount: opts.MaxCount, mux: http.NewServeMux(), closing: make(chan struct{})}
+	s := &Server{plane: plane, log: opts.Logger, maxBody: opts.MaxBodySize, maxCount: opts.MaxCount, pageSize: opts.PageSize, mux: http.NewServeMux(), closing: make(chan struct{})}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -75,6 +90,10 @@ func New(plane *control.Plane, opts Options) *Server {
 	if s.maxCount <= 0 {
 		s.maxCount = DefaultMaxCount
 	}
+	if s.pageSize <= 0 {
+		s.pageSize = DefaultPageSize
+	}
+	s.pageSize = min(s.pageSize, MaxPageSize)
 	s.routes()
 	return s
 }
@@ -284,15 +303,29 @@ func (s *Server) decodeRequest(w http.ResponseWriter, r *http.Request, req *sche
 }
 
 // filterOf reads an instance filter from the query: provider, node, owner,
-// pool, group, request, name, phase (comma-separated or repeated), all.
-func filterOf(r *http.Request) (control.Filter, error) {
+// pool, group, request, name, phase (comma-separated or repeated), all,
+// and the page: limit (1 to MaxPageSize, pageSize when absent) and after.
+func filterOf(r *http.Request, pageSize int) (control.Filter, error) {
 	q := r.URL.Query()
-	if err := onlyParams(q, "provider", "node", "owner", "pool", "group", "request", "name", "phase", "all"); err != nil {
+	if err := onlyParams(q, "provider", "node", "owner", "pool", "group", "request", "name", "phase", "all", "limit", "after"); err != nil {
 		return control.Filter{}, err
 	}
 	f := control.Filter{
 		Provider: q.Get("provider"), Node: q.Get("node"), Owner: q.Get("owner"), Pool: q.Get("pool"),
 		Group: q.Get("group"), Request: q.Get("request"), Name: q.Get("name"),
+		Limit: pageSize, After: q.Get("after"),
+	}
+	for _, k := range []string{"limit", "after"} {
+		if len(q[k]) > 1 {
+			return f, &driver.FieldError{Path: k, Reason: fmt.Sprintf("given %d times: give it once", len(q[k]))}
+		}
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxPageSize {
+			return f, &driver.FieldError{Path: "limit", Reason: fmt.Sprintf("%q: want an integer from 1 to %d", v, MaxPageSize)}
+		}
+		f.Limit = n
 	}
 	for _, v := range q["phase"] {
 		for p := range strings.SplitSeq(v, ",") {
@@ -357,8 +390,11 @@ func intParam(v, name string) (int64, error) {
 	return n, nil
 }
 
+// instances answers one page of instances, sorted by id. A full page may
+// have more after it: its Link header (RFC 8288) names the next page, the
+// same query with after set to the page's last id.
 func (s *Server) instances(w http.ResponseWriter, r *http.Request) error {
-	f, err := filterOf(r)
+	f, err := filterOf(r, s.pageSize)
 	if err != nil {
 		return err
 	}
@@ -368,6 +404,11 @@ func (s *Server) instances(w http.ResponseWriter, r *http.Request) error {
 	}
 	if list == nil {
 		list = []control.Instance{}
+	}
+	if len(list) == f.Limit {
+		q := r.URL.Query()
+		q.Set("after", list[len(list)-1].ID)
+		w.Header().Set("Link", fmt.Sprintf("<%s?%s>; rel=\"next\"", r.URL.EscapedPath(), q.Encode()))
 	}
 	return writeJSON(w, http.StatusOK, list)
 }

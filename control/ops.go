@@ -1,6 +1,7 @@
 package control
 
 import (
+	"container/heap"
 	"context"
 	"encoding/json"
 	"errors"
@@ -19,12 +20,15 @@ import (
 
 // instances is Plane.Instances.
 func (s *state) instances(ctx context.Context, f Filter) ([]Instance, error) {
+	if f.Limit < 0 {
+		return nil, &driver.FieldError{Path: "limit", Reason: fmt.Sprintf("%d: want 0 (no limit) or more", f.Limit)}
+	}
 	for i, ph := range f.Phases {
 		if !ph.Valid() {
 			return nil, &driver.FieldError{Path: fmt.Sprintf("phases[%d]", i), Reason: fmt.Sprintf("%q: want one of %v", ph, reconciler.Phases)}
 		}
 	}
-	out := s.snapshot(func(in *reconciler.Instance) bool {
+	out := s.page(f.After, f.Limit, func(in *reconciler.Instance) bool {
 		switch {
 		case !f.All && in.Phase == reconciler.Deleted && !slices.Contains(f.Phases, reconciler.Deleted):
 			return false
@@ -44,6 +48,65 @@ func (s *state) instances(ctx context.Context, f Filter) ([]Instance, error) {
 		out = []Instance{}
 	}
 	return out, nil
+}
+
+// page returns copies of the cached instances whose id sorts after after
+// and that keep returns true for, sorted by id: all of them when limit is
+// 0, else the limit with the smallest ids. With a limit only the page is
+// sorted: one pass over the cache keeps the page in a bounded heap.
+func (s *state) page(after string, limit int, keep func(*reconciler.Instance) bool) []reconciler.Instance {
+	var ptrs []*reconciler.Instance
+	s.mu.RLock()
+	if limit == 0 {
+		for id, in := range s.recs {
+			if id > after && keep(in) {
+				ptrs = append(ptrs, in)
+			}
+		}
+	} else {
+		// A max-heap of the limit smallest ids seen so far: an id not
+		// below its top cannot be in the page, and is dropped before
+		// keep is asked.
+		h := make(byIDHeap, 0, min(limit, 1024))
+		for id, in := range s.recs {
+			if id <= after || len(h) == limit && id >= h[0].ID || !keep(in) {
+				continue
+			}
+			if len(h) < limit {
+				heap.Push(&h, in)
+			} else {
+				h[0] = in
+				heap.Fix(&h, 0)
+			}
+		}
+		ptrs = h
+	}
+	// Cached records are replaced, never changed in place, so the pointers
+	// stay valid after the lock is released.
+	s.mu.RUnlock()
+	if len(ptrs) == 0 {
+		return nil
+	}
+	slices.SortFunc(ptrs, func(a, b *reconciler.Instance) int { return strings.Compare(a.ID, b.ID) })
+	out := make([]reconciler.Instance, len(ptrs))
+	for i, in := range ptrs {
+		out[i] = *in
+	}
+	return out
+}
+
+// byIDHeap is a container/heap of instances with the largest id on top.
+type byIDHeap []*reconciler.Instance
+
+func (h byIDHeap) Len() int           { return len(h) }
+func (h byIDHeap) Less(i, j int) bool { return h[i].ID > h[j].ID }
+func (h byIDHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *byIDHeap) Push(x any)        { *h = append(*h, x.(*reconciler.Instance)) }
+func (h *byIDHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }
 
 // instance is Plane.Instance.

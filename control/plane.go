@@ -210,6 +210,12 @@ type Filter struct {
 	Phases   []Phase `json:"phases,omitempty"`
 	// All includes deleted instances, which are hidden otherwise.
 	All bool `json:"all,omitempty"`
+	// Limit caps how many instances are returned (the ones with the
+	// smallest ids); 0 means no limit, a negative value is invalid.
+	Limit int `json:"limit,omitempty"`
+	// After keeps only the instances whose id sorts after it: pass the
+	// last id of one page to get the next.
+	After string `json:"after,omitempty"`
 }
 
 // EventKind says what an Event is about.
@@ -324,8 +330,8 @@ func (p *Plane) Plan(ctx context.Context, req scheduler.Request) (*PlanAnswer, e
 	return p.plan(ctx, req)
 }
 
-// Instances returns the instances matching f, sorted by creation time then
-// id.
+// Instances returns the instances matching f, sorted by id, at most
+// f.Limit of them. A negative f.Limit is a *driver.FieldError on "limit".
 func (p *Plane) Instances(ctx context.Context, f Filter) ([]Instance, error) {
 	return p.instances(ctx, f)
 }

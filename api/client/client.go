@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -188,8 +189,39 @@ func (c *Client) Plan(ctx context.Context, req scheduler.Request) (*control.Plan
 	return &a, nil
 }
 
-// Instances lists the instances matching f.
+// Instances lists the instances matching f, sorted by id. It follows the
+// server's pages until the last one, so it returns every match; when the
+// caller sets f.Limit or f.After it returns that one page only.
 func (c *Client) Instances(ctx context.Context, f control.Filter) ([]control.Instance, error) {
+	if f.Limit != 0 || f.After != "" {
+		list, _, err := c.InstancesPage(ctx, f)
+		return list, err
+	}
+	var all []control.Instance
+	for {
+		list, next, err := c.InstancesPage(ctx, f)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, list...)
+		if next == "" {
+			if all == nil {
+				all = []control.Instance{}
+			}
+			return all, nil
+		}
+		if next <= f.After {
+			return nil, fmt.Errorf("GET /v1/instances: the next page starts at %q, not after %q", next, f.After)
+		}
+		f.After = next
+	}
+}
+
+// InstancesPage lists one page of the instances matching f, sorted by id:
+// at most f.Limit of them (0: the server's default page size) whose id
+// sorts after f.After. next is "" on the last page, else the f.After that
+// gets the page that follows.
+func (c *Client) InstancesPage(ctx context.Context, f control.Filter) (list []control.Instance, next string, err error) {
 	q := url.Values{}
 	set := func(k, v string) {
 		if v != "" {
@@ -209,8 +241,46 @@ func (c *Client) Instances(ctx context.Context, f control.Filter) ([]control.Ins
 	if f.All {
 		q.Set("all", "true")
 	}
-	var out []control.Instance
-	return out, c.call(ctx, http.MethodGet, "/v1/instances", q, nil, &out)
+	if f.Limit != 0 {
+		q.Set("limit", strconv.Itoa(f.Limit))
+	}
+	set("after", f.After)
+	resp, err := c.do(ctx, http.MethodGet, "/v1/instances", q, nil)
+	if err != nil {
+		return nil, "", err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+		return nil, "", fmt.Errorf("GET /v1/instances: decoding the answer: %w", err)
+	}
+	if u := nextLink(resp.Header.Values("Link")); u != "" {
+		l, err := url.Parse(u)
+		if err != nil || l.Query().Get("after") == "" {
+			return nil, "", fmt.Errorf("GET /v1/instances: a next link without after: %q", u)
+		}
+		next = l.Query().Get("after")
+	}
+	return list, next, nil
+}
+
+// nextLink returns the target of the rel="next" link among the Link header
+// values (RFC 8288), or "".
+func nextLink(values []string) string {
+	for _, v := range values {
+		for link := range strings.SplitSeq(v, ",") {
+			target, params, ok := strings.Cut(strings.TrimSpace(link), ";")
+			if !ok || !strings.HasPrefix(target, "<") || !strings.HasSuffix(target, ">") {
+				continue
+			}
+			for p := range strings.SplitSeq(params, ";") {
+				k, v, _ := strings.Cut(strings.TrimSpace(p), "=")
+				if strings.EqualFold(strings.TrimSpace(k), "rel") && slices.Contains(strings.Fields(strings.ToLower(strings.Trim(strings.TrimSpace(v), `"`))), "next") {
+					return target[1 : len(target)-1]
+				}
+			}
+		}
+	}
+	return ""
 }
 
 // Instance returns one instance by id or name.

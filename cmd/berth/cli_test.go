@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
@@ -80,5 +81,50 @@ func TestListAndChangeVerbs(t *testing.T) {
 	code, out, errOut = berth(t, addr, "rm", "b1", "no-such-instance")
 	if code != 3 || strings.TrimSpace(out) != "b1" || !strings.Contains(errOut, "no-such-instance") {
 		t.Errorf("rm b1 no-such-instance: exit %d, stdout %q, stderr %q; want 3, b1, the unknown one named", code, out, errOut)
+	}
+}
+
+// TestPsPages lists 5 instances from a server whose pages hold 2: ps lists
+// them all, ps --limit one page and where the next one starts.
+func TestPsPages(t *testing.T) {
+	addr := apitest.Start(t, memory.New(memory.Options{}), map[string]any{"nodes": 2}, api.Options{PageSize: 2}).HTTP.URL
+	cl, err := client.New(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Submit(context.Background(), scheduler.Request{Spec: driver.Spec{Image: "x"}, ID: "web", Count: 5}); err != nil {
+		t.Fatal(err)
+	}
+	psJSON := func(args ...string) ([]string, string) {
+		t.Helper()
+		code, out, errOut := berth(t, addr, append([]string{"ps", "--json"}, args...)...)
+		if code != 0 {
+			t.Fatalf("ps %v: exit %d: %s", args, code, errOut)
+		}
+		var list []control.Instance
+		if err := json.Unmarshal([]byte(out), &list); err != nil {
+			t.Fatalf("ps %v: %v: %q", args, err, out)
+		}
+		ids := make([]string, len(list))
+		for i, in := range list {
+			ids[i] = in.ID
+		}
+		slices.Sort(ids)
+		return ids, errOut
+	}
+	all, errOut := psJSON()
+	if want := []string{"web-0", "web-1", "web-2", "web-3", "web-4"}; !slices.Equal(all, want) || errOut != "" {
+		t.Fatalf("ps over pages of 2: %v (stderr %q), want %v", all, errOut, want)
+	}
+	page, errOut := psJSON("--limit", "3")
+	if !slices.Equal(page, all[:3]) || !strings.Contains(errOut, "--after web-2") {
+		t.Fatalf("ps --limit 3: %v, stderr %q; want %v and --after web-2", page, errOut, all[:3])
+	}
+	page, errOut = psJSON("--limit", "3", "--after", "web-2")
+	if !slices.Equal(page, all[3:]) || errOut != "" {
+		t.Fatalf("ps --limit 3 --after web-2: %v, stderr %q; want %v and nothing more", page, errOut, all[3:])
+	}
+	if code, _, errOut := berth(t, addr, "ps", "--limit", "-1"); code != 4 || !strings.Contains(errOut, "limit") {
+		t.Fatalf("ps --limit -1: exit %d %q, want 4 naming limit", code, errOut)
 	}
 }

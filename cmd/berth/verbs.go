@@ -432,10 +432,27 @@ func psCmd(c *cli) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			list, err := cl.Instances(cmd.Context(), f)
+			// Without --limit or --after every page is fetched; with
+			// either, one page, and where the next one starts is told.
+			var list []control.Instance
+			var next string
+			if f.Limit != 0 || f.After != "" {
+				list, next, err = cl.InstancesPage(cmd.Context(), f)
+			} else {
+				list, err = cl.Instances(cmd.Context(), f)
+			}
 			if err != nil {
 				return err
 			}
+			if next != "" {
+				fmt.Fprintf(c.stderr, "berth: more instances follow; add --after %s to list them\n", next)
+			}
+			slices.SortFunc(list, func(a, b control.Instance) int {
+				if c := a.Created.Compare(b.Created); c != 0 {
+					return c
+				}
+				return strings.Compare(a.ID, b.ID)
+			})
 			if quiet && !asJSON {
 				for _, in := range list {
 					fmt.Fprintln(c.stdout, in.ID)
@@ -462,6 +479,8 @@ func psCmd(c *cli) *cobra.Command {
 	fl.StringSliceVar(&phases, "phase", nil, "only these phases (comma-separated)")
 	fl.BoolVar(&asJSON, "json", false, "print JSON")
 	fl.BoolVarP(&quiet, "quiet", "q", false, "print ids only")
+	fl.IntVar(&f.Limit, "limit", 0, "at most N instances, those with the smallest ids (at most 10000)")
+	fl.StringVar(&f.After, "after", "", "only instances whose id sorts after this one (where --limit stopped)")
 	return cmd
 }
 
