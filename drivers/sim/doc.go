@@ -60,8 +60,10 @@
 // and QUIT (128 plus the signal); USR1, USR2 and WINCH are handled and the
 // instance keeps running; other signals are ErrInvalid. Kill and Suspend of
 // an instance that is not running are ErrPermanent. Faults can be driven directly from tests:
-// SetNodeStatus takes a node offline or drains it, and Calls returns the
-// most recent changes asked of the sim.
+// SetNodeStatus takes a node offline or drains it, SetNodeUnlisted makes
+// List partial (it leaves out a node's instances and returns a
+// *driver.PartialListError naming the node), and Calls returns the most
+// recent changes asked of the sim.
 //
 // # Writing a driver: the shape of this package
 //

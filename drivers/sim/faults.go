@@ -2,7 +2,9 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/berth-dev/berth/driver"
@@ -11,7 +13,7 @@ import (
 // Call is one change asked of the sim, as Calls reports it.
 type Call struct {
 	// Op is create, delete, resize, start, stop, restart, kill, suspend,
-	// resume, preload or set_node_status.
+	// resume, preload, set_node_status or set_node_unlisted.
 	Op string
 	// Node is the node concerned, when known.
 	Node string
@@ -20,8 +22,9 @@ type Call struct {
 	Instance string
 	// Name is the instance name a create asked for.
 	Name string
-	// Detail holds the signal of a kill, the image of a preload or the
-	// status of set_node_status.
+	// Detail holds the signal of a kill, the image of a preload, the
+	// status of set_node_status or "unlisted" / "listed" for
+	// set_node_unlisted.
 	Detail string
 	// Time is the sim clock's time of the call.
 	Time time.Time
@@ -123,6 +126,52 @@ func (s *Sim) SetNodeStatus(name string, status driver.NodeStatus, reason string
 	st, msg := s.nodeStatus(i, now)
 	s.emitNode(name, st, msg, now)
 	return nil
+}
+
+// SetNodeUnlisted makes List leave out the instances on node name until
+// called again with false, as a back-end that cannot reach one of its
+// engines does: List then returns the instances of the other nodes with a
+// *driver.PartialListError naming every unlisted node. The node's status
+// and every other call, Get included, are unchanged, and watchers see no
+// event.
+func (s *Sim) SetNodeUnlisted(name string, unlisted bool) error {
+	now, err := s.enter()
+	if err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	i, err := s.findNode(name)
+	if err != nil {
+		return err
+	}
+	n := &s.nodes[i]
+	detail := "listed"
+	if unlisted {
+		detail = "unlisted"
+	}
+	if n.unlisted != unlisted {
+		n.unlisted = unlisted
+		if unlisted {
+			s.unlisted++
+		} else {
+			s.unlisted--
+		}
+	}
+	s.calls.add(Call{Op: "set_node_unlisted", Node: name, Detail: detail, Time: time.Unix(0, now)})
+	return nil
+}
+
+// partialLocked returns the error of a List that left out the unlisted
+// nodes, named in sorted order.
+func (s *Sim) partialLocked() error {
+	var names []string
+	for i := range s.nodes {
+		if s.nodes[i].unlisted {
+			names = append(names, s.nodes[i].name)
+		}
+	}
+	slices.Sort(names)
+	return &driver.PartialListError{Nodes: names, Err: errors.New("sim: " + strings.Join(names, ", ") + ": unlisted (SetNodeUnlisted)")}
 }
 
 // Timers: the sim's pending transitions, a binary min-heap on time.

@@ -598,7 +598,8 @@ func (s *Sim) Find(ctx context.Context, name string) (*driver.Instance, error) {
 }
 
 // List returns the instances carrying TagManaged and all of tags, in slot
-// order.
+// order. While nodes are unlisted (SetNodeUnlisted) it leaves out their
+// instances and returns a *driver.PartialListError naming them.
 func (s *Sim) List(ctx context.Context, tags map[string]string) ([]*driver.Instance, error) {
 	now, err := s.enter()
 	if err != nil {
@@ -609,7 +610,7 @@ func (s *Sim) List(ctx context.Context, tags map[string]string) ([]*driver.Insta
 	for ci, c := range s.chunks {
 		for j := range c.slots {
 			in := &c.slots[j]
-			if in.state == stFree {
+			if in.state == stFree || (s.unlisted > 0 && s.nodes[in.node].unlisted) {
 				continue
 			}
 			blob := c.tags(in)
@@ -627,6 +628,9 @@ func (s *Sim) List(ctx context.Context, tags map[string]string) ([]*driver.Insta
 				out = append(out, s.snapshot(uint32(ci)<<chunkBits|uint32(j), in, now))
 			}
 		}
+	}
+	if s.unlisted > 0 {
+		return out, s.partialLocked()
 	}
 	return out, nil
 }

@@ -64,6 +64,8 @@ type Sim struct {
 	pending map[*createOp]func() bool
 	closed  bool
 	done    chan struct{} // closed by Close
+
+	unlisted int // how many nodes List leaves out (SetNodeUnlisted)
 }
 
 // node is one simulated node.
@@ -79,6 +81,7 @@ type node struct {
 	ports     map[int]bool    // bound host ports
 	override  driver.NodeStatus
 	reason    string
+	unlisted  bool // List leaves its instances out (SetNodeUnlisted)
 }
 
 // New builds a sim from opts, which must be valid.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -430,6 +431,77 @@ func TestNodeOfflineAndBack(t *testing.T) {
 	}
 	if err := s.SetNodeStatus("node-01", "asleep", ""); !errors.Is(err, driver.ErrInvalid) {
 		t.Errorf("SetNodeStatus with a bad status: %v", err)
+	}
+}
+
+func TestNodeUnlistedMakesListPartial(t *testing.T) {
+	s, _ := newSim(t, nil)
+	ctx := context.Background()
+	a := mustRun(t, s, "node-01", spec("a"))
+	b := mustRun(t, s, "node-02", spec("b"))
+	c := mustRun(t, s, "node-03", spec("c"))
+	// listed returns the ids List shows and the nodes it names as missed.
+	listed := func(tags map[string]string) ([]string, []string) {
+		t.Helper()
+		got, err := s.List(ctx, tags)
+		var ids []string
+		for _, in := range got {
+			ids = append(ids, in.ID)
+		}
+		if err == nil {
+			return ids, nil
+		}
+		var partial *driver.PartialListError
+		if !errors.As(err, &partial) || !errors.Is(err, driver.ErrRetryable) {
+			t.Fatalf("List: %v, want a PartialListError (ErrRetryable)", err)
+		}
+		return ids, partial.Nodes
+	}
+	// Set twice: one call with false undoes it.
+	for _, n := range []string{"node-03", "node-02", "node-03"} {
+		if err := s.SetNodeUnlisted(n, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := mustRun(t, s, "node-02", spec("d"))
+	if ids, missed := listed(nil); !slices.Equal(ids, []string{a.ID}) || !slices.Equal(missed, []string{"node-02", "node-03"}) {
+		t.Errorf("List with node-02 and node-03 unlisted: %v, missed %v; want [%s], missed [node-02 node-03]", ids, missed, a.ID)
+	}
+	if ids, missed := listed(map[string]string{"case": "c"}); len(ids) != 0 || !slices.Equal(missed, []string{"node-02", "node-03"}) {
+		t.Errorf("List of case=c with its node unlisted: %v, missed %v", ids, missed)
+	}
+	// Only List is affected: the instances run, Get finds them, the nodes
+	// are online.
+	if got, err := s.Get(ctx, c.ID); err != nil || got.State != driver.StateRunning {
+		t.Errorf("Get of an instance on an unlisted node: %+v, %v", got, err)
+	}
+	st, _ := s.State(ctx)
+	if st.Nodes[1].Status != driver.NodeOnline || st.Nodes[2].Status != driver.NodeOnline {
+		t.Errorf("State: node-02 %s, node-03 %s; want both online", st.Nodes[1].Status, st.Nodes[2].Status)
+	}
+	if err := s.SetNodeUnlisted("node-02", false); err != nil {
+		t.Fatal(err)
+	}
+	if ids, missed := listed(nil); !slices.Equal(ids, []string{a.ID, b.ID, d.ID}) || !slices.Equal(missed, []string{"node-03"}) {
+		t.Errorf("List with node-03 unlisted: %v, missed %v; want [%s %s %s], missed [node-03]", ids, missed, a.ID, b.ID, d.ID)
+	}
+	if err := s.SetNodeUnlisted("node-03", false); err != nil {
+		t.Fatal(err)
+	}
+	if ids, missed := listed(nil); len(ids) != 4 || missed != nil {
+		t.Errorf("List with every node listed: %v, missed %v; want 4 instances and a nil error", ids, missed)
+	}
+	if err := s.SetNodeUnlisted("node-99", true); !errors.Is(err, driver.ErrNotFound) {
+		t.Errorf("SetNodeUnlisted of an unknown node: %v, want ErrNotFound", err)
+	}
+	var log []string
+	for _, call := range s.Calls() {
+		if call.Op == "set_node_unlisted" {
+			log = append(log, call.Node+" "+call.Detail)
+		}
+	}
+	if want := []string{"node-03 unlisted", "node-02 unlisted", "node-03 unlisted", "node-02 listed", "node-03 listed"}; !slices.Equal(log, want) {
+		t.Errorf("calls: %q, want %q", log, want)
 	}
 }
 
