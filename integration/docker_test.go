@@ -30,6 +30,14 @@ func helloSpec() driver.Spec {
 	}
 }
 
+// named returns r with a name unique to e's cluster, and so to this run:
+// the docker driver names each container after its instance, and other
+// test runs may share the machine's engine.
+func (e *env) named(r scheduler.Request) scheduler.Request {
+	r.Name = e.cluster + "-" + r.ID
+	return r
+}
+
 // nodeRecord returns the status Berth recorded in its store for node.
 func (e *env) nodeRecord(t *testing.T, node string) control.NodeState {
 	t.Helper()
@@ -114,7 +122,7 @@ func TestPlacementHonoursEngineLabels(t *testing.T) {
 		t.Fatalf("nodes %v, want %s and %s", seen, mainNode, secondNode)
 	}
 
-	nvme := scheduler.Request{ID: "nvme", Spec: helloSpec(), Constraints: []string{"disk==nvme"}}
+	nvme := e.named(scheduler.Request{ID: "nvme", Spec: helloSpec(), Constraints: []string{"disk==nvme"}})
 	plan, err := e.plane.Plan(ctx, nvme)
 	if err != nil {
 		t.Fatal(err)
@@ -125,8 +133,8 @@ func TestPlacementHonoursEngineLabels(t *testing.T) {
 	t.Logf("why disk==nvme cannot be placed: %v", plan.Reasons)
 
 	reqs := map[string]scheduler.Request{
-		secondNode: {ID: "ssd", Count: 4, Spec: helloSpec(), Constraints: []string{"disk==ssd"}},
-		mainNode:   {ID: "other", Count: 4, Spec: helloSpec(), Constraints: []string{"disk!=ssd"}},
+		secondNode: e.named(scheduler.Request{ID: "ssd", Count: 4, Spec: helloSpec(), Constraints: []string{"disk==ssd"}}),
+		mainNode:   e.named(scheduler.Request{ID: "other", Count: 4, Spec: helloSpec(), Constraints: []string{"disk!=ssd"}}),
 	}
 	for node, r := range reqs {
 		ans, err := e.plane.Submit(ctx, r, "it")
@@ -205,7 +213,7 @@ func TestLeakedContainersAndStrangers(t *testing.T) {
 		}
 	})
 
-	if _, err := e.plane.Submit(ctx, scheduler.Request{ID: "mine", Spec: helloSpec()}, "it"); err != nil {
+	if _, err := e.plane.Submit(ctx, e.named(scheduler.Request{ID: "mine", Spec: helloSpec()}), "it"); err != nil {
 		t.Fatal(err)
 	}
 	mine := e.allIn(t, reconciler.Running, 1)[0]
@@ -304,7 +312,7 @@ func TestEngineStopsDuringLaunches(t *testing.T) {
 	e.afterSyncs(t, 1)
 
 	const wave = 8
-	if _, err := e.plane.Submit(ctx, scheduler.Request{ID: "a", Count: wave, Spec: helloSpec(), Strategy: scheduler.StrategySpread}, "it"); err != nil {
+	if _, err := e.plane.Submit(ctx, e.named(scheduler.Request{ID: "a", Count: wave, Spec: helloSpec(), Strategy: scheduler.StrategySpread}), "it"); err != nil {
 		t.Fatal(err)
 	}
 	per := map[string]int{}
@@ -317,7 +325,7 @@ func TestEngineStopsDuringLaunches(t *testing.T) {
 	e.matchStore(t)
 	oldCopies := e.raw(t, second.Client)
 
-	if _, err := e.plane.Submit(ctx, scheduler.Request{ID: "b", Count: wave, Spec: helloSpec(), Strategy: scheduler.StrategySpread}, "it"); err != nil {
+	if _, err := e.plane.Submit(ctx, e.named(scheduler.Request{ID: "b", Count: wave, Spec: helloSpec(), Strategy: scheduler.StrategySpread}), "it"); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "a launch of the second wave on the second engine", func() bool {
