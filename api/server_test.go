@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -25,7 +26,13 @@ import (
 	"github.com/berth-dev/berth/store/memory"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(loadEnv) != "" {
+		// A child started by BenchmarkSubmitSim1000 to send the load.
+		os.Exit(sendLoad())
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // env is a real plane (memory store, sim back-end) behind the API.
 type env struct {
