@@ -257,7 +257,9 @@ func (s *state) resize(ctx context.Context, ref string, r driver.Resources) erro
 		return err
 	}
 	return s.mutate(context.WithoutCancel(ctx), in.ID, func(x *reconciler.Instance) {
-		x.Spec.CPU, x.Spec.Memory = want.CPU, want.Memory
+		spec := *x.Spec // shared with the request's other instances
+		spec.CPU, spec.Memory = want.CPU, want.Memory
+		x.Spec = &spec
 	}, func(x reconciler.Instance) {
 		if x.Phase.HoldsNode() {
 			s.cluster.release(x.ID)

@@ -41,7 +41,7 @@ func newCluster(s *state) *cluster {
 
 func allocationOf(in *reconciler.Instance) scheduler.Allocation {
 	var ports []int
-	for _, p := range withPorts(in.Spec, in.HostPorts).Ports {
+	for _, p := range withPorts(*in.Spec, in.HostPorts).Ports {
 		if p.HostPort > 0 {
 			ports = append(ports, p.HostPort)
 		}
@@ -206,7 +206,7 @@ func (s *state) requestFor(in *reconciler.Instance) scheduler.Request {
 	if ok {
 		r = sr.Request
 	}
-	r.Spec = in.Spec
+	r.Spec = *in.Spec
 	r.Spec.Name = in.Name
 	r.ID, r.Count, r.Group, r.Priority = in.ID, 1, in.Group, in.Priority
 	r.Constraints = slices.Clone(r.Constraints)

@@ -309,7 +309,13 @@ func (p *Plane) Run(ctx context.Context) error { return p.run(ctx) }
 // request is kept (see Config.Retention). Names are reusable once their
 // holder is deleted or being deleted.
 func (p *Plane) Submit(ctx context.Context, req scheduler.Request, owner string) (*Answer, error) {
-	return p.submit(ctx, req, owner)
+	ans, err := p.submit(ctx, req, owner)
+	if ans != nil {
+		for i := range ans.Instances {
+			own(&ans.Instances[i].Instance)
+		}
+	}
+	return ans, err
 }
 
 // SubmitGroup places a group: its essential instances all or none. A node
@@ -321,7 +327,13 @@ func (p *Plane) Submit(ctx context.Context, req scheduler.Request, owner string)
 // quota. Members whose node goes offline are placed again, restart policy
 // or not; Group tells whether the group is degraded meanwhile.
 func (p *Plane) SubmitGroup(ctx context.Context, g scheduler.Group, owner string) (*GroupAnswer, error) {
-	return p.submitGroup(ctx, g, owner)
+	ans, err := p.submitGroup(ctx, g, owner)
+	if ans != nil {
+		for i := range ans.Instances {
+			own(&ans.Instances[i].Instance)
+		}
+	}
+	return ans, err
 }
 
 // Plan is a dry run of Submit: where req's instances would go now and why
@@ -333,7 +345,11 @@ func (p *Plane) Plan(ctx context.Context, req scheduler.Request) (*PlanAnswer, e
 // Instances returns the instances matching f, sorted by id, at most
 // f.Limit of them. A negative f.Limit is a *driver.FieldError on "limit".
 func (p *Plane) Instances(ctx context.Context, f Filter) ([]Instance, error) {
-	return p.instances(ctx, f)
+	list, err := p.instances(ctx, f)
+	for i := range list {
+		own(&list[i])
+	}
+	return list, err
 }
 
 // Counts returns how many instances are in each phase (phases with none
@@ -344,7 +360,19 @@ func (p *Plane) Counts(ctx context.Context) (map[Phase]int, error) { return p.co
 // that holds the name ref or, when every instance named ref is deleted, the
 // newest of them; driver.ErrNotFound otherwise.
 func (p *Plane) Instance(ctx context.Context, ref string) (Instance, error) {
-	return p.instance(ctx, ref)
+	in, err := p.instance(ctx, ref)
+	own(&in)
+	return in, err
+}
+
+// own gives in a copy of its spec, which the plane shares between the
+// instances of a request: what a caller does with an instance it was given
+// never reaches the plane.
+func own(in *Instance) {
+	if in.Spec != nil {
+		spec := *in.Spec
+		in.Spec = &spec
+	}
 }
 
 // Delete marks the instance for deletion and returns; the reconciler

@@ -944,3 +944,46 @@ func TestWaitingGroupSurvivesARestart(t *testing.T) {
 	waitPhase(t, p2, "app.web", reconciler.Running)
 	waitPhase(t, p2, "app.db", reconciler.Running)
 }
+
+// TestSpecSharedButNeverAliased checks the instances of a request, which
+// share one spec in the plane: a resize changes one instance only, what a
+// caller does with an instance it was given changes nothing, and after a
+// restart the instances share their spec again.
+func TestSpecSharedButNeverAliased(t *testing.T) {
+	_, prov := newSim(t, 3, nil)
+	st := memory.New(memory.Options{})
+	p, stop := start(t, config(st, prov))
+	ctx := context.Background()
+	ans, err := p.Submit(ctx, req("trio", 3), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ans.Instances[1].Instance.Spec.Image = "changed-by-the-caller"
+	for _, id := range []string{"trio-0", "trio-1", "trio-2"} {
+		waitPhase(t, p, id, reconciler.Running)
+	}
+	if err := p.Resize(ctx, "trio-0", driver.Resources{CPU: driver.CPUs(1)}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := p.Instance(ctx, "trio-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.Spec.Memory = 1 // a caller's change
+	check := func(p *control.Plane) {
+		t.Helper()
+		for id, cpu := range map[string]driver.MilliCPU{"trio-0": driver.CPUs(1), "trio-1": driver.CPUs(0.5), "trio-2": driver.CPUs(0.5)} {
+			in, err := p.Instance(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if in.Spec.CPU != cpu || in.Spec.Memory != 256*driver.MiB || in.Spec.Image != "busybox" {
+				t.Fatalf("%s: cpus %s, memory %s, image %q; want %s, 256Mi, busybox", id, in.Spec.CPU, in.Spec.Memory, in.Spec.Image, cpu)
+			}
+		}
+	}
+	check(p)
+	stop()
+	p2, _ := start(t, config(st, prov))
+	check(p2)
+}

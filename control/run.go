@@ -593,7 +593,7 @@ func (s *state) workCreate(ctx context.Context, rt *runtime, t *task) {
 				return
 			}
 		}
-		spec := withPorts(in.Spec, in.HostPorts)
+		spec := withPorts(*in.Spec, in.HostPorts)
 		spec.Name = in.BackendName()
 		spec.Tags = s.tags(&in)
 		opCtx, ok := rt.opContext(ctx, t)

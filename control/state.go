@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -268,11 +269,18 @@ func (s *state) load(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("control: load instances: %w", err)
 	}
+	// The instances of a request, adjacent in the listing, share their
+	// spec again, as they did when submitted.
+	var last *reconciler.Instance
 	for _, kv := range kvs {
 		in, err := decodeInstance(kv)
 		if err != nil {
 			return err
 		}
+		if last != nil && in.Request == last.Request && reflect.DeepEqual(in.Spec, last.Spec) {
+			in.Spec = last.Spec
+		}
+		last = in
 		s.putLocked(in)
 	}
 	s.loadRev = rev
@@ -294,6 +302,9 @@ func decodeInstance(kv store.KV) (*reconciler.Instance, error) {
 	var in reconciler.Instance
 	if err := json.Unmarshal(kv.Value, &in); err != nil {
 		return nil, fmt.Errorf("control: decode %s: %w", kv.Key, err)
+	}
+	if in.Spec == nil {
+		in.Spec = &driver.Spec{}
 	}
 	in.Revision = kv.ModRevision
 	return &in, nil

@@ -130,14 +130,15 @@ func (s *state) accept(ctx context.Context, parts []part, groupPlan *scheduler.P
 	for pi := range parts {
 		pt := &parts[pi]
 		r := &pt.req
+		// The request's instances share one spec; names are their own.
+		spec := r.Spec
+		spec.Name = ""
 		for i := range r.N() {
-			in := &reconciler.Instance{
-				ID: r.InstanceID(i), Name: instanceName(r, i), Spec: r.Spec, Phase: reconciler.Pending,
+			recs = append(recs, &reconciler.Instance{
+				ID: r.InstanceID(i), Name: instanceName(r, i), Spec: &spec, Phase: reconciler.Pending,
 				Owner: pt.owner, Pool: pt.pool, Label: pt.label, Group: r.Group, Request: r.ID,
 				Priority: r.Priority, Created: now, Updated: now,
-			}
-			in.Spec.Name = ""
-			recs = append(recs, in)
+			})
 		}
 		prov := r.Provider
 		if pt.pool != "" {
@@ -541,7 +542,7 @@ func (s *state) plan(ctx context.Context, req scheduler.Request) (*PlanAnswer, e
 		ans.Unplaced += len(u.Indexes)
 		ans.Reasons = append(ans.Reasons, u.Reasons.String())
 	}
-	probe := reconciler.Instance{Spec: req.Spec}
+	probe := reconciler.Instance{Spec: &req.Spec}
 	if why := s.quotaBlocks(&probe); why != "" {
 		ans.Reasons = append(ans.Reasons, why)
 	}

@@ -75,12 +75,15 @@ type Ref struct {
 // Instance is Berth's record of one instance, stored as JSON under
 // /berth/instances/<id>.
 type Instance struct {
-	ID       string      `json:"id"`
-	Name     string      `json:"name,omitempty"`
-	Provider string      `json:"provider,omitempty"`
-	Node     string      `json:"node,omitempty"`
-	Spec     driver.Spec `json:"spec"`
-	Phase    Phase       `json:"phase"`
+	ID       string `json:"id"`
+	Name     string `json:"name,omitempty"`
+	Provider string `json:"provider,omitempty"`
+	Node     string `json:"node,omitempty"`
+	// Spec is what the instance runs. The instances of one request share
+	// one Spec: it is never changed in place; a change (a resize) gives
+	// the instance a changed copy. A nil Spec reads as the zero Spec.
+	Spec  *driver.Spec `json:"spec"`
+	Phase Phase        `json:"phase"`
 	// HostPorts are the host ports the scheduler chose for the spec's
 	// published "any port" ports, in order.
 	HostPorts []int `json:"host_ports,omitempty"`
@@ -148,6 +151,9 @@ func NodeID(provider, node string) string { return provider + "/" + node }
 // run again when it is lost. Members of a group are placed again when
 // their node goes offline whatever their policy: the group needs them.
 func (in *Instance) Restarts() bool {
+	if in.Spec == nil {
+		return false
+	}
 	switch in.Spec.RestartPolicy.Name {
 	case "always", "on-failure", "unless-stopped":
 		return true

@@ -153,7 +153,7 @@ func parseScenarios(t *testing.T, file string) []*scenario {
 		}
 		switch fields[0] {
 		case "scenario":
-			cur = &scenario{name: strings.Join(fields[1:], "_"), init: Instance{ID: "i1", Phase: Pending, Created: start}}
+			cur = &scenario{name: strings.Join(fields[1:], "_"), init: Instance{ID: "i1", Spec: &driver.Spec{}, Phase: Pending, Created: start}}
 			out = append(out, cur)
 			continue
 		}

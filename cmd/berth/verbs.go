@@ -484,7 +484,10 @@ func psCmd(c *cli) *cobra.Command {
 	return cmd
 }
 
-func what(s driver.Spec) string {
+func what(s *driver.Spec) string {
+	if s == nil {
+		return ""
+	}
 	w := s.Image
 	if cmd := slices.Concat(s.Entrypoint, s.Command); len(cmd) > 0 {
 		if w != "" {
