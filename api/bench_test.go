@@ -130,9 +130,11 @@ func sendLoad() int {
 
 // BenchmarkW3EndToEnd runs workload w3 through the whole path: 1,000 batch
 // groups of 1,000 instances (all essential, one zone constraint each) are
-// submitted through the HTTP API to a plane over a sim back-end of 5,000
-// nodes, and the clock stops when all 1,000,000 instances run. It reports
-// the seconds taken and the process's peak RSS. Run with -benchtime=1x.
+// submitted through the HTTP API to a plane over the server's store (bbolt)
+// and a sim back-end of 5,000 nodes, and the clock stops when all 1,000,000
+// instances run. It reports the seconds taken and the process's peak RSS.
+// Run with -benchtime=1x; GOMEMLIMIT sets the soft memory limit, as the
+// server's --memory-limit does.
 func BenchmarkW3EndToEnd(b *testing.B) {
 	w, err := simulate.Builtin("w3", 0)
 	if err != nil {
@@ -143,7 +145,11 @@ func BenchmarkW3EndToEnd(b *testing.B) {
 		b.Fatal(err)
 	}
 	for b.Loop() {
-		e := newEnv(b, map[string]any{"pools": string(pools)}, 0)
+		st, err := bolt.Open(filepath.Join(b.TempDir(), "berth.db"), bolt.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		e := newEnvOn(b, st, map[string]any{"pools": string(pools)}, 0)
 		ctx := context.Background()
 		total := 0
 		start := time.Now()

@@ -46,7 +46,12 @@ type Config struct {
 	// ("1Mi", "512k") or a bare number of MiB.
 	MaxBodySize driver.Bytes `yaml:"max_body_size"`
 	// MaxCount caps the instances one API submission may ask for.
-	MaxCount  int        `yaml:"max_count"`
+	MaxCount int `yaml:"max_count"`
+	// MemoryLimit is the Go runtime's soft memory limit for the server (as
+	// GOMEMLIMIT): as the heap nears it, garbage is collected sooner rather
+	// than the heap doubling. 0 leaves the runtime's setting. In YAML it is
+	// a size string ("3Gi") or a bare number of MiB.
+	MemoryLimit driver.Bytes `yaml:"memory_limit"`
 	Providers []Provider `yaml:"providers"`
 	// Pools are Nodepool pools: labels mapped to specs, kept warm.
 	Pools []control.Pool `yaml:"pools"`
@@ -244,6 +249,9 @@ func (c *Config) validate(es *driver.FieldErrors) {
 		es.Add("listen", "required (host:port)")
 	} else if !strings.Contains(c.Listen, ":") {
 		es.Add("listen", "%q: want host:port", c.Listen)
+	}
+	if c.MemoryLimit < 0 {
+		es.Add("memory_limit", "must not be negative")
 	}
 	if c.MaxBodySize < 0 {
 		es.Add("max_body_size", "must not be negative")

@@ -52,6 +52,7 @@ listen: 127.0.0.1:9000
 data_dir: /var/lib/berth
 log: {format: json, level: debug}
 shutdown_timeout: 10s
+memory_limit: 3Gi
 providers:
   - name: a
     driver: cfgtest
@@ -78,7 +79,7 @@ func TestLoadGood(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Listen != "127.0.0.1:9000" || cfg.Log.Format != "json" || cfg.ShutdownTimeout != 10*time.Second {
+	if cfg.Listen != "127.0.0.1:9000" || cfg.Log.Format != "json" || cfg.ShutdownTimeout != 10*time.Second || cfg.MemoryLimit != 3*driver.GiB {
 		t.Errorf("top level: %+v", cfg)
 	}
 	o, ok := cfg.Providers[0].Decoded.(*testOptions)
@@ -166,6 +167,8 @@ func TestBadFiles(t *testing.T) {
 		{"negative quota", "quotas:\n  - {owner: x, memory: -1Gi}\n", "quotas[0].memory"},
 		{"bad cpus", "quotas:\n  - {owner: x, cpus: many}\n", "quotas[0].cpus"},
 		{"bool for string", "listen: {a: b}\n", "listen"},
+		{"negative memory_limit", "memory_limit: -1Gi\n", "memory_limit"},
+		{"bad memory_limit", "memory_limit: lots\n", "memory_limit"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

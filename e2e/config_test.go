@@ -3,6 +3,8 @@ package e2e
 import (
 	"encoding/json"
 	"errors"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -57,6 +59,10 @@ func TestServerRejectsBadConfig(t *testing.T) {
 		{"no data dir", []string{"--config", write("g.yaml", "providers:\n  - {name: sim, driver: sim}\n")}, 2,
 			[]string{"data directory"}},
 		{"bad flag", []string{"--no-such-flag"}, 2, []string{"no-such-flag"}},
+		{"bad memory limit", []string{"--config", write("h.yaml", good), "--memory-limit", "lots"}, 2,
+			[]string{"--memory-limit", "lots"}},
+		{"negative memory limit", []string{"--config", write("i.yaml", good+"memory_limit: -5Gi\n")}, 4,
+			[]string{"i.yaml", "memory_limit", "negative"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -122,7 +128,20 @@ func TestSimServerFromConfig(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s := startServerWith(t, "--config", cfg, "--sim-nodes", "3")
+	s := startServerWith(t, "--config", cfg, "--sim-nodes", "3", "--memory-limit", "3Gi")
+	// The soft memory limit reached the runtime: Go's collector reports it.
+	resp, err := http.Get("http://" + s.addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(metrics), "go_gc_gomemlimit_bytes 3.221225472e+09") {
+		t.Errorf("/metrics does not report the 3Gi memory limit:\n%s", grepLines(string(metrics), "gomemlimit"))
+	}
 	var nodes []map[string]any
 	if err := json.Unmarshal([]byte(mustBerth(t, s, "nodes", "--json")), &nodes); err != nil || len(nodes) != 3 {
 		t.Fatalf("--sim-nodes 3 did not override the file: %v %d nodes", err, len(nodes))
@@ -144,4 +163,15 @@ func TestSimServerFromConfig(t *testing.T) {
 	if _, stderr, code := berth(t, s, "images", "--provider", "nope"); code != 3 && code != 4 {
 		t.Fatalf("images of an unknown provider: exit %d (%s)", code, stderr)
 	}
+}
+
+// grepLines returns the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for line := range strings.SplitSeq(s, "\n") {
+		if strings.Contains(line, sub) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
 }

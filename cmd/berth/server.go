@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"runtime/pprof"
 	"strings"
 	"syscall"
@@ -38,6 +39,7 @@ type serverFlags struct {
 	logFormat  string
 	logLevel   string
 	cluster    string
+	memLimit   string
 	// driverOpts holds the generated --<driver>-<option> flags.
 	driverOpts map[string]*string
 }
@@ -70,6 +72,7 @@ goroutine's stack to the log.`,
 	fl.StringVar(&f.logFormat, "log-format", "", "log format: text or json")
 	fl.StringVar(&f.logLevel, "log-level", "", "log level: debug, info, warn or error")
 	fl.StringVar(&f.cluster, "cluster", "", "name of this Berth installation, written on every back-end resource")
+	fl.StringVar(&f.memLimit, "memory-limit", "", "soft memory limit of the server, e.g. 3Gi (as GOMEMLIMIT; default: the runtime's)")
 	for _, df := range config.DriverFlags() {
 		help := df.Option.Help
 		if help == "" {
@@ -117,6 +120,13 @@ func (f *serverFlags) load(cmd *cobra.Command) (*config.Config, error) {
 	set("log-format", &cfg.Log.Format, f.logFormat)
 	set("log-level", &cfg.Log.Level, f.logLevel)
 	set("cluster", &cfg.Cluster, f.cluster)
+	if cmd.Flags().Changed("memory-limit") {
+		b, err := driver.ParseBytes(f.memLimit)
+		if err != nil {
+			return nil, usagef("--memory-limit: %v", err)
+		}
+		cfg.MemoryLimit = b
+	}
 	if f.dev {
 		if cfg.DataDir == "" {
 			dir, err := devDataDir()
@@ -176,6 +186,9 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 	}
 	log := newLogger(cfg, c.stderr)
 	slog.SetDefault(log)
+	if cfg.MemoryLimit > 0 {
+		debug.SetMemoryLimit(int64(cfg.MemoryLimit))
+	}
 	ctx := cmd.Context()
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
