@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/api/client"
-	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/scheduler"
 	"github.com/berth-dev/berth/simulate"
@@ -40,19 +39,13 @@ func BenchmarkSubmitSim1000(b *testing.B) {
 		b.Fatal(err)
 	}
 	e := newEnvOn(b, st, map[string]any{"nodes": 1000, "shape": `{"cpus": 64, "memory": "256Gi"}`}, 0)
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), loadEnv+"="+e.http.URL, fmt.Sprintf("%s=%d", loadCountEnv, b.N))
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	load := startLoad(b, e.http.URL, loadSubmit, b.N)
 	b.ResetTimer()
-	out, err := cmd.Output()
-	b.StopTimer()
-	if err != nil {
-		b.Fatalf("load process: %v: %s", err, stderr.Bytes())
-	}
 	var res loadResult
-	if err := json.Unmarshal(out, &res); err != nil || len(res.Micros) != b.N {
-		b.Fatalf("load process answered %q: %v", out, err)
+	load.wait(b, &res)
+	b.StopTimer()
+	if len(res.Micros) != b.N {
+		b.Fatalf("load process measured %d requests, want %d", len(res.Micros), b.N)
 	}
 	lat := res.Micros
 	slices.Sort(lat)
@@ -63,28 +56,88 @@ func BenchmarkSubmitSim1000(b *testing.B) {
 	b.ReportMetric(res.Rate, "req/s")
 }
 
-// Environment of the load process of BenchmarkSubmitSim1000.
+// The load of the benchmarks comes from a second process, as it would from
+// clients: this test binary started again with the environment below, in
+// which TestMain calls sendLoad instead of running tests.
 const (
-	loadEnv      = "BERTH_BENCH_LOAD_URL"
-	loadCountEnv = "BERTH_BENCH_LOAD_COUNT"
+	loadEnv      = "BERTH_BENCH_LOAD_URL"   // the server's URL
+	loadKindEnv  = "BERTH_BENCH_LOAD_KIND"  // loadSubmit or loadW3
+	loadCountEnv = "BERTH_BENCH_LOAD_COUNT" // how many requests (loadSubmit)
 )
 
-// loadResult is what the load process prints: each request's latency in
-// microseconds and the rate achieved.
+// Kinds of load.
+const (
+	loadSubmit = "submit" // single requests, open loop at 1,000 per second
+	loadW3     = "w3"     // workload w3's groups, one after the other
+)
+
+// loadProcess is a running load process.
+type loadProcess struct {
+	cmd    *exec.Cmd
+	stdout bytes.Buffer
+	stderr bytes.Buffer
+	done   chan struct{} // closed when it has ended, with err set
+	err    error
+}
+
+// startLoad starts a load process of kind against url.
+func startLoad(b *testing.B, url, kind string, count int) *loadProcess {
+	b.Helper()
+	lp := &loadProcess{cmd: exec.Command(os.Args[0]), done: make(chan struct{})}
+	lp.cmd.Env = append(os.Environ(), loadEnv+"="+url, loadKindEnv+"="+kind, fmt.Sprintf("%s=%d", loadCountEnv, count))
+	lp.cmd.Stdout, lp.cmd.Stderr = &lp.stdout, &lp.stderr
+	if err := lp.cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	go func() {
+		lp.err = lp.cmd.Wait()
+		close(lp.done)
+	}()
+	b.Cleanup(func() {
+		_ = lp.cmd.Process.Kill()
+		<-lp.done
+	})
+	return lp
+}
+
+// failed reports whether the load process has ended with an error.
+func (lp *loadProcess) failed() bool {
+	select {
+	case <-lp.done:
+		return lp.err != nil
+	default:
+		return false
+	}
+}
+
+// wait waits for the load process to end and decodes what it printed into
+// out.
+func (lp *loadProcess) wait(b *testing.B, out any) {
+	b.Helper()
+	if <-lp.done; lp.err != nil {
+		b.Fatalf("load process: %v: %s", lp.err, lp.stderr.Bytes())
+	}
+	if err := json.Unmarshal(lp.stdout.Bytes(), out); err != nil {
+		b.Fatalf("load process printed %q: %v", lp.stdout.Bytes(), err)
+	}
+}
+
+// loadResult is what a submit load process prints: each request's latency
+// in microseconds and the rate achieved.
 type loadResult struct {
 	Micros []int64 `json:"micros"`
 	Rate   float64 `json:"rate"`
 }
 
-// sendLoad is the load process: it submits the requests open loop at 1,000
-// per second to the server named by the environment and prints a
-// loadResult. It returns the process's exit code.
+// w3Result is what a w3 load process prints.
+type w3Result struct {
+	Instances int     `json:"instances"`
+	Seconds   float64 `json:"seconds"` // to submit every group
+}
+
+// sendLoad is the load process: it sends the load the environment names,
+// prints its result as JSON and returns the process's exit code.
 func sendLoad() int {
-	n, err := strconv.Atoi(os.Getenv(loadCountEnv))
-	if err != nil || n < 1 {
-		fmt.Fprintf(os.Stderr, "%s: want a positive count, got %q\n", loadCountEnv, os.Getenv(loadCountEnv))
-		return 2
-	}
 	tr := &http.Transport{MaxIdleConnsPerHost: 256}
 	defer tr.CloseIdleConnections()
 	cl, err := client.New(os.Getenv(loadEnv), client.WithHTTPClient(&http.Client{Transport: tr}))
@@ -92,6 +145,37 @@ func sendLoad() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
+	var res any
+	switch kind := os.Getenv(loadKindEnv); kind {
+	case loadSubmit:
+		n, err := strconv.Atoi(os.Getenv(loadCountEnv))
+		if err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "%s: want a positive count, got %q\n", loadCountEnv, os.Getenv(loadCountEnv))
+			return 2
+		}
+		if res, err = submitLoad(cl, n); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	case loadW3:
+		if res, err = w3Load(cl); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	default:
+		fmt.Fprintf(os.Stderr, "%s: unknown load %q\n", loadKindEnv, kind)
+		return 2
+	}
+	if err := json.NewEncoder(os.Stdout).Encode(res); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// submitLoad submits n requests open loop at 1,000 per second and measures
+// each one's latency from when it was due.
+func submitLoad(cl *client.Client, n int) (*loadResult, error) {
 	const rate = 1000
 	interval := time.Second / rate
 	lat := make([]int64, n)
@@ -117,24 +201,40 @@ func sendLoad() int {
 	elapsed := time.Since(start)
 	for i, err := range errs {
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "request %d: %v\n", i, err)
-			return 1
+			return nil, fmt.Errorf("request %d: %w", i, err)
 		}
 	}
-	if err := json.NewEncoder(os.Stdout).Encode(loadResult{Micros: lat, Rate: float64(n) / elapsed.Seconds()}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+	return &loadResult{Micros: lat, Rate: float64(n) / elapsed.Seconds()}, nil
+}
+
+// w3Load submits workload w3's groups one after the other.
+func w3Load(cl *client.Client) (*w3Result, error) {
+	w, err := simulate.Builtin("w3", 0)
+	if err != nil {
+		return nil, err
 	}
-	return 0
+	res := &w3Result{}
+	start := time.Now()
+	for g, it := range w.Requests {
+		svc := scheduler.Service{Request: it.Request, Essential: it.Essential}
+		svc.ID = "s"
+		if _, err := cl.SubmitGroup(context.Background(), scheduler.Group{ID: fmt.Sprintf("g%d", g), Services: []scheduler.Service{svc}}); err != nil {
+			return nil, fmt.Errorf("group %d: %w", g, err)
+		}
+		res.Instances += it.Request.N()
+	}
+	res.Seconds = time.Since(start).Seconds()
+	return res, nil
 }
 
 // BenchmarkW3EndToEnd runs workload w3 through the whole path: 1,000 batch
 // groups of 1,000 instances (all essential, one zone constraint each) are
-// submitted through the HTTP API to a plane over the server's store (bbolt)
-// and a sim back-end of 5,000 nodes, and the clock stops when all 1,000,000
-// instances run. It reports the seconds taken and the process's peak RSS.
-// Run with -benchtime=1x; GOMEMLIMIT sets the soft memory limit, as the
-// server's --memory-limit does.
+// submitted through the HTTP API, by a second process, to a plane over the
+// server's store (bbolt) and a sim back-end of 5,000 nodes, and the clock
+// stops when all 1,000,000 instances run. It reports the seconds taken and
+// the peak RSS of this process, the server's. Run with -benchtime=1x;
+// GOMEMLIMIT sets the soft memory limit, as the server's --memory-limit
+// does.
 func BenchmarkW3EndToEnd(b *testing.B) {
 	w, err := simulate.Builtin("w3", 0)
 	if err != nil {
@@ -152,17 +252,11 @@ func BenchmarkW3EndToEnd(b *testing.B) {
 		e := newEnvOn(b, st, map[string]any{"pools": string(pools)}, 0)
 		ctx := context.Background()
 		total := 0
-		start := time.Now()
-		for g, it := range w.Requests {
-			svc := scheduler.Service{Request: it.Request, Essential: it.Essential}
-			svc.ID = "s"
-			if _, err := e.client.SubmitGroup(ctx, scheduler.Group{ID: fmt.Sprintf("g%d", g), Services: []scheduler.Service{svc}}); err != nil {
-				b.Fatalf("group %d: %v", g, err)
-			}
+		for _, it := range w.Requests {
 			total += it.Request.N()
 		}
-		submitted := time.Since(start)
-		b.Logf("submitted %d groups in %s", len(w.Requests), submitted.Round(time.Millisecond))
+		start := time.Now()
+		load := startLoad(b, e.http.URL, loadW3, 0)
 		// The sim back-end's nodes count the instances that exist there;
 		// summing them is cheap where listing a million records is not.
 		deadline := time.Now().Add(8 * time.Minute)
@@ -179,6 +273,9 @@ func BenchmarkW3EndToEnd(b *testing.B) {
 			if created >= total {
 				break
 			}
+			if load.failed() {
+				load.wait(b, nil)
+			}
 			if time.Since(lastLog) > 10*time.Second {
 				b.Logf("%s: %d of %d instances exist in the back-end", time.Since(start).Round(time.Second), created, total)
 				lastLog = time.Now()
@@ -188,26 +285,26 @@ func BenchmarkW3EndToEnd(b *testing.B) {
 			}
 			time.Sleep(time.Second)
 		}
-		notYet := []control.Phase{"pending", "scheduled", "creating"}
 		for {
-			left, err := e.plane.Instances(ctx, control.Filter{Phases: notYet})
+			c, err := e.plane.Counts(ctx)
 			if err != nil {
 				b.Fatal(err)
 			}
-			if len(left) == 0 {
+			if c["running"] == total {
 				break
 			}
-			time.Sleep(200 * time.Millisecond)
+			if c["pending"]+c["scheduled"]+c["creating"] == 0 {
+				b.Fatalf("nothing left to launch, yet %d of %d instances run: %v", c["running"], total, c)
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
 		elapsed := time.Since(start)
-		running, err := e.plane.Instances(ctx, control.Filter{Phases: []control.Phase{"running"}})
-		if err != nil {
-			b.Fatal(err)
+		var lr w3Result
+		load.wait(b, &lr)
+		if lr.Instances != total {
+			b.Fatalf("the load process submitted %d instances, want %d", lr.Instances, total)
 		}
-		if len(running) != total {
-			b.Fatalf("%d instances running, want %d", len(running), total)
-		}
-		b.ReportMetric(submitted.Seconds(), "submit_s")
+		b.ReportMetric(lr.Seconds, "submit_s")
 		b.ReportMetric(elapsed.Seconds(), "running_s")
 		b.ReportMetric(float64(total), "instances")
 		b.ReportMetric(float64(peakRSS()), "peak_rss_bytes")

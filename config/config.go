@@ -52,7 +52,7 @@ type Config struct {
 	// than the heap doubling. 0 leaves the runtime's setting. In YAML it is
 	// a size string ("3Gi") or a bare number of MiB.
 	MemoryLimit driver.Bytes `yaml:"memory_limit"`
-	Providers []Provider `yaml:"providers"`
+	Providers   []Provider   `yaml:"providers"`
 	// Pools are Nodepool pools: labels mapped to specs, kept warm.
 	Pools []control.Pool `yaml:"pools"`
 	// Quotas limit a provider, a pool or an owner.

@@ -362,19 +362,6 @@ func (s *state) events(ctx context.Context, since int64, fn func(Event)) error {
 
 // nodes is Plane.Nodes.
 func (s *state) nodes(ctx context.Context) ([]NodeView, error) {
-	type sum struct {
-		r driver.Resources
-		n int
-	}
-	sums := map[string]*sum{}
-	for _, in := range s.snapshot(func(in *reconciler.Instance) bool { return in.Phase.HoldsNode() }) {
-		k := reconciler.NodeID(in.Provider, in.Node)
-		if sums[k] == nil {
-			sums[k] = &sum{}
-		}
-		sums[k].r = sums[k].r.Add(in.Spec.Resources)
-		sums[k].n++
-	}
 	var out []NodeView
 	var errs []error
 	for _, name := range s.provNames {
@@ -383,13 +370,16 @@ func (s *state) nodes(ctx context.Context) ([]NodeView, error) {
 			errs = append(errs, fmt.Errorf("provider %s: %w", name, err))
 			continue
 		}
+		s.mu.RLock()
 		for _, n := range ps.Nodes {
 			v := NodeView{Provider: name, Node: n}
-			if x := sums[reconciler.NodeID(name, n.Name)]; x != nil {
-				v.Berth, v.BerthCount = x.r, x.n
+			if h := s.held[nodeKey(name, n.Name)]; h != nil {
+				v.Berth, v.BerthCount = h.rest, h.n
+				v.Berth.CPU, v.Berth.Memory = h.cpu, h.mem
 			}
 			out = append(out, v)
 		}
+		s.mu.RUnlock()
 	}
 	if out == nil && len(errs) > 0 {
 		return nil, errors.Join(errs...)

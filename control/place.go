@@ -397,7 +397,7 @@ func (s *state) quotaUse() []QuotaUse {
 	defer s.mu.RUnlock()
 	for k := range use {
 		u := &use[k]
-		var key string
+		var key heldKey
 		switch {
 		case u.Owner != "":
 			key = ownerKey(u.Owner)

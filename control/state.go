@@ -65,7 +65,7 @@ type state struct {
 	recs     map[string]*reconciler.Instance // the store's instances, write-through
 	requests map[string]*storedRequest
 	names    map[string]string           // instance id by name, for live instances
-	held     map[string]*held            // what each owner, pool and provider holds
+	held     map[heldKey]*held           // what each owner, pool, provider and node holds
 	queued   int                         // pending instances
 	pending  map[string]bool             // ids of the pending instances
 	phases   map[reconciler.Phase]int    // instances per phase
@@ -212,7 +212,7 @@ func newState(ctx context.Context, cfg Config) (*state, error) {
 		recs:      map[string]*reconciler.Instance{},
 		requests:  map[string]*storedRequest{},
 		names:     map[string]string{},
-		held:      map[string]*held{},
+		held:      map[heldKey]*held{},
 		phases:    map[reconciler.Phase]int{},
 		pending:   map[string]bool{},
 		nodeInfo:  map[string]driver.Node{},
@@ -384,12 +384,33 @@ type held struct {
 	n   int
 	cpu driver.MilliCPU
 	mem driver.Bytes
+	// rest is the other resources (disk, gpus, named), summed for nodes
+	// only.
+	rest driver.Resources
 }
 
-// Scope keys of state.held.
-func ownerKey(o string) string    { return "owner\x00" + o }
-func poolKey(p string) string     { return "pool\x00" + p }
-func providerKey(p string) string { return "provider\x00" + p }
+// heldKey names what a tally of held instances is for.
+type heldKey struct {
+	kind     heldKind
+	provider string // a node's provider
+	name     string
+}
+
+type heldKind uint8
+
+const (
+	heldOwner heldKind = iota + 1
+	heldPool
+	heldProvider
+	heldNode
+)
+
+func ownerKey(o string) heldKey    { return heldKey{kind: heldOwner, name: o} }
+func poolKey(p string) heldKey     { return heldKey{kind: heldPool, name: p} }
+func providerKey(p string) heldKey { return heldKey{kind: heldProvider, name: p} }
+func nodeKey(provider, node string) heldKey {
+	return heldKey{kind: heldNode, provider: provider, name: node}
+}
 
 // countLocked adds (sign 1) or removes (-1) in from the tallies.
 func (s *state) countLocked(in *reconciler.Instance, sign int) {
@@ -405,7 +426,7 @@ func (s *state) countLocked(in *reconciler.Instance, sign int) {
 	if !in.Phase.HoldsNode() {
 		return
 	}
-	for _, k := range []string{ownerKey(in.Owner), poolKey(in.Pool), providerKey(in.Provider)} {
+	for _, k := range [...]heldKey{ownerKey(in.Owner), poolKey(in.Pool), providerKey(in.Provider), nodeKey(in.Provider, in.Node)} {
 		h := s.held[k]
 		if h == nil {
 			h = &held{}
@@ -414,6 +435,14 @@ func (s *state) countLocked(in *reconciler.Instance, sign int) {
 		h.n += sign
 		h.cpu += driver.MilliCPU(sign) * in.Spec.CPU
 		h.mem += driver.Bytes(sign) * in.Spec.Memory
+		if k.kind == heldNode && (in.Spec.Disk != 0 || in.Spec.GPUs != 0 || len(in.Spec.Other) > 0) {
+			rest := driver.Resources{Disk: in.Spec.Disk, GPUs: in.Spec.GPUs, Other: in.Spec.Other}
+			if sign > 0 {
+				h.rest = h.rest.Add(rest)
+			} else {
+				h.rest = h.rest.Sub(rest)
+			}
+		}
 	}
 }
 
@@ -513,7 +542,6 @@ func (s *state) counts() map[reconciler.Phase]int {
 // and then performs the actions. Actions listed in direct are not performed
 // but returned, for callers that perform them themselves.
 func (s *state) apply(ctx context.Context, id string, ev reconciler.Event, direct ...reconciler.ActionKind) (reconciler.Instance, []reconciler.Action, error) {
-	ev.Instance = slim(ev.Instance)
 	mu := s.lockOf(id)
 	mu.Lock()
 	defer mu.Unlock()
@@ -592,7 +620,6 @@ func (s *state) applyBatch(ctx context.Context, batch []outcome) {
 			results[o.id] = r
 			order = append(order, o.id)
 		}
-		o.ev.Instance = slim(o.ev.Instance)
 		next, acts := s.m.Step(r.in, o.ev, s.now())
 		r.in = next
 		r.acts = append(r.acts, acts...)
@@ -643,18 +670,6 @@ func (s *state) applyOne(ctx context.Context, o outcome) {
 	if _, _, err := s.apply(ctx, o.id, o.ev); err != nil && ctx.Err() == nil && !errors.Is(err, driver.ErrNotFound) {
 		s.log.Warn("apply", "instance", o.id, "event", o.ev.Kind, "err", err)
 	}
-}
-
-// slim returns a copy of a back-end's instance without its tags and labels:
-// they are Berth's own tags and the spec's labels, both on the record
-// already, and leaving them out keeps every stored instance small.
-func slim(in *driver.Instance) *driver.Instance {
-	if in == nil || (in.Tags == nil && in.Labels == nil) {
-		return in
-	}
-	c := *in
-	c.Tags, c.Labels = nil, nil
-	return &c
 }
 
 // newID returns a fresh random id.

@@ -296,7 +296,7 @@ func (s *state) syncInstances(ctx context.Context, rt *runtime, p *provider.Prov
 	}
 }
 
-func sameExit(a, b *driver.Instance) bool {
+func sameExit(a *reconciler.Seen, b *driver.Instance) bool {
 	if (a.ExitCode == nil) != (b.ExitCode == nil) {
 		return false
 	}

@@ -90,12 +90,12 @@ type Instance struct {
 	// BackendID is the back-end's id of the resource; empty until the
 	// back-end reports it.
 	BackendID string `json:"backend_id,omitempty"`
-	// Observed is the back-end's instance as last seen.
-	Observed *driver.Instance `json:"observed,omitempty"`
-	Owner    string           `json:"owner,omitempty"`
-	Pool     string           `json:"pool,omitempty"`
-	Label    string           `json:"label,omitempty"`
-	Group    string           `json:"group,omitempty"`
+	// Observed is what the back-end showed of the instance when last seen.
+	Observed *Seen  `json:"observed,omitempty"`
+	Owner    string `json:"owner,omitempty"`
+	Pool     string `json:"pool,omitempty"`
+	Label    string `json:"label,omitempty"`
+	Group    string `json:"group,omitempty"`
 	// Request is the id of the request the instance came from; the request
 	// is kept under /berth/requests/<id> for placing it again.
 	Request  string `json:"request,omitempty"`
@@ -131,6 +131,30 @@ type Instance struct {
 	// Revision is the store revision of the record as read; it is not
 	// stored.
 	Revision int64 `json:"revision"`
+}
+
+// Seen is what a back-end showed of an instance: its driver.Instance
+// without what the record holds already (the back-end's id, the name, the
+// node, the image, Berth's tags and the spec's labels).
+type Seen struct {
+	State     driver.State         `json:"state"`
+	RawState  string               `json:"raw_state,omitempty"`
+	Message   string               `json:"message,omitempty"`
+	ExitCode  *int                 `json:"exit_code,omitempty"`
+	Addresses []string             `json:"addresses,omitempty"`
+	Ports     []driver.PortMapping `json:"ports,omitempty"`
+	Resources driver.Resources     `json:"resources,omitzero"`
+	Started   time.Time            `json:"started,omitzero"`
+	Finished  time.Time            `json:"finished,omitzero"`
+}
+
+// SeenOf returns what in shows of an instance, or nil for nil.
+func SeenOf(in *driver.Instance) *Seen {
+	if in == nil {
+		return nil
+	}
+	return &Seen{State: in.State, RawState: in.RawState, Message: in.Message, ExitCode: in.ExitCode,
+		Addresses: in.Addresses, Ports: in.Ports, Resources: in.Resources, Started: in.Started, Finished: in.Finished}
 }
 
 // BackendName returns the name the back-end resource of in is created
@@ -418,7 +442,7 @@ func (m Machine) step(in *Instance, ev Event, now time.Time) []Action {
 		acts = append(acts, m.deleting(in, ev, now)...)
 	case Failed:
 		if ev.Kind == Observed && ev.Instance != nil && ev.Instance.ID == in.BackendID {
-			in.Observed = ev.Instance
+			in.Observed = SeenOf(ev.Instance)
 		}
 	}
 	return acts
@@ -467,7 +491,7 @@ func (m Machine) creating(in *Instance, ev Event, now time.Time) []Action {
 	case Created:
 		if ev.Instance != nil {
 			in.BackendID = ev.Instance.ID
-			in.Observed = ev.Instance
+			in.Observed = SeenOf(ev.Instance)
 			if ev.Instance.Node != "" {
 				in.Node = ev.Instance.Node
 			}
@@ -605,7 +629,7 @@ func (m Machine) live(in *Instance, ev Event, now time.Time) []Action {
 		if ev.Instance.ID != in.BackendID {
 			return nil
 		}
-		in.Observed = ev.Instance
+		in.Observed = SeenOf(ev.Instance)
 		m.observe(in, ev.Instance)
 	case NodeOffline:
 		return m.nodeOffline(in, ev, now)
