@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/api/client"
+	"github.com/berth-dev/berth/config"
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/scheduler"
 	"github.com/berth-dev/berth/simulate"
@@ -34,6 +36,7 @@ import (
 // queueing too. Run with -benchtime=10000x for 10 s of load; it reports
 // p50, p99 and max latency and the rate achieved.
 func BenchmarkSubmitSim1000(b *testing.B) {
+	serverRuntime(b)
 	st, err := bolt.Open(filepath.Join(b.TempDir(), "berth.db"), bolt.Options{})
 	if err != nil {
 		b.Fatal(err)
@@ -236,6 +239,7 @@ func w3Load(cl *client.Client) (*w3Result, error) {
 // GOMEMLIMIT sets the soft memory limit, as the server's --memory-limit
 // does.
 func BenchmarkW3EndToEnd(b *testing.B) {
+	serverRuntime(b)
 	w, err := simulate.Builtin("w3", 0)
 	if err != nil {
 		b.Fatal(err)
@@ -309,6 +313,21 @@ func BenchmarkW3EndToEnd(b *testing.B) {
 		b.ReportMetric(float64(total), "instances")
 		b.ReportMetric(float64(peakRSS()), "peak_rss_bytes")
 	}
+}
+
+// serverRuntime gives this process the Go runtime settings of `berth
+// server` with its default configuration (the GC target; GOMEMLIMIT and
+// GOGC still apply when set), as the benchmarks measure a server, and puts
+// them back at the end.
+func serverRuntime(b *testing.B) {
+	gc := debug.SetGCPercent(-1)
+	debug.SetGCPercent(gc)
+	limit := debug.SetMemoryLimit(-1)
+	config.Default().SetRuntime()
+	b.Cleanup(func() {
+		debug.SetGCPercent(gc)
+		debug.SetMemoryLimit(limit)
+	})
 }
 
 // peakRSS returns the process's peak resident set size (VmHWM), or 0.

@@ -53,6 +53,7 @@ data_dir: /var/lib/berth
 log: {format: json, level: debug}
 shutdown_timeout: 10s
 memory_limit: 3Gi
+gc_percent: 150
 providers:
   - name: a
     driver: cfgtest
@@ -79,7 +80,7 @@ func TestLoadGood(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Listen != "127.0.0.1:9000" || cfg.Log.Format != "json" || cfg.ShutdownTimeout != 10*time.Second || cfg.MemoryLimit != 3*driver.GiB {
+	if cfg.Listen != "127.0.0.1:9000" || cfg.Log.Format != "json" || cfg.ShutdownTimeout != 10*time.Second || cfg.MemoryLimit != 3*driver.GiB || cfg.GCPercent != 150 {
 		t.Errorf("top level: %+v", cfg)
 	}
 	o, ok := cfg.Providers[0].Decoded.(*testOptions)
@@ -169,6 +170,8 @@ func TestBadFiles(t *testing.T) {
 		{"bool for string", "listen: {a: b}\n", "listen"},
 		{"negative memory_limit", "memory_limit: -1Gi\n", "memory_limit"},
 		{"bad memory_limit", "memory_limit: lots\n", "memory_limit"},
+		{"negative gc_percent", "gc_percent: -1\n", "gc_percent"},
+		{"huge gc_percent", "gc_percent: 20000\n", "gc_percent"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

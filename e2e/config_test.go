@@ -128,8 +128,9 @@ func TestSimServerFromConfig(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s := startServerWith(t, "--config", cfg, "--sim-nodes", "3", "--memory-limit", "3Gi")
-	// The soft memory limit reached the runtime: Go's collector reports it.
+	s := startServerWith(t, "--config", cfg, "--sim-nodes", "3", "--memory-limit", "3Gi", "--gc-percent", "300")
+	// The soft memory limit and the GC target reached the runtime: Go's
+	// collector reports them.
 	resp, err := http.Get("http://" + s.addr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -141,6 +142,9 @@ func TestSimServerFromConfig(t *testing.T) {
 	}
 	if !strings.Contains(string(metrics), "go_gc_gomemlimit_bytes 3.221225472e+09") {
 		t.Errorf("/metrics does not report the 3Gi memory limit:\n%s", grepLines(string(metrics), "gomemlimit"))
+	}
+	if !strings.Contains(string(metrics), "go_gc_gogc_percent 300") {
+		t.Errorf("/metrics does not report the GC target of 300:\n%s", grepLines(string(metrics), "gogc"))
 	}
 	var nodes []map[string]any
 	if err := json.Unmarshal([]byte(mustBerth(t, s, "nodes", "--json")), &nodes); err != nil || len(nodes) != 3 {

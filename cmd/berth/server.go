@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime/debug"
 	"runtime/pprof"
 	"strings"
 	"syscall"
@@ -40,6 +39,7 @@ type serverFlags struct {
 	logLevel   string
 	cluster    string
 	memLimit   string
+	gcPercent  int
 	// driverOpts holds the generated --<driver>-<option> flags.
 	driverOpts map[string]*string
 }
@@ -73,6 +73,7 @@ goroutine's stack to the log.`,
 	fl.StringVar(&f.logLevel, "log-level", "", "log level: debug, info, warn or error")
 	fl.StringVar(&f.cluster, "cluster", "", "name of this Berth installation, written on every back-end resource")
 	fl.StringVar(&f.memLimit, "memory-limit", "", "soft memory limit of the server, e.g. 3Gi (as GOMEMLIMIT; default: the runtime's)")
+	fl.IntVar(&f.gcPercent, "gc-percent", 0, fmt.Sprintf("garbage collection target, as GOGC (default: GOGC if set, else %d)", config.DefaultGCPercent))
 	for _, df := range config.DriverFlags() {
 		help := df.Option.Help
 		if help == "" {
@@ -120,6 +121,9 @@ func (f *serverFlags) load(cmd *cobra.Command) (*config.Config, error) {
 	set("log-format", &cfg.Log.Format, f.logFormat)
 	set("log-level", &cfg.Log.Level, f.logLevel)
 	set("cluster", &cfg.Cluster, f.cluster)
+	if cmd.Flags().Changed("gc-percent") {
+		cfg.GCPercent = f.gcPercent
+	}
 	if cmd.Flags().Changed("memory-limit") {
 		b, err := driver.ParseBytes(f.memLimit)
 		if err != nil {
@@ -186,9 +190,7 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 	}
 	log := newLogger(cfg, c.stderr)
 	slog.SetDefault(log)
-	if cfg.MemoryLimit > 0 {
-		debug.SetMemoryLimit(int64(cfg.MemoryLimit))
-	}
+	cfg.SetRuntime()
 	ctx := cmd.Context()
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)

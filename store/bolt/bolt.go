@@ -41,6 +41,9 @@ const (
 	// initialMmap is the address space mapped for the file when it is
 	// opened (not disk space).
 	initialMmap = 1 << 30
+	// allocSize is how much the file grows by when it is full (space
+	// that is not written yet takes no disk blocks).
+	allocSize = 128 << 20
 )
 
 // Options configures Open. The zero value gives the defaults.
@@ -114,6 +117,9 @@ func Open(path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store/bolt: open %s: %w", path, err)
 	}
+	// The file grows in large steps: each growth is a truncate and a full
+	// fsync that stalls commits for tens of milliseconds.
+	db.AllocSize = allocSize
 	var rev int64
 	err = db.Update(func(tx *bbolt.Tx) error {
 		for _, name := range [][]byte{bucketMeta, bucketKV} {
