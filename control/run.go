@@ -88,7 +88,7 @@ type runtime struct {
 	ticks  map[string]*task    // pending tick per instance
 	ops    map[string]*task    // create or delete in flight per instance
 	side   map[string]*task    // stale, leak, stop and start tasks by key
-	leaks  map[string]int      // sightings of unknown tagged resources, by provider/id
+	leaks  map[string]sighting // unknown tagged resources, by provider/id
 	misses map[string]int      // listings missing an instance, by instance id
 	nodes  map[string]nodeSeen // node statuses, by provider/node
 
@@ -130,7 +130,7 @@ func (s *state) run(ctx context.Context) error {
 	rt := &runtime{
 		wake:  make(chan struct{}, 1),
 		ticks: map[string]*task{}, ops: map[string]*task{}, side: map[string]*task{},
-		leaks: map[string]int{}, misses: map[string]int{}, nodes: map[string]nodeSeen{},
+		leaks: map[string]sighting{}, misses: map[string]int{}, nodes: map[string]nodeSeen{},
 		outcomes: make(chan outcome, 4096),
 	}
 	s.rt = rt

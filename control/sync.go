@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"slices"
 	"time"
 
@@ -226,8 +227,11 @@ func (s *state) syncInstances(ctx context.Context, rt *runtime, p *provider.Prov
 		key := p.Name() + "/" + f.ID
 		leakSeen[key] = true
 		rt.mu.Lock()
-		rt.leaks[key]++
-		n := rt.leaks[key]
+		sg := rt.leaks[key]
+		sg.n++
+		sg.node = f.Node
+		rt.leaks[key] = sg
+		n := sg.n
 		rt.mu.Unlock()
 		if n >= s.cfg.LeakSightings {
 			s.log.Warn("leak", "provider", p.Name(), "backend_id", f.ID, "instance", id, "sightings", n)
@@ -235,10 +239,10 @@ func (s *state) syncInstances(ctx context.Context, rt *runtime, p *provider.Prov
 		}
 	}
 	rt.mu.Lock()
-	for key := range rt.leaks {
-		// A partial listing cannot tell a leak that went away from one on a
-		// node it missed: sightings are kept until a complete listing.
-		if partial == nil && !leakSeen[key] && len(key) > len(p.Name()) && key[:len(p.Name())+1] == p.Name()+"/" {
+	for key, sg := range rt.leaks {
+		// A leak not seen again went away, unless the listing missed its
+		// node: then its sightings are kept.
+		if !leakSeen[key] && strings.HasPrefix(key, p.Name()+"/") && (partial == nil || !partial.Missing(sg.node)) {
 			delete(rt.leaks, key)
 		}
 	}
@@ -294,6 +298,12 @@ func (s *state) syncInstances(ctx context.Context, rt *runtime, p *provider.Prov
 			s.log.Warn("lost", "instance", in.ID, "err", err)
 		}
 	}
+}
+
+// sighting counts the listings in a row that showed a leak, on node.
+type sighting struct {
+	n    int
+	node string
 }
 
 func sameExit(a *reconciler.Seen, b *driver.Instance) bool {
