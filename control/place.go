@@ -187,11 +187,22 @@ func (s *state) placePending(ctx context.Context) {
 	if s.cfg.Metrics != nil {
 		s.cfg.Metrics.QueueDepth(len(pending))
 	}
+	// An instance that does not fit tells why its siblings will not
+	// either: the instances of one request ask for the same, and this round
+	// only ever takes capacity away. Siblings with exclusions of their own
+	// are placed one by one.
+	declined := map[string]string{}
 	for _, in := range pending {
 		if ctx.Err() != nil {
 			return
 		}
-		s.placeOne(ctx, in)
+		if why, ok := declined[in.Request]; ok && len(in.Exclude) == 0 {
+			s.unplaceable(ctx, in, why)
+			continue
+		}
+		if why := s.placeOne(ctx, in); why != "" && len(in.Exclude) == 0 && in.Request != "" {
+			declined[in.Request] = why
+		}
 	}
 }
 
@@ -224,10 +235,12 @@ func (s *state) requestFor(in *reconciler.Instance) scheduler.Request {
 
 // placeOne places one pending instance and stores the placement; the
 // cluster's reservation is released again if the store refuses it.
-func (s *state) placeOne(ctx context.Context, in reconciler.Instance) {
+// placeOne places one pending instance, or records why it cannot be
+// placed and returns that reason.
+func (s *state) placeOne(ctx context.Context, in reconciler.Instance) string {
 	if reason := s.quotaBlocks(&in); reason != "" {
-		s.unplaceable(ctx, in.ID, reason)
-		return
+		s.unplaceable(ctx, in, reason)
+		return reason
 	}
 	r := s.requestFor(&in)
 	start := time.Now()
@@ -244,29 +257,43 @@ func (s *state) placeOne(ctx context.Context, in reconciler.Instance) {
 		s.cfg.Metrics.Scheduled(time.Since(start), err == nil && len(plan.Placements) == 1)
 	}
 	if err != nil {
-		s.unplaceable(ctx, in.ID, "cannot place: "+err.Error())
-		return
+		reason := "cannot place: " + err.Error()
+		s.unplaceable(ctx, in, reason)
+		return reason
 	}
 	if len(plan.Placements) == 0 {
 		reason := "no node fits"
 		if len(plan.Unplaced) > 0 {
 			reason = "no node fits: " + plan.Unplaced[0].Reasons.String()
 		}
-		s.unplaceable(ctx, in.ID, reason)
-		return
+		s.unplaceable(ctx, in, reason)
+		return reason
 	}
 	pl := plan.Placements[0]
 	got, _, err := s.apply(ctx, in.ID, reconciler.Event{Kind: reconciler.Placed, Provider: pl.Provider, Node: pl.Node, Ports: pl.Ports})
 	if err != nil || got.Phase == reconciler.Pending || got.Provider != pl.Provider || got.Node != pl.Node || !got.Phase.HoldsNode() {
 		s.cluster.release(in.ID)
 	}
+	return ""
 }
 
-func (s *state) unplaceable(ctx context.Context, id, reason string) {
-	if in, ok := s.get(id); ok && in.Message == reason {
+// unplaceable records why pending instance in waits, unless that is what
+// its record says already. The writers store it with other changes: a
+// round over thousands of waiting instances whose reason changed costs a
+// few commits, not one each.
+func (s *state) unplaceable(ctx context.Context, in reconciler.Instance, reason string) {
+	if in.Message == reason {
 		return
 	}
-	_, _, _ = s.apply(ctx, id, reconciler.Event{Kind: reconciler.Unplaceable, Message: reason})
+	ev := reconciler.Event{Kind: reconciler.Unplaceable, Message: reason}
+	if rt := s.runtimeOf(); rt != nil {
+		select {
+		case rt.outcomes <- outcome{id: in.ID, ev: ev}:
+		case <-ctx.Done():
+		}
+		return
+	}
+	_, _, _ = s.apply(ctx, in.ID, ev)
 }
 
 // withPorts fills the "any port" ports of spec with the host ports the
