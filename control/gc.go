@@ -137,11 +137,7 @@ func (s *state) forget(ctx context.Context, ins []*reconciler.Instance, rev int6
 		if !ok || cur.Revision > rev {
 			continue
 		}
-		s.countLocked(cur, -1)
-		if s.names[cur.Name] == cur.ID {
-			delete(s.names, cur.Name)
-		}
-		delete(s.recs, in.ID)
+		s.dropLocked(cur)
 	}
 	for _, in := range s.recs {
 		delete(owners, PrefixRequests+in.Request)

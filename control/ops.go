@@ -1,7 +1,6 @@
 package control
 
 import (
-	"container/heap"
 	"context"
 	"encoding/json"
 	"errors"
@@ -52,61 +51,22 @@ func (s *state) instances(ctx context.Context, f Filter) ([]Instance, error) {
 
 // page returns copies of the cached instances whose id sorts after after
 // and that keep returns true for, sorted by id: all of them when limit is
-// 0, else the limit with the smallest ids. With a limit only the page is
-// sorted: one pass over the cache keeps the page in a bounded heap.
+// 0, else the first limit. It walks the ids in order, so a page costs what
+// it skips and holds, not the size of the cache.
 func (s *state) page(after string, limit int, keep func(*reconciler.Instance) bool) []reconciler.Instance {
-	var ptrs []*reconciler.Instance
+	var out []reconciler.Instance
 	s.mu.RLock()
-	if limit == 0 {
-		for id, in := range s.recs {
-			if id > after && keep(in) {
-				ptrs = append(ptrs, in)
-			}
+	defer s.mu.RUnlock()
+	s.ids.AscendGreaterOrEqual(after, func(id string) bool {
+		if id == after {
+			return true
 		}
-	} else {
-		// A max-heap of the limit smallest ids seen so far: an id not
-		// below its top cannot be in the page, and is dropped before
-		// keep is asked.
-		h := make(byIDHeap, 0, min(limit, 1024))
-		for id, in := range s.recs {
-			if id <= after || len(h) == limit && id >= h[0].ID || !keep(in) {
-				continue
-			}
-			if len(h) < limit {
-				heap.Push(&h, in)
-			} else {
-				h[0] = in
-				heap.Fix(&h, 0)
-			}
+		if in := s.recs[id]; keep(in) {
+			out = append(out, *in)
 		}
-		ptrs = h
-	}
-	// Cached records are replaced, never changed in place, so the pointers
-	// stay valid after the lock is released.
-	s.mu.RUnlock()
-	if len(ptrs) == 0 {
-		return nil
-	}
-	slices.SortFunc(ptrs, func(a, b *reconciler.Instance) int { return strings.Compare(a.ID, b.ID) })
-	out := make([]reconciler.Instance, len(ptrs))
-	for i, in := range ptrs {
-		out[i] = *in
-	}
+		return limit == 0 || len(out) < limit
+	})
 	return out
-}
-
-// byIDHeap is a container/heap of instances with the largest id on top.
-type byIDHeap []*reconciler.Instance
-
-func (h byIDHeap) Len() int           { return len(h) }
-func (h byIDHeap) Less(i, j int) bool { return h[i].ID > h[j].ID }
-func (h byIDHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *byIDHeap) Push(x any)        { *h = append(*h, x.(*reconciler.Instance)) }
-func (h *byIDHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
 }
 
 // instance is Plane.Instance.

@@ -16,6 +16,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/btree"
+
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/reconciler"
@@ -63,6 +65,7 @@ type state struct {
 
 	mu       sync.RWMutex
 	recs     map[string]*reconciler.Instance // the store's instances, write-through
+	ids      *btree.BTreeG[string]           // the ids of recs, in order
 	requests map[string]*storedRequest
 	names    map[string]string           // instance id by name, for live instances
 	held     map[heldKey]*held           // what each owner, pool, provider and node holds
@@ -210,6 +213,7 @@ func newState(ctx context.Context, cfg Config) (*state, error) {
 		m:         reconciler.Machine{LaunchTimeout: cfg.LaunchTimeout, MaxAttempts: cfg.MaxAttempts, Backoff: cfg.RetryBackoff, ExcludeFor: cfg.ExcludeFor},
 		provs:     provs,
 		recs:      map[string]*reconciler.Instance{},
+		ids:       btree.NewOrderedG[string](32),
 		requests:  map[string]*storedRequest{},
 		names:     map[string]string{},
 		held:      map[heldKey]*held{},
@@ -351,6 +355,8 @@ func (s *state) rememberLocked(in reconciler.Instance) {
 func (s *state) putLocked(in *reconciler.Instance) {
 	if old, ok := s.recs[in.ID]; ok {
 		s.countLocked(old, -1)
+	} else {
+		s.ids.ReplaceOrInsert(in.ID)
 	}
 	s.recs[in.ID] = in
 	s.countLocked(in, 1)
@@ -361,6 +367,17 @@ func (s *state) putLocked(in *reconciler.Instance) {
 		return
 	}
 	s.names[in.Name] = in.ID
+}
+
+// dropLocked forgets the cached instance in and its share of the
+// indexes. s.mu must be held for writing.
+func (s *state) dropLocked(in *reconciler.Instance) {
+	s.countLocked(in, -1)
+	if s.names[in.Name] == in.ID {
+		delete(s.names, in.Name)
+	}
+	delete(s.recs, in.ID)
+	s.ids.Delete(in.ID)
 }
 
 // holdsName reports whether in keeps its name from new instances: every
@@ -452,8 +469,7 @@ func (s *state) reload(ctx context.Context, id string) error {
 	if errors.Is(err, store.ErrNotFound) {
 		s.mu.Lock()
 		if old, ok := s.recs[id]; ok {
-			s.countLocked(old, -1)
-			delete(s.recs, id)
+			s.dropLocked(old)
 		}
 		s.mu.Unlock()
 		return driver.Errorf(driver.ErrNotFound, "instance %s", id)

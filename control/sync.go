@@ -4,8 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"strings"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/berth-dev/berth/driver"

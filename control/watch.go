@@ -48,11 +48,7 @@ func (s *state) external(rt *runtime, ev store.Event) {
 	if ev.Type == store.EventDelete {
 		s.mu.Lock()
 		if old, ok := s.recs[id]; ok && old.Revision < ev.KV.ModRevision {
-			s.countLocked(old, -1)
-			if s.names[old.Name] == id {
-				delete(s.names, old.Name)
-			}
-			delete(s.recs, id)
+			s.dropLocked(old)
 		}
 		s.mu.Unlock()
 		return
