@@ -27,7 +27,8 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Message }
 
-// Is reports whether target is the driver sentinel named by e.Code.
+// Is reports whether target is the sentinel named by e.Code: a driver
+// sentinel, or store.ErrCompacted.
 func (e *Error) Is(target error) bool {
 	k, ok := kindOfCode[e.Code]
 	return ok && k == target
@@ -58,8 +59,11 @@ const (
 	CodeTooLarge         = "too_large"
 	CodeMethodNotAllowed = "method_not_allowed"
 	CodeUnavailable      = "unavailable"
-	CodeCanceled         = "canceled"
-	CodeInternal         = "internal"
+	// CodeCompacted: the events asked for are older than the history the
+	// server keeps; list again and follow events from now.
+	CodeCompacted = "compacted"
+	CodeCanceled  = "canceled"
+	CodeInternal  = "internal"
 )
 
 // codes maps each driver sentinel to its code and HTTP status, in the order
@@ -89,6 +93,7 @@ var kindOfCode = func() map[string]error {
 	for _, c := range codes {
 		m[c.code] = c.kind
 	}
+	m[CodeCompacted] = store.ErrCompacted
 	return m
 }()
 
@@ -117,6 +122,8 @@ func toError(err error) *Error {
 		}
 	}
 	switch {
+	case errors.Is(err, store.ErrCompacted):
+		e.Code, e.Status = CodeCompacted, http.StatusGone
 	case errors.Is(err, store.ErrClosed):
 		e.Code, e.Status = CodeUnavailable, http.StatusServiceUnavailable
 	case errors.Is(err, context.DeadlineExceeded):

@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -23,6 +25,7 @@ import (
 	"github.com/berth-dev/berth/reconciler"
 	"github.com/berth-dev/berth/scheduler"
 	"github.com/berth-dev/berth/store"
+	"github.com/berth-dev/berth/store/bolt"
 	"github.com/berth-dev/berth/store/memory"
 )
 
@@ -414,5 +417,41 @@ func TestChangesAnswerAccepted(t *testing.T) {
 	status, eb, _ := do(t, e.api, "POST", "/v1/instances/web/kill?signal=USR1", ``)
 	if status != http.StatusUnprocessableEntity || eb.Error.Code != "permanent" {
 		t.Errorf("kill after a kill without a signal: %d %q, want 422 permanent (the first kill sent KILL)", status, eb.Error.Code)
+	}
+}
+
+// TestEventsFromBeforeTheHistory asks for events older than the history the
+// server keeps (it starts at the store's revision when the store is
+// opened): the answer is the compacted error, which the client matches to
+// store.ErrCompacted, and following from now works.
+func TestEventsFromBeforeTheHistory(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "berth.db")
+	st, err := bolt.Open(path, bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if _, err := st.Txn(context.Background(), nil, []store.Op{store.Put(fmt.Sprintf("/other/%d", i), []byte("x"))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st, err = bolt.Open(path, bolt.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	e := newEnvOn(t, st, map[string]any{"nodes": 1}, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err = e.client.Events(ctx, 2, func(control.Event) {})
+	var ae *api.Error
+	if !errors.Is(err, store.ErrCompacted) || !errors.As(err, &ae) || ae.Code != api.CodeCompacted || !strings.Contains(ae.Message, "since revision 2") {
+		t.Fatalf("events since revision 2 after a reopen at 5: %v, want the compacted error naming the revision", err)
+	}
+	short, stop := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer stop()
+	if err := e.client.Events(short, 0, func(control.Event) {}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("events from now: %v, want the stream to run until the deadline", err)
 	}
 }

@@ -279,6 +279,9 @@ func (s *state) events(ctx context.Context, since int64, fn func(Event)) error {
 		from = since + 1
 	}
 	w, err := s.st.Watch(ctx, "/berth/", from)
+	if errors.Is(err, store.ErrCompacted) {
+		return fmt.Errorf("control: events since revision %d are no longer kept (the server keeps the latest changes in memory, from when it started): follow events from now and list what you need: %w", since, err)
+	}
 	if err != nil {
 		return fmt.Errorf("control: events: %w", err)
 	}
