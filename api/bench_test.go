@@ -33,8 +33,9 @@ import (
 // and scheduler do not delay the clock of the load, nor the other way
 // round. Request i is due at start + i ms, and its latency is measured
 // from when it was due, so a server that falls behind is charged for the
-// queueing too. Run with -benchtime=10000x for 10 s of load; it reports
-// p50, p99 and max latency and the rate achieved.
+// queueing too. This process, the server, takes `berth server`'s runtime
+// settings. Run with -benchtime=10000x for 10 s of load; it reports p50,
+// p99 and max latency and the rate achieved.
 func BenchmarkSubmitSim1000(b *testing.B) {
 	serverRuntime(b)
 	st, err := bolt.Open(filepath.Join(b.TempDir(), "berth.db"), bolt.Options{})
