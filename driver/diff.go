@@ -47,9 +47,9 @@ func DiffListings(prev, cur map[string]*Instance, now time.Time) []Event {
 		}
 		if wasUp && up(in.State) && !restarted && p.State != in.State {
 			if in.State == StateSuspended {
-				ev(EventPause, in, "")
+				ev(EventSuspend, in, "")
 			} else {
-				ev(EventUnpause, in, "")
+				ev(EventResume, in, "")
 			}
 		}
 	}

@@ -205,8 +205,8 @@ const (
 	EventDie     EventType = "die"
 	EventOOM     EventType = "oom"
 	EventStop    EventType = "stop"
-	EventPause   EventType = "pause"
-	EventUnpause EventType = "unpause"
+	EventSuspend EventType = "suspend"
+	EventResume  EventType = "resume"
 	EventHealth  EventType = "health"
 	EventDelete  EventType = "delete"
 	EventNode    EventType = "node" // a node changed status

@@ -867,11 +867,11 @@ func TestWatchByPolling(t *testing.T) {
 		t.Fatalf("events = %v", got)
 	}
 	f.setState("c", driver.StateSuspended)
-	if e := next(); e.Type != driver.EventPause || e.Instance != "c" {
+	if e := next(); e.Type != driver.EventSuspend || e.Instance != "c" {
 		t.Fatalf("event = %+v, want pause of c", e)
 	}
 	f.setState("c", driver.StateRunning)
-	if e := next(); e.Type != driver.EventUnpause || e.Instance != "c" {
+	if e := next(); e.Type != driver.EventResume || e.Instance != "c" {
 		t.Fatalf("event = %+v, want unpause of c", e)
 	}
 	// A failing listing is skipped, not reported, and polling goes on.

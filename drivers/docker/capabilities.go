@@ -678,9 +678,9 @@ func toEvent(e *engine, m events.Message) (driver.Event, bool) {
 	case m.Action == events.ActionStop:
 		ev.Type, ev.State = driver.EventStop, driver.StateStopped
 	case m.Action == events.ActionPause:
-		ev.Type, ev.State = driver.EventPause, driver.StateSuspended
+		ev.Type, ev.State = driver.EventSuspend, driver.StateSuspended
 	case m.Action == events.ActionUnPause:
-		ev.Type, ev.State = driver.EventUnpause, driver.StateRunning
+		ev.Type, ev.State = driver.EventResume, driver.StateRunning
 	case m.Action == events.ActionDestroy:
 		ev.Type = driver.EventDelete
 	case strings.HasPrefix(action, "health_status"):

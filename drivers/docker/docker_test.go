@@ -727,7 +727,7 @@ func TestLifecycleActions(t *testing.T) {
 	if u.Memory <= 0 || u.Time.IsZero() {
 		t.Errorf("Usage: %+v, want some memory in use", u)
 	}
-	for _, want := range []driver.EventType{driver.EventStart, driver.EventPause, driver.EventUnpause, driver.EventDie} {
+	for _, want := range []driver.EventType{driver.EventStart, driver.EventSuspend, driver.EventResume, driver.EventDie} {
 		wait(t, func() bool { return evs.has(inst.ID, want) })
 	}
 	stopWatch()

@@ -249,7 +249,7 @@ func (s *Sim) Suspend(ctx context.Context, id string) error {
 			return nil
 		case stRunning:
 			in.state = stSuspended
-			s.emit(slot, in, driver.EventPause, now)
+			s.emit(slot, in, driver.EventSuspend, now)
 			return nil
 		}
 		return driver.Errorf(driver.ErrPermanent, "sim: suspend %s: instance is %s, not running; start it first", id, stateNames[in.state])
@@ -263,7 +263,7 @@ func (s *Sim) Resume(ctx context.Context, id string) error {
 			return driver.Errorf(driver.ErrNotSuspended, "sim: resume %s: instance is %s", id, stateNames[in.state])
 		}
 		in.state = stRunning
-		s.emit(slot, in, driver.EventUnpause, now)
+		s.emit(slot, in, driver.EventResume, now)
 		return nil
 	})
 }
