@@ -428,7 +428,7 @@ func (s *Store) apply(tx *bbolt.Tx, c *call) error {
 
 // Watch implements store.Store.
 func (s *Store) Watch(ctx context.Context, prefix string, fromRev int64) (store.Watcher, error) {
-	return s.hub.Start(ctx, source{s}, prefix, fromRev)
+	return s.hub.Start(ctx, history.Source{Log: s.log, Closed: s.isClosed}, prefix, fromRev)
 }
 
 // Close implements store.Store: it waits for calls in progress, ends every
@@ -448,26 +448,9 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// source reads the history for watches.
-type source struct{ s *Store }
-
-func (src source) Revisions() (compact, current int64, err error) {
-	if src.closed() {
-		return 0, 0, store.ErrClosed
-	}
-	compact, current = src.s.log.Revisions()
-	return compact, current, nil
-}
-
-func (src source) Changes(prefix string, after int64, limit int) ([]store.Event, int64, error) {
-	if src.closed() {
-		return nil, after, store.ErrClosed
-	}
-	return src.s.log.Changes(prefix, after, limit)
-}
-
-func (src source) closed() bool {
-	src.s.closeMu.RLock()
-	defer src.s.closeMu.RUnlock()
-	return src.s.closed
+// isClosed reports whether Close was called.
+func (s *Store) isClosed() bool {
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	return s.closed
 }

@@ -152,7 +152,7 @@ func (s *Store) apply(cmps []store.Cmp, ops []store.Op) (store.TxnResult, bool, 
 
 // Watch implements store.Store.
 func (s *Store) Watch(ctx context.Context, prefix string, fromRev int64) (store.Watcher, error) {
-	return s.hub.Start(ctx, source{s}, prefix, fromRev)
+	return s.hub.Start(ctx, history.Source{Log: s.log, Closed: s.isClosed}, prefix, fromRev)
 }
 
 // Close implements store.Store. It ends every watch.
@@ -169,28 +169,11 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// source reads the store's history for watches.
-type source struct{ s *Store }
-
-func (src source) Revisions() (int64, int64, error) {
-	if src.closed() {
-		return 0, 0, store.ErrClosed
-	}
-	compact, current := src.s.log.Revisions()
-	return compact, current, nil
-}
-
-func (src source) Changes(prefix string, after int64, limit int) ([]store.Event, int64, error) {
-	if src.closed() {
-		return nil, after, store.ErrClosed
-	}
-	return src.s.log.Changes(prefix, after, limit)
-}
-
-func (src source) closed() bool {
-	src.s.mu.RLock()
-	defer src.s.mu.RUnlock()
-	return src.s.closed
+// isClosed reports whether Close was called.
+func (s *Store) isClosed() bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.closed
 }
 
 func copyKV(kv store.KV) store.KV {

@@ -137,3 +137,27 @@ func (l *Log) Changes(prefix string, after int64, limit int) ([]store.Event, int
 	}
 	return out, through, nil
 }
+
+// Source serves a store's watches (it is a watch.Source) from Log, and
+// answers store.ErrClosed once Closed reports that the store is closed.
+type Source struct {
+	Log    *Log
+	Closed func() bool
+}
+
+// Revisions returns the Log's compact and latest revisions.
+func (s Source) Revisions() (compact, current int64, err error) {
+	if s.Closed() {
+		return 0, 0, store.ErrClosed
+	}
+	compact, current = s.Log.Revisions()
+	return compact, current, nil
+}
+
+// Changes returns the Log's changes, as Log.Changes.
+func (s Source) Changes(prefix string, after int64, limit int) ([]store.Event, int64, error) {
+	if s.Closed() {
+		return nil, after, store.ErrClosed
+	}
+	return s.Log.Changes(prefix, after, limit)
+}
