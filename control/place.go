@@ -233,10 +233,9 @@ func (s *state) requestFor(in *reconciler.Instance) scheduler.Request {
 	return r
 }
 
-// placeOne places one pending instance and stores the placement; the
-// cluster's reservation is released again if the store refuses it.
-// placeOne places one pending instance, or records why it cannot be
-// placed and returns that reason.
+// placeOne places one pending instance and stores the placement (the
+// cluster's reservation is released again if the store refuses it), or
+// records why it cannot be placed and returns that reason.
 func (s *state) placeOne(ctx context.Context, in reconciler.Instance) string {
 	if reason := s.quotaBlocks(&in); reason != "" {
 		s.unplaceable(ctx, in, reason)
