@@ -21,6 +21,7 @@ import (
 
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/driver/drivertest"
+	"github.com/berth-dev/berth/drivers/docker/dockertest"
 )
 
 // testOptions are options for tests: short backoffs, one engine per address.
@@ -109,7 +110,9 @@ func TestConformance(t *testing.T) {
 		Parallel:     16,
 	}
 	if second != nil {
-		// Present on the main engine only: Preload must copy it to the second.
+		// Present on the main engine only: Preload must copy it to the
+		// second, from which an earlier run (-count) is removed first.
+		dockertest.RemoveImages(context.Background(), second.Client, preloadImage)
 		h.PreloadImage = preloadImage
 	} else {
 		t.Logf("Preload is not exercised by the suite: %s", secondWhy)
