@@ -552,15 +552,7 @@ func (d *Driver) Usage(ctx context.Context, id string) (*driver.Usage, error) {
 		}
 		u.CPU = driver.CPUs(cpuDelta / sysDelta * n)
 	}
-	mem := s.MemoryStats.Usage
-	cache := s.MemoryStats.Stats["total_inactive_file"]
-	if c, ok := s.MemoryStats.Stats["inactive_file"]; ok {
-		cache = c
-	}
-	if cache < mem {
-		mem -= cache
-	}
-	u.Memory = driver.Bytes(mem)
+	u.Memory = memoryInUse(&s)
 	return u, nil
 }
 

@@ -11,9 +11,12 @@
 // shutting down (answering one moment, not the next) stays offline. Creates
 // on an offline engine fail with ErrRetryable.
 //
-// Node usage (Node.InUse) is not filled: the engine offers no cheap
-// aggregate, and one stats call per container on every State would cost more
-// than it tells. Usage measures one container on demand instead.
+// Node usage (Node.InUse) is measured in the background, every
+// usage_interval per online engine: one stats call per running Berth
+// container, summing memory in use (without the page cache) and the cpus
+// used since the previous measurement. State reports the last measurement,
+// from the second one on (cpus need two), and never waits for it. Usage
+// measures one container on demand.
 //
 // Spec fields the engine cannot honour (flavor, disk, GPUs, other counted
 // resources, security groups) make Create fail with ErrUnsupported. SSH keys
@@ -79,6 +82,12 @@ type engine struct {
 	seen   bool         // e has been online at least once
 	streak int          // consecutive good probes while offline
 	last   *driver.Node // the last complete State reading
+
+	// The use measured by measureLoop: inUse for State, and each running
+	// container's cpu time (ns) at the measurement of measuredAt.
+	inUse      *driver.Resources
+	cpuTime    map[string]uint64
+	measuredAt time.Time
 }
 
 // recoverChecks is how many consecutive good probes an engine that went
@@ -137,6 +146,9 @@ func Open(ctx context.Context, opts *Options, env driver.Env) (*Driver, error) {
 	d.stopLoops = cancel
 	for _, e := range d.engines {
 		d.loops.Go(func() { d.healthLoop(loopCtx, e) })
+		if opts.UsageInterval > 0 {
+			d.loops.Go(func() { d.measureLoop(loopCtx, e) })
+		}
 	}
 	return d, nil
 }
@@ -491,6 +503,10 @@ func (d *Driver) readNode(ctx context.Context, e *engine) (driver.Node, error) {
 		if !live[id] {
 			delete(e.limits, id)
 		}
+	}
+	if e.inUse != nil {
+		u := *e.inUse
+		n.InUse = &u
 	}
 	e.mu.Unlock()
 	return n, nil

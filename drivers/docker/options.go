@@ -31,6 +31,9 @@ type Options struct {
 	Network      string        `option:"network" help:"network for containers whose spec names neither a network mode nor networks (engine default when empty)"`
 	UserDataPath string        `option:"user_data_path" help:"file in the container that receives the spec's user data"`
 	Pull         bool          `option:"pull" help:"let Preload try the registry before copying an image from another engine"`
+	// UsageInterval is how often each online engine's use is measured for
+	// Node.InUse: one stats call per running Berth container.
+	UsageInterval time.Duration `option:"usage_interval" help:"how often each engine's in-use cpus and memory are measured (one stats call per running Berth container); 0 turns it off"`
 }
 
 // EngineConfig is one Docker Engine, which Berth shows as one node.
@@ -65,13 +68,14 @@ type TLSConfig struct {
 
 func defaultOptions() *Options {
 	return &Options{
-		CallTimeout:  30 * time.Second,
-		PollInterval: 5 * time.Second,
-		BackoffMin:   time.Second,
-		BackoffMax:   time.Minute,
-		StopGrace:    10 * time.Second,
-		UserDataPath: "/berth/user-data",
-		Pull:         true,
+		CallTimeout:   30 * time.Second,
+		PollInterval:  5 * time.Second,
+		BackoffMin:    time.Second,
+		BackoffMax:    time.Minute,
+		StopGrace:     10 * time.Second,
+		UserDataPath:  "/berth/user-data",
+		Pull:          true,
+		UsageInterval: 15 * time.Second,
 	}
 }
 
@@ -123,6 +127,9 @@ func (o *Options) check() ([]*tls.Config, error) {
 	}
 	if o.StopGrace < 0 {
 		es.Add("stop_grace", "%s: must not be negative", o.StopGrace)
+	}
+	if o.UsageInterval < 0 {
+		es.Add("usage_interval", "%s: must not be negative (0 turns the measurement off)", o.UsageInterval)
 	}
 	if o.BackoffMax < o.BackoffMin {
 		es.Add("backoff_max", "%s is shorter than backoff_min %s", o.BackoffMax, o.BackoffMin)

@@ -2,7 +2,8 @@
 // writes "hello stdout" to stdout and "hello stderr" to stderr, prints the
 // files named in HELLO_FILES (comma separated), serves "hello" on TCP port
 // HELLO_LISTEN when set, and then runs until SIGTERM or SIGINT, when it
-// exits 0. HELLO_EXIT=<n> makes it exit with code n at once instead.
+// exits 0. HELLO_EXIT=<n> makes it exit with code n at once instead;
+// HELLO_BURN=1 keeps one cpu busy meanwhile.
 package main
 
 import (
@@ -34,6 +35,13 @@ func main() {
 	if code := os.Getenv("HELLO_EXIT"); code != "" {
 		n, _ := strconv.Atoi(code)
 		os.Exit(n)
+	}
+	if os.Getenv("HELLO_BURN") == "1" {
+		go func() {
+			for n := 0; ; n++ {
+				_ = n * n
+			}
+		}()
 	}
 	if addr := os.Getenv("HELLO_LISTEN"); addr != "" {
 		ln, err := net.Listen("tcp", addr)
