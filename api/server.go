@@ -11,7 +11,8 @@
 //
 // Streams: logs and image preloads are NDJSON (one JSON object per line,
 // see LogFrame and PreloadFrame); events are server-sent events whose id is
-// the store revision, so a client resumes with Last-Event-ID.
+// the store revision, so a client resumes with Last-Event-ID, within the
+// history the store keeps (else the error event has code CodeCompacted).
 package api
 
 import (
