@@ -26,7 +26,9 @@ type Driver interface {
 	// ErrUnsupported, an unknown node, an offline node, a full node by its own
 	// count) may come from Create itself or from the first Advance; callers
 	// treat both alike. Whatever the back-end answers comes through Advance.
-	// The caller must not change spec until the operation is over.
+	// The caller must not change spec until the operation is over, and the
+	// driver never changes it: callers share its maps and slices between
+	// operations that run at once.
 	Create(ctx context.Context, node string, spec *Spec) (Operation, error)
 
 	// Delete starts removing the instance with back-end id id. An instance

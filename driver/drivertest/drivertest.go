@@ -19,9 +19,11 @@
 package drivertest
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -201,12 +203,22 @@ func (s *suite) onlineNodes(t *testing.T) []string {
 }
 
 // create creates an instance named name on node from sp and drives it to
-// done. A cleanup that deletes the instance is registered before Create is
-// called, so nothing is left behind even when the test fails.
+// done, and checks that the driver left sp as it was. A cleanup that
+// deletes the instance is registered before Create is called, so nothing is
+// left behind even when the test fails.
 func (s *suite) create(t *testing.T, node string, sp *driver.Spec) *driver.Instance {
 	t.Helper()
 	var id string
 	t.Cleanup(func() { s.remove(t, id, sp.Name) })
+	given, err := json.Marshal(sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if after, err := json.Marshal(sp); err != nil || !bytes.Equal(after, given) {
+			t.Errorf("Create changed the spec it was given:\nbefore %s\nafter  %s", given, after)
+		}
+	}()
 	ctx := s.ctx(t)
 	op, err := s.d.Create(ctx, node, sp)
 	if err != nil {

@@ -70,6 +70,12 @@ func (b *broken) Create(ctx context.Context, node string, spec *driver.Spec) (dr
 		clean.CPU, clean.Kind, clean.ConfigFiles = 0, "", nil
 		return b.Sim.Create(ctx, node, &clean)
 	}
+	if b.mode == "changes-spec" {
+		if spec.Env == nil {
+			spec.Env = map[string]string{}
+		}
+		spec.Env["ADDED_BY_THE_DRIVER"] = "1"
+	}
 	return b.Sim.Create(ctx, node, spec)
 }
 
@@ -153,6 +159,7 @@ func TestSuiteCatchesBrokenDrivers(t *testing.T) {
 		{"watch-silent", "--- FAIL: TestBrokenHelper/Cap/events"},
 		{"stop-kills", "--- FAIL: TestBrokenHelper/Cap/stop"},
 		{"leaky-close", "found unexpected goroutines"},
+		{"changes-spec", "Create changed the spec it was given"},
 	}
 	for _, c := range cases {
 		t.Run(c.mode, func(t *testing.T) {
