@@ -68,6 +68,19 @@ func Connect(ctx context.Context, host string) (*client.Client, error) {
 // engine of cli, one FROM scratch image per tag with it as entrypoint. The
 // go command must run inside the module, as a test does.
 func BuildHello(ctx context.Context, cli *client.Client, tags ...string) error {
+	return buildHello(ctx, cli, "", tags)
+}
+
+// BuildHealthChecked builds the image of BuildHello with a health check,
+// tagged tag: every second the engine runs "/hello health", which fails
+// when the container's environment sets HELLO_UNHEALTHY=1.
+func BuildHealthChecked(ctx context.Context, cli *client.Client, tag string) error {
+	return buildHello(ctx, cli, `HEALTHCHECK --interval=1s --timeout=5s --retries=1 CMD ["/hello", "health"]`+"\n", []string{tag})
+}
+
+// buildHello compiles the hello program and builds it into an image under
+// each tag, with extra appended to the Dockerfile.
+func buildHello(ctx context.Context, cli *client.Client, extra string, tags []string) error {
 	dir, err := os.MkdirTemp("", "berth-hello-")
 	if err != nil {
 		return err
@@ -88,17 +101,17 @@ func BuildHello(ctx context.Context, cli *client.Client, tags ...string) error {
 		return err
 	}
 	for _, tag := range tags {
-		if err := buildImage(ctx, cli, tag, prog); err != nil {
+		if err := buildImage(ctx, cli, tag, prog, extra); err != nil {
 			return fmt.Errorf("build %s: %w", tag, err)
 		}
 	}
 	return nil
 }
 
-func buildImage(ctx context.Context, cli *client.Client, tag string, prog []byte) error {
+func buildImage(ctx context.Context, cli *client.Client, tag string, prog []byte, extra string) error {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
-	dockerfile := "FROM scratch\nCOPY hello /hello\nLABEL berth.test.image=" + tag + "\nENTRYPOINT [\"/hello\"]\n"
+	dockerfile := "FROM scratch\nCOPY hello /hello\nLABEL berth.test.image=" + tag + "\nENTRYPOINT [\"/hello\"]\n" + extra
 	for _, f := range []struct {
 		name string
 		mode int64

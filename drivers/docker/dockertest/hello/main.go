@@ -3,7 +3,8 @@
 // files named in HELLO_FILES (comma separated), serves "hello" on TCP port
 // HELLO_LISTEN when set, and then runs until SIGTERM or SIGINT, when it
 // exits 0. HELLO_EXIT=<n> makes it exit with code n at once instead;
-// HELLO_BURN=1 keeps one cpu busy meanwhile.
+// HELLO_BURN=1 keeps one cpu busy meanwhile. "hello health" is a health
+// check: it exits 1 when HELLO_UNHEALTHY=1, else 0.
 package main
 
 import (
@@ -17,6 +18,12 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "health" {
+		if os.Getenv("HELLO_UNHEALTHY") == "1" {
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	fmt.Fprintln(os.Stdout, "hello stdout")
