@@ -2,6 +2,7 @@ package control_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -44,8 +45,9 @@ func scheduled(t *testing.T, m *metrics.Metrics) uint64 {
 	return n
 }
 
-// TestManyWaitingInstances keeps 400 instances of one request waiting and
-// changes why they wait: the new reason reaches every record in a few
+// TestManyWaitingInstances keeps 400 instances of one request waiting (at
+// least: a launch that runs late under load may make one more) and changes
+// why they wait: the new reason reaches every record in a few
 // commits, not one each, and each placement round decides for the request
 // once, not once per instance.
 func TestManyWaitingInstances(t *testing.T) {
@@ -63,23 +65,34 @@ func TestManyWaitingInstances(t *testing.T) {
 	if _, err := p.Submit(ctx, r, ""); err != nil {
 		t.Fatal(err)
 	}
+	var last string // what the last look saw, for a failure's message
 	waiting := func(reason string) func() bool {
 		return func() bool {
 			list, err := p.Instances(ctx, control.Filter{Request: "wide", Phases: []control.Phase{reconciler.Pending}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(list) != 400 {
-				return false
-			}
+			// 400 wait; a placed one whose launch ran late under load may
+			// wait again, for reasons of its own.
+			n := 0
 			for _, in := range list {
-				if !strings.Contains(in.Message, reason) {
-					return false
+				if strings.Contains(in.Message, reason) {
+					n++
+				} else {
+					last = fmt.Sprintf("%s waits because %q", in.ID, in.Message)
 				}
 			}
-			return true
+			if n < 400 {
+				last = fmt.Sprintf("%d of %d pending wait for %s; %s", n, len(list), reason, last)
+			}
+			return n >= 400
 		}
 	}
+	defer func() {
+		if t.Failed() {
+			t.Logf("last seen: %s", last)
+		}
+	}()
 	waitFor(t, "400 instances waiting for cpu", waiting("cpu"))
 	before, decided := st.txns.Load(), scheduled(t, m)
 
