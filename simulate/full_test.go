@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/driver/drivertest"
 )
 
 // fullWorkload has preplaced instances, a gang, instances that leave and
@@ -146,17 +147,7 @@ func TestFullOptionErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		_, err := Run(context.Background(), w, tt.opt)
-		var fes driver.FieldErrors
-		var fe *driver.FieldError
-		found := false
-		if errors.As(err, &fes) {
-			for _, e := range fes {
-				found = found || e.Path == tt.path
-			}
-		} else if errors.As(err, &fe) {
-			found = fe.Path == tt.path
-		}
-		if !found || !errors.Is(err, driver.ErrInvalid) {
+		if !drivertest.HasField(err, tt.path) || !errors.Is(err, driver.ErrInvalid) {
 			t.Errorf("%+v: err %v, want ErrInvalid naming %s", tt.opt, err, tt.path)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/driver/drivertest"
 	"github.com/berth-dev/berth/drivers/sim"
 	"github.com/berth-dev/berth/scheduler"
 )
@@ -169,17 +170,7 @@ func TestDecodeErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		_, err := Decode(strings.NewReader(tt.in))
-		var fes driver.FieldErrors
-		var fe *driver.FieldError
-		found := false
-		if errors.As(err, &fes) {
-			for _, e := range fes {
-				found = found || e.Path == tt.path
-			}
-		} else if errors.As(err, &fe) {
-			found = fe.Path == tt.path
-		}
-		if !found || !errors.Is(err, driver.ErrInvalid) {
+		if !drivertest.HasField(err, tt.path) || !errors.Is(err, driver.ErrInvalid) {
 			t.Errorf("%s: err %v, want field %s", tt.in, err, tt.path)
 		}
 	}
