@@ -165,13 +165,18 @@ func (s *state) placer(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
+		var done chan struct{}
 		select {
 		case <-ctx.Done():
 			return
 		case <-s.placeKick:
 		case <-t.C:
+		case done = <-s.placeNow:
 		}
 		s.placePending(ctx)
+		if done != nil {
+			close(done)
+		}
 	}
 }
 

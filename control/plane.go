@@ -289,6 +289,24 @@ func New(ctx context.Context, cfg Config) (*Plane, error) {
 // goroutine it started has ended.
 func (p *Plane) Run(ctx context.Context) error { return p.run(ctx) }
 
+// PlaceRound has the placer try every pending instance that is due once,
+// in a round that starts after PlaceRound is called, and returns when that
+// round is over. It needs Run: without it, it waits until ctx ends.
+func (p *Plane) PlaceRound(ctx context.Context) error {
+	done := make(chan struct{})
+	select {
+	case p.placeNow <- done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // Submit validates req, places its instances and commits the placements and
 // their intent (id, provider, node; the back-end tags follow from them) to
 // the store in one transaction, then returns Citadel's answer. Placed

@@ -987,3 +987,40 @@ func TestSpecSharedButNeverAliased(t *testing.T) {
 	p2, _ := start(t, config(st, prov))
 	check(p2)
 }
+
+func TestPlaceRoundWaitsForARoundOfRun(t *testing.T) {
+	_, prov := newSim(t, 1, nil)
+	p, err := control.New(context.Background(), config(memory.New(memory.Options{}), prov))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Without Run there is no placer: PlaceRound waits for its context.
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := p.PlaceRound(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("PlaceRound without Run: %v, want the context's deadline", err)
+	}
+	big := req("big", 1)
+	big.CPU = driver.CPUs(3)
+	if _, err := p.Submit(context.Background(), big, ""); err != nil {
+		t.Fatal(err)
+	}
+	second := req("second", 1)
+	second.CPU = driver.CPUs(3)
+	if _, err := p.Submit(context.Background(), second, ""); err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(runCtx) }()
+	defer func() { stop(); <-done }()
+	waitPhase(t, p, "big", reconciler.Running)
+	// A round that starts after PlaceRound is called has decided the
+	// waiting instance when it returns: it still does not fit, and says why.
+	if err := p.PlaceRound(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if in, err := p.Instance(context.Background(), "second"); err != nil || in.Phase != reconciler.Pending {
+		t.Fatalf("second: %+v, %v; want pending", in, err)
+	}
+}

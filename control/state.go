@@ -89,6 +89,9 @@ type state struct {
 	rtMu sync.Mutex
 	// placeKick wakes the placer.
 	placeKick chan struct{}
+	// placeNow asks the placer for one round; it closes the channel it
+	// receives when that round is over.
+	placeNow chan chan struct{}
 	// running is set while Run runs, to refuse a second Run.
 	running bool
 }
@@ -222,6 +225,7 @@ func newState(ctx context.Context, cfg Config) (*state, error) {
 		nodeInfo:  map[string]driver.Node{},
 		largest:   map[string]driver.Resources{},
 		placeKick: make(chan struct{}, 1),
+		placeNow:  make(chan chan struct{}),
 	}
 	for n := range provs {
 		s.provNames = append(s.provNames, n)

@@ -494,12 +494,13 @@ func (f *fullRunner) waitGone(ctx context.Context, ids []string) error {
 	return nil
 }
 
-// settle waits until no instance is on its way (scheduled, creating,
-// stopping or deleting, or pending with a retry of a failed create still
-// to come) in two readings in a row with the same counts: every instance
-// then runs, has failed, or is pending with a reason.
+// settle waits until no instance is on its way: none is scheduled,
+// creating, stopping or deleting, none waits for a retry of a failed create,
+// and a whole placement round that started after the counts were read placed
+// nothing (the counts are the same after it). Every instance then runs, has
+// failed, or is pending with a reason that a round has just confirmed. It
+// depends on no timing: a slow machine only makes it wait longer.
 func (f *fullRunner) settle(ctx context.Context) error {
-	var last map[reconciler.Phase]int
 	t := time.NewTicker(fullSettlePoll)
 	defer t.Stop()
 	for {
@@ -507,26 +508,37 @@ func (f *fullRunner) settle(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		busy := 0
-		for _, ph := range transitional {
-			busy += c[ph]
-		}
-		if busy == 0 && last != nil && maps.Equal(c, last) {
+		if busy(c) == 0 {
 			retry, err := f.nextRetry(ctx, c[reconciler.Pending])
 			if err != nil {
 				return err
 			}
 			if retry.IsZero() {
-				return nil
+				if err := f.plane.PlaceRound(ctx); err != nil {
+					return err
+				}
+				after, err := f.plane.Counts(ctx)
+				if err != nil {
+					return err
+				}
+				if maps.Equal(c, after) {
+					if retry, err = f.nextRetry(ctx, after[reconciler.Pending]); err != nil {
+						return err
+					}
+					if retry.IsZero() {
+						return nil
+					}
+				}
 			}
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(time.Until(retry)):
+			if !retry.IsZero() {
+				// A retry is due then; the round after it decides.
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(time.Until(retry)):
+				}
 			}
-			c = nil
 		}
-		last = c
 		if f.checkDue() {
 			if err := f.check(ctx); err != nil {
 				return err
@@ -540,15 +552,18 @@ func (f *fullRunner) settle(ctx context.Context) error {
 	}
 }
 
-// retryGrace is how long after its due time a retry of a failed create is
-// still taken to be on its way: the plane's placer looks at pending
-// instances at least once a second.
-const retryGrace = 1500 * time.Millisecond
+// busy counts the instances of c that are on their way.
+func busy(c map[reconciler.Phase]int) int {
+	n := 0
+	for _, ph := range transitional {
+		n += c[ph]
+	}
+	return n
+}
 
-// nextRetry returns when to look again for a pending instance waiting for
-// a retry of a failed create (due at its Deadline, plus retryGrace for the
-// placer to act), or zero when none waits for one. pending is how many
-// instances are pending.
+// nextRetry returns when a pending instance waiting for a retry of a failed
+// create becomes due (its Deadline; the latest of them), or zero when none
+// waits for one. pending is how many instances are pending.
 func (f *fullRunner) nextRetry(ctx context.Context, pending int) (time.Time, error) {
 	if pending == 0 {
 		return time.Time{}, nil
@@ -560,8 +575,8 @@ func (f *fullRunner) nextRetry(ctx context.Context, pending int) (time.Time, err
 	var latest time.Time
 	now := time.Now()
 	for _, in := range ins {
-		if due := in.Deadline.Add(retryGrace); due.After(now) && due.After(latest) {
-			latest = due
+		if in.Deadline.After(now) && in.Deadline.After(latest) {
+			latest = in.Deadline
 		}
 	}
 	return latest, nil
