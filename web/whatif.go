@@ -76,19 +76,19 @@ type whatifData struct {
 
 // simRun is one run's figures.
 type simRun struct {
-	Strategy        string
-	Nodes           int
-	Instances       int
-	Placed          int
-	Unplaced        int
-	PlacementsPerS  string
-	NodesUsed       int
-	LowerBound      int
-	Packing         string
-	Seconds         string
-	UnplacedReason  string
-	DoubleBooked    int
-	Interrupted     bool
+	Strategy       string
+	Nodes          int
+	Instances      int
+	Placed         int
+	Unplaced       int
+	PlacementsPerS string
+	NodesUsed      int
+	LowerBound     int
+	Packing        string
+	Seconds        string
+	UnplacedReason string
+	DoubleBooked   int
+	Interrupted    bool
 }
 
 func (s *Server) whatifPage(w http.ResponseWriter, r *http.Request, c *caller) error {

@@ -1,0 +1,121 @@
+package web_test
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/scheduler"
+)
+
+var rowRE = regexp.MustCompile(`<tr data-id="`)
+
+// TestPages renders every page for an empty cluster, a small one and one
+// of 10,000 instances, and checks what each shows.
+func TestPages(t *testing.T) {
+	clusters := []struct {
+		name      string
+		nodes     int
+		instances int
+	}{
+		{"empty", 0, 0},
+		{"small", 3, 5},
+		{"10000", 100, 10_000},
+	}
+	for _, cl := range clusters {
+		t.Run(cl.name, func(t *testing.T) {
+			plane := simPlane(t, max(cl.nodes, 1))
+			if cl.instances > 0 {
+				submit(t, plane, "team-a", "r", cl.instances, nil)
+			}
+			if cl.name == "small" {
+				submit(t, plane, "team-a", "big", 1, func(r *scheduler.Request) { r.Constraints = []string{"disk==nvme"} })
+			}
+			s := newWeb(t, plane, nil)
+
+			wantBody(t, get(s, "/ui/", "admin-secret"), http.StatusOK, "Overview", "Providers", "Nodes of sim", "Quota use per namespace", "team-a")
+			if cl.nodes > 0 {
+				wantBody(t, get(s, "/ui/", "admin-secret"), http.StatusOK, fmt.Sprintf("%d nodes", cl.nodes))
+			}
+
+			body := wantBody(t, get(s, "/ui/instances", "admin-secret"), http.StatusOK, `<label for="f-ns">Namespace</label>`)
+			rows := len(rowRE.FindAllString(body, -1))
+			wantRows := min(cl.instances+map[bool]int{true: 1}[cl.name == "small"], web100)
+			if rows != wantRows {
+				t.Errorf("instances page: %d rows, want %d", rows, wantRows)
+			}
+			if cl.instances == 0 {
+				wantBody(t, get(s, "/ui/instances", "admin-secret"), http.StatusOK, "No instances match.")
+			}
+			if cl.instances > web100 {
+				if !strings.Contains(body, `rel="next"`) {
+					t.Error("a full page has no next link")
+				}
+				// Walk every page at the largest page size.
+				seen, after := 0, ""
+				for {
+					w := get(s, "/ui/instances?limit=10000"+after, "admin-secret")
+					b := wantBody(t, w, http.StatusOK)
+					seen += len(rowRE.FindAllString(b, -1))
+					m := regexp.MustCompile(`href="/ui/instances\?([^"]*after=[^"]*)" rel="next"`).FindStringSubmatch(b)
+					if m == nil {
+						break
+					}
+					after = "&after=" + regexp.MustCompile(`after=([^&]*)`).FindStringSubmatch(strings.ReplaceAll(m[1], "&amp;", "&"))[1]
+				}
+				if seen != cl.instances {
+					t.Errorf("pages hold %d instances, want %d", seen, cl.instances)
+				}
+			}
+
+			if cl.instances > 0 {
+				wantBody(t, get(s, "/ui/instances/r-0", "admin-secret"), http.StatusOK, "r-0", "berth/sim", "History", `id="logs"`, "act-stop")
+			} else {
+				wantBody(t, get(s, "/ui/instances/r-0", "admin-secret"), http.StatusNotFound, "404")
+			}
+
+			pend := wantBody(t, get(s, "/ui/pending", "admin-secret"), http.StatusOK, "Why they wait")
+			if cl.name == "small" {
+				if !strings.Contains(pend, "disk==nvme") {
+					t.Errorf("pending page does not name the constraint:\n%s", cut(pend))
+				}
+			} else if !strings.Contains(pend, "Nothing waits.") {
+				t.Errorf("pending page shows waiting instances in a cluster where all fit")
+			}
+
+			wantBody(t, get(s, "/ui/whatif", "admin-secret"), http.StatusOK, "Simulated nodes", "built-in w2")
+			wantBody(t, get(s, "/ui/signin", ""), http.StatusOK, `<label for="token">Token</label>`)
+		})
+	}
+}
+
+// web100 is the dashboard's default page size.
+const web100 = 100
+
+// TestSecretsShownAsDigests: env values, user data and config file
+// contents never appear on the instance page, only their size and digest.
+func TestSecretsShownAsDigests(t *testing.T) {
+	plane := simPlane(t, 1)
+	secrets := []string{"hunter2-env-value", "user-data-secret", "config-file-secret"}
+	submit(t, plane, "team-a", "s", 1, func(r *scheduler.Request) {
+		r.Spec.Env = map[string]string{"PASSWORD": secrets[0]}
+		r.Spec.UserData = secrets[1]
+		r.Spec.ConfigFiles = []driver.ConfigFile{{Path: "/etc/app.conf", Content: secrets[2]}}
+	})
+	s := newWeb(t, plane, nil)
+	body := wantBody(t, get(s, "/ui/instances/s", "admin-secret"), http.StatusOK, "PASSWORD", "/etc/app.conf")
+	for _, v := range secrets {
+		if strings.Contains(body, v) {
+			t.Errorf("the page shows the secret %q", v)
+		}
+		sum := sha256.Sum256([]byte(v))
+		if want := fmt.Sprintf("%d bytes, sha256:%s", len(v), hex.EncodeToString(sum[:])); !strings.Contains(body, want) {
+			t.Errorf("the page lacks %q", want)
+		}
+	}
+}
