@@ -263,18 +263,17 @@ func TestBrowserInstanceLifecycle(t *testing.T) {
 		t.Errorf("the instance page shows an env value, or not the variable:\n%s", cut(body))
 	}
 	if os.Getenv("BERTH_UPDATE_SCREENSHOTS") == "1" {
+		// The README's pictures, taken while the instance runs.
 		screenshot(t, ctx, filepath.Join("..", "docs", "dashboard-instance.png"))
+		run(t, ctx, "open the overview", chromedp.Navigate(srv.URL+"/ui/"), chromedp.WaitVisible(`#totals-h`))
+		waitText(t, ctx, "#live-status", "on")
+		screenshot(t, ctx, filepath.Join("..", "docs", "dashboard-overview.png"))
+		run(t, ctx, "open the instance again", chromedp.Navigate(srv.URL+"/ui/instances/"+id), chromedp.WaitVisible(`#act-stop`))
 	}
 
 	run(t, ctx, "press stop", chromedp.Click(`#act-stop`), chromedp.WaitVisible(`#phase`))
 	waitText(t, ctx, "#phase", "stopped")
 	waitText(t, ctx, "#live-instance", "stopping") // the history shows the way there
-
-	if os.Getenv("BERTH_UPDATE_SCREENSHOTS") == "1" {
-		run(t, ctx, "open the overview", chromedp.Navigate(srv.URL+"/ui/"), chromedp.WaitVisible(`#totals-h`))
-		waitText(t, ctx, "#live-status", "on")
-		screenshot(t, ctx, filepath.Join("..", "docs", "dashboard-overview.png"))
-	}
 }
 
 // TestBrowserPendingReason: the pending page names the constraint that no

@@ -57,7 +57,7 @@ func bars(c, r driver.Resources, u *driver.Resources) [4]bar {
 		fmt           func(float64) string
 	}
 	cpus := func(v float64) string { return driver.MilliCPU(v).String() }
-	mem := func(v float64) string { return driver.Bytes(v).String() }
+	mem := func(v float64) string { return driver.Bytes(v).Human() }
 	count := func(v float64) string { return strconv.FormatInt(int64(v), 10) }
 	rs := [4]res{
 		{"cpus", float64(c.CPU), float64(r.CPU), 0, cpus},
@@ -285,7 +285,7 @@ func buildOverview(nodes []control.NodeView, provs []control.ProviderView, quota
 		row := quotaRow{Namespace: q.Owner, Scope: quotaScope(q.Quota)}
 		row.Instances, row.InstClass = usage(float64(q.UsedInstances), float64(q.Instances), strconv.Itoa(q.UsedInstances), strconv.Itoa(q.Instances))
 		row.CPUs, row.CPUClass = usage(float64(q.UsedCPU), float64(q.CPU), q.UsedCPU.String(), q.CPU.String())
-		row.Memory, row.MemClass = usage(float64(q.UsedMemory), float64(q.Memory), q.UsedMemory.String(), q.Memory.String())
+		row.Memory, row.MemClass = usage(float64(q.UsedMemory), float64(q.Memory), q.UsedMemory.Human(), q.Memory.Human())
 		d.Quotas = append(d.Quotas, row)
 	}
 	return d
