@@ -324,3 +324,34 @@ func TestBrowserRefusesPostWithoutCSRF(t *testing.T) {
 		t.Errorf("a post with the form's CSRF token was refused")
 	}
 }
+
+// TestBrowserWhatIf runs a built-in workload through the simulator from
+// the page, comparing two strategies, and sees the figures and the chart.
+func TestBrowserWhatIf(t *testing.T) {
+	srv := startReal(t)
+	ctx := browse(t)
+	signInBrowser(t, ctx, srv.URL, "operator-secret")
+	run(t, ctx, "run a what-if",
+		chromedp.Navigate(srv.URL+"/ui/whatif"),
+		chromedp.WaitVisible(`#nodes`),
+		chromedp.Click(`#src-w2`),
+		chromedp.SetValue(`#nodes`, "200"),
+		chromedp.Click(`#st-binpack`),
+		chromedp.Click(`#st-spread`),
+		chromedp.Submit(`#nodes`),
+		chromedp.WaitVisible(`#res-h`),
+	)
+	waitText(t, ctx, "#main", "placements/s")
+	if n := evaluate[int](t, ctx, `document.querySelectorAll("svg.chart rect").length`); n < 6 {
+		t.Errorf("the charts have %d bars, want at least 6", n)
+	}
+	res := evaluate[string](t, ctx, `document.querySelector("#res-h").parentElement.innerText`)
+	for _, want := range []string{"as in the workload", "binpack", "spread", "1000"} {
+		if !strings.Contains(res, want) {
+			t.Errorf("the results lack %q:\n%s", want, res)
+		}
+	}
+	if os.Getenv("BERTH_UPDATE_SCREENSHOTS") == "1" {
+		screenshot(t, ctx, filepath.Join("testdata", "out", "whatif.png"))
+	}
+}

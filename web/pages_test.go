@@ -1,6 +1,7 @@
 package web_test
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -35,6 +36,12 @@ func TestPages(t *testing.T) {
 			}
 			if cl.name == "small" {
 				submit(t, plane, "team-a", "big", 1, func(r *scheduler.Request) { r.Constraints = []string{"disk==nvme"} })
+				one := 1
+				svc := scheduler.Service{Request: scheduler.Request{Count: 3, Spec: driver.Spec{Name: "worker", Image: "berth/sim",
+					Resources: driver.Resources{CPU: driver.CPUs(0.01), Memory: driver.MiB}}}, Essential: &one}
+				if _, err := plane.SubmitGroup(context.Background(), scheduler.Group{ID: "job", Services: []scheduler.Service{svc}}, "team-a"); err != nil {
+					t.Fatal(err)
+				}
 			}
 			s := newWeb(t, plane, nil)
 
@@ -45,7 +52,7 @@ func TestPages(t *testing.T) {
 
 			body := wantBody(t, get(s, "/ui/instances", "admin-secret"), http.StatusOK, `<label for="f-ns">Namespace</label>`)
 			rows := len(rowRE.FindAllString(body, -1))
-			wantRows := min(cl.instances+map[bool]int{true: 1}[cl.name == "small"], web100)
+			wantRows := min(cl.instances+map[bool]int{true: 1 + 3}[cl.name == "small"], web100) // the constrained one and the group
 			if rows != wantRows {
 				t.Errorf("instances page: %d rows, want %d", rows, wantRows)
 			}
@@ -83,6 +90,10 @@ func TestPages(t *testing.T) {
 			if cl.name == "small" {
 				if !strings.Contains(pend, "disk==nvme") {
 					t.Errorf("pending page does not name the constraint:\n%s", cut(pend))
+				}
+				// The group: 3 instances, 1 essential, 2 elastic.
+				if !regexp.MustCompile(`Group job: [a-z]+.*\n.*\n<tbody><tr><th scope="row">[^<]+</th><td>3</td><td>1</td><td>2</td>`).MatchString(pend) {
+					t.Errorf("pending page does not show group job with 3 instances, 1 essential, 2 elastic:\n%s", cut(pend[strings.Index(pend, "Groups"):]))
 				}
 			} else if !strings.Contains(pend, "Nothing waits.") {
 				t.Errorf("pending page shows waiting instances in a cluster where all fit")

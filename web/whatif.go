@@ -307,7 +307,7 @@ func charts(runs []simRun) (nodes, speed chart) {
 		if maxV == 0 {
 			maxV = 1
 		}
-		groupW := len(ss)*(chartBarW+chartGap) + chartGroup
+		groupW := max(len(ss)*(chartBarW+chartGap)+chartGroup, 140) // room for the label
 		c := chart{Title: title, Width: chartLeft + len(runs)*groupW + chartLegend, Height: chartTop + chartPlot + chartBottom, AxisY: chartTop + chartPlot}
 		c.LegendX = c.Width - chartLegend + 10
 		for g, r := range runs {

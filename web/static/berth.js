@@ -18,7 +18,20 @@
         var doc = new DOMParser().parseFromString(html, 'text/html');
         document.querySelectorAll('[data-live]').forEach(function (el) {
           var fresh = doc.getElementById(el.id);
-          if (fresh) { el.replaceWith(document.importNode(fresh, true)); }
+          if (!fresh) { return; }
+          // Keep the keyboard where it was: refocus the same link or
+          // control in the fresh region.
+          var active = document.activeElement, again = null;
+          if (active && el.contains(active)) {
+            var key = active.getAttribute('href') || active.id;
+            again = function (root) {
+              return key && (root.querySelector('[href="' + CSS.escape(key) + '"]') || root.querySelector('#' + CSS.escape(key)));
+            };
+          }
+          var node = document.importNode(fresh, true);
+          el.replaceWith(node);
+          var target = again && again(node);
+          if (target) { target.focus(); }
         });
         say('on, updated ' + new Date().toLocaleTimeString());
       })
