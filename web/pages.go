@@ -48,9 +48,11 @@ type frame struct {
 	Nav   string
 	User  *Identity
 	CSRF  string
-	// Events is the event stream the page follows for its live regions.
-	Events string
-	Page   any
+	// Events is the event stream the page follows for its live regions;
+	// Refresh is the least time between two refreshes, in milliseconds.
+	Events  string
+	Refresh int
+	Page    any
 }
 
 // render writes page name with data.
@@ -66,7 +68,7 @@ func (s *Server) render(w http.ResponseWriter, status int, name string, f frame)
 }
 
 func (s *Server) frame(c *caller, title, nav string, page any) frame {
-	f := frame{Title: title, Nav: nav, Page: page}
+	f := frame{Title: title, Nav: nav, Page: page, Refresh: 1000}
 	if c != nil {
 		id := c.Identity
 		f.User, f.CSRF = &id, c.csrf
@@ -99,17 +101,36 @@ func (s *Server) renderError(w http.ResponseWriter, r *http.Request, c *caller, 
 }
 
 // overview is the cluster at a glance.
+// overviewNodes is how many nodes of each provider the overview lists
+// unless asked for all (?nodes=all): the totals count every node, and a
+// page of 10,000 rows weighs megabytes on every live refresh.
+const overviewNodes = 500
+
 func (s *Server) overview(w http.ResponseWriter, r *http.Request, c *caller) error {
-	d, err := s.overviewData(r, c)
+	q := r.URL.Query()
+	for k := range q {
+		if k != "nodes" {
+			return &httpError{http.StatusBadRequest, fmt.Sprintf("unknown query parameter %q; known: nodes", k)}
+		}
+	}
+	limit := overviewNodes
+	switch v := q.Get("nodes"); v {
+	case "":
+	case "all":
+		limit = 0
+	default:
+		return &httpError{http.StatusBadRequest, fmt.Sprintf("nodes %q: want all, or leave it out for the first %d of each provider", v, overviewNodes)}
+	}
+	d, err := s.overviewData(r, c, limit)
 	if err != nil {
 		return err
 	}
 	f := s.frame(c, "Overview", "overview", d)
-	f.Events = Prefix + "events"
+	f.Events, f.Refresh = Prefix+"events", 3000 // the heaviest page
 	return s.render(w, http.StatusOK, "overview", f)
 }
 
-func (s *Server) overviewData(r *http.Request, c *caller) (overviewData, error) {
+func (s *Server) overviewData(r *http.Request, c *caller, nodeLimit int) (overviewData, error) {
 	if !s.permit(c.Identity, ActView, "") {
 		return overviewData{}, errDenied
 	}
@@ -130,7 +151,7 @@ func (s *Server) overviewData(r *http.Request, c *caller) (overviewData, error) 
 	if err != nil {
 		return overviewData{}, err
 	}
-	return buildOverview(nodes, provs, quotas, counts, c.Identity, s.permit), nil
+	return buildOverview(nodes, provs, quotas, counts, c.Identity, s.permit, nodeLimit), nil
 }
 
 // instancesData is the instances page.

@@ -130,3 +130,21 @@ func TestSecretsShownAsDigests(t *testing.T) {
 		}
 	}
 }
+
+// TestOverviewListsNodesInPages: the overview lists the first 500 nodes of
+// a provider, counts them all, and lists them all when asked.
+func TestOverviewListsNodesInPages(t *testing.T) {
+	plane := simPlane(t, 2000)
+	s := newWeb(t, plane, nil)
+	nodeRow := regexp.MustCompile(`<tr><th scope="row">[^<]+</th><td><span class="state`)
+	body := wantBody(t, get(s, "/ui/", "admin-secret"), http.StatusOK, "2000 nodes", "sim: 2000 nodes, the first 500 listed", `href="/ui/?nodes=all"`)
+	if n := len(nodeRow.FindAllString(body, -1)); n != 500 {
+		t.Errorf("the overview lists %d nodes, want 500", n)
+	}
+	body = wantBody(t, get(s, "/ui/?nodes=all", "admin-secret"), http.StatusOK, "sim: 2000 nodes;")
+	if n := len(nodeRow.FindAllString(body, -1)); n != 2000 {
+		t.Errorf("the overview with nodes=all lists %d nodes, want 2000", n)
+	}
+	wantBody(t, get(s, "/ui/?nodes=many", "admin-secret"), http.StatusBadRequest, "want all")
+	wantBody(t, get(s, "/ui/?node=all", "admin-secret"), http.StatusBadRequest, "unknown query parameter")
+}

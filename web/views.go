@@ -178,7 +178,10 @@ type providerBlock struct {
 	Capabilities string
 	Totals       [4]bar
 	Nodes        []nodeRow
-	Statuses     []statusCount
+	// NodeCount is how many nodes the provider has; Nodes holds the first
+	// of them, up to the page's limit.
+	NodeCount int
+	Statuses  []statusCount
 }
 
 type statusCount struct {
@@ -200,6 +203,10 @@ type quotaRow struct {
 
 // overviewData is the overview page.
 type overviewData struct {
+	// NodeLimit is the rows per provider (0: all); Truncated says some
+	// provider has more nodes than rows.
+	NodeLimit int
+	Truncated bool
 	Providers []providerBlock
 	Totals    [4]bar
 	Nodes     int
@@ -209,8 +216,10 @@ type overviewData struct {
 }
 
 // buildOverview gathers the overview from the plane's answers.
-func buildOverview(nodes []control.NodeView, provs []control.ProviderView, quotas []control.QuotaUse, counts map[control.Phase]int, id Identity, permit Permit) overviewData {
-	var d overviewData
+// At most nodeLimit nodes of each provider get a row (0: all); the totals
+// count every node.
+func buildOverview(nodes []control.NodeView, provs []control.ProviderView, quotas []control.QuotaUse, counts map[control.Phase]int, id Identity, permit Permit, nodeLimit int) overviewData {
+	d := overviewData{NodeLimit: nodeLimit}
 	byProv := map[string]*providerBlock{}
 	for _, p := range provs {
 		b := &providerBlock{Name: p.Name, Driver: p.Driver, Breaker: p.Health.Breaker, Failures: p.Health.ConsecutiveFailures,
@@ -232,9 +241,13 @@ func buildOverview(nodes []control.NodeView, provs []control.ProviderView, quota
 			b = &providerBlock{Name: n.Provider}
 			byProv[n.Provider] = b
 		}
-		row := nodeRow{Name: n.Name, Status: string(n.Status), Reason: n.Reason, Instances: n.Instances, Berth: n.BerthCount,
-			Bars: bars(n.Capacity, n.Reserved, n.InUse)}
-		b.Nodes = append(b.Nodes, row)
+		b.NodeCount++
+		if nodeLimit == 0 || len(b.Nodes) < nodeLimit {
+			b.Nodes = append(b.Nodes, nodeRow{Name: n.Name, Status: string(n.Status), Reason: n.Reason, Instances: n.Instances, Berth: n.BerthCount,
+				Bars: bars(n.Capacity, n.Reserved, n.InUse)})
+		} else {
+			d.Truncated = true
+		}
 		if provStatus[n.Provider] == nil {
 			provStatus[n.Provider] = map[string]int{}
 		}

@@ -1,7 +1,7 @@
 // Berth dashboard: live regions and log streams, over server-sent events.
 // A page names its event stream in <body data-events>; on a change the
 // page's [data-live] regions are fetched again and swapped in place, at
-// most once a second. An instance page streams its logs into #logs.
+// most once per <body data-refresh> milliseconds. An instance page streams its logs into #logs.
 (function () {
   'use strict';
 
@@ -41,6 +41,7 @@
   var src = document.body.dataset.events;
   if (src && window.EventSource) {
     var waiting = false, last = 0, broken = false;
+    var every = Number(document.body.dataset.refresh) || 1000;
     var schedule = function () {
       if (waiting) { return; }
       waiting = true;
@@ -48,7 +49,7 @@
         waiting = false;
         last = Date.now();
         refresh();
-      }, Math.max(0, 1000 - (Date.now() - last)));
+      }, Math.max(0, every - (Date.now() - last)));
     };
     var es = new EventSource(src);
     es.addEventListener('hello', function () {
