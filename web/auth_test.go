@@ -172,3 +172,18 @@ func TestWhatIfBounds(t *testing.T) {
 		t.Errorf("results do not show the lower bound of 13 nodes")
 	}
 }
+
+// TestFailedSignInsAreBounded: after a burst of wrong tokens, sign-ins
+// are refused for a while.
+func TestFailedSignInsAreBounded(t *testing.T) {
+	s := newWeb(t, simPlane(t, 1), nil)
+	pre := get(s, "/ui/signin", "")
+	m := csrfRE.FindStringSubmatch(pre.Body.String())
+	codes := map[int]int{}
+	for range web.SignInBurst + 5 {
+		codes[post(s, "/ui/signin", url.Values{"csrf": {m[1]}, "token": {"guess"}}, pre.Result().Cookies()).Code]++
+	}
+	if codes[http.StatusTooManyRequests] == 0 {
+		t.Errorf("%d wrong tokens in a row: statuses %v, want some 429", web.SignInBurst+5, codes)
+	}
+}

@@ -485,6 +485,9 @@ func (s *Server) signin(w http.ResponseWriter, r *http.Request, _ *caller) error
 		return errCSRF
 	}
 	d := signinData{Next: safeNext(r.PostFormValue("next")), CSRF: ck.Value}
+	if s.signins.Tokens() < 1 {
+		return &httpError{http.StatusTooManyRequests, "too many failed sign-ins; wait a moment and try again"}
+	}
 	tok := strings.TrimSpace(r.PostFormValue("token"))
 	if tok == "" || len(tok) > maxTokenSize {
 		d.Message = "give a token"
@@ -492,6 +495,7 @@ func (s *Server) signin(w http.ResponseWriter, r *http.Request, _ *caller) error
 	}
 	id, err := s.auth.Authenticate(r.Context(), tok)
 	if err != nil {
+		s.signins.Allow() // failures spend the allowance
 		d.Message = "that token was not accepted (unknown, revoked or expired)"
 		return s.render(w, http.StatusUnauthorized, "signin", s.frame(nil, "Sign in", "", d))
 	}

@@ -31,6 +31,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/berth-dev/berth/api"
 	"github.com/berth-dev/berth/control"
 )
@@ -50,6 +52,13 @@ const (
 	DefaultMaxSessions = 10_000
 	DefaultPageSize    = 100
 	DefaultMaxStreams  = 64
+)
+
+// Failed sign-ins the dashboard takes, from all browsers together, before
+// it refuses sign-ins for a moment: a bound on guessing tokens.
+const (
+	SignInRate  = rate.Limit(5)
+	SignInBurst = 20
 )
 
 // Options configures a Server.
@@ -93,6 +102,7 @@ type Server struct {
 	log      *slog.Logger
 	now      func() time.Time
 	sessions *sessions
+	signins  *rate.Limiter // sign-in attempts, all browsers together
 	pages    *pages
 	hub      *hub
 	sim      *simRunner
@@ -138,7 +148,7 @@ func New(plane *control.Plane, opts Options) (*Server, error) {
 	s := &Server{
 		plane: plane, auth: opts.Authenticator, permit: opts.Permit, secure: opts.SecureCookies,
 		pageSize: min(opts.PageSize, api.MaxPageSize), log: opts.Logger, now: opts.Now,
-		sessions: newSessions(opts.SessionTTL, opts.MaxSessions), pages: p,
+		sessions: newSessions(opts.SessionTTL, opts.MaxSessions), signins: rate.NewLimiter(SignInRate, SignInBurst), pages: p,
 		hub: newHub(), sim: newSimRunner(opts.Sim), streams: make(chan struct{}, opts.MaxStreams),
 		mux: http.NewServeMux(), cop: http.NewCrossOriginProtection(),
 		static: http.StripPrefix(Prefix+"static/", http.FileServerFS(sub)), closing: make(chan struct{}),

@@ -32,8 +32,13 @@ type sse struct {
 	err    error
 }
 
+// recheck is how often an open stream checks that its caller's token
+// is still good; a revoked or expired token ends it.
+const recheck = 30 * time.Second
+
 // openStream takes a stream slot and starts an event stream; release
-// ends it.
+// ends it. The stream ends with the request, when the server closes its
+// streams, or when the caller's token stops being accepted.
 func (s *Server) openStream(w http.ResponseWriter, r *http.Request) (ctx context.Context, out *sse, release func(), err error) {
 	select {
 	case s.streams <- struct{}{}:
@@ -42,10 +47,21 @@ func (s *Server) openStream(w http.ResponseWriter, r *http.Request) (ctx context
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	go func() {
-		select {
-		case <-s.closing:
-			cancel()
-		case <-ctx.Done():
+		t := time.NewTicker(recheck)
+		defer t.Stop()
+		for {
+			select {
+			case <-s.closing:
+				cancel()
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if _, err := s.authenticate(r.WithContext(ctx)); err != nil {
+					cancel()
+					return
+				}
+			}
 		}
 	}()
 	w.Header().Set("Content-Type", "text/event-stream")
