@@ -253,6 +253,9 @@ func TestBrowserInstanceLifecycle(t *testing.T) {
 		t.Fatal("the instances page was reloaded; it should update in place")
 	}
 	waitText(t, ctx, `tr[data-id="`+id+`"]`, "running")
+	if os.Getenv("BERTH_UPDATE_SCREENSHOTS") == "1" {
+		screenshot(t, ctx, filepath.Join("testdata", "out", "instances.png"))
+	}
 
 	run(t, ctx, "open the instance", chromedp.Click(`a[href="/ui/instances/`+id+`"]`), chromedp.WaitVisible(`#logs`))
 	waitText(t, ctx, "#phase", "running")
@@ -291,6 +294,9 @@ func TestBrowserPendingReason(t *testing.T) {
 	run(t, ctx, "open the pending page", chromedp.Navigate(srv.URL+"/ui/pending"), chromedp.WaitVisible(`#why-h`))
 	waitText(t, ctx, "#live-pending", "gpu_model==h100")
 	waitText(t, ctx, "#live-pending", id)
+	if os.Getenv("BERTH_UPDATE_SCREENSHOTS") == "1" {
+		screenshot(t, ctx, filepath.Join("testdata", "out", "pending.png"))
+	}
 }
 
 // TestBrowserRefusesPostWithoutCSRF: a signed-in browser's post without

@@ -24,8 +24,13 @@ var pageNames = []string{"signin", "overview", "instances", "instance", "pending
 
 func parsePages() (*pages, error) {
 	funcs := template.FuncMap{
-		"add": func(a, b int) int { return a + b },
 		"has": func(list []string, v string) bool { return slices.Contains(list, v) },
+		"plural": func(n int, one, many string) string {
+			if n == 1 {
+				return strconv.Itoa(n) + " " + one
+			}
+			return strconv.Itoa(n) + " " + many
+		},
 	}
 	base, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html")
 	if err != nil {
