@@ -135,3 +135,14 @@ func toError(err error) *Error {
 	}
 	return e
 }
+
+// ErrorOf classifies err as the API answers it: the code, the HTTP status
+// and the message. It is the one mapping from errors to statuses, for
+// other handlers of the server (the dashboard) too.
+func ErrorOf(err error) *Error {
+	e := *toError(err)
+	if e.Status == 0 {
+		e.Status = http.StatusInternalServerError
+	}
+	return &e
+}

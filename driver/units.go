@@ -93,6 +93,22 @@ func (b Bytes) String() string {
 	return strconv.FormatInt(int64(b), 10) + "B"
 }
 
+// Human writes a size for people: in the largest binary unit it reaches,
+// with at most one decimal ("23.5Gi", "512Mi", "0B"). String and JSON keep
+// the exact value.
+func (b Bytes) Human() string {
+	units := []struct {
+		size Bytes
+		name string
+	}{{TiB, "Ti"}, {GiB, "Gi"}, {MiB, "Mi"}, {KiB, "Ki"}}
+	for _, u := range units {
+		if b >= u.size || -b >= u.size {
+			return strconv.FormatFloat(math.Round(float64(b)/float64(u.size)*10)/10, 'f', -1, 64) + u.name
+		}
+	}
+	return strconv.FormatInt(int64(b), 10) + "B"
+}
+
 // MarshalJSON writes whole MiB as a number and anything else as "<n>B".
 func (b Bytes) MarshalJSON() ([]byte, error) {
 	if b%MiB == 0 {

@@ -26,6 +26,7 @@ import (
 	"github.com/berth-dev/berth/metrics"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/store/bolt"
+	"github.com/berth-dev/berth/web"
 )
 
 // serverFlags are the server's own flags; values set on the command line
@@ -49,8 +50,8 @@ func newServerCmd(c *cli) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run the Berth server (API, scheduler, reconciler)",
-		Long: `Run the Berth server: the REST API under /v1, Prometheus metrics at /metrics,
-the scheduler and the reconciler.
+		Long: `Run the Berth server: the REST API under /v1, the dashboard under /ui/,
+Prometheus metrics at /metrics, the scheduler and the reconciler.
 
 --dev needs no setup: an embedded store in the data directory (default
 $XDG_DATA_HOME/berth, or ~/.local/share/berth when that is not set) and the
@@ -223,8 +224,15 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 	}
 
 	apiServer := api.New(plane, api.Options{MaxBodySize: int64(cfg.MaxBodySize), MaxCount: cfg.MaxCount, Logger: log})
+	// The dashboard takes the server's token authentication; without one
+	// it refuses every page.
+	ui, err := web.New(plane, web.Options{Logger: log})
+	if err != nil {
+		return err
+	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", m.Handler())
+	mux.Handle(web.Prefix, timed(m, ui))
 	mux.Handle("/", timed(m, apiServer))
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -238,6 +246,11 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 	defer stopPlane()
 	planeDone := make(chan error, 1)
 	go func() { planeDone <- plane.Run(planeCtx) }()
+	uiDone := make(chan struct{})
+	go func() {
+		defer close(uiDone)
+		_ = ui.Run(planeCtx)
+	}()
 	serveDone := make(chan error, 1)
 	go func() { serveDone <- httpServer.Serve(ln) }()
 
@@ -269,6 +282,7 @@ loop:
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
 	defer cancel()
 	apiServer.CloseStreams()
+	ui.CloseStreams()
 	if err := httpServer.Shutdown(shutdownCtx); err != nil {
 		log.Error("api shutdown", "error", err)
 		_ = httpServer.Close()
@@ -276,6 +290,7 @@ loop:
 	// Then stop the reconciler; the deferred calls close the providers and
 	// the store.
 	stopPlane()
+	<-uiDone
 	if err := <-planeDone; err != nil && !errors.Is(err, context.Canceled) {
 		log.Error("control plane", "error", err)
 	}

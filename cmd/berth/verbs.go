@@ -119,7 +119,7 @@ func row(tw *tabwriter.Writer, cols ...any) {
 	s := make([]string, len(cols))
 	for i, c := range cols {
 		if b, ok := c.(driver.Bytes); ok {
-			s[i] = humanBytes(b)
+			s[i] = b.Human()
 		} else {
 			s[i] = fmt.Sprint(c)
 		}
@@ -128,22 +128,6 @@ func row(tw *tabwriter.Writer, cols ...any) {
 		}
 	}
 	fmt.Fprintln(tw, strings.Join(s, "\t"))
-}
-
-// humanBytes writes a size for people: in the largest binary unit it
-// reaches, with at most one decimal ("23.5Gi", "512Mi", "0B"). JSON output
-// keeps the exact value.
-func humanBytes(b driver.Bytes) string {
-	units := []struct {
-		size driver.Bytes
-		name string
-	}{{driver.TiB, "Ti"}, {driver.GiB, "Gi"}, {driver.MiB, "Mi"}, {driver.KiB, "Ki"}}
-	for _, u := range units {
-		if b >= u.size || -b >= u.size {
-			return strconv.FormatFloat(math.Round(float64(b)/float64(u.size)*10)/10, 'f', -1, 64) + u.name
-		}
-	}
-	return strconv.FormatInt(int64(b), 10) + "B"
 }
 
 // specFlags are the Docker-like flags shared by run and plan.

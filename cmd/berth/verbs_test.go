@@ -166,8 +166,8 @@ func TestHumanBytes(t *testing.T) {
 		{0, "0B"}, {512, "512B"}, {1536, "1.5Ki"}, {512 * driver.MiB, "512Mi"},
 		{24684092 * driver.KiB, "23.5Gi"}, {2 * driver.TiB, "2Ti"}, {-3 * driver.GiB, "-3Gi"},
 	} {
-		if got := humanBytes(c.in); got != c.want {
-			t.Errorf("humanBytes(%d) = %q, want %q", int64(c.in), got, c.want)
+		if got := c.in.Human(); got != c.want {
+			t.Errorf("Bytes(%d).Human() = %q, want %q", int64(c.in), got, c.want)
 		}
 	}
 }
