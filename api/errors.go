@@ -146,3 +146,7 @@ func ErrorOf(err error) *Error {
 	}
 	return &e
 }
+
+// StatusOf returns the HTTP status the API answers err with: the one
+// mapping of errors to statuses, for other HTTP front ends of the plane.
+func StatusOf(err error) int { return toError(err).Status }

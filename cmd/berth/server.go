@@ -43,6 +43,8 @@ type serverFlags struct {
 	gcPercent  int
 	// driverOpts holds the generated --<driver>-<option> flags.
 	driverOpts map[string]*string
+	// dockerListen is the Docker Engine API's address (--docker-listen).
+	dockerListen string
 }
 
 func newServerCmd(c *cli) *cobra.Command {
@@ -68,6 +70,7 @@ goroutine's stack to the log.`,
 	fl := cmd.Flags()
 	fl.StringVarP(&f.configFile, "config", "c", "", "YAML configuration file")
 	fl.StringVar(&f.listen, "listen", "", "API address host:port (default "+config.DefaultListen+"; port 0 picks a free port)")
+	fl.StringVar(&f.dockerListen, "docker-listen", "", "serve the Docker Engine API on host:port or a unix socket path (needs token authentication)")
 	fl.StringVar(&f.dataDir, "data-dir", "", "directory for the store and the drivers' files")
 	fl.BoolVar(&f.dev, "dev", false, "development mode: embedded store and the local back-end, no setup")
 	fl.StringVar(&f.logFormat, "log-format", "", "log format: text or json")
@@ -253,6 +256,15 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 	}()
 	serveDone := make(chan error, 1)
 	go func() { serveDone <- httpServer.Serve(ln) }()
+	var dockerEP *dockerEndpoint
+	if f.dockerListen != "" {
+		if dockerEP, err = listenDocker(f.dockerListen, plane, nil, int64(cfg.MaxBodySize), log); err != nil {
+			_ = httpServer.Close()
+			stopPlane()
+			<-planeDone
+			return err
+		}
+	}
 
 	stacks := make(chan os.Signal, 1)
 	signal.Notify(stacks, syscall.SIGUSR2)
@@ -282,6 +294,7 @@ loop:
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
 	defer cancel()
 	apiServer.CloseStreams()
+	dockerEP.shutdown(shutdownCtx, log)
 	ui.CloseStreams()
 	if err := httpServer.Shutdown(shutdownCtx); err != nil {
 		log.Error("api shutdown", "error", err)

@@ -4,7 +4,8 @@
 // HELLO_LISTEN when set, and then runs until SIGTERM or SIGINT, when it
 // exits 0. HELLO_EXIT=<n> makes it exit with code n at once instead;
 // HELLO_BURN=1 keeps one cpu busy meanwhile. "hello health" is a health
-// check: it exits 1 when HELLO_UNHEALTHY=1, else 0.
+// check: it exits 1 when HELLO_UNHEALTHY=1, else 0. "hello echo ARGS..."
+// prints ARGS, as echo does, and exits 0.
 package main
 
 import (
@@ -22,6 +23,10 @@ func main() {
 		if os.Getenv("HELLO_UNHEALTHY") == "1" {
 			os.Exit(1)
 		}
+		os.Exit(0)
+	}
+	if len(os.Args) > 1 && os.Args[1] == "echo" {
+		fmt.Println(strings.Join(os.Args[2:], " "))
 		os.Exit(0)
 	}
 	sig := make(chan os.Signal, 1)

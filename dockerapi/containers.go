@@ -1,0 +1,706 @@
+package dockerapi
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
+	"github.com/moby/moby/api/types/network"
+
+	"github.com/berth-dev/berth/control"
+	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/reconciler"
+	"github.com/berth-dev/berth/scheduler"
+)
+
+// Labels that carry placement rules, as Swarm classic read them.
+const (
+	// LabelConstraint holds constraints, comma separated ("disk==ssd,zone!=eu").
+	LabelConstraint = "berth.constraint"
+	// LabelAffinity holds affinities, comma separated ("image==redis").
+	LabelAffinity = "berth.affinity"
+	// LabelProvider restricts placement to one provider.
+	LabelProvider = "berth.provider"
+)
+
+// created is a container created and not started yet: it lives here, not
+// in the plane, until start submits it.
+type created struct {
+	req        scheduler.Request
+	owner      string
+	autoRemove bool
+	at         time.Time
+}
+
+// newID returns a fresh container id: 16 hex digits (Berth's id form).
+func newID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// translate turns a create request into a Berth request, refusing by name
+// what Berth cannot honour.
+func translate(name string, cr *container.CreateRequest) (scheduler.Request, bool, error) {
+	var req scheduler.Request
+	if cr.Config == nil {
+		return req, false, badRequest("config is required")
+	}
+	c, hc := cr.Config, cr.HostConfig
+	if hc == nil {
+		hc = &container.HostConfig{}
+	}
+	var refused []string
+	refuse := func(cond bool, what string) {
+		if cond {
+			refused = append(refused, what)
+		}
+	}
+	refuse(c.Tty, "-t/--tty (Berth cannot attach a terminal)")
+	refuse(c.OpenStdin || c.AttachStdin, "-i/--interactive (Berth does not forward stdin)")
+	refuse(c.User != "", "--user")
+	refuse(c.Healthcheck != nil && len(c.Healthcheck.Test) > 0, "--health-cmd")
+	refuse(c.StopSignal != "", "--stop-signal")
+	refuse(c.StopTimeout != nil, "--stop-timeout")
+	refuse(c.NetworkDisabled, "--network none")
+	refuse(hc.Privileged, "--privileged")
+	refuse(len(hc.CapAdd) > 0 || len(hc.CapDrop) > 0, "--cap-add/--cap-drop")
+	refuse(len(hc.Devices) > 0 || len(hc.DeviceRequests) > 0, "--device/--gpus")
+	refuse(len(hc.VolumesFrom) > 0, "--volumes-from")
+	refuse(len(hc.Links) > 0, "--link")
+	refuse(hc.PidMode != "", "--pid")
+	refuse(hc.IpcMode != "" && hc.IpcMode != "private" && hc.IpcMode != "shareable", "--ipc")
+	refuse(hc.UTSMode != "", "--uts")
+	refuse(hc.UsernsMode != "", "--userns")
+	refuse(len(hc.SecurityOpt) > 0, "--security-opt")
+	refuse(len(hc.Sysctls) > 0, "--sysctl")
+	refuse(len(hc.Tmpfs) > 0, "--tmpfs")
+	refuse(len(hc.ExtraHosts) > 0, "--add-host")
+	refuse(len(hc.DNS) > 0 || len(hc.DNSOptions) > 0 || len(hc.DNSSearch) > 0, "--dns")
+	refuse(hc.Runtime != "", "--runtime")
+	refuse(hc.PublishAllPorts, "-P/--publish-all (publish each port with -p)")
+	refuse(hc.ReadonlyRootfs, "--read-only")
+	refuse(hc.LogConfig.Type != "", "--log-driver")
+	refuse(hc.VolumeDriver != "", "--volume-driver")
+	refuse(hc.ShmSize != 0, "--shm-size")
+	refuse(hc.OomScoreAdj != 0, "--oom-score-adj")
+	refuse(hc.Init != nil && *hc.Init, "--init")
+	refuse(hc.CPUShares != 0, "--cpu-shares (use --cpus)")
+	refuse(hc.CPUQuota != 0 || hc.CPUPeriod != 0, "--cpu-quota/--cpu-period (use --cpus)")
+	refuse(hc.MemorySwap > 0, "--memory-swap")
+	refuse(hc.PidsLimit != nil && *hc.PidsLimit > 0, "--pids-limit")
+	refuse(len(hc.Ulimits) > 0, "--ulimit")
+	refuse(hc.BlkioWeight != 0 || len(hc.BlkioWeightDevice) > 0 || len(hc.BlkioDeviceReadBps) > 0 || len(hc.BlkioDeviceWriteBps) > 0, "--blkio-*")
+	refuse(cr.NetworkingConfig != nil && len(cr.NetworkingConfig.EndpointsConfig) > 1, "more than one network")
+	for _, m := range hc.Mounts {
+		refuse(m.Type != mount.TypeBind && m.Type != mount.TypeVolume, "--mount type="+string(m.Type))
+	}
+	if len(refused) > 0 {
+		return req, false, unsupported("Berth cannot honour %s", strings.Join(refused, ", "))
+	}
+
+	spec := driver.Spec{
+		Name: name, Kind: driver.KindContainer, Image: c.Image,
+		Entrypoint: c.Entrypoint, Command: c.Cmd, WorkingDir: c.WorkingDir,
+		Hostname: c.Hostname, Domainname: c.Domainname,
+		Cpuset: hc.CpusetCpus, MemoryReservation: driver.Bytes(hc.MemoryReservation),
+	}
+	spec.CPU = driver.MilliCPU(hc.NanoCPUs / 1_000_000)
+	if hc.NanoCPUs > 0 && spec.CPU == 0 {
+		return req, false, badRequest("--cpus %.4f: Berth counts cpus in thousandths; ask for at least 0.001", float64(hc.NanoCPUs)/1e9)
+	}
+	spec.Memory = driver.Bytes(hc.Memory)
+	for _, kv := range c.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		switch {
+		case strings.HasPrefix(k, "constraint:"):
+			req.Constraints = append(req.Constraints, strings.TrimPrefix(kv, "constraint:"))
+			continue
+		case strings.HasPrefix(k, "affinity:"):
+			req.Affinities = append(req.Affinities, strings.TrimPrefix(kv, "affinity:"))
+			continue
+		}
+		if spec.Env == nil {
+			spec.Env = map[string]string{}
+		}
+		spec.Env[k] = v
+	}
+	for k, v := range c.Labels {
+		switch k {
+		case LabelConstraint:
+			req.Constraints = append(req.Constraints, splitList(v)...)
+		case LabelAffinity:
+			req.Affinities = append(req.Affinities, splitList(v)...)
+		case LabelProvider:
+			req.Provider = v
+		case "com.docker.swarm.constraints", "com.docker.swarm.affinities":
+			var list []string
+			if err := json.Unmarshal([]byte(v), &list); err != nil {
+				return req, false, badRequest("label %s: want a JSON list of expressions: %v", k, err)
+			}
+			if k == "com.docker.swarm.constraints" {
+				req.Constraints = append(req.Constraints, list...)
+			} else {
+				req.Affinities = append(req.Affinities, list...)
+			}
+		default:
+			if spec.Labels == nil {
+				spec.Labels = map[string]string{}
+			}
+			spec.Labels[k] = v
+		}
+	}
+	switch hc.NetworkMode {
+	case "", "default", "bridge":
+	default:
+		spec.NetworkMode = string(hc.NetworkMode)
+	}
+	for p, bindings := range hc.PortBindings {
+		if len(bindings) == 0 {
+			bindings = []network.PortBinding{{}}
+		}
+		for _, b := range bindings {
+			port := driver.Port{ContainerPort: int(p.Num()), Protocol: string(p.Proto()), Publish: true}
+			if b.HostPort != "" {
+				n, err := strconv.Atoi(b.HostPort)
+				if err != nil || n < 0 || n > 65535 {
+					return req, false, badRequest("-p %s: host port %q: want a number up to 65535 (ranges are not supported)", p, b.HostPort)
+				}
+				port.HostPort = n
+			}
+			if b.HostIP.IsValid() && !b.HostIP.IsUnspecified() {
+				port.HostIP = b.HostIP.String()
+			}
+			spec.Ports = append(spec.Ports, port)
+		}
+	}
+	slices.SortFunc(spec.Ports, func(a, b driver.Port) int { return a.ContainerPort - b.ContainerPort })
+	for _, bind := range hc.Binds {
+		parts := strings.Split(bind, ":")
+		if len(parts) < 2 || len(parts) > 3 {
+			return req, false, badRequest("-v %s: want SOURCE:TARGET[:ro]", bind)
+		}
+		v := driver.Volume{Source: parts[0], Target: parts[1]}
+		if len(parts) == 3 {
+			switch parts[2] {
+			case "ro":
+				v.ReadOnly = true
+			case "rw":
+			default:
+				return req, false, unsupported("-v %s: Berth supports the options ro and rw only", bind)
+			}
+		}
+		spec.Volumes = append(spec.Volumes, v)
+	}
+	for _, m := range hc.Mounts {
+		spec.Volumes = append(spec.Volumes, driver.Volume{Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})
+	}
+	if len(c.Volumes) > 0 {
+		return req, false, unsupported("anonymous volumes (-v /path, or VOLUME without a source): name the volume, -v NAME:/path")
+	}
+	switch hc.RestartPolicy.Name {
+	case "", container.RestartPolicyDisabled:
+	case container.RestartPolicyAlways, container.RestartPolicyOnFailure, container.RestartPolicyUnlessStopped:
+		spec.RestartPolicy = driver.RestartPolicy{Name: string(hc.RestartPolicy.Name), MaxRetries: hc.RestartPolicy.MaximumRetryCount}
+	default:
+		return req, false, badRequest("--restart %q: want no, always, on-failure or unless-stopped", hc.RestartPolicy.Name)
+	}
+	if hc.AutoRemove && spec.RestartPolicy.Name != "" {
+		return req, false, badRequest("--rm and --restart cannot be used together")
+	}
+	req.Spec = spec
+	if err := req.Validate(); err != nil {
+		return req, false, err
+	}
+	return req, hc.AutoRemove, nil
+}
+
+func splitList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// create stores a container to be started: nothing is placed until start.
+func (s *Server) create(w http.ResponseWriter, r *http.Request) error {
+	var cr container.CreateRequest
+	if err := json.NewDecoder(r.Body).Decode(&cr); err != nil {
+		return badRequest("decode the container: %v", err)
+	}
+	name := r.URL.Query().Get("name")
+	name = strings.TrimPrefix(name, "/")
+	if q := r.URL.Query().Get("platform"); q != "" {
+		return unsupported("--platform: Berth places on any node that can run the image")
+	}
+	req, autoRemove, err := translate(name, &cr)
+	if err != nil {
+		return err
+	}
+	id := newID()
+	req.ID = id
+	if err := s.checkName(r.Context(), name); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if len(s.created) >= s.maxNew {
+		s.mu.Unlock()
+		return &httpError{http.StatusTooManyRequests, fmt.Sprintf("%d containers are created and not started: start or remove some first", s.maxNew)}
+	}
+	for _, c := range s.created {
+		if name != "" && c.req.Name == name {
+			s.mu.Unlock()
+			return nameInUse(name)
+		}
+	}
+	s.created[id] = &created{req: req, owner: identityOf(r).owner(), autoRemove: autoRemove, at: time.Now()}
+	s.mu.Unlock()
+	return writeJSON(w, http.StatusCreated, container.CreateResponse{ID: id, Warnings: []string{}})
+}
+
+func nameInUse(name string) error {
+	return &httpError{http.StatusConflict, fmt.Sprintf("Conflict. The container name %q is already in use. Remove it or choose another name.", "/"+name)}
+}
+
+// checkName refuses a name held by an instance that is not deleted.
+func (s *Server) checkName(ctx context.Context, name string) error {
+	if name == "" {
+		return nil
+	}
+	in, err := s.plane.Instance(ctx, name)
+	if errors.Is(err, driver.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if in.Phase != reconciler.Deleted && in.Phase != reconciler.Deleting {
+		return nameInUse(name)
+	}
+	return nil
+}
+
+// ref is a container as a handler found it: created here, or an instance.
+type ref struct {
+	id      string
+	created *created
+	in      control.Instance
+}
+
+// find resolves a container reference: an id, a name or a unique prefix
+// of an id, among what the caller may see.
+func (s *Server) find(r *http.Request, idOrName string) (ref, error) {
+	idOrName = strings.TrimPrefix(idOrName, "/")
+	who := identityOf(r)
+	s.mu.Lock()
+	for id, c := range s.created {
+		if (id == idOrName || c.req.Name == idOrName) && who.sees(c.owner) {
+			s.mu.Unlock()
+			return ref{id: id, created: c}, nil
+		}
+	}
+	s.mu.Unlock()
+	in, err := s.plane.Instance(r.Context(), idOrName)
+	if err == nil && in.Phase != reconciler.Deleted && who.sees(in.Owner) {
+		return ref{id: in.ID, in: in}, nil
+	}
+	if err != nil && !errors.Is(err, driver.ErrNotFound) {
+		return ref{}, err
+	}
+	if len(idOrName) >= 1 {
+		list, err := s.plane.Instances(r.Context(), control.Filter{})
+		if err != nil {
+			return ref{}, err
+		}
+		var found []control.Instance
+		for _, in := range list {
+			if strings.HasPrefix(in.ID, idOrName) && who.sees(in.Owner) {
+				found = append(found, in)
+			}
+		}
+		if len(found) == 1 {
+			return ref{id: found[0].ID, in: found[0]}, nil
+		}
+		if len(found) > 1 {
+			return ref{}, badRequest("multiple containers found with id prefix %s: give more of the id", idOrName)
+		}
+	}
+	return ref{}, noSuch(idOrName)
+}
+
+// start submits a created container to the plane, or starts a stopped
+// instance.
+func (s *Server) start(w http.ResponseWriter, r *http.Request) error {
+	c, err := s.find(r, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	if c.created != nil {
+		if err := s.submit(r.Context(), c.id, c.created); err != nil {
+			return err
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
+	switch c.in.Phase {
+	case reconciler.Running, reconciler.Held, reconciler.Creating, reconciler.Scheduled, reconciler.Pending:
+		w.WriteHeader(http.StatusNotModified)
+		return nil
+	}
+	if err := s.plane.Start(r.Context(), c.id); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// submit hands a created container to the plane; it stays in created
+// until the plane has it, so that it is never unseen meanwhile.
+func (s *Server) submit(ctx context.Context, id string, c *created) error {
+	if c.autoRemove {
+		s.mu.Lock()
+		s.autoRm[id] = struct{}{}
+		s.mu.Unlock()
+	}
+	_, err := s.plane.Submit(ctx, c.req, c.owner)
+	s.mu.Lock()
+	if err == nil {
+		delete(s.created, id)
+	} else {
+		delete(s.autoRm, id)
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if c.autoRemove {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.removeWhenEnded(id)
+		}()
+	}
+	return nil
+}
+
+// removeWhenEnded deletes the instance id once it has ended (--rm).
+func (s *Server) removeWhenEnded(id string) {
+	defer func() {
+		s.mu.Lock()
+		delete(s.autoRm, id)
+		s.mu.Unlock()
+	}()
+	in, err := s.waitFor(s.ctx, id, ended)
+	if err != nil || in.Phase == reconciler.Deleted || in.Phase == reconciler.Deleting {
+		return
+	}
+	if err := s.plane.Delete(s.ctx, id); err != nil && !errors.Is(err, driver.ErrNotFound) {
+		s.log.Warn("dockerapi: --rm: delete", "instance", id, "error", err)
+	}
+}
+
+// ended reports whether an instance has stopped running for good.
+func ended(in control.Instance) bool {
+	switch in.Phase {
+	case reconciler.Exited, reconciler.Stopped, reconciler.Failed, reconciler.Deleting, reconciler.Deleted:
+		return true
+	}
+	return false
+}
+
+// waitFor polls the instance id until cond holds, ctx ends or the instance
+// is gone (then it answers the last instance seen, marked deleted).
+func (s *Server) waitFor(ctx context.Context, id string, cond func(control.Instance) bool) (control.Instance, error) {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	var last control.Instance
+	for {
+		in, err := s.plane.Instance(ctx, id)
+		switch {
+		case errors.Is(err, driver.ErrNotFound):
+			last.Phase = reconciler.Deleted
+			return last, nil
+		case err != nil:
+			return last, err
+		}
+		last = in
+		if cond(in) {
+			return in, nil
+		}
+		select {
+		case <-ctx.Done():
+			return last, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+func graceParam(r *http.Request) (time.Duration, error) {
+	v := r.URL.Query().Get("t")
+	if v == "" {
+		v = r.URL.Query().Get("timeout")
+	}
+	if v == "" {
+		return 10 * time.Second, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < -1 {
+		return 0, badRequest("t=%q: want whole seconds", v)
+	}
+	if n == -1 {
+		return 0, unsupported("t=-1 (wait for ever): give a number of seconds")
+	}
+	return time.Duration(n) * time.Second, nil
+}
+
+func (s *Server) stop(w http.ResponseWriter, r *http.Request) error {
+	grace, err := graceParam(r)
+	if err != nil {
+		return err
+	}
+	if r.URL.Query().Has("signal") {
+		return unsupported("stop --signal: Berth stops with the back-end's stop signal")
+	}
+	c, err := s.find(r, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	if c.created != nil || ended(c.in) {
+		w.WriteHeader(http.StatusNotModified)
+		return nil
+	}
+	if err := s.plane.Stop(r.Context(), c.id, grace); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) restart(w http.ResponseWriter, r *http.Request) error {
+	grace, err := graceParam(r)
+	if err != nil {
+		return err
+	}
+	c, err := s.find(r, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	if c.created != nil {
+		if err := s.submit(r.Context(), c.id, c.created); err != nil {
+			return err
+		}
+	} else if err := s.plane.Restart(r.Context(), c.id, grace); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) kill(w http.ResponseWriter, r *http.Request) error {
+	sig := r.URL.Query().Get("signal")
+	if sig == "" {
+		sig = "KILL"
+	}
+	c, err := s.find(r, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	if c.created != nil || c.in.Phase != reconciler.Running {
+		return &httpError{http.StatusConflict, fmt.Sprintf("Cannot kill container: %s: container is not running", r.PathValue("id"))}
+	}
+	if err := s.plane.Kill(r.Context(), c.id, sig); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) remove(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	if b, _ := strconv.ParseBool(q.Get("v")); b {
+		return unsupported("rm -v: Berth does not remove volumes with containers")
+	}
+	if b, _ := strconv.ParseBool(q.Get("link")); b {
+		return unsupported("rm --link: Berth has no links")
+	}
+	force, _ := strconv.ParseBool(q.Get("force"))
+	c, err := s.find(r, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	if c.created != nil {
+		s.mu.Lock()
+		delete(s.created, c.id)
+		s.mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
+	if !force && !ended(c.in) && c.in.Phase != reconciler.Pending {
+		return &httpError{http.StatusConflict, fmt.Sprintf("You cannot remove a %s container %s. Stop the container before attempting removal or force remove", dockerState(c.in), c.id)}
+	}
+	if err := s.plane.Delete(r.Context(), c.id); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// dockerState maps a Berth phase to a Docker container state.
+func dockerState(in control.Instance) container.ContainerState {
+	switch in.Phase {
+	case reconciler.Pending, reconciler.Scheduled, reconciler.Creating:
+		return container.StateCreated
+	case reconciler.Running, reconciler.Held, reconciler.Stopping:
+		return container.StateRunning
+	case reconciler.Stopped, reconciler.Exited:
+		return container.StateExited
+	case reconciler.Deleting:
+		return container.StateRemoving
+	}
+	return container.StateDead
+}
+
+func exitCode(in control.Instance) int {
+	if in.Observed != nil && in.Observed.ExitCode != nil {
+		return *in.Observed.ExitCode
+	}
+	return 0
+}
+
+// statusText is the STATUS column: "Up 3 minutes", "Exited (0) 2 seconds
+// ago", "Created", "Pending: <reason>".
+func statusText(in control.Instance, now time.Time) string {
+	switch in.Phase {
+	case reconciler.Pending:
+		if in.Message != "" {
+			return "Pending: " + in.Message
+		}
+		return "Pending"
+	case reconciler.Scheduled, reconciler.Creating:
+		return "Created"
+	case reconciler.Running, reconciler.Held, reconciler.Stopping:
+		since := in.Updated
+		if in.Observed != nil && !in.Observed.Started.IsZero() {
+			since = in.Observed.Started
+		}
+		return "Up " + humanDuration(now.Sub(since))
+	case reconciler.Stopped, reconciler.Exited:
+		at := in.Updated
+		if in.Observed != nil && !in.Observed.Finished.IsZero() {
+			at = in.Observed.Finished
+		}
+		return fmt.Sprintf("Exited (%d) %s ago", exitCode(in), humanDuration(now.Sub(at)))
+	case reconciler.Deleting:
+		return "Removal In Progress"
+	case reconciler.Failed:
+		return "Dead: " + in.Message
+	}
+	return string(in.Phase)
+}
+
+// humanDuration writes d as docker does ("About a minute", "3 hours").
+func humanDuration(d time.Duration) string {
+	switch s := int(d.Seconds()); {
+	case s < 1:
+		return "Less than a second"
+	case s == 1:
+		return "1 second"
+	case s < 60:
+		return fmt.Sprintf("%d seconds", s)
+	}
+	switch m := int(d.Minutes()); {
+	case m == 1:
+		return "About a minute"
+	case m < 60:
+		return fmt.Sprintf("%d minutes", m)
+	}
+	switch h := int(d.Hours() + 0.5); {
+	case h == 1:
+		return "About an hour"
+	case h < 48:
+		return fmt.Sprintf("%d hours", h)
+	default:
+		return fmt.Sprintf("%d days", h/24)
+	}
+}
+
+func command(spec *driver.Spec) string {
+	if spec == nil {
+		return ""
+	}
+	return strings.Join(append(slices.Clone(spec.Entrypoint), spec.Command...), " ")
+}
+
+// ports are the instance's ports as the Engine API lists them.
+func ports(in control.Instance) []container.PortSummary {
+	out := []container.PortSummary{}
+	if in.Observed != nil && len(in.Observed.Ports) > 0 {
+		for _, p := range in.Observed.Ports {
+			ps := container.PortSummary{PrivatePort: uint16(p.ContainerPort), PublicPort: uint16(p.HostPort), Type: protoOr(p.Protocol)}
+			if a, err := netip.ParseAddr(p.HostIP); err == nil {
+				ps.IP = a
+			} else if p.HostPort != 0 {
+				ps.IP = netip.IPv4Unspecified()
+			}
+			out = append(out, ps)
+		}
+		return out
+	}
+	if in.Spec != nil {
+		for _, p := range in.Spec.Ports {
+			out = append(out, container.PortSummary{PrivatePort: uint16(p.ContainerPort), PublicPort: uint16(p.HostPort), Type: protoOr(p.Protocol)})
+		}
+	}
+	return out
+}
+
+func protoOr(p string) string {
+	if p == "" {
+		return "tcp"
+	}
+	return p
+}
+
+// instanceOf is a created container seen as an instance not placed yet.
+func instanceOf(id string, c *created) control.Instance {
+	spec := c.req.Spec
+	name := spec.Name
+	if name == "" {
+		name = id
+	}
+	return control.Instance{ID: id, Name: name, Spec: &spec, Phase: reconciler.Scheduled, Owner: c.owner, Created: c.at, Updated: c.at}
+}
+
+// summary is one row of docker ps.
+func summary(in control.Instance, now time.Time) container.Summary {
+	spec := in.Spec
+	if spec == nil {
+		spec = &driver.Spec{}
+	}
+	labels := map[string]string{}
+	for k, v := range spec.Labels {
+		labels[k] = v
+	}
+	if in.Node != "" {
+		labels["berth.node"] = reconciler.NodeID(in.Provider, in.Node)
+	}
+	return container.Summary{
+		ID: in.ID, Names: []string{"/" + in.Name}, Image: spec.Image, ImageID: spec.Image,
+		Command: command(spec), Created: in.Created.Unix(), Ports: ports(in), Labels: labels,
+		State: dockerState(in), Status: statusText(in, now), Mounts: []container.MountPoint{},
+	}
+}

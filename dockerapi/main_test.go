@@ -1,0 +1,240 @@
+package dockerapi_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/client"
+	"go.uber.org/goleak"
+
+	"github.com/berth-dev/berth/control"
+	"github.com/berth-dev/berth/dockerapi"
+	"github.com/berth-dev/berth/driver"
+	_ "github.com/berth-dev/berth/drivers/docker" // registers the docker driver
+	"github.com/berth-dev/berth/drivers/docker/dockertest"
+	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/store/bolt"
+)
+
+var (
+	helloImage = "berth-test/dockerapi-hello:" + dockertest.RandomID()
+	mainCli    *client.Client
+)
+
+var quiet = func() *slog.Logger {
+	if os.Getenv("BERTH_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}()
+
+func TestMain(m *testing.M) { os.Exit(runMain(m)) }
+
+func runMain(m *testing.M) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if _, err := exec.LookPath("docker"); err != nil {
+		fmt.Fprintln(os.Stderr, "the dockerapi tests need the docker CLI:", err)
+		return 1
+	}
+	var err error
+	mainCli, err = dockertest.Connect(ctx, dockertest.MainHost)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "the dockerapi tests need the machine's engine:", err)
+		return 1
+	}
+	defer mainCli.Close()
+	if err := dockertest.BuildHello(ctx, mainCli, helloImage); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer dockertest.RemoveImages(context.Background(), mainCli, helloImage)
+	return m.Run()
+}
+
+// env is one test's Berth: a plane over a docker provider on the machine's
+// engine under a cluster id of its own, the Docker endpoint on a unix
+// socket, and a docker CLI environment (DOCKER_HOST, DOCKER_CONFIG with
+// the token) of its own.
+type env struct {
+	cluster string
+	plane   *control.Plane
+	server  *dockerapi.Server
+	sock    string
+	token   string
+	config  string // DOCKER_CONFIG
+}
+
+const testToken = "s3cret-token"
+
+func setup(t *testing.T) *env {
+	t.Helper()
+	ignore := goleak.IgnoreCurrent()
+	e := &env{cluster: "dapi-" + dockertest.RandomID(), token: testToken}
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+	t.Cleanup(func() { e.removeAll(t) })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	def, err := driver.Lookup("docker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := map[string]any{
+		"engines":       fmt.Sprintf(`[{"name":"main","address":%q}]`, dockertest.MainHost),
+		"poll_interval": "200ms", "backoff_min": "50ms", "backoff_max": "500ms",
+		"stop_grace": "5s", "pull": false,
+	}
+	d, err := def.Open(ctx, raw, driver.Env{Provider: "docker", Cluster: e.cluster, Logger: quiet})
+	if err != nil {
+		t.Fatalf("open the docker driver: %v", err)
+	}
+	prov, err := provider.New(d, provider.Config{Name: "docker", Logger: quiet, StateTTL: 100 * time.Millisecond})
+	if err != nil {
+		_ = d.Close(ctx)
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := prov.Close(ctx); err != nil {
+			t.Errorf("close the provider: %v", err)
+		}
+	})
+	st, err := bolt.Open(filepath.Join(t.TempDir(), "berth.db"), bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	e.plane, err = control.New(ctx, control.Config{
+		Store: st, Providers: []*provider.Provider{prov}, Cluster: e.cluster, Logger: quiet,
+		SyncInterval: 200 * time.Millisecond, RetryBackoff: 100 * time.Millisecond, LaunchTimeout: time.Minute, Workers: 8,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.plane.Run(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("Run returned %v, want context.Canceled", err)
+		}
+	})
+
+	auth := dockerapi.AuthenticatorFunc(func(_ context.Context, tok string) (dockerapi.Identity, error) {
+		switch tok {
+		case testToken:
+			return dockerapi.Identity{Name: "ops", Role: dockerapi.RoleOperator, Namespaces: []string{dockerapi.AllNamespaces}}, nil
+		case "reader-token":
+			return dockerapi.Identity{Name: "viewer", Role: dockerapi.RoleReader, Namespaces: []string{dockerapi.AllNamespaces}}, nil
+		}
+		return dockerapi.Identity{}, errors.New("unknown token")
+	})
+	e.server = dockerapi.New(e.plane, dockerapi.Options{Authenticator: auth, Logger: quiet, ServerVersion: "test"})
+	dir, err := os.MkdirTemp("", "dapi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	e.sock = filepath.Join(dir, "d.sock")
+	ln, err := net.Listen("unix", e.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: e.server, ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan struct{})
+	go func() { defer close(served); _ = hs.Serve(ln) }()
+	t.Cleanup(func() {
+		e.server.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := hs.Shutdown(ctx); err != nil {
+			_ = hs.Close()
+		}
+		<-served
+	})
+	e.config = e.dockerConfig(t, e.token)
+	return e
+}
+
+// dockerConfig writes a DOCKER_CONFIG directory whose config.json sends
+// token.
+func (e *env) dockerConfig(t *testing.T, token string) string {
+	dir := t.TempDir()
+	cfg := `{"HttpHeaders": {"Authorization": "Bearer ` + token + `"}}`
+	if token == "" {
+		cfg = `{}`
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// docker runs the docker CLI against e's endpoint and returns its stdout,
+// stderr and exit code.
+func (e *env) docker(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	return e.dockerWith(t, e.config, args...)
+}
+
+func (e *env) dockerWith(t *testing.T, config string, args ...string) (string, string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "docker", args...)
+	cmd.Env = append(cleanEnv(), "DOCKER_HOST=unix://"+e.sock, "DOCKER_CONFIG="+config)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("docker %v: %v", args, err)
+	}
+	return out.String(), errb.String(), code
+}
+
+// must runs docker and fails the test unless it exits 0.
+func (e *env) must(t *testing.T, args ...string) string {
+	t.Helper()
+	out, errs, code := e.docker(t, args...)
+	if code != 0 {
+		t.Fatalf("docker %s: exit %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, out, errs)
+	}
+	return out
+}
+
+// cleanEnv is the environment without DOCKER_* variables.
+func cleanEnv() []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "DOCKER_") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// removeAll removes every container of e's cluster from the engine.
+func (e *env) removeAll(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := dockertest.RemoveByLabel(ctx, mainCli, driver.TagCluster, e.cluster); err != nil {
+		t.Errorf("cleanup: %v", err)
+	}
+}

@@ -1,0 +1,443 @@
+// Package dockerapi serves the Docker Engine API over a control.Plane, so
+// that the docker CLI, Compose and the Docker SDKs drive the whole cluster
+// as Swarm classic let them: a container created here is a Berth request,
+// placed by Berth's scheduler across every provider, with constraints and
+// affinities taken from its environment (constraint:disk==ssd,
+// affinity:image==redis) or its labels (berth.constraint, berth.affinity).
+//
+// It speaks API version Version (and every version down to MinVersion),
+// under versioned (/v1.41/containers/json) and unversioned paths, with the
+// Engine API's own types from github.com/moby/moby/api. What Berth cannot do
+// is answered in the Engine API's error shape, {"message": "..."}, with 501
+// and a message that says what is not supported; never a 404 or a silent
+// success.
+//
+// The endpoint is locked down: every request, /_ping included, must carry a
+// bearer token that Options.Authenticator accepts (the docker CLI sends one
+// from the HttpHeaders of its config.json). Without an Authenticator every
+// request is refused. Readers may only read; operators and admins act, in
+// their namespaces (an instance's owner is its namespace).
+package dockerapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/berth-dev/berth/api"
+	"github.com/berth-dev/berth/control"
+	"github.com/berth-dev/berth/driver"
+)
+
+// Version is the Engine API version the endpoint advertises and answers.
+const Version = "1.41"
+
+// MinVersion is the oldest API version a client may ask for.
+const MinVersion = "1.24"
+
+// Defaults of Options.
+const (
+	DefaultMaxBodySize = 1 << 20
+	DefaultMaxStreams  = 256
+	DefaultMaxCreated  = 1000
+)
+
+// Role is what an identity may do.
+type Role string
+
+// Roles, from least to most allowed.
+const (
+	RoleReader   Role = "reader"
+	RoleOperator Role = "operator"
+	RoleAdmin    Role = "admin"
+)
+
+// AllNamespaces in Identity.Namespaces grants every namespace.
+const AllNamespaces = "*"
+
+// Identity is who a token speaks for.
+type Identity struct {
+	// Name names the token (safe to show and log); never the secret.
+	Name string
+	Role Role
+	// Namespaces are the owners whose instances the identity sees and, with
+	// a role that acts, acts on. AllNamespaces among them means all.
+	Namespaces []string
+}
+
+// Authenticator turns a bearer token into the identity it stands for. An
+// unknown, revoked or expired token is an error.
+type Authenticator interface {
+	Authenticate(ctx context.Context, token string) (Identity, error)
+}
+
+// AuthenticatorFunc adapts a function to Authenticator.
+type AuthenticatorFunc func(ctx context.Context, token string) (Identity, error)
+
+// Authenticate calls f.
+func (f AuthenticatorFunc) Authenticate(ctx context.Context, token string) (Identity, error) {
+	return f(ctx, token)
+}
+
+// Options configures a Server.
+type Options struct {
+	// Authenticator checks bearer tokens. Nil refuses every request.
+	Authenticator Authenticator
+	// ServerVersion is Berth's version, shown by docker version and info.
+	ServerVersion string
+	// Name names the cluster in docker info; default "berth".
+	Name string
+	// MaxBodySize caps request bodies; 0 means DefaultMaxBodySize.
+	MaxBodySize int64
+	// MaxStreams caps the open streams (attach, logs, events, wait, pull);
+	// 0 means DefaultMaxStreams. Beyond it a stream is refused with 503.
+	MaxStreams int
+	// MaxCreated caps the containers created and not yet started; 0 means
+	// DefaultMaxCreated.
+	MaxCreated int
+	// Logger receives request errors; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Server serves the Engine API over a plane. It is an http.Handler; Close
+// ends its streams and waits for the removals it started (--rm).
+type Server struct {
+	plane   *control.Plane
+	auth    Authenticator
+	log     *slog.Logger
+	version string
+	name    string
+	maxBody int64
+	streams chan struct{} // a slot per open stream
+	maxNew  int
+	mux     *http.ServeMux
+
+	ctx    context.Context // ends with Close: streams and background work
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // background removals
+
+	mu      sync.Mutex          // guards created and autoRemove
+	created map[string]*created // containers created, not yet started, by id
+	autoRm  map[string]struct{} // started containers to remove when they end
+	_       struct{}            // lock order: mu is a leaf
+}
+
+// New returns the Engine API server for plane.
+func New(plane *control.Plane, opts Options) *Server {
+	s := &Server{
+		plane: plane, auth: opts.Authenticator, log: opts.Logger, version: opts.ServerVersion, name: opts.Name,
+		maxBody: opts.MaxBodySize, maxNew: opts.MaxCreated, mux: http.NewServeMux(),
+		created: map[string]*created{}, autoRm: map[string]struct{}{},
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.name == "" {
+		s.name = "berth"
+	}
+	if s.version == "" {
+		s.version = "devel"
+		if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+			s.version = bi.Main.Version
+		}
+	}
+	if s.maxBody <= 0 {
+		s.maxBody = DefaultMaxBodySize
+	}
+	if s.maxNew <= 0 {
+		s.maxNew = DefaultMaxCreated
+	}
+	n := opts.MaxStreams
+	if n <= 0 {
+		n = DefaultMaxStreams
+	}
+	s.streams = make(chan struct{}, n)
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.routes()
+	return s
+}
+
+// Close ends every open stream and waits for the removals of --rm
+// containers in flight to finish or be abandoned.
+func (s *Server) Close() {
+	s.cancel()
+	s.wg.Wait()
+}
+
+func (s *Server) routes() {
+	h := func(pattern string, fn func(http.ResponseWriter, *http.Request) error) {
+		s.mux.Handle(pattern, handler{s, fn})
+	}
+	h("GET /_ping", s.ping)
+	h("HEAD /_ping", s.ping)
+	h("GET /version", s.versionInfo)
+	h("GET /info", s.info)
+
+	h("GET /containers/json", s.list)
+	h("POST /containers/create", s.create)
+	h("GET /containers/{id}/json", s.inspect)
+	h("POST /containers/{id}/start", s.start)
+	h("POST /containers/{id}/stop", s.stop)
+	h("POST /containers/{id}/restart", s.restart)
+	h("POST /containers/{id}/kill", s.kill)
+	h("DELETE /containers/{id}", s.remove)
+	h("POST /containers/{id}/wait", s.wait)
+	h("POST /containers/{id}/attach", s.attach)
+	h("GET /containers/{id}/logs", s.logs)
+	h("GET /containers/{id}/stats", s.stats)
+
+	h("GET /events", s.events)
+	h("GET /images/json", s.images)
+	h("POST /images/create", s.pull)
+}
+
+// versionPrefix matches the /v1.NN prefix of versioned paths.
+var versionPrefix = regexp.MustCompile(`^/v([0-9]+\.[0-9]+)(/.*)$`)
+
+// ServeHTTP authenticates r, strips the API version from its path and
+// routes it. Paths with no handler are answered 501: the Engine API has
+// them, Berth does not.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if m := versionPrefix.FindStringSubmatch(r.URL.Path); m != nil {
+		if err := checkVersion(m[1]); err != nil {
+			writeError(w, err)
+			return
+		}
+		r2 := new(http.Request)
+		*r2 = *r
+		u := *r.URL
+		u.Path, u.RawPath = m[2], ""
+		r2.URL = &u
+		r = r2
+	}
+	id, err := s.authenticate(r)
+	if err != nil {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="berth"`)
+		writeError(w, err)
+		return
+	}
+	if err := permit(id, r.Method); err != nil {
+		writeError(w, err)
+		return
+	}
+	r = r.WithContext(context.WithValue(r.Context(), identityKey{}, id))
+	r.Body = http.MaxBytesReader(w, r.Body, s.maxBody)
+	if _, pattern := s.mux.Handler(r); pattern == "" {
+		writeError(w, unsupported("%s %s is not supported by Berth's Docker endpoint", r.Method, r.URL.Path))
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+func checkVersion(v string) error {
+	if versionLess(Version, v) {
+		return &httpError{http.StatusBadRequest, fmt.Sprintf("client version %s is too new. Maximum supported API version is %s", v, Version)}
+	}
+	if versionLess(v, MinVersion) {
+		return &httpError{http.StatusBadRequest, fmt.Sprintf("client version %s is too old. Minimum supported API version is %s, please upgrade your client to a newer version", v, MinVersion)}
+	}
+	return nil
+}
+
+// versionLess reports whether API version a is older than b.
+func versionLess(a, b string) bool {
+	pa, pb := strings.SplitN(a, ".", 2), strings.SplitN(b, ".", 2)
+	for i := range 2 {
+		x, _ := strconv.Atoi(pa[min(i, len(pa)-1)])
+		y, _ := strconv.Atoi(pb[min(i, len(pb)-1)])
+		if x != y {
+			return x < y
+		}
+	}
+	return false
+}
+
+type identityKey struct{}
+
+func identityOf(r *http.Request) Identity {
+	id, _ := r.Context().Value(identityKey{}).(Identity)
+	return id
+}
+
+// authenticate returns the identity of r's bearer token.
+func (s *Server) authenticate(r *http.Request) (Identity, error) {
+	if s.auth == nil {
+		return Identity{}, &httpError{http.StatusUnauthorized, "Berth's Docker endpoint has no token authentication configured and refuses every request"}
+	}
+	h := r.Header.Get("Authorization")
+	tok, ok := strings.CutPrefix(h, "Bearer ")
+	if !ok || tok == "" {
+		return Identity{}, &httpError{http.StatusUnauthorized, `Berth needs a bearer token: put {"HttpHeaders": {"Authorization": "Bearer <token>"}} in the docker CLI's config.json`}
+	}
+	id, err := s.auth.Authenticate(r.Context(), tok)
+	if err != nil {
+		return Identity{}, &httpError{http.StatusUnauthorized, "the bearer token was not accepted"}
+	}
+	return id, nil
+}
+
+// permit lets readers read and operators and admins do anything.
+func permit(id Identity, method string) error {
+	switch id.Role {
+	case RoleOperator, RoleAdmin:
+		return nil
+	case RoleReader:
+		if method == http.MethodGet || method == http.MethodHead {
+			return nil
+		}
+		return &httpError{http.StatusForbidden, fmt.Sprintf("token %q may only read", id.Name)}
+	}
+	return &httpError{http.StatusForbidden, fmt.Sprintf("token %q has no role", id.Name)}
+}
+
+// sees reports whether id may see instances owned by owner.
+func (id Identity) sees(owner string) bool {
+	return slices.Contains(id.Namespaces, AllNamespaces) || slices.Contains(id.Namespaces, owner)
+}
+
+// owner is the owner given to what id creates: its one namespace, or none
+// when it has all of them or several.
+func (id Identity) owner() string {
+	if len(id.Namespaces) == 1 && id.Namespaces[0] != AllNamespaces {
+		return id.Namespaces[0]
+	}
+	return ""
+}
+
+// acquire takes a stream slot; release gives it back.
+func (s *Server) acquire() (release func(), err error) {
+	select {
+	case s.streams <- struct{}{}:
+		return func() { <-s.streams }, nil
+	default:
+		return nil, &httpError{http.StatusServiceUnavailable, fmt.Sprintf("too many open streams (at most %d); try again later", cap(s.streams))}
+	}
+}
+
+// streamContext ends with the request or with Close.
+func (s *Server) streamContext(r *http.Request) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(r.Context())
+	stop := context.AfterFunc(s.ctx, cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
+// httpError is an error with the status it is answered with.
+type httpError struct {
+	status int
+	msg    string
+}
+
+func (e *httpError) Error() string { return e.msg }
+
+// unsupported is the error for what the Engine API has and Berth does not.
+func unsupported(format string, args ...any) error {
+	return &httpError{http.StatusNotImplemented, fmt.Sprintf(format, args...)}
+}
+
+func badRequest(format string, args ...any) error {
+	return &httpError{http.StatusBadRequest, fmt.Sprintf(format, args...)}
+}
+
+// noSuch is the Engine API's answer for a missing container.
+func noSuch(ref string) error {
+	return &httpError{http.StatusNotFound, "No such container: " + ref}
+}
+
+// statusOf maps err to a status: httpError's own, else the REST API's one
+// mapping.
+func statusOf(err error) int {
+	var he *httpError
+	if errors.As(err, &he) {
+		return he.status
+	}
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return http.StatusRequestEntityTooLarge
+	}
+	if errors.Is(err, driver.ErrUnsupported) {
+		return http.StatusNotImplemented
+	}
+	if st := api.StatusOf(err); st != 0 {
+		return st
+	}
+	return http.StatusInternalServerError
+}
+
+// errorBody is the Engine API's error shape.
+type errorBody struct {
+	Message string `json:"message"`
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	_ = writeJSON(w, statusOf(err), errorBody{Message: err.Error()})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
+type handler struct {
+	s  *Server
+	fn func(http.ResponseWriter, *http.Request) error
+}
+
+func (h handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	cw := &committedWriter{ResponseWriter: w}
+	defer func() {
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			h.s.log.Error("dockerapi: panic", "method", r.Method, "path", r.URL.Path, "panic", p, "stack", string(debug.Stack()))
+			if !cw.committed {
+				writeError(cw, fmt.Errorf("internal error: %v", p))
+			}
+		}
+	}()
+	err := h.fn(cw, r)
+	if err == nil {
+		return
+	}
+	if statusOf(err) >= 500 && statusOf(err) != http.StatusNotImplemented {
+		h.s.log.Error("dockerapi: request failed", "method", r.Method, "path", r.URL.Path, "error", err)
+	}
+	if !cw.committed && !cw.hijacked {
+		writeError(cw, err)
+	}
+}
+
+// committedWriter remembers whether the status line was sent.
+type committedWriter struct {
+	http.ResponseWriter
+	committed bool
+	hijacked  bool
+}
+
+func (w *committedWriter) WriteHeader(code int) {
+	w.committed = true
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *committedWriter) Write(b []byte) (int, error) {
+	w.committed = true
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the flusher and the hijacker.
+func (w *committedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -1,0 +1,498 @@
+package dockerapi
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/events"
+
+	"github.com/berth-dev/berth/control"
+	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/reconciler"
+)
+
+// Stream ids of the multiplexed stream framing.
+const (
+	streamStdout = 1
+	streamStderr = 2
+)
+
+// muxWriter writes the Engine API's multiplexed stream framing: each write
+// is one frame, an 8-byte header (stream id, three zero bytes, the length
+// big endian) and the data. It is safe for concurrent use.
+type muxWriter struct {
+	mu    sync.Mutex
+	w     io.Writer
+	flush func() error
+}
+
+type muxStream struct {
+	m  *muxWriter
+	id byte
+}
+
+func (s muxStream) Write(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	var hdr [8]byte
+	hdr[0] = s.id
+	binary.BigEndian.PutUint32(hdr[4:], uint32(len(p)))
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	if _, err := s.m.w.Write(hdr[:]); err != nil {
+		return 0, err
+	}
+	if _, err := s.m.w.Write(p); err != nil {
+		return 0, err
+	}
+	if s.m.flush != nil {
+		if err := s.m.flush(); err != nil {
+			return 0, err
+		}
+	}
+	return len(p), nil
+}
+
+// wait answers when the container reaches the condition: not-running (the
+// default), next-exit or removed. The status line is sent at once, as the
+// Engine does, so that a client may start the container after it.
+func (s *Server) wait(w http.ResponseWriter, r *http.Request) error {
+	cond := r.URL.Query().Get("condition")
+	switch cond {
+	case "", "not-running", "next-exit", "removed":
+	default:
+		return badRequest("condition %q: want not-running, next-exit or removed", cond)
+	}
+	c, err := s.find(r, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	release, err := s.acquire()
+	if err != nil {
+		return err
+	}
+	defer release()
+	ctx, cancel := s.streamContext(r)
+	defer cancel()
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_ = http.NewResponseController(w).Flush()
+
+	seenLive := c.created != nil || !ended(c.in)
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	var last control.Instance
+	for {
+		s.mu.Lock()
+		_, stillCreated := s.created[c.id]
+		s.mu.Unlock()
+		if !stillCreated {
+			in, err := s.plane.Instance(ctx, c.id)
+			switch {
+			case errors.Is(err, driver.ErrNotFound):
+				in, err = last, nil
+				in.Phase = reconciler.Deleted
+			case err != nil:
+				return json.NewEncoder(w).Encode(container.WaitResponse{StatusCode: -1, Error: &container.WaitExitError{Message: err.Error()}})
+			}
+			last = in
+			done := false
+			switch cond {
+			case "removed":
+				done = in.Phase == reconciler.Deleted
+			case "next-exit":
+				done = ended(in) && seenLive
+			default:
+				done = ended(in) || in.Phase == reconciler.Pending
+			}
+			if !ended(in) {
+				seenLive = true
+			}
+			if done {
+				resp := container.WaitResponse{StatusCode: int64(exitCode(in))}
+				if in.Phase == reconciler.Failed {
+					resp.StatusCode = 125
+					resp.Error = &container.WaitExitError{Message: in.Message}
+				}
+				return json.NewEncoder(w).Encode(resp)
+			}
+		} else if cond == "" || cond == "not-running" {
+			return json.NewEncoder(w).Encode(container.WaitResponse{})
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// attach streams a container's output from its start over a hijacked
+// connection, in the multiplexed framing (Berth never allocates a
+// terminal). It attaches to containers not started yet, as docker run
+// does; a running container's output is read with logs.
+func (s *Server) attach(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	if b, _ := strconv.ParseBool(q.Get("stdin")); b {
+		return unsupported("attaching stdin: Berth does not forward input to containers")
+	}
+	stdout, _ := strconv.ParseBool(q.Get("stdout"))
+	stderr, _ := strconv.ParseBool(q.Get("stderr"))
+	logs, _ := strconv.ParseBool(q.Get("logs"))
+	c, err := s.find(r, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	if c.created == nil && !logs {
+		return unsupported("docker attach to a started container: Berth attaches only to containers it has not started yet (docker run); follow the output with docker logs -f")
+	}
+	release, err := s.acquire()
+	if err != nil {
+		return err
+	}
+	defer release()
+	if cw, ok := w.(*committedWriter); ok {
+		cw.hijacked = true
+	}
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Time{})
+	if r.Header.Get("Upgrade") != "" {
+		_, _ = brw.WriteString("HTTP/1.1 101 UPGRADED\r\nContent-Type: application/vnd.docker.raw-stream\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n")
+	} else {
+		_, _ = brw.WriteString("HTTP/1.1 200 OK\r\nContent-Type: application/vnd.docker.raw-stream\r\n\r\n")
+	}
+	if err := brw.Flush(); err != nil {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	defer cancel()
+	// The client closes its side when it goes; a half-close (EOF) is not
+	// going away, a read error is.
+	go func() {
+		_, err := io.Copy(io.Discard, conn)
+		if err != nil {
+			cancel()
+		}
+	}()
+	// Wait for the back-end resource to exist.
+	var in control.Instance
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		s.mu.Lock()
+		_, stillCreated := s.created[c.id]
+		s.mu.Unlock()
+		if !stillCreated {
+			in, err = s.plane.Instance(ctx, c.id)
+			if err != nil || in.Phase == reconciler.Failed || in.Phase == reconciler.Deleted || in.Phase == reconciler.Deleting {
+				return nil
+			}
+			if in.BackendID != "" && in.Phase != reconciler.Creating && in.Phase != reconciler.Scheduled {
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+	mw := &muxWriter{w: conn}
+	var out, errw io.Writer = io.Discard, io.Discard
+	if stdout {
+		out = muxStream{mw, streamStdout}
+	}
+	if stderr {
+		errw = muxStream{mw, streamStderr}
+	}
+	err = s.plane.Logs(ctx, c.id, driver.LogOptions{Stdout: stdout, Stderr: stderr, Follow: true}, out, errw)
+	if err != nil && ctx.Err() == nil {
+		s.log.Warn("dockerapi: attach", "container", c.id, "error", err)
+	}
+	return nil
+}
+
+// logs streams a container's output in the multiplexed framing.
+func (s *Server) logs(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	follow, _ := strconv.ParseBool(q.Get("follow"))
+	opts := driver.LogOptions{Follow: follow}
+	opts.Stdout, _ = strconv.ParseBool(q.Get("stdout"))
+	opts.Stderr, _ = strconv.ParseBool(q.Get("stderr"))
+	if !opts.Stdout && !opts.Stderr {
+		return badRequest("Bad parameters: you must choose at least one stream")
+	}
+	if b, _ := strconv.ParseBool(q.Get("timestamps")); b {
+		return unsupported("logs --timestamps: Berth's back-ends do not report when each line was written")
+	}
+	for _, p := range []string{"since", "until"} {
+		if v := q.Get(p); v != "" && v != "0" {
+			return unsupported("logs --%s: Berth reads logs by line count only (--tail)", p)
+		}
+	}
+	none := false
+	if v := q.Get("tail"); v != "" && v != "all" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return badRequest("tail=%q: want a number or all", v)
+		}
+		if n == 0 {
+			if follow {
+				return unsupported("logs --tail 0 --follow: Berth's back-ends cannot skip what was written before")
+			}
+			none = true
+		}
+		opts.Tail = n
+	}
+	c, err := s.find(r, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	if c.created == nil && c.in.BackendID == "" && !none {
+		return &httpError{http.StatusConflict, "container " + c.id + " has not started yet: it has no output"}
+	}
+	release, err := s.acquire()
+	if err != nil {
+		return err
+	}
+	defer release()
+	w.Header().Set("Content-Type", "application/vnd.docker.raw-stream")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	_ = rc.Flush()
+	if none || c.created != nil {
+		return nil
+	}
+	ctx, cancel := s.streamContext(r)
+	defer cancel()
+	mw := &muxWriter{w: w, flush: rc.Flush}
+	err = s.plane.Logs(ctx, c.id, opts, muxStream{mw, streamStdout}, muxStream{mw, streamStderr})
+	if err != nil && ctx.Err() == nil {
+		_, _ = muxStream{mw, streamStderr}.Write([]byte("berth: " + err.Error() + "\n"))
+	}
+	return nil
+}
+
+// stats answers one measurement (stream=false) or one a second.
+func (s *Server) stats(w http.ResponseWriter, r *http.Request) error {
+	stream := true
+	if v := r.URL.Query().Get("stream"); v != "" {
+		stream, _ = strconv.ParseBool(v)
+	}
+	c, err := s.find(r, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	measure := func(ctx context.Context) (container.StatsResponse, error) {
+		in, err := s.plane.Instance(ctx, c.id)
+		if err != nil {
+			return container.StatsResponse{}, err
+		}
+		out := container.StatsResponse{ID: in.ID, Name: "/" + in.Name, OSType: "linux", Read: time.Now()}
+		if in.Phase != reconciler.Running && in.Phase != reconciler.Held {
+			return out, nil
+		}
+		u, err := s.plane.Usage(ctx, c.id)
+		if err != nil {
+			return out, err
+		}
+		out.Read = u.Time
+		// A one-second window on one cpu: the CLI's percentage, cpu delta
+		// over system delta times online cpus, is then the cpus used.
+		out.PreRead = u.Time.Add(-time.Second)
+		out.CPUStats = container.CPUStats{CPUUsage: container.CPUUsage{TotalUsage: uint64(u.CPU) * 1_000_000}, SystemUsage: 1_000_000_000, OnlineCPUs: 1}
+		out.MemoryStats = container.MemoryStats{Usage: uint64(u.Memory)}
+		if in.Spec != nil && in.Spec.Memory > 0 {
+			out.MemoryStats.Limit = uint64(in.Spec.Memory)
+		}
+		return out, nil
+	}
+	if c.created != nil {
+		return writeJSON(w, http.StatusOK, container.StatsResponse{ID: c.id, OSType: "linux", Read: time.Now()})
+	}
+	if !stream {
+		st, err := measure(r.Context())
+		if err != nil {
+			return err
+		}
+		return writeJSON(w, http.StatusOK, st)
+	}
+	release, err := s.acquire()
+	if err != nil {
+		return err
+	}
+	defer release()
+	ctx, cancel := s.streamContext(r)
+	defer cancel()
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	enc := json.NewEncoder(w)
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		st, err := measure(ctx)
+		if err != nil {
+			return nil
+		}
+		if enc.Encode(st) != nil || rc.Flush() != nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// events streams container events from now: create, start, die (with the
+// exit code), stop, destroy, each once per change of the container's state.
+func (s *Server) events(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	if v := q.Get("since"); v != "" {
+		return unsupported("events --since: Berth's Docker endpoint streams events from now; berth events resumes from a revision")
+	}
+	var until <-chan time.Time
+	if v := q.Get("until"); v != "" {
+		sec, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return badRequest("until=%q: want a Unix time", v)
+		}
+		at := time.Unix(0, int64(sec*1e9))
+		tm := time.NewTimer(time.Until(at))
+		defer tm.Stop()
+		until = tm.C
+	}
+	f, err := filters(r, "type", "event", "container", "label")
+	if err != nil {
+		return err
+	}
+	for _, t := range f["type"] {
+		if t != "container" {
+			return unsupported("events of type %q: Berth reports container events only", t)
+		}
+	}
+	release, err := s.acquire()
+	if err != nil {
+		return err
+	}
+	defer release()
+	ctx, cancel := s.streamContext(r)
+	defer cancel()
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	_ = rc.Flush()
+	msgs := make(chan events.Message, 256)
+	who := identityOf(r)
+	go func() {
+		last := map[string]container.ContainerState{}
+		_ = s.plane.Events(ctx, 0, func(ev control.Event) {
+			if ev.Kind != control.EventInstance || ev.Instance == nil {
+				return
+			}
+			in := *ev.Instance
+			if !ev.Deleted && !who.sees(in.Owner) {
+				return
+			}
+			var actions []events.Action
+			state := dockerState(in)
+			if ev.Deleted || in.Phase == reconciler.Deleted {
+				state = "destroyed"
+			}
+			prev, seen := last[in.ID]
+			if seen && prev == state {
+				return
+			}
+			last[in.ID] = state
+			switch state {
+			case container.StateCreated:
+				if !seen {
+					actions = []events.Action{events.ActionCreate}
+				}
+			case container.StateRunning:
+				if !seen {
+					actions = append(actions, events.ActionCreate)
+				}
+				actions = append(actions, events.ActionStart)
+			case container.StateExited, container.StateDead:
+				if seen && prev == container.StateRunning {
+					actions = []events.Action{events.ActionDie}
+					if in.Phase == reconciler.Stopped {
+						actions = append(actions, events.ActionStop)
+					}
+				}
+			case "destroyed":
+				actions = []events.Action{events.ActionDestroy}
+				delete(last, in.ID)
+			}
+			now := time.Now()
+			for _, a := range actions {
+				attrs := map[string]string{"name": in.Name}
+				if in.Spec != nil {
+					attrs["image"] = in.Spec.Image
+					for k, v := range in.Spec.Labels {
+						attrs[k] = v
+					}
+				}
+				if in.Node != "" {
+					attrs["node"] = reconciler.NodeID(in.Provider, in.Node)
+				}
+				if a == events.ActionDie {
+					attrs["exitCode"] = strconv.Itoa(exitCode(in))
+				}
+				m := events.Message{Type: events.ContainerEventType, Action: a, Actor: events.Actor{ID: in.ID, Attributes: attrs}, Scope: "local", Time: now.Unix(), TimeNano: now.UnixNano()}
+				if !eventMatches(f, m) {
+					continue
+				}
+				select {
+				case msgs <- m:
+				case <-ctx.Done():
+					return
+				}
+			}
+		})
+		cancel()
+	}()
+	enc := json.NewEncoder(w)
+	for {
+		select {
+		case m := <-msgs:
+			if enc.Encode(m) != nil || rc.Flush() != nil {
+				return nil
+			}
+		case <-until:
+			return nil
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+func eventMatches(f map[string][]string, m events.Message) bool {
+	ok := matchAny(f["event"], func(v string) bool { return v == string(m.Action) }) &&
+		matchAny(f["container"], func(v string) bool { return v == m.Actor.ID || v == m.Actor.Attributes["name"] })
+	for _, l := range f["label"] {
+		k, v, hasV := strings.Cut(l, "=")
+		got, has := m.Actor.Attributes[k]
+		if !has || (hasV && got != v) {
+			return false
+		}
+	}
+	return ok
+}
