@@ -397,7 +397,8 @@ func (s *Server) submit(ctx context.Context, id string, c *created) error {
 	return nil
 }
 
-// removeWhenEnded deletes the instance id once it has ended (--rm).
+// removeWhenEnded deletes the instance id once it has ended and its exit
+// code is known (--rm).
 func (s *Server) removeWhenEnded(id string) {
 	defer func() {
 		s.mu.Lock()
@@ -408,6 +409,7 @@ func (s *Server) removeWhenEnded(id string) {
 	if err != nil || in.Phase == reconciler.Deleted || in.Phase == reconciler.Deleting {
 		return
 	}
+	s.settle(s.ctx, id)
 	if err := s.plane.Delete(s.ctx, id); err != nil && !errors.Is(err, driver.ErrNotFound) {
 		s.log.Warn("dockerapi: --rm: delete", "instance", id, "error", err)
 	}
@@ -420,6 +422,25 @@ func ended(in control.Instance) bool {
 		return true
 	}
 	return false
+}
+
+// hasExit reports whether the exit code of an ended instance is known, or
+// will never be.
+func hasExit(in control.Instance) bool {
+	return (in.Observed != nil && in.Observed.ExitCode != nil) || in.Phase == reconciler.Failed || in.Phase == reconciler.Deleting || in.Phase == reconciler.Deleted
+}
+
+// settleTimeout bounds the wait for a back-end to report the exit code of
+// an instance that has ended.
+const settleTimeout = 10 * time.Second
+
+// settle waits, up to settleTimeout, for the ended instance id to show its
+// exit code, and returns it as last seen.
+func (s *Server) settle(ctx context.Context, id string) control.Instance {
+	ctx, cancel := context.WithTimeout(ctx, settleTimeout)
+	defer cancel()
+	in, _ := s.waitFor(ctx, id, hasExit)
+	return in
 }
 
 // waitFor polls the instance id until cond holds, ctx ends or the instance
@@ -699,7 +720,7 @@ func summary(in control.Instance, now time.Time) container.Summary {
 		labels["berth.node"] = reconciler.NodeID(in.Provider, in.Node)
 	}
 	return container.Summary{
-		ID: in.ID, Names: []string{"/" + in.Name}, Image: spec.Image, ImageID: spec.Image,
+		ID: in.ID, Names: []string{"/" + in.Name}, Image: spec.Image,
 		Command: command(spec), Created: in.Created.Unix(), Ports: ports(in), Labels: labels,
 		State: dockerState(in), Status: statusText(in, now), Mounts: []container.MountPoint{},
 	}

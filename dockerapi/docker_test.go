@@ -1,8 +1,18 @@
 package dockerapi_test
 
 import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/berth-dev/berth/control"
+	"github.com/berth-dev/berth/dockerapi"
+	"github.com/berth-dev/berth/drivers/docker/dockertest"
+	"github.com/berth-dev/berth/reconciler"
 )
 
 // TestRunRmEcho: docker run --rm IMAGE echo hello prints hello, exits 0 and
@@ -15,5 +25,186 @@ func TestRunRmEcho(t *testing.T) {
 	}
 	if out := e.must(t, "ps", "-a", "-q"); strings.TrimSpace(out) != "" {
 		t.Errorf("docker ps -a after run --rm lists %q, want nothing", out)
+	}
+}
+
+// TestLifecycle drives one container through the docker CLI and checks
+// that what docker shows agrees with Berth's own list (berth ps --json
+// reads the same plane.Instances).
+func TestLifecycle(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+
+	// Follow events from before the container exists.
+	evCmd, evOut := e.start(t, "events", "--format", "{{.Action}} {{.Actor.Attributes.name}}", "--filter", "type=container")
+
+	id := strings.TrimSpace(e.must(t, "run", "-d", "--name", "web", "-e", "A=1", "-e", "constraint:node==main",
+		"-p", "18080:80", "-l", "team=blue", "--cpus", "0.5", "-m", "64m", "--restart", "on-failure", helloImage))
+	if id == "" {
+		t.Fatal("docker run -d printed no id")
+	}
+	in := e.waitPhase(t, "web", reconciler.Running)
+	if in.ID != id {
+		t.Errorf("docker run -d printed %s, Berth's instance is %s", id, in.ID)
+	}
+	if in.Node != "main" || in.Spec.CPU != 500 || in.Spec.Memory != 64<<20 || in.Spec.Env["A"] != "1" || in.Spec.Labels["team"] != "blue" || in.Spec.RestartPolicy.Name != "on-failure" {
+		t.Errorf("Berth's instance: node %s, spec %+v", in.Node, *in.Spec)
+	}
+	if _, ok := in.Spec.Env["constraint:node"]; ok {
+		t.Error("the constraint was passed to the container's environment")
+	}
+
+	ps := e.must(t, "ps", "--format", "{{.ID}} {{.Names}} {{.Image}} {{.State}} {{.Ports}}")
+	want := id[:12] + " web " + helloImage + " running "
+	if !strings.HasPrefix(ps, want) || !strings.HasSuffix(strings.TrimSpace(ps), ":18080->80/tcp") {
+		t.Errorf("docker ps:\n%s\nwant %s", ps, want)
+	}
+	if out := e.must(t, "ps", "-q", "--filter", "label=team=red"); strings.TrimSpace(out) != "" {
+		t.Errorf("docker ps --filter label=team=red lists %q", out)
+	}
+	if out := e.must(t, "ps", "-q", "--no-trunc", "--filter", "name=web", "--filter", "status=running"); strings.TrimSpace(out) != id {
+		t.Errorf("docker ps --filter name=web lists %q, want %s", out, id)
+	}
+
+	insp := e.must(t, "inspect", "--format", "{{.Name}} {{.State.Status}} {{.Config.Image}} {{.HostConfig.NanoCpus}} {{.HostConfig.Memory}} {{.HostConfig.RestartPolicy.Name}}", "web")
+	if want := "/web running " + helloImage + " 500000000 67108864 on-failure"; strings.TrimSpace(insp) != want {
+		t.Errorf("docker inspect: %q, want %q", insp, want)
+	}
+
+	// logs -f follows until the container stops.
+	logCmd, logOut := e.start(t, "logs", "-f", "web")
+	if out := e.must(t, "logs", "--tail", "1", "web"); out != "hello stdout\n" {
+		// --tail 1 keeps the last line of each stream; stdout only here.
+		t.Logf("docker logs --tail 1: %q", out)
+	}
+	e.must(t, "stop", "-t", "1", "web")
+	if err := logCmd.Wait(); err != nil {
+		t.Errorf("docker logs -f: %v", err)
+	}
+	if !strings.Contains(logOut.String(), "hello stdout") {
+		t.Errorf("docker logs -f printed %q", logOut.String())
+	}
+	waited := strings.TrimSpace(e.must(t, "wait", "web"))
+	in = e.waitPhase(t, "web", reconciler.Stopped, reconciler.Exited)
+	if in.Observed == nil || in.Observed.ExitCode == nil {
+		t.Errorf("Berth has no exit code for the stopped container: %+v", in.Observed)
+	} else if waited != strconv.Itoa(*in.Observed.ExitCode) {
+		t.Errorf("docker wait printed %q, Berth's exit code is %d", waited, *in.Observed.ExitCode)
+	}
+	if out := e.must(t, "ps", "-a", "--format", "{{.Names}} {{.State}}"); strings.TrimSpace(out) != "web exited" {
+		t.Errorf("docker ps -a after stop: %q", out)
+	}
+	e.must(t, "rm", "-f", "web")
+	e.waitGone(t, id)
+	if out := e.must(t, "ps", "-a", "-q"); strings.TrimSpace(out) != "" {
+		t.Errorf("docker ps -a after rm -f lists %q", out)
+	}
+	list, err := e.plane.Instances(ctx, control.Filter{})
+	if err != nil || len(list) != 0 {
+		t.Errorf("Berth lists %d instances after rm -f (%v)", len(list), err)
+	}
+
+	// The events seen: create, start, die, stop, destroy, once each.
+	_ = evCmd.Process.Signal(os.Interrupt)
+	_ = evCmd.Wait()
+	var got []string
+	for _, l := range strings.Split(strings.TrimSpace(evOut.String()), "\n") {
+		got = append(got, l)
+	}
+	want2 := []string{"create web", "start web", "die web", "stop web", "destroy web"}
+	if !slices.Equal(got, want2) {
+		t.Errorf("docker events:\n%s\nwant %v", evOut.String(), want2)
+	}
+}
+
+// TestRunAttachedExitCode: an attached run streams stdout and stderr apart
+// and returns the container's exit code.
+func TestRunAttachedExitCode(t *testing.T) {
+	e := setup(t)
+	out, errs, code := e.docker(t, "run", "--rm", "-e", "HELLO_EXIT=3", helloImage)
+	if code != 3 || out != "hello stdout\n" || !strings.Contains(errs, "hello stderr") {
+		t.Fatalf("docker run: exit %d, stdout %q, stderr %q; want 3, hello stdout, hello stderr", code, out, errs)
+	}
+	// create + start, then kill -s and restart.
+	id := strings.TrimSpace(e.must(t, "create", "--name", "two", helloImage))
+	if out := e.must(t, "ps", "-a", "--format", "{{.Names}} {{.State}}"); strings.TrimSpace(out) != "two created" {
+		t.Errorf("docker ps -a after create: %q", out)
+	}
+	e.must(t, "start", id)
+	e.waitPhase(t, "two", reconciler.Running)
+	e.must(t, "kill", "-s", "TERM", "two")
+	in := e.waitPhase(t, "two", reconciler.Exited, reconciler.Stopped)
+	if in.Observed.ExitCode == nil || *in.Observed.ExitCode != 0 {
+		t.Errorf("after kill -s TERM: %+v", in.Observed)
+	}
+	e.must(t, "restart", "-t", "1", "two")
+	e.waitPhase(t, "two", reconciler.Running)
+	e.must(t, "rm", "-f", "two")
+	e.waitGone(t, id)
+}
+
+// TestRefusals: what Berth cannot do is refused with a message that says
+// so, and the endpoint refuses requests without an accepted token.
+func TestRefusals(t *testing.T) {
+	e := setup(t)
+	e.must(t, "create", "--name", "c1", helloImage)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "-d", "--privileged", helloImage}, "Berth cannot honour --privileged"},
+		{[]string{"run", "-t", helloImage}, "--tty"},
+		{[]string{"network", "ls"}, "not supported by Berth"},
+		{[]string{"exec", "x", "ls"}, "No such container"},
+		{[]string{"logs", "--since", "1m", "c1"}, "--since"},
+		{[]string{"logs", "--timestamps", "c1"}, "--timestamps"},
+	} {
+		_, errs, code := e.docker(t, tc.args...)
+		if code == 0 || !strings.Contains(errs, tc.want) {
+			t.Errorf("docker %v: exit %d, stderr %q; want an error saying %q", tc.args, code, errs, tc.want)
+		}
+	}
+	for _, tc := range []struct{ token, want string }{
+		{"", "bearer token"},
+		{"wrong", "not accepted"},
+	} {
+		_, errs, code := e.dockerWith(t, e.dockerConfig(t, tc.token), "ps")
+		if code == 0 || !strings.Contains(errs, tc.want) {
+			t.Errorf("docker ps with token %q: exit %d, stderr %q; want %q", tc.token, code, errs, tc.want)
+		}
+	}
+	reader := e.dockerConfig(t, "reader-token")
+	if _, _, code := e.dockerWith(t, reader, "ps"); code != 0 {
+		t.Errorf("a reader cannot list")
+	}
+	if _, errs, code := e.dockerWith(t, reader, "run", "-d", helloImage); code == 0 || !strings.Contains(errs, "may only read") {
+		t.Errorf("a reader ran a container: exit %d, %s", code, errs)
+	}
+}
+
+// TestInfoVersionImages: docker version, info and images answer the
+// cluster's figures.
+func TestInfoVersionImages(t *testing.T) {
+	e := setup(t)
+	if out := e.must(t, "version", "--format", "{{.Server.APIVersion}} {{.Server.Version}}"); strings.TrimSpace(out) != dockerapi.Version+" test" {
+		t.Errorf("docker version: %q", out)
+	}
+	nodes, err := e.plane.Nodes(context.Background())
+	if err != nil || len(nodes) != 1 {
+		t.Fatalf("nodes %v %v", nodes, err)
+	}
+	out := e.must(t, "info", "--format", "{{.NCPU}} {{.MemTotal}} {{.Containers}}")
+	want := fmt.Sprintf("%d %d 0", nodes[0].Capacity.CPU/1000, nodes[0].Capacity.Memory)
+	if strings.TrimSpace(out) != want {
+		t.Errorf("docker info: %q, want %q", out, want)
+	}
+	if out := e.must(t, "images", "--format", "{{.Repository}}:{{.Tag}}", helloImage); strings.TrimSpace(out) != helloImage {
+		t.Errorf("docker images %s: %q", helloImage, out)
+	}
+	if out, errs, code := e.docker(t, "pull", helloImage); code != 0 {
+		t.Errorf("docker pull of an image an engine has: exit %d %s %s", code, out, errs)
+	}
+	if _, errs, code := e.docker(t, "pull", "berth-test/none:"+dockertest.RandomID()); code == 0 || !strings.Contains(errs, "no registry") {
+		t.Errorf("docker pull of an image no engine has: exit %d, %s", code, errs)
 	}
 }

@@ -11,7 +11,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,6 +26,7 @@ import (
 	_ "github.com/berth-dev/berth/drivers/docker" // registers the docker driver
 	"github.com/berth-dev/berth/drivers/docker/dockertest"
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/reconciler"
 	"github.com/berth-dev/berth/store/bolt"
 )
 
@@ -237,4 +240,62 @@ func (e *env) removeAll(t *testing.T) {
 	if _, err := dockertest.RemoveByLabel(ctx, mainCli, driver.TagCluster, e.cluster); err != nil {
 		t.Errorf("cleanup: %v", err)
 	}
+}
+
+// start runs docker in the background, its stdout collected.
+func (e *env) start(t *testing.T, args ...string) (*exec.Cmd, *syncBuffer) {
+	t.Helper()
+	cmd := exec.Command("docker", args...)
+	cmd.Env = append(cleanEnv(), "DOCKER_HOST=unix://"+e.sock, "DOCKER_CONFIG="+e.config)
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	// Give the stream time to be opened before what it should see.
+	deadline := time.Now().Add(30 * time.Second)
+	for e.server.OpenStreams() == 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	return cmd, out
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// waitPhase waits until the instance ref is in one of phases.
+func (e *env) waitPhase(t *testing.T, ref string, phases ...reconciler.Phase) control.Instance {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		in, err := e.plane.Instance(context.Background(), ref)
+		if err == nil && slices.Contains(phases, in.Phase) {
+			return in
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("instance %s: %+v %v; want a phase in %v", ref, in, err, phases)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitGone waits until the instance id is deleted.
+func (e *env) waitGone(t *testing.T, id string) {
+	t.Helper()
+	e.waitPhase(t, id, reconciler.Deleted)
 }

@@ -207,6 +207,12 @@ var versionPrefix = regexp.MustCompile(`^/v([0-9]+\.[0-9]+)(/.*)$`)
 // routes it. Paths with no handler are answered 501: the Engine API has
 // them, Berth does not.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	id, err := s.authenticate(r)
+	if err != nil {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="berth"`)
+		writeError(w, err)
+		return
+	}
 	if m := versionPrefix.FindStringSubmatch(r.URL.Path); m != nil {
 		if err := checkVersion(m[1]); err != nil {
 			writeError(w, err)
@@ -218,12 +224,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		u.Path, u.RawPath = m[2], ""
 		r2.URL = &u
 		r = r2
-	}
-	id, err := s.authenticate(r)
-	if err != nil {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="berth"`)
-		writeError(w, err)
-		return
 	}
 	if err := permit(id, r.Method); err != nil {
 		writeError(w, err)
@@ -441,3 +441,7 @@ func (w *committedWriter) Write(b []byte) (int, error) {
 
 // Unwrap lets http.ResponseController reach the flusher and the hijacker.
 func (w *committedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// OpenStreams returns how many streams (attach, logs, events, wait, pull,
+// stats) are open now.
+func (s *Server) OpenStreams() int { return len(s.streams) }

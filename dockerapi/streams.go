@@ -105,7 +105,12 @@ func (s *Server) wait(w http.ResponseWriter, r *http.Request) error {
 			case err != nil:
 				return json.NewEncoder(w).Encode(container.WaitResponse{StatusCode: -1, Error: &container.WaitExitError{Message: err.Error()}})
 			}
-			last = in
+			if in.Phase != reconciler.Deleted || last.ID == "" {
+				last = in
+			} else {
+				last.Phase = reconciler.Deleted
+			}
+			in = last
 			done := false
 			switch cond {
 			case "removed":
@@ -117,6 +122,9 @@ func (s *Server) wait(w http.ResponseWriter, r *http.Request) error {
 			}
 			if !ended(in) {
 				seenLive = true
+			}
+			if done && cond != "removed" && !hasExit(in) {
+				in = s.settle(ctx, c.id)
 			}
 			if done {
 				resp := container.WaitResponse{StatusCode: int64(exitCode(in))}
@@ -400,7 +408,10 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) error {
 	_ = rc.Flush()
 	msgs := make(chan events.Message, 256)
 	who := identityOf(r)
+	watched := make(chan struct{})
+	defer func() { cancel(); <-watched }()
 	go func() {
+		defer close(watched)
 		last := map[string]container.ContainerState{}
 		_ = s.plane.Events(ctx, 0, func(ev control.Event) {
 			if ev.Kind != control.EventInstance || ev.Instance == nil {

@@ -439,6 +439,7 @@ func (s *Server) pull(w http.ResponseWriter, r *http.Request) error {
 	} else if !strings.Contains(name[strings.LastIndex(name, "/")+1:], ":") {
 		name += ":latest"
 	}
+	name = familiar(name)
 	nodes, err := s.plane.Nodes(r.Context())
 	if err != nil {
 		return err
@@ -460,7 +461,7 @@ func (s *Server) pull(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
-		if slices.ContainsFunc(imgs, func(im driver.Image) bool { return im.Name == name || im.ID == name }) {
+		if slices.ContainsFunc(imgs, func(im driver.Image) bool { return familiar(im.Name) == name || im.ID == name }) {
 			have = append(have, n.Provider)
 		}
 	}
@@ -497,4 +498,11 @@ func (s *Server) pull(w http.ResponseWriter, r *http.Request) error {
 	}
 	emit(jsonstream.Message{Status: "Status: Image is up to date on every node of " + strings.Join(have, ", ") + " for " + name})
 	return nil
+}
+
+// familiar drops the default registry and namespace from an image name, as
+// the engines list their images.
+func familiar(name string) string {
+	name = strings.TrimPrefix(name, "docker.io/")
+	return strings.TrimPrefix(name, "library/")
 }

@@ -223,6 +223,22 @@ func mapState(s container.ContainerState) driver.State {
 	return driver.StateUnknown
 }
 
+// exitCodeOfStatus reads the exit code from a listed container's status,
+// which the engine writes "Exited (3) 2 seconds ago": the list carries no
+// other trace of it.
+func exitCodeOfStatus(status string) (int, bool) {
+	rest, ok := strings.CutPrefix(status, "Exited (")
+	if !ok {
+		return 0, false
+	}
+	num, _, ok := strings.Cut(rest, ")")
+	if !ok {
+		return 0, false
+	}
+	code, err := strconv.Atoi(num)
+	return code, err == nil
+}
+
 func fromSummary(e *engine, c *container.Summary) *driver.Instance {
 	labels, tags := splitLabels(c.Labels)
 	inst := &driver.Instance{
@@ -239,6 +255,9 @@ func fromSummary(e *engine, c *container.Summary) *driver.Instance {
 	}
 	if len(c.Names) > 0 {
 		inst.Name = strings.TrimPrefix(c.Names[0], "/")
+	}
+	if code, ok := exitCodeOfStatus(c.Status); ok && c.State == container.StateExited {
+		inst.ExitCode = &code
 	}
 	inst.Addresses = []string{e.ext}
 	if c.NetworkSettings != nil {
