@@ -81,7 +81,7 @@ type env struct {
 
 const testToken = "s3cret-token"
 
-func setup(t *testing.T) *env {
+func setup(t testing.TB) *env {
 	t.Helper()
 	ignore := goleak.IgnoreCurrent()
 	e := &env{cluster: "dapi-" + dockertest.RandomID(), token: testToken}
@@ -174,7 +174,7 @@ func setup(t *testing.T) *env {
 
 // dockerConfig writes a DOCKER_CONFIG directory whose config.json sends
 // token.
-func (e *env) dockerConfig(t *testing.T, token string) string {
+func (e *env) dockerConfig(t testing.TB, token string) string {
 	dir := t.TempDir()
 	cfg := `{"HttpHeaders": {"Authorization": "Bearer ` + token + `"}}`
 	if token == "" {
@@ -188,12 +188,12 @@ func (e *env) dockerConfig(t *testing.T, token string) string {
 
 // docker runs the docker CLI against e's endpoint and returns its stdout,
 // stderr and exit code.
-func (e *env) docker(t *testing.T, args ...string) (string, string, int) {
+func (e *env) docker(t testing.TB, args ...string) (string, string, int) {
 	t.Helper()
 	return e.dockerWith(t, e.config, args...)
 }
 
-func (e *env) dockerWith(t *testing.T, config string, args ...string) (string, string, int) {
+func (e *env) dockerWith(t testing.TB, config string, args ...string) (string, string, int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -213,7 +213,7 @@ func (e *env) dockerWith(t *testing.T, config string, args ...string) (string, s
 }
 
 // must runs docker and fails the test unless it exits 0.
-func (e *env) must(t *testing.T, args ...string) string {
+func (e *env) must(t testing.TB, args ...string) string {
 	t.Helper()
 	out, errs, code := e.docker(t, args...)
 	if code != 0 {
@@ -234,10 +234,10 @@ func cleanEnv() []string {
 }
 
 // removeAll removes every container of e's cluster from the engine.
-func (e *env) removeAll(t *testing.T) {
+func (e *env) removeAll(t testing.TB) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := dockertest.RemoveByLabel(ctx, mainCli, driver.TagCluster, e.cluster); err != nil {
+	if _, err := removeByLabel(ctx, driver.TagCluster, e.cluster); err != nil {
 		t.Errorf("cleanup: %v", err)
 	}
 }
@@ -298,4 +298,15 @@ func (e *env) waitPhase(t *testing.T, ref string, phases ...reconciler.Phase) co
 func (e *env) waitGone(t *testing.T, id string) {
 	t.Helper()
 	e.waitPhase(t, id, reconciler.Deleted)
+}
+
+// removeByLabel removes the engine's containers labelled k=v through a
+// client of its own, closed after, so that no idle connection outlives it.
+func removeByLabel(ctx context.Context, k, v string) (int, error) {
+	cli, err := dockertest.Connect(ctx, dockertest.MainHost)
+	if err != nil {
+		return 0, err
+	}
+	defer cli.Close()
+	return dockertest.RemoveByLabel(ctx, cli, k, v)
 }
