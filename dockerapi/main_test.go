@@ -310,3 +310,5 @@ func removeByLabel(ctx context.Context, k, v string) (int, error) {
 	defer cli.Close()
 	return dockertest.RemoveByLabel(ctx, cli, k, v)
 }
+
+func sleep() { time.Sleep(50 * time.Millisecond) }
