@@ -128,6 +128,7 @@ func (s *Server) routes() {
 	h("POST /v1/images/preload", s.preload)
 	h("GET /v1/quotas", s.quotas)
 	h("GET /v1/drivers", s.drivers)
+	h("GET /v1/version", s.version)
 	h("GET /v1/health", func(w http.ResponseWriter, r *http.Request) error {
 		return writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/berth-dev/berth/api"
 	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/dockerapi"
 )
@@ -58,7 +59,7 @@ func listenDocker(addr string, plane *control.Plane, auth dockerapi.Authenticato
 			return nil, fmt.Errorf("--docker-listen: %w", err)
 		}
 	}
-	srv := dockerapi.New(plane, dockerapi.Options{Authenticator: auth, MaxBodySize: maxBody, Logger: log, ServerVersion: version()})
+	srv := dockerapi.New(plane, dockerapi.Options{Authenticator: auth, MaxBodySize: maxBody, Logger: log, ServerVersion: api.BuildVersion()})
 	e := &dockerEndpoint{srv: srv, ln: ln, done: make(chan error, 1),
 		http: &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}}
 	go func() { e.done <- e.http.Serve(ln) }()

@@ -86,6 +86,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return exitOK
 	}
+	if unreachable(err) {
+		addr := root.PersistentFlags().Lookup("addr").Value.String()
+		fmt.Fprintf(stderr, "berth: cannot reach the Berth server at %s: is the server running at %s? (start one with: berth server --dev)\n", addr, addr)
+		return exitUnavailable
+	}
 	var rep reported
 	if !errors.As(err, &rep) {
 		fmt.Fprintln(stderr, "berth:", err)

@@ -351,7 +351,7 @@ func runCmd(c *cli) *cobra.Command {
 		},
 	}
 	s.register(cmd)
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print Citadel's answer as JSON")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the answer (instances and their nodes) as JSON")
 	return cmd
 }
 
@@ -443,9 +443,9 @@ func psCmd(c *cli) *cobra.Command {
 				}
 				return nil
 			}
-			return printList(c.stdout, asJSON, list, []string{"ID", "NAME", "PHASE", "PROVIDER", "NODE", "WHAT", "CREATED", "MESSAGE"},
+			return printList(c.stdout, asJSON, list, []string{"ID", "NAME", "PHASE", "PROVIDER", "NODE", "WHAT", "PORTS", "CREATED", "MESSAGE"},
 				func(in control.Instance) []any {
-					return []any{in.ID, in.Name, in.Phase, in.Provider, in.Node, what(in.Spec), ago(in.Created), truncate(in.Message, 60)}
+					return []any{in.ID, in.Name, in.Phase, in.Provider, in.Node, what(in.Spec), portsText(in), ago(in.Created), truncate(in.Message, 60)}
 				})
 		},
 	}
@@ -533,7 +533,10 @@ func logsCmd(c *cli) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			opts := driver.LogOptions{Follow: follow, Tail: tail, Stdout: !onlyErr, Stderr: !onlyOut}
+			opts, skip, err := logOptions(follow, tail, onlyOut, onlyErr)
+			if err != nil || skip {
+				return err
+			}
 			err = cl.Logs(cmd.Context(), args[0], opts, c.stdout, c.stderr)
 			if err != nil && follow && cmd.Context().Err() != nil {
 				return nil
@@ -543,7 +546,7 @@ func logsCmd(c *cli) *cobra.Command {
 	}
 	fl := cmd.Flags()
 	fl.BoolVarP(&follow, "follow", "f", false, "keep printing new output")
-	fl.IntVar(&tail, "tail", 0, "only the last N lines of each stream")
+	fl.IntVar(&tail, "tail", -1, "only the last N lines of each stream (default all; 0 prints none)")
 	fl.BoolVar(&onlyOut, "stdout", false, "only stdout")
 	fl.BoolVar(&onlyErr, "stderr", false, "only stderr")
 	return cmd
@@ -570,7 +573,7 @@ func changeCmd(c *cli, verb, short string) *cobra.Command {
 		},
 	}
 	if verb != "start" {
-		cmd.Flags().DurationVarP(&grace, "time", "t", 0, "grace period before the instance is forced down (default: the back-end's)")
+		cmd.Flags().VarP((*seconds)(&grace), "time", "t", "seconds (or a duration such as 1m) before the instance is forced down (default: the back-end's)")
 	}
 	return cmd
 }
@@ -701,19 +704,7 @@ func providersCmd(c *cli) *cobra.Command {
 		})
 }
 
-func imagesCmd(c *cli) *cobra.Command {
-	var prov, node string
-	cmd := listCmd(c, &cobra.Command{Use: "images --provider P [--node N]", Short: "List the images present on a provider's node"},
-		[]string{"IMAGE", "ID", "SIZE", "CREATED"},
-		func(ctx context.Context, cl *client.Client) ([]driver.Image, error) {
-			return cl.Images(ctx, prov, node)
-		},
-		func(im driver.Image) []any { return []any{im.Name, truncate(im.ID, 19), im.Size, ago(im.Created)} })
-	cmd.Flags().StringVar(&prov, "provider", "", "provider (required)")
-	cmd.Flags().StringVar(&node, "node", "", "node")
-	_ = cmd.MarkFlagRequired("provider")
-	return cmd
-}
+func imagesCmd(c *cli) *cobra.Command { return clusterImagesCmd(c) }
 
 func preloadCmd(c *cli) *cobra.Command {
 	var prov string
@@ -740,7 +731,12 @@ func preloadCmd(c *cli) *cobra.Command {
 	cmd.Flags().StringVar(&prov, "provider", "", "provider (required)")
 	cmd.Flags().StringSliceVar(&nodes, "node", nil, "nodes (default all; comma-separated or repeated)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print each progress step as a JSON line")
-	_ = cmd.MarkFlagRequired("provider")
+	cmd.PreRunE = func(cmd *cobra.Command, args []string) error {
+		if prov == "" {
+			return usagef("preload needs --provider")
+		}
+		return nil
+	}
 	return cmd
 }
 
@@ -807,18 +803,13 @@ func eventsCmd(c *cli) *cobra.Command {
 				return err
 			}
 			enc := json.NewEncoder(c.stdout)
+			p := newEventPrinter(c.stdout)
 			err = cl.Events(cmd.Context(), since, func(ev control.Event) {
 				if asJSON {
 					_ = enc.Encode(ev)
 					return
 				}
-				switch {
-				case ev.Instance != nil:
-					in := ev.Instance
-					fmt.Fprintf(c.stdout, "%d instance %s %s %s %s %s %s\n", ev.Revision, in.ID, in.Name, in.Phase, in.Provider, in.Node, in.Message)
-				case ev.Node != nil:
-					fmt.Fprintf(c.stdout, "%d node %s/%s %s %s\n", ev.Revision, ev.Node.Provider, ev.Node.Name, ev.Node.Status, ev.Node.Reason)
-				}
+				p.print(ev)
 			})
 			if cmd.Context().Err() != nil {
 				return nil

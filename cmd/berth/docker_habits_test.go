@@ -1,0 +1,128 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth/control"
+	"github.com/berth-dev/berth/reconciler"
+)
+
+func TestSecondsFlag(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want time.Duration
+		bad  bool
+	}{
+		{"5", 5 * time.Second, false},
+		{"0", 0, false},
+		{"1m30s", 90 * time.Second, false},
+		{"-1", 0, true},
+		{"soon", 0, true},
+	} {
+		var s seconds
+		err := s.Set(tc.in)
+		if (err != nil) != tc.bad || (!tc.bad && time.Duration(s) != tc.want) {
+			t.Errorf("seconds.Set(%q) = %v, %v; want %v (error %v)", tc.in, time.Duration(s), err, tc.want, tc.bad)
+		}
+	}
+}
+
+func TestLogOptions(t *testing.T) {
+	for _, tc := range []struct {
+		follow   bool
+		tail     int
+		wantTail int
+		skip     bool
+		usage    bool
+	}{
+		{false, -1, 0, false, false},
+		{false, 0, 0, true, false},
+		{true, 0, 0, false, true},
+		{false, 3, 3, false, false},
+		{false, -2, 0, false, true},
+	} {
+		opts, skip, err := logOptions(tc.follow, tc.tail, false, false)
+		if skip != tc.skip || (err != nil) != tc.usage || (err == nil && opts.Tail != tc.wantTail) {
+			t.Errorf("logOptions(follow %v, tail %d) = %+v, %v, %v", tc.follow, tc.tail, opts, skip, err)
+		}
+		if err != nil && exitCode(err) != exitUsage {
+			t.Errorf("logOptions(follow %v, tail %d): exit code %d, want %d", tc.follow, tc.tail, exitCode(err), exitUsage)
+		}
+	}
+}
+
+// TestEventPrinter: each line carries a time, and an event that shows
+// nothing new is left out.
+func TestEventPrinter(t *testing.T) {
+	var buf bytes.Buffer
+	p := newEventPrinter(&buf)
+	p.now = func() time.Time { return time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC) }
+	in := &control.Instance{ID: "a", Name: "web", Phase: reconciler.Running, Provider: "sim", Node: "n1"}
+	p.print(control.Event{Revision: 1, Kind: control.EventInstance, Instance: in})
+	p.print(control.Event{Revision: 2, Kind: control.EventInstance, Instance: in}) // the same again
+	stopped := *in
+	stopped.Phase = reconciler.Stopped
+	p.print(control.Event{Revision: 3, Kind: control.EventInstance, Instance: &stopped})
+	want := "2026-01-02T03:04:05Z 1 instance a web running sim n1\n2026-01-02T03:04:05Z 3 instance a web stopped sim n1\n"
+	if buf.String() != want {
+		t.Errorf("events printed\n%s\nwant\n%s", buf.String(), want)
+	}
+}
+
+// TestHabitsExitCodesAndJSON: the exit codes docs/cli.md gives, and the
+// --json shapes of the verbs added here.
+func TestHabitsExitCodesAndJSON(t *testing.T) {
+	addr := testServer(t)
+	for _, tc := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"images"}, exitOK},
+		{[]string{"images", "--node", "n"}, exitUsage},
+		{[]string{"images", "--provider", "nope"}, exitNotFound},
+		{[]string{"preload", "busybox"}, exitUsage},
+		{[]string{"logs", "--tail", "0", "-f", "x"}, exitUsage},
+		{[]string{"stop", "-t", "soon", "x"}, exitUsage},
+		{[]string{"stop", "-t", "1", "nothere"}, exitNotFound},
+		{[]string{"version"}, exitOK},
+		{[]string{"group", "ls"}, exitOK},
+		{[]string{"group", "inspect", "nothere"}, exitNotFound},
+		{[]string{"group", "rm", "nothere"}, exitNotFound},
+		{[]string{"compose", "up", "-f", "/nonexistent/compose.yaml"}, exitError},
+		{[]string{"compose", "up", "-f", "../../compose/testdata/unhonoured.yaml"}, exitUnsupported},
+	} {
+		code, _, errOut := berth(t, addr, tc.args...)
+		if code != tc.code {
+			t.Errorf("berth %s: exit %d, want %d (%s)", strings.Join(tc.args, " "), code, tc.code, errOut)
+		}
+	}
+	if code, _, errOut := berth(t, "http://127.0.0.1:1", "ps"); code != exitUnavailable || !strings.Contains(errOut, "is the server running at http://127.0.0.1:1?") {
+		t.Errorf("ps against no server: exit %d, %q", code, errOut)
+	}
+
+	code, out, _ := berth(t, addr, "version", "--json")
+	var v map[string]any
+	if err := json.Unmarshal([]byte(out), &v); code != 0 || err != nil || v["client"] == "" || v["server"] == nil {
+		t.Errorf("version --json: %d %q %v", code, out, err)
+	}
+	if code, _, errOut := berth(t, addr, "preload", "--provider", "sim", "busybox:latest"); code != 0 {
+		t.Fatalf("preload: %d %s", code, errOut)
+	}
+	code, out, _ = berth(t, addr, "images", "--json")
+	var imgs []map[string]any
+	if err := json.Unmarshal([]byte(out), &imgs); code != 0 || err != nil || len(imgs) != 2 || imgs[0]["provider"] == nil || imgs[0]["node"] == nil || imgs[0]["name"] == nil {
+		t.Errorf("images --json: %d %q %v", code, out, err)
+	}
+	code, out, _ = berth(t, addr, "group", "ls", "--json")
+	if code != 0 || strings.TrimSpace(out) != "[]" {
+		t.Errorf("group ls --json with no group: %d %q", code, out)
+	}
+	code, out, _ = berth(t, addr, "ps")
+	if code != 0 || !strings.Contains(out, "PORTS") {
+		t.Errorf("ps has no PORTS column: %q", out)
+	}
+}
