@@ -3,9 +3,9 @@ package main
 import (
 	"context"
 	"errors"
-	"net"
 	"fmt"
 	"io"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
