@@ -163,31 +163,6 @@ func printProject(c *cli, list []control.Instance, asJSON bool) error {
 		})
 }
 
-// portsText is the PORTS column: host:port->port/proto, as docker ps.
-func portsText(in control.Instance) string {
-	var out []string
-	if in.Observed != nil && len(in.Observed.Ports) > 0 {
-		for _, p := range in.Observed.Ports {
-			out = append(out, fmt.Sprintf("%s:%d->%d/%s", p.HostIP, p.HostPort, p.ContainerPort, p.Protocol))
-		}
-		return strings.Join(out, ", ")
-	}
-	if in.Spec != nil {
-		for _, p := range in.Spec.Ports {
-			proto := p.Protocol
-			if proto == "" {
-				proto = "tcp"
-			}
-			if p.HostPort != 0 {
-				out = append(out, fmt.Sprintf("%d->%d/%s", p.HostPort, p.ContainerPort, proto))
-			} else {
-				out = append(out, fmt.Sprintf("%d/%s", p.ContainerPort, proto))
-			}
-		}
-	}
-	return strings.Join(out, ", ")
-}
-
 func composeDownCmd(c *cli) *cobra.Command {
 	var f composeFlags
 	var timeout time.Duration
