@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -207,4 +208,25 @@ func TestInfoVersionImages(t *testing.T) {
 	if _, errs, code := e.docker(t, "pull", "berth-test/none:"+dockertest.RandomID()); code == 0 || !strings.Contains(errs, "no registry") {
 		t.Errorf("docker pull of an image no engine has: exit %d, %s", code, errs)
 	}
+}
+
+// TestVolumesAndStats: -v binds a host directory; stats --no-stream
+// answers the back-end's measurement.
+func TestVolumesAndStats(t *testing.T) {
+	e := setup(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "f"), []byte("from the host"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, errs, code := e.docker(t, "run", "--rm", "-v", dir+":/data:ro", "-e", "HELLO_FILES=/data/f", "-e", "HELLO_EXIT=0", helloImage)
+	if code != 0 || !strings.Contains(out, "file /data/f: from the host") {
+		t.Fatalf("docker run -v: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	e.must(t, "run", "-d", "--name", "busy", "-m", "32m", helloImage)
+	e.waitPhase(t, "busy", reconciler.Running)
+	stats := e.must(t, "stats", "--no-stream", "--format", "{{.Name}} {{.MemUsage}}", "busy")
+	if !strings.HasPrefix(stats, "busy ") || !strings.Contains(stats, "/ 32MiB") {
+		t.Errorf("docker stats --no-stream: %q", stats)
+	}
+	e.must(t, "rm", "-f", "busy")
 }
