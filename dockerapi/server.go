@@ -21,6 +21,7 @@ package dockerapi
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -90,8 +91,13 @@ func (f AuthenticatorFunc) Authenticate(ctx context.Context, token string) (Iden
 
 // Options configures a Server.
 type Options struct {
-	// Authenticator checks bearer tokens. Nil refuses every request.
+	// Authenticator checks bearer tokens. Nil refuses every request that
+	// carries no accepted client certificate.
 	Authenticator Authenticator
+	// ClientCerts accepts the verified client certificate of a TLS
+	// connection (the listener's tls.Config verifies it) as the identity
+	// CertIdentity gives it.
+	ClientCerts bool
 	// ServerVersion is Berth's version, shown by docker version and info.
 	ServerVersion string
 	// Name names the cluster in docker info; default "berth".
@@ -113,6 +119,7 @@ type Options struct {
 type Server struct {
 	plane   *control.Plane
 	auth    Authenticator
+	certs   bool
 	log     *slog.Logger
 	version string
 	name    string
@@ -134,7 +141,7 @@ type Server struct {
 // New returns the Engine API server for plane.
 func New(plane *control.Plane, opts Options) *Server {
 	s := &Server{
-		plane: plane, auth: opts.Authenticator, log: opts.Logger, version: opts.ServerVersion, name: opts.Name,
+		plane: plane, auth: opts.Authenticator, certs: opts.ClientCerts, log: opts.Logger, version: opts.ServerVersion, name: opts.Name,
 		maxBody: opts.MaxBodySize, maxNew: opts.MaxCreated, mux: http.NewServeMux(),
 		created: map[string]*created{}, autoRm: map[string]struct{}{},
 	}
@@ -268,8 +275,12 @@ func identityOf(r *http.Request) Identity {
 	return id
 }
 
-// authenticate returns the identity of r's bearer token.
+// authenticate returns the identity of r's verified client certificate,
+// else of its bearer token.
 func (s *Server) authenticate(r *http.Request) (Identity, error) {
+	if s.certs && r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
+		return CertIdentity(r.TLS.VerifiedChains[0][0]), nil
+	}
 	if s.auth == nil {
 		return Identity{}, &httpError{http.StatusUnauthorized, "Berth's Docker endpoint has no token authentication configured and refuses every request"}
 	}
@@ -445,3 +456,17 @@ func (w *committedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter
 // OpenStreams returns how many streams (attach, logs, events, wait, pull,
 // stats) are open now.
 func (s *Server) OpenStreams() int { return len(s.streams) }
+
+// CertIdentity is the identity of a verified client certificate: its
+// common name names it, its first organizational unit is its role (reader
+// when it names none), its organizations are its namespaces ("*" for all).
+func CertIdentity(c *x509.Certificate) Identity {
+	id := Identity{Name: c.Subject.CommonName, Role: RoleReader, Namespaces: c.Subject.Organization}
+	if len(c.Subject.OrganizationalUnit) > 0 {
+		switch r := Role(c.Subject.OrganizationalUnit[0]); r {
+		case RoleReader, RoleOperator, RoleAdmin:
+			id.Role = r
+		}
+	}
+	return id
+}

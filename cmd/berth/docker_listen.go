@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -26,10 +28,45 @@ type dockerEndpoint struct {
 	done chan error
 }
 
+// dockerTLS are the --docker-tls-* flags: the endpoint's certificate and
+// the CA that signs the client certificates it accepts.
+type dockerTLS struct {
+	cert, key, ca string
+}
+
+// config returns the listener's TLS configuration, nil without --docker-tls-cert.
+// With a CA, clients must present a certificate it signed.
+func (t dockerTLS) config() (*tls.Config, error) {
+	if t.cert == "" && t.key == "" && t.ca == "" {
+		return nil, nil
+	}
+	if t.cert == "" || t.key == "" {
+		return nil, usagef("--docker-tls-cert and --docker-tls-key go together")
+	}
+	pair, err := tls.LoadX509KeyPair(t.cert, t.key)
+	if err != nil {
+		return nil, fmt.Errorf("--docker-tls-cert: %w", err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
+	if t.ca != "" {
+		pem, err := os.ReadFile(t.ca)
+		if err != nil {
+			return nil, fmt.Errorf("--docker-tls-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--docker-tls-ca %s: no certificate in it", t.ca)
+		}
+		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	}
+	return cfg, nil
+}
+
 // listenDocker listens on addr, a host:port or a unix socket path (made
-// 0600: only this user reaches it). The endpoint refuses every request
-// until auth is given.
-func listenDocker(addr string, plane *control.Plane, auth dockerapi.Authenticator, maxBody int64, log *slog.Logger) (*dockerEndpoint, error) {
+// 0600: only this user reaches it), with TLS when tlsCfg is set. The
+// endpoint refuses every request until auth is given or tlsCfg verifies
+// client certificates.
+func listenDocker(addr string, tlsCfg *tls.Config, plane *control.Plane, auth dockerapi.Authenticator, maxBody int64, log *slog.Logger) (*dockerEndpoint, error) {
 	network := "tcp"
 	path, isUnix := strings.CutPrefix(addr, "unix://")
 	if isUnix || strings.Contains(addr, "/") {
@@ -59,11 +96,15 @@ func listenDocker(addr string, plane *control.Plane, auth dockerapi.Authenticato
 			return nil, fmt.Errorf("--docker-listen: %w", err)
 		}
 	}
-	srv := dockerapi.New(plane, dockerapi.Options{Authenticator: auth, MaxBodySize: maxBody, Logger: log, ServerVersion: api.BuildVersion()})
+	certs := tlsCfg != nil && tlsCfg.ClientAuth == tls.RequireAndVerifyClientCert
+	if tlsCfg != nil {
+		ln = tls.NewListener(ln, tlsCfg)
+	}
+	srv := dockerapi.New(plane, dockerapi.Options{Authenticator: auth, ClientCerts: certs, MaxBodySize: maxBody, Logger: log, ServerVersion: api.BuildVersion()})
 	e := &dockerEndpoint{srv: srv, ln: ln, done: make(chan error, 1),
 		http: &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}}
 	go func() { e.done <- e.http.Serve(ln) }()
-	if auth == nil {
+	if auth == nil && !certs {
 		log.Warn("the Docker endpoint has no token authentication and refuses every request", "addr", ln.Addr().String())
 	}
 	log.Info("docker endpoint listening", "addr", ln.Addr().String())

@@ -45,6 +45,7 @@ type serverFlags struct {
 	driverOpts map[string]*string
 	// dockerListen is the Docker Engine API's address (--docker-listen).
 	dockerListen string
+	dockerTLS    dockerTLS
 }
 
 func newServerCmd(c *cli) *cobra.Command {
@@ -71,6 +72,9 @@ goroutine's stack to the log.`,
 	fl.StringVarP(&f.configFile, "config", "c", "", "YAML configuration file")
 	fl.StringVar(&f.listen, "listen", "", "API address host:port (default "+config.DefaultListen+"; port 0 picks a free port)")
 	fl.StringVar(&f.dockerListen, "docker-listen", "", "serve the Docker Engine API on host:port or a unix socket path (needs token authentication)")
+	fl.StringVar(&f.dockerTLS.cert, "docker-tls-cert", "", "TLS certificate of the Docker endpoint (PEM)")
+	fl.StringVar(&f.dockerTLS.key, "docker-tls-key", "", "TLS key of the Docker endpoint (PEM)")
+	fl.StringVar(&f.dockerTLS.ca, "docker-tls-ca", "", "CA whose client certificates the Docker endpoint accepts (CN names, OU the role, O the namespaces)")
 	fl.StringVar(&f.dataDir, "data-dir", "", "directory for the store and the drivers' files")
 	fl.BoolVar(&f.dev, "dev", false, "development mode: embedded store and the local back-end, no setup")
 	fl.StringVar(&f.logFormat, "log-format", "", "log format: text or json")
@@ -258,7 +262,11 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 	go func() { serveDone <- httpServer.Serve(ln) }()
 	var dockerEP *dockerEndpoint
 	if f.dockerListen != "" {
-		if dockerEP, err = listenDocker(f.dockerListen, plane, nil, int64(cfg.MaxBodySize), log); err != nil {
+		tlsCfg, err := f.dockerTLS.config()
+		if err == nil {
+			dockerEP, err = listenDocker(f.dockerListen, tlsCfg, plane, nil, int64(cfg.MaxBodySize), log)
+		}
+		if err != nil {
 			_ = httpServer.Close()
 			stopPlane()
 			<-planeDone
