@@ -244,9 +244,7 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) error {
 	if !opts.Stdout && !opts.Stderr {
 		return badRequest("Bad parameters: you must choose at least one stream")
 	}
-	if b, _ := strconv.ParseBool(q.Get("timestamps")); b {
-		return unsupported("logs --timestamps: Berth's back-ends do not report when each line was written")
-	}
+	opts.Timestamps, _ = strconv.ParseBool(q.Get("timestamps"))
 	for _, p := range []string{"since", "until"} {
 		if v := q.Get(p); v != "" && v != "0" {
 			return unsupported("logs --%s: Berth reads logs by line count only (--tail)", p)

@@ -194,6 +194,11 @@ type LogOptions struct {
 	Tail int
 	// Follow keeps streaming new output until ctx ends or the instance ends.
 	Follow bool
+	// Timestamps prefixes each line with the time the back-end recorded it
+	// (RFC 3339 with nanoseconds, then a space), as docker logs -t does. A
+	// back-end that does not record when lines were written answers
+	// ErrUnsupported.
+	Timestamps bool
 }
 
 // EventType names a change reported by an EventWatcher.

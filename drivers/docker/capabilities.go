@@ -430,9 +430,9 @@ func (d *Driver) Logs(ctx context.Context, id string, opts driver.LogOptions, st
 		return nil
 	}
 	if opts.Tail == 0 {
-		return read(client.ContainerLogsOptions{Follow: opts.Follow}, stdout, stderr)
+		return read(client.ContainerLogsOptions{Follow: opts.Follow, Timestamps: opts.Timestamps}, stdout, stderr)
 	}
-	tailOut, tailErr := &lineTail{keep: opts.Tail}, &lineTail{keep: opts.Tail}
+	tailOut, tailErr := &lineTail{keep: opts.Tail, keepTS: opts.Timestamps}, &lineTail{keep: opts.Tail, keepTS: opts.Timestamps}
 	if err := read(client.ContainerLogsOptions{Timestamps: true}, tailOut, tailErr); err != nil {
 		return err
 	}
@@ -452,7 +452,7 @@ func (d *Driver) Logs(ctx context.Context, id string, opts driver.LogOptions, st
 			lo.Since = strconv.FormatFloat(float64(t.UnixNano())/1e9, 'f', 9, 64)
 		}
 	}
-	return read(lo, &after{w: stdout, ts: last}, &after{w: stderr, ts: last})
+	return read(lo, &after{w: stdout, ts: last, keepTS: opts.Timestamps}, &after{w: stderr, ts: last, keepTS: opts.Timestamps})
 }
 
 // splitTS splits a log line the engine prefixed with its RFC 3339 time.
@@ -465,9 +465,10 @@ func splitTS(line string) (ts, rest string) {
 }
 
 // lineTail keeps the last keep lines written to it, without their time
-// stamps, and remembers the latest time stamp.
+// stamps unless keepTS, and remembers the latest time stamp.
 type lineTail struct {
 	keep    int
+	keepTS  bool
 	partial string
 	lines   []string
 	lastTS  string
@@ -483,6 +484,9 @@ func (l *lineTail) Write(p []byte) (int, error) {
 		ts, rest := splitTS(l.partial[:i+1])
 		l.partial = l.partial[i+1:]
 		l.lastTS = max(l.lastTS, ts)
+		if l.keepTS {
+			rest = ts + " " + rest
+		}
 		l.lines = append(l.lines, rest)
 		if len(l.lines) > l.keep {
 			l.lines = l.lines[1:]
@@ -502,6 +506,7 @@ func (l *lineTail) flush(w io.Writer) error {
 // after passes on the lines stamped later than ts, without their stamps.
 type after struct {
 	w       io.Writer
+	keepTS  bool // write the time stamps
 	ts      string
 	partial string
 }
@@ -516,6 +521,9 @@ func (a *after) Write(p []byte) (int, error) {
 		ts, rest := splitTS(a.partial[:i+1])
 		a.partial = a.partial[i+1:]
 		if ts > a.ts || ts == "" {
+			if a.keepTS && ts != "" {
+				rest = ts + " " + rest
+			}
 			if _, err := io.WriteString(a.w, rest); err != nil {
 				return 0, err
 			}

@@ -17,6 +17,9 @@ import (
 // longer running (it returns nil after a last copy) or ctx ends (it returns
 // ctx's error).
 func (d *Driver) Logs(ctx context.Context, id string, opts driver.LogOptions, stdout, stderr io.Writer) error {
+	if opts.Timestamps {
+		return driver.Errorf(driver.ErrUnsupported, "local: logs with time stamps: the log files do not record when each line was written")
+	}
 	if err := d.checkOpen(); err != nil {
 		return err
 	}

@@ -285,6 +285,9 @@ func output(line string, starts uint32, tail int) string {
 // lines of each new start, until ctx ends (ctx's error), the instance stops
 // or is deleted (nil), or the sim is closed.
 func (s *Sim) Logs(ctx context.Context, id string, opts driver.LogOptions, stdout, stderr io.Writer) error {
+	if opts.Timestamps {
+		return driver.Errorf(driver.ErrUnsupported, "sim: logs with time stamps: simulated output carries none")
+	}
 	if _, err := s.enter(); err != nil {
 		return err
 	}
