@@ -451,7 +451,11 @@ func (p *Provider) finish(o callOpts, d time.Duration, err error) {
 	if p.cfg.Observer != nil {
 		p.cfg.Observer.Call(p.cfg.Name, o.op, d, err)
 	}
-	if err != nil {
+	if err != nil && o.long && errors.Is(err, context.Canceled) {
+		// A stream whose reader went away (Ctrl-C on a follower) is no
+		// failure.
+		p.log.Debug(o.op+" ended by its caller", append([]any{"op", o.op, "duration", d}, o.attrs...)...)
+	} else if err != nil {
 		p.log.Warn(o.op+" failed", append([]any{"op", o.op, "duration", d, "error", err}, o.attrs...)...)
 	} else if !o.quiet {
 		p.log.Debug(o.op, append([]any{"op", o.op, "duration", d}, o.attrs...)...)

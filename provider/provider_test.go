@@ -1057,3 +1057,25 @@ func TestPartialListDoesNotTripBreaker(t *testing.T) {
 		t.Fatalf("health after retryable listings = %+v, want open", h)
 	}
 }
+
+// TestFollowEndedByCallerIsQuiet: a follower that goes away (Ctrl-C) is
+// logged at debug level, not as a failure.
+func TestFollowEndedByCallerIsQuiet(t *testing.T) {
+	ctx := noDeadline(t)
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	h := slog.NewJSONHandler(&lockedWriter{mu: &mu, w: &buf}, &slog.HandlerOptions{Level: slog.LevelInfo})
+	f := newFake()
+	f.put(driver.Instance{ID: "i-1", State: driver.StateRunning})
+	p := newProvider(t, lifecycle{f}, provider.Config{Logger: slog.New(h)})
+	fctx, cancel := context.WithCancel(ctx)
+	cw := cancelWriter{cancel}
+	if err := p.Logs(fctx, "i-1", driver.LogOptions{Stdout: true, Follow: true}, cw, cw); !errors.Is(err, context.Canceled) {
+		t.Fatalf("follow: err = %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Contains(buf.String(), "logs failed") {
+		t.Errorf("a follower that went away was logged as a failure: %s", buf.String())
+	}
+}
