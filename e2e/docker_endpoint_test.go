@@ -1,0 +1,43 @@
+package e2e
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestDockerEndpointLockedDown: berth server --docker-listen serves the
+// Docker Engine API on a unix socket made 0600, and without token
+// authentication it refuses every request, saying why.
+func TestDockerEndpointLockedDown(t *testing.T) {
+	if _, err := exec.LookPath("docker"); err != nil {
+		t.Fatal("this test needs the docker CLI: ", err)
+	}
+	sockDir, err := os.MkdirTemp("", "bd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(sockDir)
+	sock := filepath.Join(sockDir, "d.sock")
+	s := startServerWith(t, "--dev", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--docker-listen", sock)
+	defer func() { _ = s.stop(t) }()
+	fi, err := os.Stat(sock)
+	if err != nil {
+		t.Fatalf("the socket: %v\n%s", err, s.logs())
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("the socket's mode is %v, want 0600", fi.Mode().Perm())
+	}
+	cfg := t.TempDir()
+	if err := os.WriteFile(filepath.Join(cfg, "config.json"), []byte(`{"HttpHeaders": {"Authorization": "Bearer anything"}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("docker", "ps")
+	cmd.Env = append(os.Environ(), "DOCKER_HOST=unix://"+sock, "DOCKER_CONFIG="+cfg)
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "no token authentication configured") {
+		t.Errorf("docker ps against a server without token authentication: %v: %s", err, out)
+	}
+}
