@@ -236,3 +236,18 @@ func TestVolumesAndStats(t *testing.T) {
 	}
 	e.must(t, "rm", "-f", "busy")
 }
+
+// TestPlacementRules: constraints from a label or the environment, as
+// Swarm classic read them, reach Berth's scheduler; one no node meets
+// leaves the container pending with the reason in its status.
+func TestPlacementRules(t *testing.T) {
+	e := setup(t)
+	id := strings.TrimSpace(e.must(t, "run", "-d", "--name", "nowhere", "-l", "berth.constraint=node==elsewhere", helloImage))
+	in := e.waitPhase(t, "nowhere", reconciler.Pending)
+	status := e.must(t, "ps", "-a", "--filter", "name=nowhere", "--format", "{{.Status}}")
+	if !strings.HasPrefix(status, "Pending: ") || !strings.Contains(status, in.Message[:min(20, len(in.Message))]) {
+		t.Errorf("docker ps -a status of an unplaceable container: %q", status)
+	}
+	e.must(t, "rm", "-f", id)
+	e.waitGone(t, id)
+}
