@@ -88,12 +88,12 @@ type Observer interface {
 // Health is the state of a provider's circuit breaker.
 type Health struct {
 	// Breaker is "closed", "open" or "half-open".
-	Breaker string
+	Breaker string `json:"breaker"`
 	// ConsecutiveFailures counts back-end failures since the last success.
-	ConsecutiveFailures uint32
+	ConsecutiveFailures uint32 `json:"consecutive_failures"`
 	// LastError and LastErrorAt describe the most recent back-end failure.
-	LastError   string
-	LastErrorAt time.Time
+	LastError   string    `json:"last_error,omitempty"`
+	LastErrorAt time.Time `json:"last_error_at,omitzero"`
 }
 
 // Provider is one configured back-end as Berth's engine sees it. It is safe

@@ -126,3 +126,46 @@ func TestHabitsExitCodesAndJSON(t *testing.T) {
 		t.Errorf("ps has no PORTS column: %q", out)
 	}
 }
+
+// TestJSONKeysSnakeCase: every --json output names its keys in snake_case.
+func TestJSONKeysSnakeCase(t *testing.T) {
+	addr := testServer(t)
+	if code, _, errOut := berth(t, addr, "run", "--name", "j", "busybox"); code != 0 {
+		t.Fatalf("run: %s", errOut)
+	}
+	for _, args := range [][]string{
+		{"providers", "--json"}, {"nodes", "--json"}, {"ps", "--json"}, {"quotas", "--json"},
+		{"drivers", "--json"}, {"images", "--json"}, {"version", "--json"}, {"group", "ls", "--json"}, {"inspect", "j"},
+	} {
+		code, out, errOut := berth(t, addr, args...)
+		if code != 0 {
+			t.Errorf("berth %v: exit %d: %s", args, code, errOut)
+			continue
+		}
+		var v any
+		if err := json.Unmarshal([]byte(out), &v); err != nil {
+			t.Errorf("berth %v: %v", args, err)
+			continue
+		}
+		if bad := nonSnakeKeys(v, nil); len(bad) > 0 {
+			t.Errorf("berth %v: keys not in snake_case: %v", args, bad)
+		}
+	}
+}
+
+func nonSnakeKeys(v any, bad []string) []string {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, x := range v {
+			if strings.ToLower(k) != k || strings.ContainsAny(k, " -") {
+				bad = append(bad, k)
+			}
+			bad = nonSnakeKeys(x, bad)
+		}
+	case []any:
+		for _, x := range v {
+			bad = nonSnakeKeys(x, bad)
+		}
+	}
+	return bad
+}
