@@ -41,3 +41,23 @@ func TestDockerEndpointLockedDown(t *testing.T) {
 		t.Errorf("docker ps against a server without token authentication: %v: %s", err, out)
 	}
 }
+
+// TestRunRm: berth run --rm waits until the instance ends, removes it and
+// reports an exit code other than 0.
+func TestRunRm(t *testing.T) {
+	s := startServer(t, t.TempDir())
+	defer func() { _ = s.stop(t) }()
+	if out, stderr, code := berth(t, s, "run", "--rm", "--name", "once", "--", "sh", "-c", "exit 0"); code != 0 {
+		t.Fatalf("run --rm: exit %d\n%s%s", code, out, stderr)
+	}
+	if out := mustBerth(t, s, "ps", "-q"); strings.TrimSpace(out) != "" {
+		t.Errorf("ps after run --rm lists %q", out)
+	}
+	_, stderr, code := berth(t, s, "run", "--rm", "--name", "fails", "--", "sh", "-c", "exit 3")
+	if code != 1 || !strings.Contains(stderr, "exited with code 3") {
+		t.Errorf("run --rm of a command that exits 3: exit %d, %q", code, stderr)
+	}
+	if out := mustBerth(t, s, "ps", "-q"); strings.TrimSpace(out) != "" {
+		t.Errorf("ps after a failing run --rm lists %q", out)
+	}
+}

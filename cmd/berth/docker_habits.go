@@ -17,6 +17,7 @@ import (
 	"github.com/berth-dev/berth/api/client"
 	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/reconciler"
 )
 
 // dockerCommands are the verbs added for Docker's habits: compose, group
@@ -245,4 +246,56 @@ func portsText(in control.Instance) string {
 		}
 	}
 	return strings.Join(out, ", ")
+}
+
+// removeWhenEnded waits until every instance of ans has ended (exited,
+// stopped or failed), or ctx ends, then removes them all and waits until
+// they are gone (run --rm). It reports an instance that failed or exited
+// with a code other than 0 as an error.
+func (c *cli) removeWhenEnded(ctx context.Context, cl *client.Client, ans *control.Answer) error {
+	var list []control.Instance
+	var errs []error
+	for _, p := range ans.Instances {
+		in, err := waitEnded(ctx, cl, p.Instance.ID)
+		if err != nil {
+			if ctx.Err() == nil {
+				errs = append(errs, err)
+			}
+			list = append(list, p.Instance)
+			continue
+		}
+		list = append(list, in)
+		switch {
+		case in.Phase == reconciler.Failed:
+			errs = append(errs, fmt.Errorf("instance %s failed: %s", in.ID, in.Message))
+		case in.Observed != nil && in.Observed.ExitCode != nil && *in.Observed.ExitCode != 0:
+			errs = append(errs, fmt.Errorf("instance %s exited with code %d", in.ID, *in.Observed.ExitCode))
+		}
+	}
+	// Removed also when interrupted: --rm leaves nothing behind.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	if _, err := removeAll(rctx, cl, list, 2*time.Minute); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// waitEnded polls the instance id until it has ended.
+func waitEnded(ctx context.Context, cl *client.Client, id string) (control.Instance, error) {
+	for {
+		in, err := cl.Instance(ctx, id)
+		if err != nil {
+			return control.Instance{}, err
+		}
+		switch in.Phase {
+		case reconciler.Exited, reconciler.Stopped, reconciler.Failed, reconciler.Deleting, reconciler.Deleted:
+			return *in, nil
+		}
+		select {
+		case <-ctx.Done():
+			return *in, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -317,13 +318,13 @@ func parsePort(s string) (driver.Port, error) {
 
 func runCmd(c *cli) *cobra.Command {
 	var s specFlags
-	var asJSON bool
+	var asJSON, rm bool
 	cmd := &cobra.Command{
 		Use:   "run [flags] [IMAGE] [-- COMMAND [ARG...]]",
 		Short: "Submit a request and print where its instances were placed",
 		Example: `  berth run --name hello -- sh -c 'echo hello; sleep 60'
   berth run --name web --cpus 0.5 --memory 256Mi -p 8080:80 nginx:alpine`,
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: func(cmd *cobra.Command, args []string) (err error) {
 			req, err := s.request(cmd, args)
 			if err != nil {
 				return err
@@ -335,6 +336,9 @@ func runCmd(c *cli) *cobra.Command {
 			ans, err := cl.Submit(cmd.Context(), req)
 			if err != nil {
 				return err
+			}
+			if rm {
+				defer func() { err = errors.Join(err, c.removeWhenEnded(cmd.Context(), cl, ans)) }()
 			}
 			if asJSON {
 				return printJSON(c.stdout, ans)
@@ -352,6 +356,7 @@ func runCmd(c *cli) *cobra.Command {
 	}
 	s.register(cmd)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the answer (instances and their nodes) as JSON")
+	cmd.Flags().BoolVar(&rm, "rm", false, "wait until the instances end, then remove them (also on Ctrl-C)")
 	return cmd
 }
 
