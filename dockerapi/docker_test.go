@@ -133,6 +133,14 @@ func TestRunAttachedExitCode(t *testing.T) {
 	if code != 3 || out != "hello stdout\n" || !strings.Contains(errs, "hello stderr") {
 		t.Fatalf("docker run: exit %d, stdout %q, stderr %q; want 3, hello stdout, hello stderr", code, out, errs)
 	}
+	// Without --rm the container stays, exited.
+	if out, errs, code := e.docker(t, "run", "--name", "kept", helloImage, "echo", "kept"); code != 0 || out != "kept\n" {
+		t.Fatalf("docker run: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	if out := e.must(t, "ps", "-a", "--filter", "name=kept", "--format", "{{.State}} {{.Status}}"); !strings.HasPrefix(out, "exited Exited (0)") {
+		t.Errorf("docker ps -a after an attached run: %q", out)
+	}
+	e.must(t, "rm", "kept")
 	// create + start, then kill -s and restart.
 	id := strings.TrimSpace(e.must(t, "create", "--name", "two", helloImage))
 	if out := e.must(t, "ps", "-a", "--format", "{{.Names}} {{.State}}"); strings.TrimSpace(out) != "two created" {
