@@ -405,12 +405,14 @@ func (s *Server) removeWhenEnded(id string) {
 		delete(s.autoRm, id)
 		s.mu.Unlock()
 	}()
-	in, err := s.waitFor(s.ctx, id, ended)
+	ctx, cancel := s.until(context.Background())
+	defer cancel()
+	in, err := s.waitFor(ctx, id, ended)
 	if err != nil || in.Phase == reconciler.Deleted || in.Phase == reconciler.Deleting {
 		return
 	}
-	s.settle(s.ctx, id)
-	if err := s.plane.Delete(s.ctx, id); err != nil && !errors.Is(err, driver.ErrNotFound) {
+	s.settle(ctx, id)
+	if err := s.plane.Delete(ctx, id); err != nil && !errors.Is(err, driver.ErrNotFound) {
 		s.log.Warn("dockerapi: --rm: delete", "instance", id, "error", err)
 	}
 }

@@ -128,14 +128,15 @@ type Server struct {
 	maxNew  int
 	mux     *http.ServeMux
 
-	ctx    context.Context // ends with Close: streams and background work
-	cancel context.CancelFunc
-	wg     sync.WaitGroup // background removals
+	closeOnce sync.Once
+	closing   chan struct{}  // closed by Close: streams and background work end
+	wg        sync.WaitGroup // background removals
 
-	mu      sync.Mutex          // guards created and autoRemove
+	// mu guards created and autoRm. Lock order: mu is a leaf, never held
+	// while calling the plane.
+	mu      sync.Mutex
 	created map[string]*created // containers created, not yet started, by id
 	autoRm  map[string]struct{} // started containers to remove when they end
-	_       struct{}            // lock order: mu is a leaf
 }
 
 // New returns the Engine API server for plane.
@@ -168,7 +169,7 @@ func New(plane *control.Plane, opts Options) *Server {
 		n = DefaultMaxStreams
 	}
 	s.streams = make(chan struct{}, n)
-	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.closing = make(chan struct{})
 	s.routes()
 	return s
 }
@@ -176,7 +177,7 @@ func New(plane *control.Plane, opts Options) *Server {
 // Close ends every open stream and waits for the removals of --rm
 // containers in flight to finish or be abandoned.
 func (s *Server) Close() {
-	s.cancel()
+	s.closeOnce.Do(func() { close(s.closing) })
 	s.wg.Wait()
 }
 
@@ -336,9 +337,20 @@ func (s *Server) acquire() (release func(), err error) {
 
 // streamContext ends with the request or with Close.
 func (s *Server) streamContext(r *http.Request) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(r.Context())
-	stop := context.AfterFunc(s.ctx, cancel)
-	return ctx, func() { stop(); cancel() }
+	return s.until(r.Context())
+}
+
+// until derives a context of parent that also ends with Close.
+func (s *Server) until(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(parent)
+	go func() {
+		select {
+		case <-s.closing:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
 }
 
 // httpError is an error with the status it is answered with.

@@ -186,7 +186,7 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) error {
 	if err := brw.Flush(); err != nil {
 		return nil
 	}
-	ctx, cancel := context.WithCancel(s.ctx)
+	ctx, cancel := s.until(context.Background())
 	defer cancel()
 	// The client closes its side when it goes; a half-close (EOF) is not
 	// going away, a read error is.
