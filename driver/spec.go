@@ -1,6 +1,8 @@
 package driver
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"path"
 	"regexp"
@@ -341,4 +343,39 @@ func ValidateResources(prefix string, r Resources) error {
 	var es FieldErrors
 	validateResources(&es, prefix, r)
 	return es.Err()
+}
+
+// Redacted returns a copy of s whose secrets (env values, user data and
+// config-file contents) are replaced by SecretDigest of each: secrets are
+// write-only, and whatever shows a spec (API answers, events, pages, logs)
+// shows it redacted. s is not changed.
+func (s *Spec) Redacted() *Spec {
+	if s == nil {
+		return nil
+	}
+	c := *s
+	if len(s.Env) > 0 {
+		c.Env = make(map[string]string, len(s.Env))
+		for k, v := range s.Env {
+			c.Env[k] = SecretDigest(v)
+		}
+	}
+	if s.UserData != "" {
+		c.UserData = SecretDigest(s.UserData)
+	}
+	if len(s.ConfigFiles) > 0 {
+		c.ConfigFiles = make([]ConfigFile, len(s.ConfigFiles))
+		for i, f := range s.ConfigFiles {
+			f.Content = SecretDigest(f.Content)
+			c.ConfigFiles[i] = f
+		}
+	}
+	return &c
+}
+
+// SecretDigest describes a secret value by its size and SHA-256 digest
+// only: "14 bytes, sha256:3d47…" (the whole digest).
+func SecretDigest(v string) string {
+	sum := sha256.Sum256([]byte(v))
+	return fmt.Sprintf("%d bytes, sha256:%s", len(v), hex.EncodeToString(sum[:]))
 }

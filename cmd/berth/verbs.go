@@ -453,9 +453,9 @@ func psCmd(c *cli) *cobra.Command {
 	fl.BoolVarP(&f.All, "all", "a", false, "include deleted instances")
 	fl.StringVar(&f.Provider, "provider", "", "only this provider")
 	fl.StringVar(&f.Node, "node", "", "only this node")
-	// --owner names the owner to list here, shadowing the global --owner
-	// (who submits), which ps has no use for.
-	fl.StringVar(&f.Owner, "owner", "", "only this owner's instances")
+	// --namespace names the namespace to list here, shadowing the global
+	// --namespace (where submissions land), which ps has no use for.
+	fl.StringVar(&f.Owner, "namespace", "", "only this namespace's instances")
 	fl.StringVar(&f.Pool, "pool", "", "only this pool")
 	fl.StringVar(&f.Group, "group", "", "only this group")
 	fl.StringVar(&f.Request, "request", "", "only this request")
