@@ -163,7 +163,13 @@ func (f *serverFlags) load(cmd *cobra.Command) (*config.Config, error) {
 			cfg.DataDir = dir
 		}
 		if len(cfg.Providers) == 0 {
-			cfg.Providers = []config.Provider{{Name: "local", Driver: "local", Options: map[string]any{"address": "127.0.0.1"}}}
+			opts := map[string]any{"address": "127.0.0.1"}
+			if os.Geteuid() == 0 {
+				// --dev as root runs processes as root, as the operator
+				// who started it asked; runServer says so.
+				opts["allow_root"] = true
+			}
+			cfg.Providers = []config.Provider{{Name: "local", Driver: "local", Options: opts}}
 		}
 	}
 	if err := cfg.Finish(f.configFile, f.overrides(cmd)); err != nil {
@@ -219,6 +225,9 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 		return fmt.Errorf("data dir: %w", err)
 	}
 
+	if f.dev && os.Geteuid() == 0 {
+		log.Warn("--dev as root: the local back-end runs processes as root unless a request names a user")
+	}
 	loopback, err := loopbackListen(cfg.Listen)
 	if err != nil {
 		return err
