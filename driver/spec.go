@@ -228,6 +228,9 @@ func (s *Spec) Validate() error {
 			es.Add("env."+k, "not a valid variable name")
 		}
 	}
+	if s.Group != "" && s.User == "" {
+		es.Add("group", "needs a user")
+	}
 	if s.WorkingDir != "" && !path.IsAbs(s.WorkingDir) {
 		es.Add("working_dir", "%q: must be an absolute path", s.WorkingDir)
 	}

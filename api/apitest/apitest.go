@@ -61,6 +61,12 @@ func (e *Env) Client(tb testing.TB, secret string, opts ...client.Option) *clien
 // st are closed, in that order.
 func Start(tb testing.TB, st store.Store, simOpts map[string]any, opts api.Options) *Env {
 	tb.Helper()
+	return StartWith(tb, st, simOpts, opts, nil)
+}
+
+// StartWith is Start with tune applied to the plane's configuration.
+func StartWith(tb testing.TB, st store.Store, simOpts map[string]any, opts api.Options, tune func(*control.Config)) *Env {
+	tb.Helper()
 	ctx := context.Background()
 	def, err := driver.Lookup("sim")
 	if err != nil {
@@ -74,7 +80,11 @@ func Start(tb testing.TB, st store.Store, simOpts map[string]any, opts api.Optio
 	if err != nil {
 		tb.Fatal(err)
 	}
-	plane, err := control.New(ctx, control.Config{Store: st, Providers: []*provider.Provider{p}, Cluster: "test"})
+	cfg := control.Config{Store: st, Providers: []*provider.Provider{p}, Cluster: "test"}
+	if tune != nil {
+		tune(&cfg)
+	}
+	plane, err := control.New(ctx, cfg)
 	if err != nil {
 		_ = p.Close(ctx)
 		tb.Fatal(err)
