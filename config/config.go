@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"runtime/debug"
 	"slices"
@@ -87,10 +88,29 @@ type Config struct {
 	// MaxStreams is how many log and event streams one token may hold
 	// open (0: the default, 32).
 	MaxStreams int `yaml:"max_streams"`
+	// Timeouts bound each phase of an HTTP request.
+	Timeouts Timeouts `yaml:"timeouts"`
 	// Reconcile tunes the lifecycle loops; zero values take control's
 	// defaults.
 	Reconcile Reconcile `yaml:"reconcile"`
 }
+
+// Timeouts bound the phases of one HTTP request (net/http.Server's);
+// streams (logs, events) lift the write timeout for themselves.
+type Timeouts struct {
+	ReadHeader time.Duration `yaml:"read_header"`
+	Read       time.Duration `yaml:"read"`
+	Write      time.Duration `yaml:"write"`
+	Idle       time.Duration `yaml:"idle"`
+}
+
+// Default timeouts.
+const (
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultReadTimeout       = 30 * time.Second
+	DefaultWriteTimeout      = 60 * time.Second
+	DefaultIdleTimeout       = 2 * time.Minute
+)
 
 // TLS names the server's certificate files.
 type TLS struct {
@@ -181,6 +201,7 @@ func Default() *Config {
 		ShutdownTimeout: 30 * time.Second,
 		MaxBodySize:     driver.MiB,
 		MaxCount:        10_000,
+		Timeouts:        Timeouts{ReadHeader: DefaultReadHeaderTimeout, Read: DefaultReadTimeout, Write: DefaultWriteTimeout, Idle: DefaultIdleTimeout},
 	}
 }
 
@@ -258,6 +279,20 @@ func (c *Config) Finish(name string, overrides map[string]map[string]string) err
 	if name == "" {
 		name = "(flags)"
 	}
+	used := map[string]bool{}
+	for _, p := range c.Providers {
+		used[p.Driver] = true
+	}
+	for _, d := range slices.Sorted(maps.Keys(overrides)) {
+		if !used[d] {
+			var flags []string
+			for opt := range overrides[d] {
+				flags = append(flags, "--"+driver.FlagName(d, driver.Option{Name: opt}))
+			}
+			slices.Sort(flags)
+			return fmt.Errorf("config %s: %w", name, &driver.FieldError{Path: flags[0], Reason: fmt.Sprintf("%s: no provider uses the %s driver (configured: %s)", strings.Join(flags, ", "), d, strings.Join(c.ProviderNames(), ", "))})
+		}
+	}
 	for i := range c.Providers {
 		p := &c.Providers[i]
 		if p.Driver == "" {
@@ -311,6 +346,12 @@ func (c *Config) validate(es *driver.FieldErrors) {
 	checkRange(es, "token_rate", c.TokenRate, 0, 1e6)
 	checkRange(es, "token_burst", c.TokenBurst, 0, 1_000_000)
 	checkRange(es, "max_streams", c.MaxStreams, 0, 10_000)
+	for _, v := range []struct {
+		name string
+		d    time.Duration
+	}{{"read_header", c.Timeouts.ReadHeader}, {"read", c.Timeouts.Read}, {"write", c.Timeouts.Write}, {"idle", c.Timeouts.Idle}} {
+		checkRange(es, "timeouts."+v.name, v.d, 100*time.Millisecond, time.Hour)
+	}
 	if c.GCPercent < 0 || c.GCPercent > 10000 {
 		es.Add("gc_percent", "%d: want 1 to 10000, or 0 for the default", c.GCPercent)
 	}

@@ -130,6 +130,24 @@ func startServerIn(t *testing.T, home string, args ...string) *server {
 	if home != "" {
 		cmd.Env = append(os.Environ(), "XDG_DATA_HOME="+home)
 	}
+	return runServer(t, cmd, home)
+}
+
+// startServerAs starts the berth binary bin as `server` with args, as user
+// uid (and group uid).
+func startServerAs(t *testing.T, uid uint32, bin string, args ...string) *server {
+	t.Helper()
+	cmd := exec.Command(bin, append(append([]string{"server"}, args...), "--log-format", "json")...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{}}}
+	cmd.Dir = "/"
+	cmd.Env = append(os.Environ(), "HOME=/nonexistent")
+	return runServer(t, cmd, "")
+}
+
+// runServer starts cmd (a berth server with JSON logs) and waits for its
+// address.
+func runServer(t *testing.T, cmd *exec.Cmd, home string) *server {
+	t.Helper()
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

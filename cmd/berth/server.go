@@ -299,8 +299,9 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 	}
 	// Every phase of a request is bounded; streams (logs, events) lift the
 	// write deadline for themselves.
-	httpServer := &http.Server{Handler: mux, ReadHeaderTimeout: readHeaderTimeout, ReadTimeout: readTimeout, WriteTimeout: writeTimeout,
-		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10, TLSConfig: tlsConfig, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	to := cfg.Timeouts
+	httpServer := &http.Server{Handler: mux, ReadHeaderTimeout: to.ReadHeader, ReadTimeout: to.Read, WriteTimeout: to.Write,
+		IdleTimeout: to.Idle, MaxHeaderBytes: 64 << 10, TLSConfig: tlsConfig, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 
 	// The reconciler runs under its own context so that it stops only after
 	// the API has finished the requests in flight.
@@ -359,13 +360,6 @@ loop:
 	log.Info("stopped")
 	return runErr
 }
-
-// The server's time bounds of one request.
-const (
-	readHeaderTimeout = 10 * time.Second
-	readTimeout       = 30 * time.Second
-	writeTimeout      = 60 * time.Second
-)
 
 // loopbackListen reports whether the listen address binds only this host's
 // loopback interface.

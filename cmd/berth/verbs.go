@@ -133,7 +133,7 @@ func row(tw *tabwriter.Writer, cols ...any) {
 // specFlags are the Docker-like flags shared by run and plan.
 type specFlags struct {
 	name, cpus, memory, kind, typ, restart, provider, image, workdir, strategy string
-	entrypoint                                                                 string
+	entrypoint, user, group                                                    string
 	env, ports, volumes, labels, constraints, affinities                       []string
 	count                                                                      int
 	priority                                                                   int
@@ -149,6 +149,8 @@ func (s *specFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&s.restart, "restart", "", "restart policy: no, always, unless-stopped, on-failure[:N]")
 	fl.StringVar(&s.provider, "provider", "", "provider to place on (default any)")
 	fl.StringVar(&s.workdir, "workdir", "", "working directory")
+	fl.StringVarP(&s.user, "user", "u", "", "run as this user: a name or a numeric id")
+	fl.StringVar(&s.group, "group", "", "run as this group: a name or a numeric id (default the user's)")
 	fl.StringVar(&s.entrypoint, "entrypoint", "", "replace the image's entry point")
 	fl.StringVar(&s.strategy, "strategy", "", "placement strategy: binpack, spread, random, waterfill, average")
 	fl.StringArrayVarP(&s.env, "env", "e", nil, "environment variable KEY=VALUE (repeatable)")
@@ -185,6 +187,7 @@ func (s *specFlags) request(cmd *cobra.Command, args []string) (scheduler.Reques
 	r.Type = driver.WorkloadType(s.typ)
 	r.Provider = s.provider
 	r.WorkingDir = s.workdir
+	r.User, r.Group = s.user, s.group
 	r.Strategy = scheduler.Strategy(s.strategy)
 	r.Count = s.count
 	r.Priority = s.priority
