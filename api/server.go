@@ -96,10 +96,10 @@ type Server struct {
 	guard        *guard
 	loopbackOnly bool
 	origins      []string
-	maxBody  int64
-	maxCount int
-	pageSize int
-	mux      *http.ServeMux
+	maxBody      int64
+	maxCount     int
+	pageSize     int
+	mux          *http.ServeMux
 
 	closeOnce sync.Once
 	closing   chan struct{} // closed by CloseStreams

@@ -30,8 +30,8 @@ import (
 
 // Client talks to one Berth server. It is safe for concurrent use.
 type Client struct {
-	base  string
-	http  *http.Client
+	base      string
+	http      *http.Client
 	token     string
 	namespace string
 }
