@@ -45,6 +45,8 @@ type env struct {
 	plane  *control.Plane
 	// h serves the API as a caller with the admin token and a JSON body.
 	h http.Handler
+	// token is the admin token's secret.
+	token string
 }
 
 // withToken serves h as a caller with token: its bearer token, and a JSON
@@ -74,7 +76,7 @@ func newEnvOn(tb testing.TB, st store.Store, simOpts map[string]any, maxBody int
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return &env{api: e.API, http: e.HTTP, client: c, plane: e.Plane, h: withToken(e.API, e.Token)}
+	return &env{api: e.API, http: e.HTTP, client: c, plane: e.Plane, h: withToken(e.API, e.Token), token: e.Token}
 }
 
 // errorBody is the API's error shape as a test reads it.

@@ -125,8 +125,8 @@ func (o *Options) check() ([]*tls.Config, error) {
 			es.Add(d.name, "%s: want 1ms to 1h", d.v)
 		}
 	}
-	if o.UsageInterval > 0 && o.UsageInterval < time.Second {
-		es.Add("usage_interval", "%s: want 0 (off) or at least 1s: each round asks every engine for every container's stats", o.UsageInterval)
+	if o.UsageInterval > 0 && o.UsageInterval < 100*time.Millisecond {
+		es.Add("usage_interval", "%s: want 0 (off) or at least 100ms: each round asks every engine for every container's stats", o.UsageInterval)
 	}
 	if o.StopGrace < 0 {
 		es.Add("stop_grace", "%s: must not be negative", o.StopGrace)
