@@ -3,9 +3,13 @@ package api_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,14 +40,39 @@ import (
 // queueing too. This process, the server, takes `berth server`'s runtime
 // settings. Run with -benchtime=10000x for 10 s of load; it reports p50,
 // p99 and max latency and the rate achieved.
+//
+// Every request carries a bearer token, as every client's must. The
+// sub-benchmark tls serves the same API over TLS (the load process checks
+// the server's certificate), to measure what TLS costs.
 func BenchmarkSubmitSim1000(b *testing.B) {
+	for _, tls := range []bool{false, true} {
+		name := "http"
+		if tls {
+			name = "tls"
+		}
+		b.Run(name, func(b *testing.B) { benchSubmit(b, tls) })
+	}
+}
+
+func benchSubmit(b *testing.B, useTLS bool) {
 	serverRuntime(b)
 	st, err := bolt.Open(filepath.Join(b.TempDir(), "berth.db"), bolt.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	e := newEnvOn(b, st, map[string]any{"nodes": 1000, "shape": `{"cpus": 64, "memory": "256Gi"}`}, 0)
-	load := startLoad(b, e.http.URL, loadSubmit, b.N)
+	url, ca := e.http.URL, ""
+	if useTLS {
+		ts := httptest.NewUnstartedServer(e.api)
+		ts.StartTLS()
+		b.Cleanup(ts.Close)
+		ca = filepath.Join(b.TempDir(), "ca.pem")
+		if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw}), 0o600); err != nil {
+			b.Fatal(err)
+		}
+		url = ts.URL
+	}
+	load := startLoad(b, url, loadSubmit, b.N, e.token, ca)
 	b.ResetTimer()
 	var res loadResult
 	load.wait(b, &res)
@@ -67,6 +96,8 @@ const (
 	loadEnv      = "BERTH_BENCH_LOAD_URL"   // the server's URL
 	loadKindEnv  = "BERTH_BENCH_LOAD_KIND"  // loadSubmit or loadW3
 	loadCountEnv = "BERTH_BENCH_LOAD_COUNT" // how many requests (loadSubmit)
+	loadTokenEnv = "BERTH_BENCH_LOAD_TOKEN" // the bearer token
+	loadCAEnv    = "BERTH_BENCH_LOAD_CA"    // PEM file of the server's certificate, for TLS
 )
 
 // Kinds of load.
@@ -85,10 +116,11 @@ type loadProcess struct {
 }
 
 // startLoad starts a load process of kind against url.
-func startLoad(b *testing.B, url, kind string, count int) *loadProcess {
+func startLoad(b *testing.B, url, kind string, count int, token, ca string) *loadProcess {
 	b.Helper()
 	lp := &loadProcess{cmd: exec.Command(os.Args[0]), done: make(chan struct{})}
-	lp.cmd.Env = append(os.Environ(), loadEnv+"="+url, loadKindEnv+"="+kind, fmt.Sprintf("%s=%d", loadCountEnv, count))
+	lp.cmd.Env = append(os.Environ(), loadEnv+"="+url, loadKindEnv+"="+kind, fmt.Sprintf("%s=%d", loadCountEnv, count),
+		loadTokenEnv+"="+token, loadCAEnv+"="+ca)
 	lp.cmd.Stdout, lp.cmd.Stderr = &lp.stdout, &lp.stderr
 	if err := lp.cmd.Start(); err != nil {
 		b.Fatal(err)
@@ -144,7 +176,17 @@ type w3Result struct {
 func sendLoad() int {
 	tr := &http.Transport{MaxIdleConnsPerHost: 256}
 	defer tr.CloseIdleConnections()
-	cl, err := client.New(os.Getenv(loadEnv), client.WithHTTPClient(&http.Client{Transport: tr}))
+	if ca := os.Getenv(loadCAEnv); ca != "" {
+		b, err := os.ReadFile(ca)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(b)
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool}
+	}
+	cl, err := client.New(os.Getenv(loadEnv), client.WithHTTPClient(&http.Client{Transport: tr}), client.WithToken(os.Getenv(loadTokenEnv)))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -261,7 +303,7 @@ func BenchmarkW3EndToEnd(b *testing.B) {
 			total += it.Request.N()
 		}
 		start := time.Now()
-		load := startLoad(b, e.http.URL, loadW3, 0)
+		load := startLoad(b, e.http.URL, loadW3, 0, e.token, "")
 		// The sim back-end's nodes count the instances that exist there;
 		// summing them is cheap where listing a million records is not.
 		deadline := time.Now().Add(8 * time.Minute)

@@ -19,7 +19,7 @@ func FuzzSubmit(f *testing.F) {
 		for _, path := range []string{"/v1/plan", "/v1/requests"} {
 			req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
 			rec := httptest.NewRecorder()
-			e.api.ServeHTTP(rec, req)
+			e.h.ServeHTTP(rec, req)
 			if rec.Code >= 500 {
 				t.Fatalf("POST %s %q: status %d: %s", path, body, rec.Code, rec.Body)
 			}

@@ -41,11 +41,11 @@ func pagedEnv(t *testing.T) (*env, []string) {
 		}
 	}
 	slices.Sort(ids)
-	c, err := client.New(e.HTTP.URL)
+	c, err := client.New(e.HTTP.URL, client.WithToken(e.Token))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{api: e.API, http: e.HTTP, client: c, plane: e.Plane}, ids
+	return &env{api: e.API, http: e.HTTP, client: c, plane: e.Plane, h: withToken(e.API, e.Token)}, ids
 }
 
 // get serves GET path and returns the status, the listed ids and the next
@@ -85,7 +85,7 @@ func TestInstancesLinkHeader(t *testing.T) {
 		if pages > 3 {
 			t.Fatalf("more than 3 pages of 3 for 8 instances")
 		}
-		status, ids, next := get(t, e.api, path)
+		status, ids, next := get(t, e.h, path)
 		if status != http.StatusOK {
 			t.Fatalf("GET %s: %d", path, status)
 		}
@@ -100,30 +100,30 @@ func TestInstancesLinkHeader(t *testing.T) {
 	}
 
 	// The link keeps the filters and the limit and moves after on.
-	status, ids, next := get(t, e.api, "/v1/instances?owner=tester&phase=pending,scheduled,creating,running&all=true&limit=2")
+	status, ids, next := get(t, e.h, "/v1/instances?namespace=tester&phase=pending,scheduled,creating,running&all=true&limit=2")
 	if status != http.StatusOK || len(ids) != 2 {
-		t.Fatalf("owner tester, limit 2: %d %v", status, ids)
+		t.Fatalf("namespace tester, limit 2: %d %v", status, ids)
 	}
 	u, err := url.Parse(next)
 	if err != nil || u.Path != "/v1/instances" {
 		t.Fatalf("next link %q: %v", next, err)
 	}
-	if q := u.Query(); q.Get("owner") != "tester" || q.Get("limit") != "2" || q.Get("phase") != "pending,scheduled,creating,running" || q.Get("all") != "true" || q.Get("after") != ids[1] {
+	if q := u.Query(); q.Get("namespace") != "tester" || q.Get("limit") != "2" || q.Get("phase") != "pending,scheduled,creating,running" || q.Get("all") != "true" || q.Get("after") != ids[1] {
 		t.Fatalf("next link %q does not hold the query with after=%s", next, ids[1])
 	}
-	_, ids2, _ := get(t, e.api, next)
+	_, ids2, _ := get(t, e.h, next)
 	if len(ids2) != 2 || ids2[0] <= ids[1] {
 		t.Fatalf("the next page %v does not follow %v", ids2, ids)
 	}
 
 	// Everything in one page: no link.
-	if _, ids, next := get(t, e.api, "/v1/instances?limit=8"); len(ids) != 8 || next == "" {
+	if _, ids, next := get(t, e.h, "/v1/instances?limit=8"); len(ids) != 8 || next == "" {
 		t.Fatalf("limit 8 of 8: %d instances, next %q; want a link (the page is full)", len(ids), next)
 	}
-	if _, ids, next := get(t, e.api, "/v1/instances?limit=9"); len(ids) != 8 || next != "" {
+	if _, ids, next := get(t, e.h, "/v1/instances?limit=9"); len(ids) != 8 || next != "" {
 		t.Fatalf("limit 9 of 8: %d instances, next %q; want no link", len(ids), next)
 	}
-	if _, ids, next := get(t, e.api, "/v1/instances?after="+all[7]); len(ids) != 0 || next != "" {
+	if _, ids, next := get(t, e.h, "/v1/instances?after="+all[7]); len(ids) != 0 || next != "" {
 		t.Fatalf("after the last: %v, next %q; want nothing", ids, next)
 	}
 }
@@ -138,7 +138,7 @@ func TestInstancesBadPage(t *testing.T) {
 		{"limit=1&limit=2", "limit"},
 		{"after=a&after=b", "after"},
 	} {
-		status, eb, raw := do(t, e.api, http.MethodGet, "/v1/instances?"+q.query, "")
+		status, eb, raw := do(t, e.h, http.MethodGet, "/v1/instances?"+q.query, "")
 		if status != http.StatusBadRequest || eb.Error.Code != "invalid" || eb.Error.Field != q.field || !strings.Contains(eb.Error.Message, q.field) {
 			t.Errorf("%s: %d %s, want 400 invalid naming %s", q.query, status, raw, q.field)
 		}

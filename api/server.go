@@ -22,11 +22,13 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/scheduler"
@@ -46,9 +48,6 @@ const DefaultPageSize = 1000
 // MaxPageSize is the largest limit GET /v1/instances accepts.
 const MaxPageSize = 10_000
 
-// OwnerHeader carries the owner of submitted requests (quotas per owner).
-const OwnerHeader = "X-Berth-Owner"
-
 // Options configures a Server.
 type Options struct {
 	// MaxBodySize caps request bodies in bytes; 0 means DefaultMaxBodySize.
@@ -64,16 +63,43 @@ type Options struct {
 	PageSize int
 	// Logger receives request errors; nil means slog.Default().
 	Logger *slog.Logger
+
+	// Tokens authenticates every route but GET /v1/health, and keeps the
+	// tokens /v1/tokens manages. Without it every other route answers 401.
+	Tokens *auth.Tokens
+	// AuditLog receives one record per mutating call; nil means Logger.
+	AuditLog *slog.Logger
+	// LoopbackOnly answers only requests whose Host names the loopback
+	// interface (localhost, 127.0.0.0/8, ::1): a server listening on
+	// loopback is then out of reach of DNS-rebinding pages.
+	LoopbackOnly bool
+	// AllowedOrigins are the values of an Origin header that are served;
+	// a request with any other Origin (a browser's cross-site request) is
+	// refused. Empty: every request with an Origin is refused.
+	AllowedOrigins []string
+	// Rate is the requests per second one token may make (0:
+	// DefaultRate; negative: no limit), Burst how many at once (0:
+	// DefaultBurst or Rate, whichever is larger).
+	Rate  float64
+	Burst int
+	// MaxStreams is how many log, event and preload streams one token may
+	// hold open (0: DefaultStreams); the server holds at most 8 times it.
+	MaxStreams int
 }
 
 // Server serves the API over a plane. It is an http.Handler.
 type Server struct {
-	plane    *control.Plane
-	log      *slog.Logger
-	maxBody  int64
-	maxCount int
-	pageSize int
-	mux      *http.ServeMux
+	plane        *control.Plane
+	log          *slog.Logger
+	auditLog     *slog.Logger
+	tokens       *auth.Tokens
+	guard        *guard
+	loopbackOnly bool
+	origins      []string
+	maxBody      int64
+	maxCount     int
+	pageSize     int
+	mux          *http.ServeMux
 
 	closeOnce sync.Once
 	closing   chan struct{} // closed by CloseStreams
@@ -81,9 +107,13 @@ type Server struct {
 
 // New returns the API server for plane.
 func New(plane *control.Plane, opts Options) *Server {
-	s := &Server{plane: plane, log: opts.Logger, maxBody: opts.MaxBodySize, maxCount: opts.MaxCount, pageSize: opts.PageSize, mux: http.NewServeMux(), closing: make(chan struct{})}
+	s := &Server{plane: plane, log: opts.Logger, maxBody: opts.MaxBodySize, maxCount: opts.MaxCount, pageSize: opts.PageSize, mux: http.NewServeMux(), closing: make(chan struct{}),
+		auditLog: opts.AuditLog, tokens: opts.Tokens, guard: newGuard(opts), loopbackOnly: opts.LoopbackOnly, origins: slices.Clone(opts.AllowedOrigins)}
 	if s.log == nil {
 		s.log = slog.Default()
+	}
+	if s.auditLog == nil {
+		s.auditLog = s.log
 	}
 	if s.maxBody <= 0 {
 		s.maxBody = DefaultMaxBodySize
@@ -105,31 +135,36 @@ func New(plane *control.Plane, opts Options) *Server {
 func (s *Server) CloseStreams() { s.closeOnce.Do(func() { close(s.closing) }) }
 
 func (s *Server) routes() {
-	h := func(pattern string, fn func(http.ResponseWriter, *http.Request) error) {
-		s.mux.Handle(pattern, handler{s, fn})
+	// Each route names the permission it needs (see guard.go).
+	h := func(pattern string, perm auth.Permission, fn func(http.ResponseWriter, *http.Request) error) {
+		s.mux.Handle(pattern, handler{s, perm, fn})
 	}
-	h("POST /v1/requests", s.submit)
-	h("POST /v1/groups", s.submitGroup)
-	h("GET /v1/groups/{id}", s.group)
-	h("POST /v1/plan", s.plan)
-	h("GET /v1/instances", s.instances)
-	h("GET /v1/instances/{ref}", s.instance)
-	h("DELETE /v1/instances/{ref}", s.delete)
-	h("POST /v1/instances/{ref}/stop", s.stop)
-	h("POST /v1/instances/{ref}/start", s.start)
-	h("POST /v1/instances/{ref}/restart", s.restart)
-	h("POST /v1/instances/{ref}/kill", s.kill)
-	h("POST /v1/instances/{ref}/resize", s.resize)
-	h("GET /v1/instances/{ref}/logs", s.logs)
-	h("GET /v1/events", s.events)
-	h("GET /v1/nodes", s.nodes)
-	h("GET /v1/providers", s.providers)
-	h("GET /v1/images", s.images)
-	h("POST /v1/images/preload", s.preload)
-	h("GET /v1/quotas", s.quotas)
-	h("GET /v1/drivers", s.drivers)
-	h("GET /v1/version", s.version)
-	h("GET /v1/health", func(w http.ResponseWriter, r *http.Request) error {
+	h("POST /v1/requests", auth.Operate, s.submit)
+	h("POST /v1/groups", auth.Operate, s.submitGroup)
+	h("GET /v1/groups/{id}", auth.Read, s.group)
+	h("POST /v1/plan", auth.Read, s.plan)
+	h("GET /v1/instances", auth.Read, s.instances)
+	h("GET /v1/instances/{ref}", auth.Read, s.instance)
+	h("DELETE /v1/instances/{ref}", auth.Operate, s.delete)
+	h("POST /v1/instances/{ref}/stop", auth.Operate, s.stop)
+	h("POST /v1/instances/{ref}/start", auth.Operate, s.start)
+	h("POST /v1/instances/{ref}/restart", auth.Operate, s.restart)
+	h("POST /v1/instances/{ref}/kill", auth.Operate, s.kill)
+	h("POST /v1/instances/{ref}/resize", auth.Operate, s.resize)
+	h("GET /v1/instances/{ref}/logs", auth.Read, s.logs)
+	h("GET /v1/events", auth.Read, s.events)
+	h("GET /v1/nodes", auth.Read, s.nodes)
+	h("GET /v1/providers", auth.Read, s.providers)
+	h("GET /v1/images", auth.Read, s.images)
+	h("POST /v1/images/preload", auth.Admin, s.preload)
+	h("GET /v1/quotas", auth.Read, s.quotas)
+	h("GET /v1/drivers", auth.Read, s.drivers)
+	h("GET /v1/version", auth.Read, s.version)
+	h("GET /v1/whoami", auth.Read, s.whoami)
+	h("GET /v1/tokens", auth.Admin, s.listTokens)
+	h("POST /v1/tokens", auth.Admin, s.createToken)
+	h("DELETE /v1/tokens/{ref}", auth.Admin, s.revokeToken)
+	h("GET /v1/health", auth.Public, func(w http.ResponseWriter, r *http.Request) error {
 		return writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 }
@@ -137,6 +172,10 @@ func (s *Server) routes() {
 // ServeHTTP routes r. Requests the mux has no handler for (404, 405) are
 // answered in the API's error shape too.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if e := s.admit(r); e != nil {
+		writeError(w, e)
+		return
+	}
 	if _, pattern := s.mux.Handler(r); pattern == "" {
 		rec := &statusRecorder{header: http.Header{}}
 		s.mux.ServeHTTP(rec, r)
@@ -162,8 +201,9 @@ func (r *statusRecorder) Write(b []byte) (int, error) { return len(b), nil }
 func (r *statusRecorder) WriteHeader(status int)      { r.status = status }
 
 type handler struct {
-	s  *Server
-	fn func(http.ResponseWriter, *http.Request) error
+	s    *Server
+	perm auth.Permission
+	fn   func(http.ResponseWriter, *http.Request) error
 }
 
 func (h handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -179,7 +219,13 @@ func (h handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}()
-	err := h.fn(cw, r)
+	r, err := h.guarded(cw, r)
+	if err == nil {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			defer func() { h.s.audit(r, cw.status(), err) }()
+		}
+		err = h.fn(cw, r)
+	}
 	if err == nil {
 		return
 	}
@@ -199,17 +245,27 @@ func (h handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 type committedWriter struct {
 	http.ResponseWriter
 	committed bool
+	code      int
 }
 
 func (w *committedWriter) WriteHeader(code int) {
+	if !w.committed {
+		w.code = code
+	}
 	w.committed = true
 	w.ResponseWriter.WriteHeader(code)
 }
 
 func (w *committedWriter) Write(b []byte) (int, error) {
+	if !w.committed {
+		w.code = http.StatusOK
+	}
 	w.committed = true
 	return w.ResponseWriter.Write(b)
 }
+
+// status is the status written so far (0: none yet).
+func (w *committedWriter) status() int { return w.code }
 
 // Unwrap lets http.ResponseController reach the flusher.
 func (w *committedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
@@ -233,21 +289,41 @@ func writeJSON(w http.ResponseWriter, status int, v any) error {
 	return err
 }
 
-func owner(r *http.Request) string { return r.Header.Get(OwnerHeader) }
+// namespace returns the namespace a submission lands in: the query's
+// namespace when the caller's token has it, else the token's first.
+func namespace(r *http.Request) (string, error) {
+	q := r.URL.Query()
+	if err := onlyParams(q, "namespace"); err != nil {
+		return "", err
+	}
+	if len(q["namespace"]) > 1 {
+		return "", &driver.FieldError{Path: "namespace", Reason: "given more than once: give it once"}
+	}
+	return caller(r).Namespace(q.Get("namespace"))
+}
 
 func (s *Server) submit(w http.ResponseWriter, r *http.Request) error {
+	ns, err := namespace(r)
+	if err != nil {
+		return err
+	}
 	var req scheduler.Request
 	if err := s.decodeRequest(w, r, &req); err != nil {
 		return err
 	}
-	ans, err := s.plane.Submit(r.Context(), req, owner(r))
+	ans, err := s.plane.Submit(r.Context(), req, ns)
 	if err != nil {
 		return err
 	}
+	redactPlaced(ans.Instances)
 	return writeJSON(w, http.StatusCreated, ans)
 }
 
 func (s *Server) submitGroup(w http.ResponseWriter, r *http.Request) error {
+	ns, err := namespace(r)
+	if err != nil {
+		return err
+	}
 	var g scheduler.Group
 	if err := decodeBody(w, r, s.maxBody, &g); err != nil {
 		return err
@@ -262,15 +338,27 @@ func (s *Server) submitGroup(w http.ResponseWriter, r *http.Request) error {
 	if total > s.maxCount {
 		return &driver.FieldError{Path: "services", Reason: fmt.Sprintf("%d instances in all: this server takes at most %d per submission", total, s.maxCount)}
 	}
-	ans, err := s.plane.SubmitGroup(r.Context(), g, owner(r))
+	ans, err := s.plane.SubmitGroup(r.Context(), g, ns)
 	if err != nil {
 		return err
 	}
+	redactPlaced(ans.Instances)
 	return writeJSON(w, http.StatusCreated, ans)
 }
 
 func (s *Server) group(w http.ResponseWriter, r *http.Request) error {
-	st, err := s.plane.Group(r.Context(), r.PathValue("id"))
+	id := r.PathValue("id")
+	if c := caller(r); !c.All() {
+		// A group is seen by those who see its instances.
+		members, err := s.plane.Instances(r.Context(), control.Filter{Group: id, All: true, Limit: 1})
+		if err != nil {
+			return err
+		}
+		if len(members) == 0 || !c.Sees(members[0].Owner) {
+			return driver.Errorf(driver.ErrNotFound, "group %q", id)
+		}
+	}
+	st, err := s.plane.Group(r.Context(), id)
 	if err != nil {
 		return err
 	}
@@ -309,11 +397,11 @@ func (s *Server) decodeRequest(w http.ResponseWriter, r *http.Request, req *sche
 // and the page: limit (1 to MaxPageSize, pageSize when absent) and after.
 func filterOf(r *http.Request, pageSize int) (control.Filter, error) {
 	q := r.URL.Query()
-	if err := onlyParams(q, "provider", "node", "owner", "pool", "group", "request", "name", "phase", "all", "limit", "after"); err != nil {
+	if err := onlyParams(q, "provider", "node", "namespace", "pool", "group", "request", "name", "phase", "all", "limit", "after"); err != nil {
 		return control.Filter{}, err
 	}
 	f := control.Filter{
-		Provider: q.Get("provider"), Node: q.Get("node"), Owner: q.Get("owner"), Pool: q.Get("pool"),
+		Provider: q.Get("provider"), Node: q.Get("node"), Owner: q.Get("namespace"), Pool: q.Get("pool"),
 		Group: q.Get("group"), Request: q.Get("request"), Name: q.Get("name"),
 		Limit: pageSize, After: q.Get("after"),
 	}
@@ -400,12 +488,23 @@ func (s *Server) instances(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if c := caller(r); !c.All() {
+		if f.Owner != "" && !c.Sees(f.Owner) {
+			return writeJSON(w, http.StatusOK, []control.Instance{})
+		}
+		if f.Owner == "" {
+			f.Owners = c.Namespaces
+		}
+	}
 	list, err := s.plane.Instances(r.Context(), f)
 	if err != nil {
 		return err
 	}
 	if list == nil {
 		list = []control.Instance{}
+	}
+	for i := range list {
+		list[i] = redacted(list[i])
 	}
 	if len(list) == f.Limit {
 		q := r.URL.Query()
@@ -416,27 +515,32 @@ func (s *Server) instances(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) instance(w http.ResponseWriter, r *http.Request) error {
-	in, err := s.plane.Instance(r.Context(), r.PathValue("ref"))
+	in, err := s.visible(r)
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, in)
+	return writeJSON(w, http.StatusOK, redacted(in))
 }
 
-// afterChange answers a change with the instance as it is now.
-func (s *Server) afterChange(w http.ResponseWriter, r *http.Request, status int) error {
-	in, err := s.plane.Instance(r.Context(), r.PathValue("ref"))
+// afterChange answers a change of instance id with the instance as it is
+// now.
+func (s *Server) afterChange(w http.ResponseWriter, r *http.Request, id string, status int) error {
+	in, err := s.plane.Instance(r.Context(), id)
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, status, in)
+	return writeJSON(w, status, redacted(in))
 }
 
 func (s *Server) delete(w http.ResponseWriter, r *http.Request) error {
-	if err := s.plane.Delete(r.Context(), r.PathValue("ref")); err != nil {
+	in, err := s.visible(r)
+	if err != nil {
 		return err
 	}
-	return s.afterChange(w, r, http.StatusAccepted)
+	if err := s.plane.Delete(r.Context(), in.ID); err != nil {
+		return err
+	}
+	return s.afterChange(w, r, in.ID, http.StatusAccepted)
 }
 
 func (s *Server) stop(w http.ResponseWriter, r *http.Request) error {
@@ -447,20 +551,28 @@ func (s *Server) stop(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := s.plane.Stop(r.Context(), r.PathValue("ref"), grace); err != nil {
+	in, err := s.visible(r)
+	if err != nil {
 		return err
 	}
-	return s.afterChange(w, r, http.StatusAccepted)
+	if err := s.plane.Stop(r.Context(), in.ID, grace); err != nil {
+		return err
+	}
+	return s.afterChange(w, r, in.ID, http.StatusAccepted)
 }
 
 func (s *Server) start(w http.ResponseWriter, r *http.Request) error {
 	if err := onlyParams(r.URL.Query()); err != nil {
 		return err
 	}
-	if err := s.plane.Start(r.Context(), r.PathValue("ref")); err != nil {
+	in, err := s.visible(r)
+	if err != nil {
 		return err
 	}
-	return s.afterChange(w, r, http.StatusAccepted)
+	if err := s.plane.Start(r.Context(), in.ID); err != nil {
+		return err
+	}
+	return s.afterChange(w, r, in.ID, http.StatusAccepted)
 }
 
 func (s *Server) restart(w http.ResponseWriter, r *http.Request) error {
@@ -471,10 +583,14 @@ func (s *Server) restart(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := s.plane.Restart(r.Context(), r.PathValue("ref"), grace); err != nil {
+	in, err := s.visible(r)
+	if err != nil {
 		return err
 	}
-	return s.afterChange(w, r, http.StatusAccepted)
+	if err := s.plane.Restart(r.Context(), in.ID, grace); err != nil {
+		return err
+	}
+	return s.afterChange(w, r, in.ID, http.StatusAccepted)
 }
 
 // DefaultSignal is the signal POST /v1/instances/{ref}/kill sends when the
@@ -489,10 +605,14 @@ func (s *Server) kill(w http.ResponseWriter, r *http.Request) error {
 	if sig == "" {
 		sig = DefaultSignal
 	}
-	if err := s.plane.Kill(r.Context(), r.PathValue("ref"), sig); err != nil {
+	in, err := s.visible(r)
+	if err != nil {
 		return err
 	}
-	return s.afterChange(w, r, http.StatusAccepted)
+	if err := s.plane.Kill(r.Context(), in.ID, sig); err != nil {
+		return err
+	}
+	return s.afterChange(w, r, in.ID, http.StatusAccepted)
 }
 
 func (s *Server) resize(w http.ResponseWriter, r *http.Request) error {
@@ -503,10 +623,14 @@ func (s *Server) resize(w http.ResponseWriter, r *http.Request) error {
 	if err := driver.ValidateResources("", res); err != nil {
 		return err
 	}
-	if err := s.plane.Resize(r.Context(), r.PathValue("ref"), res); err != nil {
+	in, err := s.visible(r)
+	if err != nil {
 		return err
 	}
-	return s.afterChange(w, r, http.StatusAccepted)
+	if err := s.plane.Resize(r.Context(), in.ID, res); err != nil {
+		return err
+	}
+	return s.afterChange(w, r, in.ID, http.StatusAccepted)
 }
 
 // LogFrame is one line of a logs stream: a chunk of one stream's output, or
@@ -561,9 +685,17 @@ func (s streamWriter) Write(p []byte) (int, error) {
 }
 
 // streamContext derives the context of a long stream: it ends with the
-// request or when the server closes its streams.
-func (s *Server) streamContext(r *http.Request) (context.Context, context.CancelFunc) {
+// request or when the server closes its streams. It counts the stream
+// against the caller's open streams (refused past the cap) and lifts the
+// server's write deadline, which bounds every other response.
+func (s *Server) streamContext(w http.ResponseWriter, r *http.Request) (context.Context, context.CancelFunc, error) {
+	release, err := s.guard.openStream(caller(r).Accessor)
+	if err != nil {
+		return nil, nil, err
+	}
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
 	ctx, cancel := context.WithCancel(r.Context())
+	context.AfterFunc(ctx, release)
 	go func() {
 		select {
 		case <-s.closing:
@@ -571,7 +703,7 @@ func (s *Server) streamContext(r *http.Request) (context.Context, context.Cancel
 		case <-ctx.Done():
 		}
 	}()
-	return ctx, cancel
+	return ctx, cancel, nil
 }
 
 func (s *Server) logs(w http.ResponseWriter, r *http.Request) error {
@@ -596,14 +728,17 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	ref := r.PathValue("ref")
-	if _, err := s.plane.Instance(r.Context(), ref); err != nil {
+	in, err := s.visible(r)
+	if err != nil {
 		return err
 	}
-	ctx, cancel := s.streamContext(r)
+	ctx, cancel, err := s.streamContext(w, r)
+	if err != nil {
+		return err
+	}
 	defer cancel()
 	fw := newFrameWriter(w)
-	err = s.plane.Logs(ctx, ref, opts, streamWriter{fw, "stdout"}, streamWriter{fw, "stderr"})
+	err = s.plane.Logs(ctx, in.ID, opts, streamWriter{fw, "stdout"}, streamWriter{fw, "stderr"})
 	if err != nil && ctx.Err() == nil {
 		return fw.frame(LogFrame{Error: toError(err)})
 	}
@@ -624,8 +759,12 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	ctx, cancel := s.streamContext(r)
+	ctx, cancel, err := s.streamContext(w, r)
+	if err != nil {
+		return err
+	}
 	defer cancel()
+	c := caller(r)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
@@ -657,6 +796,13 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	err = s.plane.Events(ctx, since, func(ev control.Event) {
+		if ev.Instance != nil {
+			if !c.Sees(ev.Instance.Owner) {
+				return
+			}
+			in := redacted(*ev.Instance)
+			ev.Instance = &in
+		}
 		send(strconv.FormatInt(ev.Revision, 10), string(ev.Kind), ev)
 	})
 	if err != nil && ctx.Err() == nil {
@@ -743,10 +889,13 @@ func (s *Server) preload(w http.ResponseWriter, r *http.Request) error {
 	if err := es.Err(); err != nil {
 		return err
 	}
-	ctx, cancel := s.streamContext(r)
+	ctx, cancel, err := s.streamContext(w, r)
+	if err != nil {
+		return err
+	}
 	defer cancel()
 	fw := newFrameWriter(w)
-	err := s.plane.Preload(ctx, req.Provider, req.Image, req.Nodes, func(p driver.PreloadProgress) {
+	err = s.plane.Preload(ctx, req.Provider, req.Image, req.Nodes, func(p driver.PreloadProgress) {
 		_ = fw.frame(PreloadFrame{Progress: &p})
 	})
 	if err != nil {
@@ -760,6 +909,10 @@ func (s *Server) quotas(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	c := caller(r)
+	// A namespace's quota is seen by those who see the namespace; the
+	// others (per provider or pool) by everyone.
+	list = slices.DeleteFunc(list, func(q control.QuotaUse) bool { return q.Owner != "" && !c.Sees(q.Owner) })
 	if list == nil {
 		list = []control.QuotaUse{}
 	}

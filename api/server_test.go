@@ -43,6 +43,22 @@ type env struct {
 	http   *httptest.Server
 	client *client.Client
 	plane  *control.Plane
+	// h serves the API as a caller with the admin token and a JSON body.
+	h http.Handler
+	// token is the admin token's secret.
+	token string
+}
+
+// withToken serves h as a caller with token: its bearer token, and a JSON
+// content type on every body.
+func withToken(h http.Handler, token string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Header.Set("Authorization", "Bearer "+token)
+		if r.ContentLength != 0 && r.Header.Get("Content-Type") == "" {
+			r.Header.Set("Content-Type", "application/json")
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // newEnv starts a plane over a sim provider with the given options and the
@@ -56,11 +72,11 @@ func newEnv(tb testing.TB, simOpts map[string]any, maxBody int64) *env {
 func newEnvOn(tb testing.TB, st store.Store, simOpts map[string]any, maxBody int64) *env {
 	tb.Helper()
 	e := apitest.Start(tb, st, simOpts, api.Options{MaxBodySize: maxBody})
-	c, err := client.New(e.HTTP.URL, client.WithOwner("tester"))
+	c, err := client.New(e.HTTP.URL, client.WithToken(e.Token), client.WithNamespace("tester"))
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return &env{api: e.API, http: e.HTTP, client: c, plane: e.Plane}
+	return &env{api: e.API, http: e.HTTP, client: c, plane: e.Plane, h: withToken(e.API, e.Token), token: e.Token}
 }
 
 // errorBody is the API's error shape as a test reads it.
@@ -133,7 +149,7 @@ func TestBadInput(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			status, eb, raw := do(t, e.api, c.method, c.path, c.body)
+			status, eb, raw := do(t, e.h, c.method, c.path, c.body)
 			if status != c.status || eb.Error.Code != c.code || eb.Error.Field != c.field {
 				t.Fatalf("got %d %q field %q (%s), want %d %q field %q", status, eb.Error.Code, eb.Error.Field, strings.TrimSpace(raw), c.status, c.code, c.field)
 			}
@@ -401,7 +417,7 @@ func TestChangesAnswerAccepted(t *testing.T) {
 		{"/v1/instances/web/restart", ``},
 		{"/v1/instances/web/kill", ``},
 	} {
-		if status, eb, raw := do(t, e.api, "POST", c.path, c.body); status != http.StatusAccepted {
+		if status, eb, raw := do(t, e.h, "POST", c.path, c.body); status != http.StatusAccepted {
 			t.Errorf("POST %s: %d %q (%s), want 202", c.path, status, eb.Error.Code, raw)
 		}
 	}
@@ -414,7 +430,7 @@ func TestChangesAnswerAccepted(t *testing.T) {
 	}
 	// The sim's instance keeps running after a signal it handles; only a
 	// KILL (or TERM) ends it, after which a signal cannot be delivered.
-	status, eb, _ := do(t, e.api, "POST", "/v1/instances/web/kill?signal=USR1", ``)
+	status, eb, _ := do(t, e.h, "POST", "/v1/instances/web/kill?signal=USR1", ``)
 	if status != http.StatusUnprocessableEntity || eb.Error.Code != "permanent" {
 		t.Errorf("kill after a kill without a signal: %d %q, want 422 permanent (the first kill sent KILL)", status, eb.Error.Code)
 	}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"runtime/debug"
 	"slices"
@@ -18,6 +19,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/driver"
 )
@@ -66,12 +68,63 @@ type Config struct {
 	Providers []Provider `yaml:"providers"`
 	// Pools are Nodepool pools: labels mapped to specs, kept warm.
 	Pools []control.Pool `yaml:"pools"`
-	// Quotas limit a provider, a pool or an owner.
+	// Quotas limit a provider, a pool or a namespace.
 	Quotas []control.Quota `yaml:"quotas"`
+
+	// TLS serves the API over TLS, and with ClientCA asks for client
+	// certificates.
+	TLS TLS `yaml:"tls"`
+	// Insecure allows a listen address off this host without TLS: the
+	// tokens then cross the network in clear.
+	Insecure bool `yaml:"insecure"`
+	// AllowedOrigins are the Origin header values the API serves; requests
+	// from any other origin (cross-site requests from a browser) are
+	// refused.
+	AllowedOrigins []string `yaml:"allowed_origins"`
+	// TokenRate is the requests per second one token may make (0: the
+	// default, 2000), TokenBurst how many at once.
+	TokenRate  float64 `yaml:"token_rate"`
+	TokenBurst int     `yaml:"token_burst"`
+	// MaxStreams is how many log and event streams one token may hold
+	// open (0: the default, 32).
+	MaxStreams int `yaml:"max_streams"`
+	// Timeouts bound each phase of an HTTP request.
+	Timeouts Timeouts `yaml:"timeouts"`
 	// Reconcile tunes the lifecycle loops; zero values take control's
 	// defaults.
 	Reconcile Reconcile `yaml:"reconcile"`
 }
+
+// Timeouts bound the phases of one HTTP request (net/http.Server's);
+// streams (logs, events) lift the write timeout for themselves.
+type Timeouts struct {
+	ReadHeader time.Duration `yaml:"read_header"`
+	Read       time.Duration `yaml:"read"`
+	Write      time.Duration `yaml:"write"`
+	Idle       time.Duration `yaml:"idle"`
+}
+
+// Default timeouts.
+const (
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultReadTimeout       = 30 * time.Second
+	DefaultWriteTimeout      = 60 * time.Second
+	DefaultIdleTimeout       = 2 * time.Minute
+)
+
+// TLS names the server's certificate files.
+type TLS struct {
+	// Cert and Key are PEM files: the server's certificate (chain) and key.
+	Cert string `yaml:"cert"`
+	Key  string `yaml:"key"`
+	// ClientCA is a PEM file of the authorities whose client certificates
+	// are accepted: a certificate whose common name is a token's name acts
+	// as that token. Without it no client certificate is asked for.
+	ClientCA string `yaml:"client_ca"`
+}
+
+// Enabled reports whether TLS is configured.
+func (t TLS) Enabled() bool { return t.Cert != "" || t.Key != "" }
 
 // Reconcile tunes the control plane's lifecycle loops (control.Config).
 type Reconcile struct {
@@ -148,6 +201,7 @@ func Default() *Config {
 		ShutdownTimeout: 30 * time.Second,
 		MaxBodySize:     driver.MiB,
 		MaxCount:        10_000,
+		Timeouts:        Timeouts{ReadHeader: DefaultReadHeaderTimeout, Read: DefaultReadTimeout, Write: DefaultWriteTimeout, Idle: DefaultIdleTimeout},
 	}
 }
 
@@ -225,6 +279,20 @@ func (c *Config) Finish(name string, overrides map[string]map[string]string) err
 	if name == "" {
 		name = "(flags)"
 	}
+	used := map[string]bool{}
+	for _, p := range c.Providers {
+		used[p.Driver] = true
+	}
+	for _, d := range slices.Sorted(maps.Keys(overrides)) {
+		if !used[d] {
+			var flags []string
+			for opt := range overrides[d] {
+				flags = append(flags, "--"+driver.FlagName(d, driver.Option{Name: opt}))
+			}
+			slices.Sort(flags)
+			return fmt.Errorf("config %s: %w", name, &driver.FieldError{Path: flags[0], Reason: fmt.Sprintf("%s: no provider uses the %s driver (configured: %s)", strings.Join(flags, ", "), d, strings.Join(c.ProviderNames(), ", "))})
+		}
+	}
 	for i := range c.Providers {
 		p := &c.Providers[i]
 		if p.Driver == "" {
@@ -264,36 +332,52 @@ func (c *Config) validate(es *driver.FieldErrors) {
 	if c.MemoryLimit < 0 {
 		es.Add("memory_limit", "must not be negative")
 	}
+	if c.TLS.Enabled() && (c.TLS.Cert == "" || c.TLS.Key == "") {
+		es.Add("tls", "cert and key go together: name both")
+	}
+	if c.TLS.ClientCA != "" && !c.TLS.Enabled() {
+		es.Add("tls.client_ca", "needs tls.cert and tls.key")
+	}
+	for i, o := range c.AllowedOrigins {
+		if !strings.HasPrefix(o, "http://") && !strings.HasPrefix(o, "https://") || strings.Count(o, "/") != 2 {
+			es.Add(fmt.Sprintf("allowed_origins[%d]", i), "%q: want an origin such as https://berth.example.com (scheme, host and port, no path)", o)
+		}
+	}
+	checkRange(es, "token_rate", c.TokenRate, 0, 1e6)
+	checkRange(es, "token_burst", c.TokenBurst, 0, 1_000_000)
+	checkRange(es, "max_streams", c.MaxStreams, 0, 10_000)
+	for _, v := range []struct {
+		name string
+		d    time.Duration
+	}{{"read_header", c.Timeouts.ReadHeader}, {"read", c.Timeouts.Read}, {"write", c.Timeouts.Write}, {"idle", c.Timeouts.Idle}} {
+		checkRange(es, "timeouts."+v.name, v.d, 100*time.Millisecond, time.Hour)
+	}
 	if c.GCPercent < 0 || c.GCPercent > 10000 {
 		es.Add("gc_percent", "%d: want 1 to 10000, or 0 for the default", c.GCPercent)
 	}
-	if c.MaxBodySize < 0 {
-		es.Add("max_body_size", "must not be negative")
-	}
-	if c.MaxCount < 0 {
-		es.Add("max_count", "must not be negative")
-	}
+	checkRange(es, "max_body_size", c.MaxBodySize, 0, 64<<20)
+	checkRange(es, "max_count", c.MaxCount, 0, 1_000_000)
+	checkRange(es, "shutdown_timeout", c.ShutdownTimeout, 0, time.Hour)
 	r := c.Reconcile
-	for _, v := range []struct {
-		name string
-		neg  bool
-	}{
-		{"launch_timeout", r.LaunchTimeout < 0}, {"max_attempts", r.MaxAttempts < 0},
-		{"retry_backoff", r.RetryBackoff < 0}, {"leak_sightings", r.LeakSightings < 0},
-		{"sync_interval", r.SyncInterval < 0}, {"workers", r.Workers < 0},
-		{"exclude_for", r.ExcludeFor < 0}, {"retention", r.Retention < 0},
-		{"max_retained", r.MaxRetained < 0},
-	} {
-		if v.neg {
-			es.Add("reconcile."+v.name, "must not be negative")
-		}
-	}
+	// Zero takes control's default; anything else must be in range: a
+	// knob that costs memory or CPU per unit is bounded.
+	checkRange(es, "reconcile.launch_timeout", r.LaunchTimeout, 0, 24*time.Hour, time.Second)
+	checkRange(es, "reconcile.max_attempts", r.MaxAttempts, 0, 100)
+	checkRange(es, "reconcile.retry_backoff", r.RetryBackoff, 0, time.Hour, time.Millisecond)
+	checkRange(es, "reconcile.leak_sightings", r.LeakSightings, 0, 100)
+	checkRange(es, "reconcile.sync_interval", r.SyncInterval, 0, time.Hour, 100*time.Millisecond)
+	checkRange(es, "reconcile.workers", r.Workers, 0, 256)
+	checkRange(es, "reconcile.exclude_for", r.ExcludeFor, 0, 24*time.Hour, time.Second)
+	checkRange(es, "reconcile.retention", r.Retention, 0, 30*24*time.Hour, time.Second)
+	checkRange(es, "reconcile.max_retained", r.MaxRetained, 0, 1_000_000)
 	providers := map[string]bool{}
 	for i := range c.Providers {
 		p := &c.Providers[i]
 		f := fmt.Sprintf("providers[%d]", i)
 		if p.Name == "" {
 			es.Add(f+".name", "required")
+		} else if err := auth.ValidName(p.Name); err != nil {
+			es.Add(f+".name", "%v", err)
 		} else if providers[p.Name] {
 			es.Add(f+".name", "%q is configured twice", p.Name)
 		}
@@ -332,6 +416,8 @@ func (c *Config) validate(es *driver.FieldErrors) {
 		f := fmt.Sprintf("pools[%d]", i)
 		if p.Name == "" {
 			es.Add(f+".name", "required")
+		} else if err := auth.ValidName(p.Name); err != nil {
+			es.Add(f+".name", "%v", err)
 		} else if pools[p.Name] {
 			es.Add(f+".name", "%q is configured twice", p.Name)
 		}
@@ -379,9 +465,12 @@ func (c *Config) validate(es *driver.FieldErrors) {
 		}
 		if q.Owner != "" {
 			scopes++
+			if err := auth.ValidName(q.Owner); err != nil {
+				es.Add(f+".namespace", "%v", err)
+			}
 		}
 		if scopes != 1 {
-			es.Add(f, "name exactly one of provider, pool and owner")
+			es.Add(f, "name exactly one of provider, pool and namespace")
 		}
 		if q.Instances < 0 {
 			es.Add(f+".instances", "must not be negative")
@@ -392,6 +481,17 @@ func (c *Config) validate(es *driver.FieldErrors) {
 		if q.Memory < 0 {
 			es.Add(f+".memory", "must not be negative")
 		}
+	}
+}
+
+// checkRange adds an error naming key when v is outside [lo, hi]; a
+// duration's optional least positive value follows (0 keeps the default).
+func checkRange[T int | float64 | time.Duration | driver.Bytes](es *driver.FieldErrors, key string, v, lo, hi T, least ...T) {
+	switch {
+	case v < lo || v > hi:
+		es.Add(key, "%v: want %v to %v", v, lo, hi)
+	case len(least) > 0 && v != 0 && v < least[0]:
+		es.Add(key, "%v: want 0 (the default) or %v to %v", v, least[0], hi)
 	}
 }
 

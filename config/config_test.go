@@ -72,7 +72,7 @@ pools:
         spec: {kind: process, command: [sleep, "60"], cpus: 0.5, memory: 64}
 quotas:
   - {provider: a, instances: 100, cpus: 8, memory: 16Gi}
-  - {owner: alice, instances: 5}
+  - {namespace: alice, instances: 5}
 `
 
 func TestLoadGood(t *testing.T) {
@@ -165,8 +165,8 @@ func TestBadFiles(t *testing.T) {
 		{"quota without scope", "quotas:\n  - {instances: 3}\n", "quotas[0]"},
 		{"quota unknown key", "quotas:\n  - {scope: owner}\n", "quotas[0].scope"},
 		{"quota unknown pool", "quotas:\n  - {pool: nope}\n", "quotas[0].pool"},
-		{"negative quota", "quotas:\n  - {owner: x, memory: -1Gi}\n", "quotas[0].memory"},
-		{"bad cpus", "quotas:\n  - {owner: x, cpus: many}\n", "quotas[0].cpus"},
+		{"negative quota", "quotas:\n  - {namespace: x, memory: -1Gi}\n", "quotas[0].memory"},
+		{"bad cpus", "quotas:\n  - {namespace: x, cpus: many}\n", "quotas[0].cpus"},
 		{"bool for string", "listen: {a: b}\n", "listen"},
 		{"negative memory_limit", "memory_limit: -1Gi\n", "memory_limit"},
 		{"bad memory_limit", "memory_limit: lots\n", "memory_limit"},

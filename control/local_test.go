@@ -26,6 +26,7 @@ func newLocal(t *testing.T, dir string) *provider.Provider {
 	opts.StopGrace = time.Second
 	opts.PollInterval = 20 * time.Millisecond
 	opts.CgroupRoot = ""
+	opts.AllowRoot = true // the tests run as root
 	d, err := local.Open(context.Background(), opts, driver.Env{Provider: "local", Cluster: "test", Logger: quiet})
 	if err != nil {
 		t.Fatal(err)

@@ -34,6 +34,7 @@ func (s *state) instances(ctx context.Context, f Filter) ([]Instance, error) {
 		case f.Provider != "" && in.Provider != f.Provider,
 			f.Node != "" && in.Node != f.Node,
 			f.Owner != "" && in.Owner != f.Owner,
+			len(f.Owners) > 0 && !slices.Contains(f.Owners, in.Owner),
 			f.Pool != "" && in.Pool != f.Pool,
 			f.Group != "" && in.Group != f.Group,
 			f.Request != "" && in.Request != f.Request,

@@ -127,9 +127,10 @@ type Label struct {
 // Quota limits what a scope may hold at once. Exactly one of Provider, Pool
 // and Owner names the scope; zero limits are unlimited.
 type Quota struct {
-	Provider  string          `json:"provider,omitempty" yaml:"provider"`
-	Pool      string          `json:"pool,omitempty" yaml:"pool"`
-	Owner     string          `json:"owner,omitempty" yaml:"owner"`
+	Provider string `json:"provider,omitempty" yaml:"provider"`
+	Pool     string `json:"pool,omitempty" yaml:"pool"`
+	// Owner is the namespace the quota limits.
+	Owner     string          `json:"namespace,omitempty" yaml:"namespace"`
 	Instances int             `json:"instances,omitempty" yaml:"instances"`
 	CPU       driver.MilliCPU `json:"cpus,omitempty" yaml:"cpus"`
 	Memory    driver.Bytes    `json:"memory,omitempty" yaml:"memory"`
@@ -200,14 +201,17 @@ type PlanPlacement struct {
 
 // Filter selects instances; empty fields match everything.
 type Filter struct {
-	Provider string  `json:"provider,omitempty"`
-	Node     string  `json:"node,omitempty"`
-	Owner    string  `json:"owner,omitempty"`
-	Pool     string  `json:"pool,omitempty"`
-	Group    string  `json:"group,omitempty"`
-	Request  string  `json:"request,omitempty"`
-	Name     string  `json:"name,omitempty"`
-	Phases   []Phase `json:"phases,omitempty"`
+	Provider string `json:"provider,omitempty"`
+	Node     string `json:"node,omitempty"`
+	Owner    string `json:"owner,omitempty"`
+	// Owners keeps only the instances of these owners (namespaces), when
+	// not empty.
+	Owners  []string `json:"owners,omitempty"`
+	Pool    string   `json:"pool,omitempty"`
+	Group   string   `json:"group,omitempty"`
+	Request string   `json:"request,omitempty"`
+	Name    string   `json:"name,omitempty"`
+	Phases  []Phase  `json:"phases,omitempty"`
 	// All includes deleted instances, which are hidden otherwise.
 	All bool `json:"all,omitempty"`
 	// Limit caps how many instances are returned (the ones with the

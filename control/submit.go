@@ -3,9 +3,11 @@ package control
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/berth-dev/berth/driver"
@@ -74,10 +76,53 @@ func (s *state) checkRequest(req *scheduler.Request, prefix string) error {
 			es = append(es, &driver.FieldError{Path: prefix + "provider", Reason: fmt.Sprintf("unknown provider %q; known: %v", req.Provider, s.provNames)})
 		}
 	}
+	if size := req.Spec.Size(); size*req.N() > MaxRequestBytes {
+		es = append(es, &driver.FieldError{Path: prefix + "count", Reason: fmt.Sprintf("%d instances of a %d-byte spec: at most %d bytes in all; fewer instances or a smaller spec", req.N(), size, MaxRequestBytes)})
+	}
 	if err := es.Err(); err != nil {
 		return err
 	}
-	return nil
+	return prefixErr(prefix, s.checkSpec(&req.Spec, req.Provider))
+}
+
+// MaxRequestBytes bounds the bytes of spec one request keeps (its spec's
+// Size times its count), so that a small body cannot ask the server to
+// keep gigabytes.
+const MaxRequestBytes = 64 << 20
+
+// checkSpec refuses a spec that no eligible provider (prov, or every one
+// when empty) could ever run, naming the field and each provider's reason
+// (driver.SpecChecker).
+func (s *state) checkSpec(spec *driver.Spec, prov string) error {
+	names := s.provNames
+	if prov != "" {
+		names = []string{prov}
+	}
+	var first error
+	var why []string
+	for _, n := range names {
+		p, err := s.provider(n)
+		if err != nil {
+			continue
+		}
+		err = p.CheckSpec(spec)
+		if err == nil {
+			return nil
+		}
+		if first == nil {
+			first = err
+		}
+		why = append(why, err.Error())
+	}
+	if first == nil {
+		return nil
+	}
+	path := "spec"
+	var fe *driver.FieldError
+	if errors.As(first, &fe) {
+		path = fe.Path
+	}
+	return fmt.Errorf("%w: %w", driver.ErrUnsupported, &driver.FieldError{Path: path, Reason: "no provider can run this: " + strings.Join(why, "; ")})
 }
 
 func prefixErr(prefix string, err error) error {

@@ -166,6 +166,17 @@ type ConsoleReader interface {
 	Console(ctx context.Context, id string) (string, error)
 }
 
+// SpecChecker says, without touching the back-end, why it could never run
+// spec: an error wrapping ErrUnsupported or ErrInvalid (a *FieldError
+// naming the field) that holds on every node, whatever their state. The
+// engine asks before it accepts a request, so that what a back-end cannot
+// run is refused at submit rather than failing at create. A driver checks
+// only what is specific to it; Spec.Validate has run already.
+// Fallback: every valid spec is taken (and may fail at create).
+type SpecChecker interface {
+	CheckSpec(spec *Spec) error
+}
+
 // Capability names, as reported by Capabilities and required by placement
 // constraints.
 const (

@@ -1,6 +1,8 @@
 package driver
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"path"
 	"regexp"
@@ -28,12 +30,34 @@ const (
 	TypeBatch   WorkloadType = "batch"
 )
 
-// Limits on a spec. Config files follow Octavia's config drive rule.
+// Limits on a spec. Config files follow Octavia's config drive rule; the
+// others are of the order of Kubernetes' and Docker's, so that whatever a
+// back-end takes Berth takes, and one spec costs a bounded amount.
 const (
 	MaxConfigFiles    = 5
 	MaxConfigFileSize = 10 * 1024
 	MaxUserDataSize   = 64 * 1024
 	MaxNameLength     = 63
+	// MaxLabels bounds the labels (and the tags); a key is at most
+	// MaxLabelKey bytes (Kubernetes' 253-byte prefix, '/' and 63-byte
+	// name), a value at most MaxLabelValue.
+	MaxLabels     = 128
+	MaxLabelKey   = 317
+	MaxLabelValue = 4096
+	// MaxEnv bounds the variables, MaxEnvSize their keys and values
+	// together.
+	MaxEnv     = 1024
+	MaxEnvSize = 256 * 1024
+	// MaxArgs bounds the entry point and the command together, MaxArgsSize
+	// their bytes (Linux takes 2 MiB of arguments and environment).
+	MaxArgs     = 4096
+	MaxArgsSize = 256 * 1024
+	// MaxListItems bounds the ports, volumes, networks, security groups
+	// and SSH keys, each.
+	MaxListItems = 256
+	// MaxStringSize bounds every other string of a spec (image, paths,
+	// host name, SSH keys...).
+	MaxStringSize = 4096
 )
 
 // Spec describes one instance to create: the union of what Zoe services,
@@ -60,8 +84,13 @@ type Spec struct {
 	Command    []string          `json:"command,omitempty"`
 	Env        map[string]string `json:"env,omitempty"`
 	WorkingDir string            `json:"working_dir,omitempty"`
-	Hostname   string            `json:"hostname,omitempty"`
-	Domainname string            `json:"domainname,omitempty"`
+	// User runs the instance as this user: a name or a numeric id; Group
+	// as this group (default the user's). Empty: the back-end's default.
+	// A back-end that cannot honour them refuses the spec.
+	User       string `json:"user,omitempty"`
+	Group      string `json:"group,omitempty"`
+	Hostname   string `json:"hostname,omitempty"`
+	Domainname string `json:"domainname,omitempty"`
 
 	// Labels are the user's key/values, shown on the instance and used by
 	// affinity rules.
@@ -184,6 +213,7 @@ func (s *Spec) Validate() error {
 	if strings.ContainsAny(s.Image, " \t\n") {
 		es.Add("image", "%q: must not contain white space", s.Image)
 	}
+	s.validateBounds(&es)
 	validateResources(&es, "", s.Resources)
 	if s.MemoryReservation < 0 {
 		es.Add("memory_reservation", "must not be negative")
@@ -197,6 +227,9 @@ func (s *Spec) Validate() error {
 		if !envKey.MatchString(k) {
 			es.Add("env."+k, "not a valid variable name")
 		}
+	}
+	if s.Group != "" && s.User == "" {
+		es.Add("group", "needs a user")
 	}
 	if s.WorkingDir != "" && !path.IsAbs(s.WorkingDir) {
 		es.Add("working_dir", "%q: must be an absolute path", s.WorkingDir)
@@ -266,15 +299,23 @@ func (s *Spec) Validate() error {
 	if len(s.ConfigFiles) > MaxConfigFiles {
 		es.Add("config_files", "%d files: at most %d are allowed", len(s.ConfigFiles), MaxConfigFiles)
 	}
-	files := map[string]bool{}
+	files := map[string]int{}
 	for i, c := range s.ConfigFiles {
 		f := fmt.Sprintf("config_files[%d]", i)
-		if !path.IsAbs(c.Path) || strings.HasSuffix(c.Path, "/") {
-			es.Add(f+".path", "%q: must be an absolute file path", c.Path)
-		} else if files[path.Clean(c.Path)] {
-			es.Add(f+".path", "%q appears twice", c.Path)
+		switch {
+		case !path.IsAbs(c.Path) || path.Clean(c.Path) != c.Path || c.Path == "/":
+			es.Add(f+".path", "%q: must be a clean absolute file path (no ., .., // or trailing /)", c.Path)
+		default:
+			if j, ok := files[c.Path]; ok {
+				es.Add(f+".path", "%q appears twice (config_files[%d])", c.Path, j)
+			}
+			for o, j := range files {
+				if strings.HasPrefix(c.Path, o+"/") || strings.HasPrefix(o, c.Path+"/") {
+					es.Add(f+".path", "%q and %q (config_files[%d]) overlap: one would be the other's directory", c.Path, o, j)
+				}
+			}
+			files[c.Path] = i
 		}
-		files[path.Clean(c.Path)] = true
 		if len(c.Content) > MaxConfigFileSize {
 			es.Add(f+".content", "%d bytes: at most %d are allowed", len(c.Content), MaxConfigFileSize)
 		}
@@ -298,6 +339,121 @@ func (s *Spec) Validate() error {
 		es.Add("restart_policy.name", "%q: want no, always, on-failure or unless-stopped", s.RestartPolicy.Name)
 	}
 	return es.Err()
+}
+
+// validateBounds checks the sizes and counts of a spec's fields, and that
+// no string holds a NUL byte (no back-end takes one: a C string ends there).
+func (s *Spec) validateBounds(es *FieldErrors) {
+	str := func(field, v string) {
+		switch {
+		case len(v) > MaxStringSize:
+			es.Add(field, "%d bytes: at most %d are allowed", len(v), MaxStringSize)
+		case strings.IndexByte(v, 0) >= 0:
+			es.Add(field, "contains a NUL byte")
+		}
+	}
+	for _, f := range []struct{ name, v string }{
+		{"image", s.Image}, {"flavor", s.Flavor}, {"working_dir", s.WorkingDir}, {"hostname", s.Hostname},
+		{"domainname", s.Domainname}, {"network_mode", s.NetworkMode}, {"user", s.User}, {"group", s.Group},
+	} {
+		str(f.name, f.v)
+	}
+	n, size := 0, 0
+	for _, args := range []struct {
+		name string
+		list []string
+	}{{"entrypoint", s.Entrypoint}, {"command", s.Command}} {
+		for i, a := range args.list {
+			n, size = n+1, size+len(a)
+			if strings.IndexByte(a, 0) >= 0 {
+				es.Add(fmt.Sprintf("%s[%d]", args.name, i), "contains a NUL byte")
+			}
+		}
+	}
+	if n > MaxArgs || size > MaxArgsSize {
+		es.Add("command", "%d arguments of %d bytes (entrypoint and command): at most %d and %d bytes", n, size, MaxArgs, MaxArgsSize)
+	}
+	if len(s.Env) > MaxEnv {
+		es.Add("env", "%d variables: at most %d", len(s.Env), MaxEnv)
+	}
+	size = 0
+	for k, v := range s.Env {
+		size += len(k) + len(v)
+		if strings.IndexByte(v, 0) >= 0 {
+			es.Add("env."+k, "the value contains a NUL byte")
+		}
+	}
+	if size > MaxEnvSize {
+		es.Add("env", "%d bytes of names and values: at most %d", size, MaxEnvSize)
+	}
+	for _, m := range []struct {
+		name string
+		kv   map[string]string
+	}{{"labels", s.Labels}, {"tags", s.Tags}} {
+		if len(m.kv) > MaxLabels {
+			es.Add(m.name, "%d keys: at most %d", len(m.kv), MaxLabels)
+		}
+		for k, v := range m.kv {
+			switch {
+			case len(k) > MaxLabelKey:
+				es.Add(m.name, "key of %d bytes: at most %d", len(k), MaxLabelKey)
+			case strings.IndexByte(k, 0) >= 0:
+				es.Add(m.name, "a key contains a NUL byte")
+			case len(v) > MaxLabelValue:
+				es.Add(m.name+"."+k, "%d bytes: at most %d", len(v), MaxLabelValue)
+			case strings.IndexByte(v, 0) >= 0:
+				es.Add(m.name+"."+k, "contains a NUL byte")
+			}
+		}
+	}
+	for _, l := range []struct {
+		name string
+		n    int
+	}{{"ports", len(s.Ports)}, {"volumes", len(s.Volumes)}, {"networks", len(s.Networks)}, {"security_groups", len(s.SecurityGroups)}, {"ssh_keys", len(s.SSHKeys)}} {
+		if l.n > MaxListItems {
+			es.Add(l.name, "%d items: at most %d", l.n, MaxListItems)
+		}
+	}
+	for i, v := range s.Volumes {
+		str(fmt.Sprintf("volumes[%d].source", i), v.Source)
+		str(fmt.Sprintf("volumes[%d].target", i), v.Target)
+	}
+	for i, v := range s.Networks {
+		str(fmt.Sprintf("networks[%d]", i), v)
+	}
+	for i, v := range s.SecurityGroups {
+		str(fmt.Sprintf("security_groups[%d]", i), v)
+	}
+	for i, v := range s.SSHKeys {
+		str(fmt.Sprintf("ssh_keys[%d]", i), v)
+	}
+	for i, c := range s.ConfigFiles {
+		str(fmt.Sprintf("config_files[%d].path", i), c.Path)
+	}
+}
+
+// Size is an upper bound of the bytes s holds in its strings: what one
+// instance of it costs to keep, before the fixed part.
+func (s *Spec) Size() int {
+	n := len(s.Name) + len(s.Image) + len(s.Flavor) + len(s.Cpuset) + len(s.WorkingDir) + len(s.Hostname) +
+		len(s.Domainname) + len(s.NetworkMode) + len(s.UserData) + len(s.User) + len(s.Group)
+	for _, l := range [][]string{s.Entrypoint, s.Command, s.Networks, s.SecurityGroups, s.SSHKeys} {
+		for _, v := range l {
+			n += len(v)
+		}
+	}
+	for _, m := range []map[string]string{s.Env, s.Labels, s.Tags} {
+		for k, v := range m {
+			n += len(k) + len(v)
+		}
+	}
+	for _, v := range s.Volumes {
+		n += len(v.Source) + len(v.Target)
+	}
+	for _, c := range s.ConfigFiles {
+		n += len(c.Path) + len(c.Content)
+	}
+	return n
 }
 
 func (s *Spec) kindOrDefault() Kind {
@@ -341,4 +497,39 @@ func ValidateResources(prefix string, r Resources) error {
 	var es FieldErrors
 	validateResources(&es, prefix, r)
 	return es.Err()
+}
+
+// Redacted returns a copy of s whose secrets (env values, user data and
+// config-file contents) are replaced by SecretDigest of each: secrets are
+// write-only, and whatever shows a spec (API answers, events, pages, logs)
+// shows it redacted. s is not changed.
+func (s *Spec) Redacted() *Spec {
+	if s == nil {
+		return nil
+	}
+	c := *s
+	if len(s.Env) > 0 {
+		c.Env = make(map[string]string, len(s.Env))
+		for k, v := range s.Env {
+			c.Env[k] = SecretDigest(v)
+		}
+	}
+	if s.UserData != "" {
+		c.UserData = SecretDigest(s.UserData)
+	}
+	if len(s.ConfigFiles) > 0 {
+		c.ConfigFiles = make([]ConfigFile, len(s.ConfigFiles))
+		for i, f := range s.ConfigFiles {
+			f.Content = SecretDigest(f.Content)
+			c.ConfigFiles[i] = f
+		}
+	}
+	return &c
+}
+
+// SecretDigest describes a secret value by its size and SHA-256 digest
+// only: "14 bytes, sha256:3d47…" (the whole digest).
+func SecretDigest(v string) string {
+	sum := sha256.Sum256([]byte(v))
+	return fmt.Sprintf("%d bytes, sha256:%s", len(v), hex.EncodeToString(sum[:]))
 }

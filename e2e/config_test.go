@@ -3,8 +3,6 @@ package e2e
 import (
 	"encoding/json"
 	"errors"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -83,7 +81,8 @@ func TestServerRejectsBadConfig(t *testing.T) {
 // SIGTERM ends it and the server cleanly.
 func TestGracefulShutdownEndsStreams(t *testing.T) {
 	s := startServer(t, t.TempDir())
-	cmd := exec.Command(berthBin, "events", "--addr", "http://"+s.addr)
+	cmd := exec.Command(berthBin, "events")
+	cmd.Env = s.env()
 	var out drivertest.SyncBuffer
 	cmd.Stdout = &out
 	if err := cmd.Start(); err != nil {
@@ -129,17 +128,10 @@ func TestSimServerFromConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := startServerWith(t, "--config", cfg, "--sim-nodes", "3", "--memory-limit", "3Gi", "--gc-percent", "300")
+	s.dataDir = filepath.Join(dir, "data")
 	// The soft memory limit and the GC target reached the runtime: Go's
 	// collector reports them.
-	resp, err := http.Get("http://" + s.addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	metrics, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	metrics := s.get(t, "/metrics")
 	if !strings.Contains(string(metrics), "go_gc_gomemlimit_bytes 3.221225472e+09") {
 		t.Errorf("/metrics does not report the 3Gi memory limit:\n%s", grepLines(string(metrics), "gomemlimit"))
 	}

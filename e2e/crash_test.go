@@ -195,7 +195,7 @@ func TestCrashDuring200Launches(t *testing.T) {
 
 func newClient(t *testing.T, s *server) *client.Client {
 	t.Helper()
-	cl, err := client.New("http://"+s.addr, client.WithHTTPClient(&http.Client{Timeout: 20 * time.Second}))
+	cl, err := client.New("http://"+s.addr, client.WithToken(s.token(t)), client.WithHTTPClient(&http.Client{Timeout: 20 * time.Second}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -50,22 +52,102 @@ func TestMain(m *testing.M) {
 type server struct {
 	cmd  *exec.Cmd
 	addr string
-	mu   sync.Mutex
-	log  bytes.Buffer
-	done chan error
+	// home is $XDG_DATA_HOME of the server and of the verbs run against
+	// it: a --dev server keeps its data (and the admin token the verbs
+	// find by themselves) in home/berth, as in the README's quick start.
+	home string
+	// dataDir is where a server started from a config file keeps its
+	// data; the verbs then read the admin token from it.
+	dataDir string
+	mu      sync.Mutex
+	log     bytes.Buffer
+	done    chan error
 }
 
-// startServer starts the server on dataDir and waits for the "listening"
-// log line, which carries the bound address.
-func startServer(t *testing.T, dataDir string) *server {
+// startServer starts `berth server --dev` with $XDG_DATA_HOME home (its
+// data in home/berth, as the quick start has it) and waits for the
+// "listening" log line, which carries the bound address.
+func startServer(t *testing.T, home string) *server {
 	t.Helper()
-	return startServerWith(t, "--dev", "--data-dir", dataDir, "--listen", "127.0.0.1:0")
+	return startServerIn(t, home, "--dev", "--listen", "127.0.0.1:0")
 }
 
 // startServerWith starts `berth server` with args (and JSON logs).
 func startServerWith(t *testing.T, args ...string) *server {
 	t.Helper()
+	return startServerIn(t, "", args...)
+}
+
+// env is the environment of the server's process and of the verbs run
+// against it.
+func (s *server) env() []string {
+	env := append(os.Environ(), "BERTH_ADDR=http://"+s.addr)
+	if s.home != "" {
+		env = append(env, "XDG_DATA_HOME="+s.home)
+	}
+	return env
+}
+
+// token returns the admin token the server wrote.
+func (s *server) token(t *testing.T) string {
+	t.Helper()
+	dir := s.dataDir
+	if dir == "" {
+		dir = filepath.Join(s.home, "berth")
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "admin.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// get sends GET path with the admin token and returns the answer's body.
+func (s *server) get(t *testing.T, path string) string {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, "http://"+s.addr+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+s.token(t))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s %v: %s", path, resp.Status, err, b)
+	}
+	return string(b)
+}
+
+// startServerIn starts `berth server` with args (and JSON logs) and
+// $XDG_DATA_HOME home when it is set.
+func startServerIn(t *testing.T, home string, args ...string) *server {
+	t.Helper()
 	cmd := exec.Command(berthBin, append(append([]string{"server"}, args...), "--log-format", "json")...)
+	if home != "" {
+		cmd.Env = append(os.Environ(), "XDG_DATA_HOME="+home)
+	}
+	return runServer(t, cmd, home)
+}
+
+// startServerAs starts the berth binary bin as `server` with args, as user
+// uid (and group uid).
+func startServerAs(t *testing.T, uid uint32, bin string, args ...string) *server {
+	t.Helper()
+	cmd := exec.Command(bin, append(append([]string{"server"}, args...), "--log-format", "json")...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{}}}
+	cmd.Dir = "/"
+	cmd.Env = append(os.Environ(), "HOME=/nonexistent")
+	return runServer(t, cmd, "")
+}
+
+// runServer starts cmd (a berth server with JSON logs) and waits for its
+// address.
+func runServer(t *testing.T, cmd *exec.Cmd, home string) *server {
+	t.Helper()
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -73,7 +155,7 @@ func startServerWith(t *testing.T, args ...string) *server {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	s := &server{cmd: cmd, done: make(chan error, 1)}
+	s := &server{cmd: cmd, home: home, done: make(chan error, 1)}
 	addrCh := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
@@ -157,7 +239,10 @@ func berth(t *testing.T, s *server, args ...string) (string, string, int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, berthBin, args...)
-	cmd.Env = append(os.Environ(), "BERTH_ADDR=http://"+s.addr)
+	cmd.Env = s.env()
+	if s.home == "" {
+		cmd.Env = append(cmd.Env, "BERTH_TOKEN="+s.token(t))
+	}
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

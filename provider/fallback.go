@@ -120,6 +120,19 @@ func (p *Provider) Preload(ctx context.Context, image string, nodes []string, pr
 // Resize changes the cpu and memory limits of instance id; zero fields of r
 // are left unchanged.
 // Fallback: ErrUnsupported.
+// CheckSpec returns why the back-end could never run spec, or nil; without
+// a driver.SpecChecker every spec is taken.
+func (p *Provider) CheckSpec(spec *driver.Spec) error {
+	c, ok := p.d.(driver.SpecChecker)
+	if !ok {
+		return nil
+	}
+	if err := c.CheckSpec(spec); err != nil {
+		return fmt.Errorf("provider %q: %w", p.cfg.Name, err)
+	}
+	return nil
+}
+
 func (p *Provider) Resize(ctx context.Context, id string, r driver.Resources) error {
 	rs, ok := p.d.(driver.Resizer)
 	if !ok {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/berth-dev/berth/api"
 	"github.com/berth-dev/berth/api/client"
+	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/drivers/local"
@@ -64,6 +65,7 @@ func startReal(t *testing.T) *realServer {
 	opts.StopGrace = time.Second
 	opts.PollInterval = 20 * time.Millisecond
 	opts.CgroupRoot = ""
+	opts.AllowRoot = true // the tests run as root
 	cluster := fmt.Sprintf("webtest-%d", rand.Uint64())
 	d, err := local.Open(ctx, opts, driver.Env{Provider: "local", Cluster: cluster, Logger: quiet})
 	if err != nil {
@@ -87,7 +89,12 @@ func startReal(t *testing.T) *realServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	apiServer := api.New(plane, api.Options{Logger: quiet})
+	apiTokens := auth.NewTokens(st, nil)
+	apiSecret, _, err := apiTokens.Create(ctx, auth.Spec{Name: "ops", Role: auth.RoleOperator, Namespaces: []string{"team-a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	apiServer := api.New(plane, api.Options{Logger: quiet, AuditLog: quiet, Tokens: apiTokens})
 	mux := http.NewServeMux()
 	mux.Handle(web.Prefix, ui)
 	mux.Handle("/", apiServer)
@@ -112,7 +119,7 @@ func startReal(t *testing.T) *realServer {
 		_ = p.Close(ctx)
 		_ = st.Close()
 	})
-	cl, err := client.New(hs.URL, client.WithOwner("team-a"))
+	cl, err := client.New(hs.URL, client.WithToken(apiSecret))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,8 +1,6 @@
 package web
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"html/template"
 	"maps"
@@ -373,10 +371,7 @@ func rowOf(in *control.Instance) instanceRow {
 func namespaceOf(in *control.Instance) string { return in.Owner }
 
 // secret describes a secret value by its size and SHA-256 digest only.
-func secret(v string) string {
-	sum := sha256.Sum256([]byte(v))
-	return fmt.Sprintf("%d bytes, sha256:%s", len(v), hex.EncodeToString(sum[:]))
-}
+func secret(v string) string { return driver.SecretDigest(v) }
 
 // kv is a key and a shown value.
 type kv struct{ K, V string }

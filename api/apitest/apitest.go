@@ -4,10 +4,13 @@ package apitest
 
 import (
 	"context"
+	"log/slog"
 	"net/http/httptest"
 	"testing"
 
 	"github.com/berth-dev/berth/api"
+	"github.com/berth-dev/berth/api/client"
+	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/driver"
 	_ "github.com/berth-dev/berth/drivers/sim" // the back-end Start opens
@@ -21,13 +24,48 @@ type Env struct {
 	API   *api.Server
 	HTTP  *httptest.Server
 	Plane *control.Plane
+	// Tokens are the server's tokens; Token is the secret of an admin
+	// token made by Start.
+	Tokens *auth.Tokens
+	Token  string
+}
+
+// NewToken makes a token and returns its secret.
+func (e *Env) NewToken(tb testing.TB, name string, role auth.Role, namespaces ...string) string {
+	tb.Helper()
+	secret, _, err := e.Tokens.Create(context.Background(), auth.Spec{Name: name, Role: role, Namespaces: namespaces})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return secret
+}
+
+// Client returns a client of the server with token secret (the admin
+// token when secret is "").
+func (e *Env) Client(tb testing.TB, secret string, opts ...client.Option) *client.Client {
+	tb.Helper()
+	if secret == "" {
+		secret = e.Token
+	}
+	c, err := client.New(e.HTTP.URL, append([]client.Option{client.WithToken(secret)}, opts...)...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
 }
 
 // Start opens a sim back-end with simOpts as the provider "sim" of cluster
 // "test", runs a control plane over it and st, and serves the API with
-// opts. When tb ends the streams, the listener, the plane, the provider and
+// opts; unless opts.Tokens is set, the tokens are kept in st and Start makes
+// an admin token (Env.Token). When tb ends the streams, the listener, the plane, the provider and
 // st are closed, in that order.
 func Start(tb testing.TB, st store.Store, simOpts map[string]any, opts api.Options) *Env {
+	tb.Helper()
+	return StartWith(tb, st, simOpts, opts, nil)
+}
+
+// StartWith is Start with tune applied to the plane's configuration.
+func StartWith(tb testing.TB, st store.Store, simOpts map[string]any, opts api.Options, tune func(*control.Config)) *Env {
 	tb.Helper()
 	ctx := context.Background()
 	def, err := driver.Lookup("sim")
@@ -42,7 +80,11 @@ func Start(tb testing.TB, st store.Store, simOpts map[string]any, opts api.Optio
 	if err != nil {
 		tb.Fatal(err)
 	}
-	plane, err := control.New(ctx, control.Config{Store: st, Providers: []*provider.Provider{p}, Cluster: "test"})
+	cfg := control.Config{Store: st, Providers: []*provider.Provider{p}, Cluster: "test"}
+	if tune != nil {
+		tune(&cfg)
+	}
+	plane, err := control.New(ctx, cfg)
 	if err != nil {
 		_ = p.Close(ctx)
 		tb.Fatal(err)
@@ -53,6 +95,21 @@ func Start(tb testing.TB, st store.Store, simOpts map[string]any, opts api.Optio
 		defer close(done)
 		_ = plane.Run(runCtx)
 	}()
+	if opts.AuditLog == nil {
+		opts.AuditLog = slog.New(slog.DiscardHandler)
+	}
+	tokens := opts.Tokens
+	if tokens == nil {
+		tokens = auth.NewTokens(st, nil)
+		opts.Tokens = tokens
+	}
+	admin, _, err := tokens.Create(ctx, auth.Spec{Name: "test-admin", Role: auth.RoleAdmin})
+	if err != nil {
+		cancel()
+		<-done
+		_ = p.Close(ctx)
+		tb.Fatal(err)
+	}
 	s := api.New(plane, opts)
 	hs := httptest.NewServer(s)
 	tb.Cleanup(func() {
@@ -63,5 +120,5 @@ func Start(tb testing.TB, st store.Store, simOpts map[string]any, opts api.Optio
 		_ = p.Close(ctx)
 		_ = st.Close()
 	})
-	return &Env{API: s, HTTP: hs, Plane: plane}
+	return &Env{API: s, HTTP: hs, Plane: plane, Tokens: tokens, Token: admin}
 }

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/api"
+	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/scheduler"
@@ -29,9 +30,10 @@ import (
 
 // Client talks to one Berth server. It is safe for concurrent use.
 type Client struct {
-	base  string
-	http  *http.Client
-	owner string
+	base      string
+	http      *http.Client
+	token     string
+	namespace string
 }
 
 // Option configures a Client.
@@ -41,8 +43,12 @@ type Option func(*Client)
 // since streams are long; calls are bounded by their ctx).
 func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.http = h } }
 
-// WithOwner sets the owner sent with submissions (quotas per owner).
-func WithOwner(owner string) Option { return func(c *Client) { c.owner = owner } }
+// WithToken sets the bearer token sent with every call.
+func WithToken(token string) Option { return func(c *Client) { c.token = token } }
+
+// WithNamespace sets the namespace submissions land in (one of the
+// token's); empty means the token's first.
+func WithNamespace(ns string) Option { return func(c *Client) { c.namespace = ns } }
 
 // New returns a client for the server at addr ("http://127.0.0.1:7480" or
 // "127.0.0.1:7480").
@@ -84,8 +90,8 @@ func (c *Client) newRequest(ctx context.Context, method, path string, q url.Valu
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	if c.owner != "" {
-		req.Header.Set(api.OwnerHeader, c.owner)
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	return req, nil
 }
@@ -150,12 +156,20 @@ func (c *Client) call(ctx context.Context, method, path string, q url.Values, bo
 	return nil
 }
 
+// nsQuery is the query of a submission: its namespace, when set.
+func (c *Client) nsQuery() url.Values {
+	if c.namespace == "" {
+		return nil
+	}
+	return url.Values{"namespace": {c.namespace}}
+}
+
 func ref(r string) string { return "/v1/instances/" + url.PathEscape(r) }
 
 // Submit submits a request and returns Citadel's answer.
 func (c *Client) Submit(ctx context.Context, req scheduler.Request) (*control.Answer, error) {
 	var a control.Answer
-	if err := c.call(ctx, http.MethodPost, "/v1/requests", nil, req, &a); err != nil {
+	if err := c.call(ctx, http.MethodPost, "/v1/requests", c.nsQuery(), req, &a); err != nil {
 		return nil, err
 	}
 	return &a, nil
@@ -165,7 +179,7 @@ func (c *Client) Submit(ctx context.Context, req scheduler.Request) (*control.An
 // through) and returns the answer.
 func (c *Client) SubmitRaw(ctx context.Context, body json.RawMessage) (*control.Answer, error) {
 	var a control.Answer
-	if err := c.call(ctx, http.MethodPost, "/v1/requests", nil, body, &a); err != nil {
+	if err := c.call(ctx, http.MethodPost, "/v1/requests", c.nsQuery(), body, &a); err != nil {
 		return nil, err
 	}
 	return &a, nil
@@ -174,7 +188,7 @@ func (c *Client) SubmitRaw(ctx context.Context, body json.RawMessage) (*control.
 // SubmitGroup submits a group.
 func (c *Client) SubmitGroup(ctx context.Context, g scheduler.Group) (*control.GroupAnswer, error) {
 	var a control.GroupAnswer
-	if err := c.call(ctx, http.MethodPost, "/v1/groups", nil, g, &a); err != nil {
+	if err := c.call(ctx, http.MethodPost, "/v1/groups", c.nsQuery(), g, &a); err != nil {
 		return nil, err
 	}
 	return &a, nil
@@ -230,7 +244,7 @@ func (c *Client) InstancesPage(ctx context.Context, f control.Filter) (list []co
 	}
 	set("provider", f.Provider)
 	set("node", f.Node)
-	set("owner", f.Owner)
+	set("namespace", f.Owner)
 	set("pool", f.Pool)
 	set("group", f.Group)
 	set("request", f.Request)
@@ -522,4 +536,37 @@ func (c *Client) Drivers(ctx context.Context) ([]api.DriverInfo, error) {
 // Health returns nil when the server answers.
 func (c *Client) Health(ctx context.Context) error {
 	return c.call(ctx, http.MethodGet, "/v1/health", nil, nil, nil)
+}
+
+// CreateToken makes a token; the answer holds its secret, shown this once.
+func (c *Client) CreateToken(ctx context.Context, req api.TokenRequest) (*api.NewToken, error) {
+	var t api.NewToken
+	if err := c.call(ctx, http.MethodPost, "/v1/tokens", nil, req, &t); err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// Tokens lists the tokens (never their secrets).
+func (c *Client) Tokens(ctx context.Context) ([]api.TokenInfo, error) {
+	var list []api.TokenInfo
+	return list, c.call(ctx, http.MethodGet, "/v1/tokens", nil, nil, &list)
+}
+
+// RevokeToken deletes the token whose accessor id or name is r.
+func (c *Client) RevokeToken(ctx context.Context, r string) (*api.TokenInfo, error) {
+	var t api.TokenInfo
+	if err := c.call(ctx, http.MethodDelete, "/v1/tokens/"+url.PathEscape(r), nil, nil, &t); err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// WhoAmI returns the identity of the client's token.
+func (c *Client) WhoAmI(ctx context.Context) (*auth.Identity, error) {
+	var id auth.Identity
+	if err := c.call(ctx, http.MethodGet, "/v1/whoami", nil, nil, &id); err != nil {
+		return nil, err
+	}
+	return &id, nil
 }

@@ -18,10 +18,19 @@ import (
 )
 
 // testServer serves the API over a sim back-end with two nodes and a memory
-// store and returns its address.
+// store and returns its address; the CLI run by berth uses its admin token
+// ($BERTH_TOKEN).
 func testServer(t *testing.T) string {
 	t.Helper()
-	return apitest.Start(t, memory.New(memory.Options{}), map[string]any{"nodes": 2}, api.Options{}).HTTP.URL
+	return testEnv(t, api.Options{}).HTTP.URL
+}
+
+// testEnv is testServer with opts, returning the whole environment.
+func testEnv(t *testing.T, opts api.Options) *apitest.Env {
+	t.Helper()
+	e := apitest.Start(t, memory.New(memory.Options{}), map[string]any{"nodes": 2}, opts)
+	t.Setenv(EnvToken, e.Token)
+	return e
 }
 
 // berth runs the CLI against addr and returns its exit code, stdout and
@@ -34,19 +43,17 @@ func berth(t *testing.T, addr string, args ...string) (int, string, string) {
 }
 
 func TestListAndChangeVerbs(t *testing.T) {
-	addr := testServer(t)
+	e := testEnv(t, api.Options{})
+	addr := e.HTTP.URL
 	ctx := context.Background()
 	for _, o := range []struct{ owner, id string }{{"alice", "a1"}, {"alice", "a2"}, {"bob", "b1"}} {
-		cl, err := client.New(addr, client.WithOwner(o.owner))
-		if err != nil {
-			t.Fatal(err)
-		}
+		cl := e.Client(t, e.Token, client.WithNamespace(o.owner))
 		if _, err := cl.Submit(ctx, scheduler.Request{Spec: driver.Spec{Image: "x"}, ID: o.id}); err != nil {
 			t.Fatal(err)
 		}
 	}
 
-	code, out, errOut := berth(t, addr, "ps", "--owner", "alice", "--json")
+	code, out, errOut := berth(t, addr, "ps", "--namespace", "alice", "--json")
 	if code != 0 {
 		t.Fatalf("ps --owner alice --json: exit %d: %s", code, errOut)
 	}
@@ -62,7 +69,7 @@ func TestListAndChangeVerbs(t *testing.T) {
 	if len(list) != 2 {
 		t.Errorf("ps --owner alice: %d instances, want 2", len(list))
 	}
-	if code, out, _ := berth(t, addr, "ps", "--owner", "nobody", "--json"); code != 0 || strings.TrimSpace(out) != "[]" {
+	if code, out, _ := berth(t, addr, "ps", "--namespace", "nobody", "--json"); code != 0 || strings.TrimSpace(out) != "[]" {
 		t.Errorf("ps of an owner with nothing: exit %d %q, want []", code, out)
 	}
 
@@ -87,11 +94,9 @@ func TestListAndChangeVerbs(t *testing.T) {
 // TestPsPages lists 5 instances from a server whose pages hold 2: ps lists
 // them all, ps --limit one page and where the next one starts.
 func TestPsPages(t *testing.T) {
-	addr := apitest.Start(t, memory.New(memory.Options{}), map[string]any{"nodes": 2}, api.Options{PageSize: 2}).HTTP.URL
-	cl, err := client.New(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := testEnv(t, api.Options{PageSize: 2})
+	addr := e.HTTP.URL
+	cl := e.Client(t, "")
 	if _, err := cl.Submit(context.Background(), scheduler.Request{Spec: driver.Spec{Image: "x"}, ID: "web", Count: 5}); err != nil {
 		t.Fatal(err)
 	}

@@ -61,14 +61,21 @@ func main() {
 
 // cli is what every verb shares: the global flags and the output streams.
 type cli struct {
-	addr   string
-	owner  string
-	stdout io.Writer
-	stderr io.Writer
+	addr      string
+	token     string
+	namespace string
+	stdout    io.Writer
+	stderr    io.Writer
 }
 
+// client returns a client of the server at c.addr with the token
+// resolveToken finds.
 func (c *cli) client() (*client.Client, error) {
-	return client.New(c.addr, client.WithOwner(c.owner))
+	tok, err := resolveToken(c.addr, c.token)
+	if err != nil {
+		return nil, err
+	}
+	return client.New(c.addr, client.WithToken(tok), client.WithNamespace(c.namespace))
 }
 
 // usageError marks a mistake in the command line (exit code 2).
@@ -132,6 +139,8 @@ through pluggable compute back-ends.
 
 Start a server with "berth server --dev", then use the other verbs against it.
 The server address comes from --addr, else $BERTH_ADDR, else ` + defaultAddr + `.
+The token comes from --token, else $BERTH_TOKEN, else (for a server on this
+host) the admin token the server wrote in its data directory.
 
 Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 invalid input,
 5 conflict (exists, capacity, quota), 6 unsupported, 7 server or back-end unavailable.`,
@@ -152,15 +161,13 @@ Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 invalid input,
 	if addr == "" {
 		addr = defaultAddr
 	}
-	owner := os.Getenv("BERTH_OWNER")
-	if owner == "" {
-		owner = os.Getenv("USER")
-	}
 	root.PersistentFlags().StringVar(&c.addr, "addr", addr, "server address (default from $"+EnvAddr+")")
-	root.PersistentFlags().StringVar(&c.owner, "owner", owner, "owner of submitted requests (default $BERTH_OWNER or $USER)")
+	root.PersistentFlags().StringVar(&c.token, "token", "", "bearer token (default $"+EnvToken+"; for a server on this host, the admin token in its data directory)")
+	root.PersistentFlags().StringVar(&c.namespace, "namespace", os.Getenv(EnvNamespace), "namespace submissions land in, one of the token's (default $"+EnvNamespace+", else the token's first)")
 
 	root.AddCommand(newServerCmd(c))
 	root.AddCommand(clientCommands(c)...)
+	root.AddCommand(tokenCmd(c))
 	root.AddCommand(dockerCommands(c)...)
 	root.AddCommand(newSimCmd())
 	return root

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +22,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/berth-dev/berth/api"
+	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/config"
 	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/driver"
@@ -41,6 +44,11 @@ type serverFlags struct {
 	cluster    string
 	memLimit   string
 	gcPercent  int
+	tlsCert    string
+	tlsKey     string
+	clientCA   string
+	insecure   bool
+	origins    []string
 	// driverOpts holds the generated --<driver>-<option> flags.
 	driverOpts map[string]*string
 	// dockerListen is the Docker Engine API's address (--docker-listen).
@@ -81,6 +89,11 @@ goroutine's stack to the log.`,
 	fl.StringVar(&f.logLevel, "log-level", "", "log level: debug, info, warn or error")
 	fl.StringVar(&f.cluster, "cluster", "", "name of this Berth installation, written on every back-end resource")
 	fl.StringVar(&f.memLimit, "memory-limit", "", "soft memory limit of the server, e.g. 3Gi (as GOMEMLIMIT; default: the runtime's)")
+	fl.StringVar(&f.tlsCert, "tls-cert", "", "PEM file of the server's TLS certificate (with --tls-key)")
+	fl.StringVar(&f.tlsKey, "tls-key", "", "PEM file of the server's TLS key")
+	fl.StringVar(&f.clientCA, "tls-client-ca", "", "PEM file of the CAs whose client certificates are accepted (common name = a token's name)")
+	fl.BoolVar(&f.insecure, "insecure", false, "allow a listen address off this host without TLS (tokens cross the network in clear)")
+	fl.StringSliceVar(&f.origins, "allowed-origin", nil, "an Origin whose browser requests are served (repeatable; default none)")
 	fl.IntVar(&f.gcPercent, "gc-percent", 0, fmt.Sprintf("garbage collection target, as GOGC (default: GOGC if set, else %d)", config.DefaultGCPercent))
 	for _, df := range config.DriverFlags() {
 		help := df.Option.Help
@@ -129,6 +142,15 @@ func (f *serverFlags) load(cmd *cobra.Command) (*config.Config, error) {
 	set("log-format", &cfg.Log.Format, f.logFormat)
 	set("log-level", &cfg.Log.Level, f.logLevel)
 	set("cluster", &cfg.Cluster, f.cluster)
+	set("tls-cert", &cfg.TLS.Cert, f.tlsCert)
+	set("tls-key", &cfg.TLS.Key, f.tlsKey)
+	set("tls-client-ca", &cfg.TLS.ClientCA, f.clientCA)
+	if cmd.Flags().Changed("insecure") {
+		cfg.Insecure = f.insecure
+	}
+	if cmd.Flags().Changed("allowed-origin") {
+		cfg.AllowedOrigins = f.origins
+	}
 	if cmd.Flags().Changed("gc-percent") {
 		cfg.GCPercent = f.gcPercent
 	}
@@ -148,7 +170,13 @@ func (f *serverFlags) load(cmd *cobra.Command) (*config.Config, error) {
 			cfg.DataDir = dir
 		}
 		if len(cfg.Providers) == 0 {
-			cfg.Providers = []config.Provider{{Name: "local", Driver: "local", Options: map[string]any{"address": "127.0.0.1"}}}
+			opts := map[string]any{"address": "127.0.0.1"}
+			if os.Geteuid() == 0 {
+				// --dev as root runs processes as root, as the operator
+				// who started it asked; runServer says so.
+				opts["allow_root"] = true
+			}
+			cfg.Providers = []config.Provider{{Name: "local", Driver: "local", Options: opts}}
 		}
 	}
 	if err := cfg.Finish(f.configFile, f.overrides(cmd)); err != nil {
@@ -204,6 +232,24 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 		return fmt.Errorf("data dir: %w", err)
 	}
 
+	if f.dev && os.Geteuid() == 0 {
+		log.Warn("--dev as root: the local back-end runs processes as root unless a request names a user")
+	}
+	loopback, err := loopbackListen(cfg.Listen)
+	if err != nil {
+		return err
+	}
+	if !loopback && !cfg.TLS.Enabled() {
+		if !cfg.Insecure {
+			return usagef("listen %s is reachable from other machines: serve TLS (--tls-cert and --tls-key), listen on 127.0.0.1, or pass --insecure to send tokens in clear", cfg.Listen)
+		}
+		log.Warn("INSECURE: the API listens off this host without TLS; bearer tokens and every request cross the network in clear", "listen", cfg.Listen)
+	}
+	tlsConfig, err := serverTLS(cfg.TLS)
+	if err != nil {
+		return err
+	}
+
 	st, err := bolt.Open(filepath.Join(cfg.DataDir, "berth.db"), bolt.Options{})
 	if err != nil {
 		return err
@@ -213,6 +259,14 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 			log.Error("closing the store", "error", err)
 		}
 	}()
+
+	tokens := auth.NewTokens(st, nil)
+	tokenFile := filepath.Join(cfg.DataDir, auth.BootstrapFile)
+	if made, err := tokens.Bootstrap(ctx, tokenFile); err != nil {
+		return fmt.Errorf("admin token: %w", err)
+	} else if made {
+		log.Info("made the first admin token; its secret is in the file (mode 0600), read by berth's client verbs on this host", "file", tokenFile)
+	}
 
 	m := metrics.New()
 	providers, err := openProviders(ctx, cfg, log, m)
@@ -230,22 +284,31 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 		return err
 	}
 
-	apiServer := api.New(plane, api.Options{MaxBodySize: int64(cfg.MaxBodySize), MaxCount: cfg.MaxCount, Logger: log})
-	// The dashboard takes the server's token authentication; without one
-	// it refuses every page.
-	ui, err := web.New(plane, web.Options{Logger: log})
+	apiServer := api.New(plane, api.Options{
+		MaxBodySize: int64(cfg.MaxBodySize), MaxCount: cfg.MaxCount, Logger: log,
+		Tokens: tokens, LoopbackOnly: loopback, AllowedOrigins: cfg.AllowedOrigins,
+		Rate: cfg.TokenRate, Burst: cfg.TokenBurst, MaxStreams: cfg.MaxStreams,
+	})
+	ui, err := web.New(plane, web.Options{Logger: log, Authenticator: webAuth(tokens), SecureCookies: cfg.TLS.Enabled()})
 	if err != nil {
 		return err
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", m.Handler())
-	mux.Handle(web.Prefix, timed(m, ui))
+	mux.Handle("GET /metrics", apiServer.Protect(auth.Read, m.Handler()))
+	mux.Handle(web.Prefix, timed(m, apiServer.CheckHost(ui)))
 	mux.Handle("/", timed(m, apiServer))
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	httpServer := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	if tlsConfig != nil {
+		ln = tls.NewListener(ln, tlsConfig)
+	}
+	// Every phase of a request is bounded; streams (logs, events) lift the
+	// write deadline for themselves.
+	to := cfg.Timeouts
+	httpServer := &http.Server{Handler: mux, ReadHeaderTimeout: to.ReadHeader, ReadTimeout: to.Read, WriteTimeout: to.Write,
+		IdleTimeout: to.Idle, MaxHeaderBytes: 64 << 10, TLSConfig: tlsConfig, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 
 	// The reconciler runs under its own context so that it stops only after
 	// the API has finished the requests in flight.
@@ -317,6 +380,58 @@ loop:
 	}
 	log.Info("stopped")
 	return runErr
+}
+
+// loopbackListen reports whether the listen address binds only this host's
+// loopback interface.
+func loopbackListen(listen string) (bool, error) {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return false, usagef("listen %q: %v", listen, err)
+	}
+	if host == "localhost" {
+		return true, nil
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback(), nil
+}
+
+// serverTLS builds the listener's TLS configuration, or nil without TLS.
+func serverTLS(t config.TLS) (*tls.Config, error) {
+	if !t.Enabled() {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(t.Cert, t.Key)
+	if err != nil {
+		return nil, usagef("tls: %v", err)
+	}
+	c := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
+	if t.ClientCA != "" {
+		pem, err := os.ReadFile(t.ClientCA)
+		if err != nil {
+			return nil, usagef("tls client_ca: %v", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, usagef("tls client_ca %s: no PEM certificate in it", t.ClientCA)
+		}
+		c.ClientCAs, c.ClientAuth = pool, tls.VerifyClientCertIfGiven
+	}
+	return c, nil
+}
+
+// webAuth lets the dashboard sign in with the API's tokens.
+func webAuth(tokens *auth.Tokens) web.Authenticator {
+	return web.AuthenticatorFunc(func(ctx context.Context, secret string) (web.Identity, error) {
+		id, err := tokens.Authenticate(ctx, secret)
+		if errors.Is(err, auth.ErrUnauthenticated) {
+			return web.Identity{}, web.ErrUnauthenticated
+		}
+		if err != nil {
+			return web.Identity{}, err
+		}
+		return web.Identity{Name: id.Name, Role: web.Role(id.Role), Namespaces: id.Namespaces}, nil
+	})
 }
 
 // timed records each API request's latency by route pattern.

@@ -134,7 +134,7 @@ func row(tw *tabwriter.Writer, cols ...any) {
 // specFlags are the Docker-like flags shared by run and plan.
 type specFlags struct {
 	name, cpus, memory, kind, typ, restart, provider, image, workdir, strategy string
-	entrypoint                                                                 string
+	entrypoint, user, group                                                    string
 	env, ports, volumes, labels, constraints, affinities                       []string
 	count                                                                      int
 	priority                                                                   int
@@ -150,6 +150,8 @@ func (s *specFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&s.restart, "restart", "", "restart policy: no, always, unless-stopped, on-failure[:N]")
 	fl.StringVar(&s.provider, "provider", "", "provider to place on (default any)")
 	fl.StringVar(&s.workdir, "workdir", "", "working directory")
+	fl.StringVarP(&s.user, "user", "u", "", "run as this user: a name or a numeric id")
+	fl.StringVar(&s.group, "group", "", "run as this group: a name or a numeric id (default the user's)")
 	fl.StringVar(&s.entrypoint, "entrypoint", "", "replace the image's entry point")
 	fl.StringVar(&s.strategy, "strategy", "", "placement strategy: binpack, spread, random, waterfill, average")
 	fl.StringArrayVarP(&s.env, "env", "e", nil, "environment variable KEY=VALUE (repeatable)")
@@ -186,6 +188,7 @@ func (s *specFlags) request(cmd *cobra.Command, args []string) (scheduler.Reques
 	r.Type = driver.WorkloadType(s.typ)
 	r.Provider = s.provider
 	r.WorkingDir = s.workdir
+	r.User, r.Group = s.user, s.group
 	r.Strategy = scheduler.Strategy(s.strategy)
 	r.Count = s.count
 	r.Priority = s.priority
@@ -458,9 +461,9 @@ func psCmd(c *cli) *cobra.Command {
 	fl.BoolVarP(&f.All, "all", "a", false, "include deleted instances")
 	fl.StringVar(&f.Provider, "provider", "", "only this provider")
 	fl.StringVar(&f.Node, "node", "", "only this node")
-	// --owner names the owner to list here, shadowing the global --owner
-	// (who submits), which ps has no use for.
-	fl.StringVar(&f.Owner, "owner", "", "only this owner's instances")
+	// --namespace names the namespace to list here, shadowing the global
+	// --namespace (where submissions land), which ps has no use for.
+	fl.StringVar(&f.Owner, "namespace", "", "only this namespace's instances")
 	fl.StringVar(&f.Pool, "pool", "", "only this pool")
 	fl.StringVar(&f.Group, "group", "", "only this group")
 	fl.StringVar(&f.Request, "request", "", "only this request")

@@ -209,6 +209,12 @@ func (d *Driver) containerOptions(spec *driver.Spec) (client.ContainerCreateOpti
 	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
 		cfg.Env = append(cfg.Env, k+"="+spec.Env[k])
 	}
+	// The engine runs the container as user[:group] (the image's user
+	// when empty).
+	cfg.User = spec.User
+	if spec.Group != "" {
+		cfg.User += ":" + spec.Group
+	}
 	hc := &container.HostConfig{
 		Resources: container.Resources{
 			NanoCPUs:          int64(spec.CPU) * 1_000_000,

@@ -121,9 +121,12 @@ func (o *Options) check() ([]*tls.Config, error) {
 		name string
 		v    time.Duration
 	}{{"call_timeout", o.CallTimeout}, {"poll_interval", o.PollInterval}, {"backoff_min", o.BackoffMin}, {"backoff_max", o.BackoffMax}} {
-		if d.v <= 0 {
-			es.Add(d.name, "%s: must be positive", d.v)
+		if d.v < time.Millisecond || d.v > time.Hour {
+			es.Add(d.name, "%s: want 1ms to 1h", d.v)
 		}
+	}
+	if o.UsageInterval > 0 && o.UsageInterval < 100*time.Millisecond {
+		es.Add("usage_interval", "%s: want 0 (off) or at least 100ms: each round asks every engine for every container's stats", o.UsageInterval)
 	}
 	if o.StopGrace < 0 {
 		es.Add("stop_grace", "%s: must not be negative", o.StopGrace)

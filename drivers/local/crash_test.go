@@ -33,7 +33,7 @@ func churnBerth(dir string) error {
 	if err != nil {
 		return err
 	}
-	d, err := def.Open(ctx, map[string]any{"data_dir": dir, "stop_grace": "2s", "poll_interval": "5ms"}, driver.Env{})
+	d, err := def.Open(ctx, map[string]any{"data_dir": dir, "stop_grace": "2s", "poll_interval": "5ms", "allow_root": true}, driver.Env{})
 	if err != nil {
 		return err
 	}

@@ -305,7 +305,17 @@ func (d *Driver) launch(rec *record) error {
 		defer f.Close()
 		outs[i] = f
 	}
-	sys := &syscall.SysProcAttr{Setpgid: true}
+	cred, err := d.credential(sp)
+	if err != nil {
+		return err
+	}
+	sys := &syscall.SysProcAttr{Setpgid: true, Credential: cred}
+	if cred != nil && sp.WorkingDir == "" {
+		// The instance's own directory lies in the server's private data
+		// directory, out of another user's reach: such a process starts
+		// in /, as a container does.
+		dir = "/"
+	}
 	limits := d.cg.usable() && (sp.CPU > 0 || sp.Memory > 0)
 	if limits {
 		// The cgroup and its limits exist before the process does. On v2

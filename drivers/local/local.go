@@ -32,6 +32,7 @@ type Options struct {
 	StopGrace    time.Duration     `option:"stop_grace" help:"time between SIGTERM and SIGKILL when Delete stops a process"`
 	CgroupRoot   string            `option:"cgroup_root" help:"mount point of the cgroup file system used for cpu and memory limits; empty disables limits"`
 	PollInterval time.Duration     `option:"poll_interval" help:"how often Watch and log follow look at /proc and the log files"`
+	AllowRoot    bool              `option:"allow_root" help:"run processes as root: a spec naming root, or naming no user while the server runs as root; refused otherwise"`
 }
 
 // DefaultOptions returns the defaults.
@@ -50,8 +51,8 @@ func (o *Options) Validate() error {
 	if o.StopGrace < 0 {
 		es = append(es, &driver.FieldError{Path: "stop_grace", Reason: "must not be negative"})
 	}
-	if o.PollInterval <= 0 {
-		es = append(es, &driver.FieldError{Path: "poll_interval", Reason: "must be positive"})
+	if o.PollInterval < 5*time.Millisecond || o.PollInterval > time.Hour {
+		es = append(es, &driver.FieldError{Path: "poll_interval", Reason: fmt.Sprintf("%s: want 5ms to 1h", o.PollInterval)})
 	}
 	for k := range o.Labels {
 		if k == "" {

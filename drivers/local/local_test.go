@@ -45,7 +45,7 @@ func open(t *testing.T, dir string, raw map[string]any) *Driver {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := map[string]any{"data_dir": dir, "stop_grace": "5s", "poll_interval": "20ms"}
+	opts := map[string]any{"data_dir": dir, "stop_grace": "5s", "poll_interval": "20ms", "allow_root": true}
 	for k, v := range raw {
 		opts[k] = v
 	}
@@ -916,7 +916,7 @@ func helperBerth(dir string) error {
 	if err != nil {
 		return err
 	}
-	d, err := def.Open(ctx, map[string]any{"data_dir": dir}, driver.Env{})
+	d, err := def.Open(ctx, map[string]any{"data_dir": dir, "allow_root": true}, driver.Env{})
 	if err != nil {
 		return err
 	}
@@ -985,7 +985,7 @@ func BenchmarkCreateDelete(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	drv, err := def.Open(context.Background(), map[string]any{"data_dir": b.TempDir()}, driver.Env{})
+	drv, err := def.Open(context.Background(), map[string]any{"data_dir": b.TempDir(), "allow_root": true}, driver.Env{})
 	if err != nil {
 		b.Fatal(err)
 	}

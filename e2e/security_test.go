@@ -1,0 +1,314 @@
+package e2e
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestServerRefusesUnsafeSetups: what would expose the server, or what it
+// would ignore, is refused at start and named.
+func TestServerRefusesUnsafeSetups(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	data := "data_dir: " + filepath.Join(dir, "data") + "\n"
+	cases := []struct {
+		name  string
+		args  []string
+		code  int
+		wants []string
+	}{
+		{"open listener without TLS", []string{"--dev", "--data-dir", filepath.Join(dir, "d1"), "--listen", "0.0.0.0:0"}, 2,
+			[]string{"0.0.0.0:0", "TLS", "--insecure"}},
+		{"provider name escaping the data dir", []string{"--config", write("a.yaml", data+"providers:\n  - {name: ../../x, driver: sim}\n")}, 4,
+			[]string{"providers[0].name", "DNS label"}},
+		{"flags of an unused driver", []string{"--dev", "--data-dir", filepath.Join(dir, "d2"), "--sim-nodes", "5"}, 4,
+			[]string{"--sim-nodes", "no provider uses the sim driver"}},
+		{"a million workers", []string{"--config", write("b.yaml", data+"providers:\n  - {name: sim, driver: sim}\nreconcile: {workers: 1000000}\n")}, 4,
+			[]string{"reconcile.workers", "1 to 256", "0 to 256"}},
+		{"a nanosecond sync", []string{"--config", write("c.yaml", data+"providers:\n  - {name: sim, driver: sim}\nreconcile: {sync_interval: 1ns}\n")}, 4,
+			[]string{"reconcile.sync_interval"}},
+		{"a nanosecond poll", []string{"--dev", "--data-dir", filepath.Join(dir, "d3"), "--local-poll-interval", "1ns"}, 4,
+			[]string{"poll_interval", "5ms"}},
+		{"half a TLS pair", []string{"--dev", "--data-dir", filepath.Join(dir, "d4"), "--tls-cert", "/nonexistent.pem"}, 4,
+			[]string{"tls", "cert and key"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			out, code := serverExit(t, c.args...)
+			if code != c.code {
+				t.Fatalf("exit %d, want %d: %s", code, c.code, out)
+			}
+			n := 0
+			for _, w := range c.wants {
+				if strings.Contains(out, w) {
+					n++
+				}
+			}
+			if n == 0 || (len(c.wants) > 1 && n < len(c.wants)-1) {
+				t.Errorf("output %q does not name %q", out, c.wants)
+			}
+		})
+	}
+	if _, err := os.Stat(filepath.Join(dir, "..", "x")); err == nil {
+		t.Errorf("a file was written outside the data directory")
+	}
+
+	// --insecure starts, and says so loudly.
+	s := startServerWith(t, "--dev", "--data-dir", filepath.Join(dir, "d5"), "--listen", "0.0.0.0:0", "--insecure")
+	s.dataDir = filepath.Join(dir, "d5")
+	if !strings.Contains(s.logs(), "INSECURE") {
+		t.Errorf("--insecure on an open listener logged no warning:\n%s", s.logs())
+	}
+}
+
+// TestSlowBodyIsCutOff: a client that sends its body a byte at a time is
+// disconnected once the read timeout has passed, instead of holding a
+// connection for ever.
+func TestSlowBodyIsCutOff(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "berth.yaml")
+	body := "listen: 127.0.0.1:0\ndata_dir: " + filepath.Join(dir, "data") + "\ntimeouts: {read: 1s}\n" +
+		"providers:\n  - {name: sim, driver: sim, options: {nodes: 1}}\n"
+	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startServerWith(t, "--config", cfg)
+	s.dataDir = filepath.Join(dir, "data")
+	conn, err := net.Dial("tcp", s.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	head := "POST /v1/requests HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + s.token(t) +
+		"\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n"
+	if _, err := conn.Write([]byte(head)); err != nil {
+		t.Fatal(err)
+	}
+	// Trickle a byte every 100 ms; the server must hang up well before the
+	// million bytes would arrive (a day at this pace). The generous limit
+	// only guards against a hung test.
+	cut := false
+	for range 600 {
+		if _, err := conn.Write([]byte(" ")); err != nil {
+			cut = true
+			break
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		buf := make([]byte, 512)
+		if n, err := conn.Read(buf); n > 0 || (err != nil && !isTimeout(err)) {
+			cut = true
+			break
+		}
+	}
+	if !cut {
+		t.Fatal("the server still reads a body trickled for a minute, with a read timeout of 1s")
+	}
+}
+
+func isTimeout(err error) bool {
+	ne, ok := err.(net.Error)
+	return ok && ne.Timeout()
+}
+
+// TestTLSWithCurl: a real curl talks to a TLS server: without a token it is
+// refused, with the bearer token or with a client certificate naming a
+// token it is served; a certificate from another CA is not accepted.
+func TestTLSWithCurl(t *testing.T) {
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Fatal("curl is needed (apt-get install curl)")
+	}
+	dir := t.TempDir()
+	ca, caKey := newCA(t, "berth test CA")
+	other, otherKey := newCA(t, "another CA")
+	writePEM(t, filepath.Join(dir, "ca.pem"), "CERTIFICATE", ca.Raw)
+	srvDER, srvKey := newLeaf(t, ca, caKey, "127.0.0.1", x509.ExtKeyUsageServerAuth)
+	writePEM(t, filepath.Join(dir, "server.pem"), "CERTIFICATE", srvDER)
+	writeKey(t, filepath.Join(dir, "server-key.pem"), srvKey)
+	// The client certificate's common name names the bootstrap token.
+	cliDER, cliKey := newLeaf(t, ca, caKey, "bootstrap", x509.ExtKeyUsageClientAuth)
+	writePEM(t, filepath.Join(dir, "client.pem"), "CERTIFICATE", cliDER)
+	writeKey(t, filepath.Join(dir, "client-key.pem"), cliKey)
+	badDER, badKey := newLeaf(t, other, otherKey, "bootstrap", x509.ExtKeyUsageClientAuth)
+	writePEM(t, filepath.Join(dir, "bad.pem"), "CERTIFICATE", badDER)
+	writeKey(t, filepath.Join(dir, "bad-key.pem"), badKey)
+
+	data := filepath.Join(dir, "data")
+	s := startServerWith(t, "--dev", "--data-dir", data, "--listen", "127.0.0.1:0",
+		"--tls-cert", filepath.Join(dir, "server.pem"), "--tls-key", filepath.Join(dir, "server-key.pem"),
+		"--tls-client-ca", filepath.Join(dir, "ca.pem"))
+	s.dataDir = data
+	curl := func(args ...string) (string, string) {
+		t.Helper()
+		base := []string{"-sS", "--max-time", "20", "-o", "/dev/null", "-w", "%{http_code}", "--cacert", filepath.Join(dir, "ca.pem")}
+		cmd := exec.Command("curl", append(append(base, args...), "https://"+s.addr+"/v1/instances")...)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, _ := cmd.Output()
+		return string(out), stderr.String()
+	}
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no token", nil, "401"},
+		{"bearer token", []string{"-H", "Authorization: Bearer " + s.token(t)}, "200"},
+		{"client certificate", []string{"--cert", filepath.Join(dir, "client.pem"), "--key", filepath.Join(dir, "client-key.pem")}, "200"},
+	}
+	for _, c := range cases {
+		if code, stderr := curl(c.args...); code != c.want {
+			t.Errorf("curl with %s: %q (%s), want %s", c.name, code, stderr, c.want)
+		}
+	}
+	// A certificate from another CA fails the handshake (or is not taken
+	// as anyone): never 200.
+	if code, _ := curl("--cert", filepath.Join(dir, "bad.pem"), "--key", filepath.Join(dir, "bad-key.pem")); code == "200" {
+		t.Errorf("a client certificate from another CA was accepted")
+	}
+	// Plain HTTP to the TLS port is not served.
+	if out, err := exec.Command("curl", "-sS", "--max-time", "10", "-o", "/dev/null", "-w", "%{http_code}", "http://"+s.addr+"/v1/health").Output(); err == nil && string(out) == "200" {
+		t.Errorf("plain HTTP answered on the TLS listener")
+	}
+}
+
+func newCA(t *testing.T, name string) (*x509.Certificate, *ecdsa.PrivateKey) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, key
+}
+
+func newLeaf(t *testing.T, ca *x509.Certificate, caKey *ecdsa.PrivateKey, cn string, usage x509.ExtKeyUsage) ([]byte, *ecdsa.PrivateKey) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage}}
+	if ip := net.ParseIP(cn); ip != nil {
+		tmpl.IPAddresses = []net.IP{ip}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return der, key
+}
+
+func writePEM(t *testing.T, path, kind string, der []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func writeKey(t *testing.T, path string, key *ecdsa.PrivateKey) {
+	t.Helper()
+	der, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writePEM(t, path, "EC PRIVATE KEY", der)
+}
+
+// TestRunAsUser: a process asked to run as uid 65534 runs as 65534 (it
+// prints its own ids), a spec naming root is refused at submit on a
+// provider that does not allow root, and a server that is not root refuses
+// a user it cannot become, at submit, naming the field.
+func TestRunAsUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("this test starts processes as other users: run it as root (CI does)")
+	}
+	s := startServer(t, t.TempDir())
+	mustBerth(t, s, "run", "--name", "nobody", "--user", "65534", "--group", "65534", "--", "sh", "-c", "echo uid=$(id -u) gid=$(id -g); sleep 300")
+	waitFor(t, "the process to say who it is", func() bool {
+		out, _, _ := berth(t, s, "logs", "nobody")
+		return strings.Contains(out, "uid=")
+	})
+	if out, _, _ := berth(t, s, "logs", "nobody"); !strings.Contains(out, "uid=65534 gid=65534") {
+		t.Fatalf("a process asked to run as 65534 says %q", out)
+	}
+	mustBerth(t, s, "rm", "nobody")
+
+	// A server that is not root: the same binary started as uid 65534,
+	// from a directory it can reach (t.TempDir's parent is private).
+	dir, err := os.MkdirTemp("", "berth-nonroot-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	data := filepath.Join(dir, "data")
+	if err := os.MkdirAll(data, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{dir, data} {
+		if err := os.Chown(p, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "berth.yaml")
+	if err := os.WriteFile(cfg, []byte("listen: 127.0.0.1:0\ndata_dir: "+data+"\nproviders:\n  - {name: local, driver: local}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The test binary's directory must be reachable by uid 65534.
+	bin := filepath.Join(dir, "berth")
+	copyFile(t, berthBin, bin)
+	u := startServerAs(t, 65534, bin, "--config", cfg)
+	u.dataDir = data
+	for _, c := range []struct{ user, field string }{{"0", "user"}, {"root", "user"}, {"1000", "user"}} {
+		_, stderr, code := berth(t, u, "run", "--user", c.user, "--", "true")
+		if code != 6 || !strings.Contains(stderr, "user") {
+			t.Errorf("--user %s on a server running as 65534: exit %d %q, want 6 (unsupported) naming user", c.user, code, stderr)
+		}
+	}
+	if _, stderr, code := berth(t, u, "run", "--", "true"); code != 0 {
+		t.Errorf("a process as the server's own user: exit %d %s", code, stderr)
+	}
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
