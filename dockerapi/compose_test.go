@@ -55,7 +55,7 @@ func (e *buildError) Error() string { return "go build ./cmd/berth: " + e.out }
 func TestCompose(t *testing.T) {
 	e := setup(t)
 	bin := buildBerth(t)
-	srv := httptest.NewServer(api.New(e.plane, api.Options{Logger: quiet}))
+	srv := httptest.NewServer(api.New(e.plane, api.Options{Logger: quiet, Tokens: e.tokens}))
 	defer srv.Close()
 	dir := t.TempDir()
 	file := filepath.Join(dir, "compose.yaml")
@@ -86,7 +86,7 @@ services:
 	}
 	berth := func(args ...string) string {
 		t.Helper()
-		cmd := exec.Command(bin, append([]string{"--addr", srv.URL}, args...)...)
+		cmd := exec.Command(bin, append([]string{"--addr", srv.URL, "--token", e.token}, args...)...)
 		var out, errb bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errb
 		if err := cmd.Run(); err != nil {

@@ -251,6 +251,10 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	ns, err := identityOf(r).Namespace("")
+	if err != nil {
+		return err
+	}
 	id := newID()
 	req.ID = id
 	if err := s.checkName(r.Context(), name); err != nil {
@@ -267,7 +271,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) error {
 			return nameInUse(name)
 		}
 	}
-	s.created[id] = &created{req: req, owner: identityOf(r).owner(), autoRemove: autoRemove, at: time.Now()}
+	s.created[id] = &created{req: req, owner: ns, autoRemove: autoRemove, at: time.Now()}
 	s.mu.Unlock()
 	return writeJSON(w, http.StatusCreated, container.CreateResponse{ID: id, Warnings: []string{}})
 }
@@ -308,14 +312,14 @@ func (s *Server) find(r *http.Request, idOrName string) (ref, error) {
 	who := identityOf(r)
 	s.mu.Lock()
 	for id, c := range s.created {
-		if (id == idOrName || c.req.Name == idOrName) && who.sees(c.owner) {
+		if (id == idOrName || c.req.Name == idOrName) && who.Sees(c.owner) {
 			s.mu.Unlock()
 			return ref{id: id, created: c}, nil
 		}
 	}
 	s.mu.Unlock()
 	in, err := s.plane.Instance(r.Context(), idOrName)
-	if err == nil && in.Phase != reconciler.Deleted && who.sees(in.Owner) {
+	if err == nil && in.Phase != reconciler.Deleted && who.Sees(in.Owner) {
 		return ref{id: in.ID, in: in}, nil
 	}
 	if err != nil && !errors.Is(err, driver.ErrNotFound) {
@@ -328,7 +332,7 @@ func (s *Server) find(r *http.Request, idOrName string) (ref, error) {
 		}
 		var found []control.Instance
 		for _, in := range list {
-			if strings.HasPrefix(in.ID, idOrName) && who.sees(in.Owner) {
+			if strings.HasPrefix(in.ID, idOrName) && who.Sees(in.Owner) {
 				found = append(found, in)
 			}
 		}

@@ -181,18 +181,18 @@ func TestRefusals(t *testing.T) {
 	}
 	for _, tc := range []struct{ token, want string }{
 		{"", "bearer token"},
-		{"wrong", "not accepted"},
+		{"wrong", "unknown, revoked or expired"},
 	} {
 		_, errs, code := e.dockerWith(t, e.dockerConfig(t, tc.token), "ps")
 		if code == 0 || !strings.Contains(errs, tc.want) {
 			t.Errorf("docker ps with token %q: exit %d, stderr %q; want %q", tc.token, code, errs, tc.want)
 		}
 	}
-	reader := e.dockerConfig(t, "reader-token")
+	reader := e.dockerConfig(t, e.reader)
 	if _, _, code := e.dockerWith(t, reader, "ps"); code != 0 {
 		t.Errorf("a reader cannot list")
 	}
-	if _, errs, code := e.dockerWith(t, reader, "run", "-d", helloImage); code == 0 || !strings.Contains(errs, "may only read") {
+	if _, errs, code := e.dockerWith(t, reader, "run", "-d", helloImage); code == 0 || !strings.Contains(errs, "needs the operate permission") {
 		t.Errorf("a reader ran a container: exit %d, %s", code, errs)
 	}
 }
@@ -216,10 +216,14 @@ func TestInfoVersionImages(t *testing.T) {
 	if out := e.must(t, "images", "--format", "{{.Repository}}:{{.Tag}}", helloImage); strings.TrimSpace(out) != helloImage {
 		t.Errorf("docker images %s: %q", helloImage, out)
 	}
-	if out, errs, code := e.docker(t, "pull", helloImage); code != 0 {
+	if _, errs, code := e.docker(t, "pull", helloImage); code == 0 || !strings.Contains(errs, "admin") {
+		t.Errorf("an operator pulled (a preload needs an admin): exit %d, %s", code, errs)
+	}
+	admin := e.dockerConfig(t, e.admin)
+	if out, errs, code := e.dockerWith(t, admin, "pull", helloImage); code != 0 {
 		t.Errorf("docker pull of an image an engine has: exit %d %s %s", code, out, errs)
 	}
-	if _, errs, code := e.docker(t, "pull", "berth-test/none:"+dockertest.RandomID()); code == 0 || !strings.Contains(errs, "no registry") {
+	if _, errs, code := e.dockerWith(t, admin, "pull", "berth-test/none:"+dockertest.RandomID()); code == 0 || !strings.Contains(errs, "no registry") {
 		t.Errorf("docker pull of an image no engine has: exit %d, %s", code, errs)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/moby/moby/client"
 	"go.uber.org/goleak"
 
+	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/dockerapi"
 	"github.com/berth-dev/berth/driver"
@@ -28,6 +29,7 @@ import (
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/reconciler"
 	"github.com/berth-dev/berth/store/bolt"
+	"github.com/berth-dev/berth/store/memory"
 )
 
 var (
@@ -75,16 +77,27 @@ type env struct {
 	plane   *control.Plane
 	server  *dockerapi.Server
 	sock    string
-	token   string
-	config  string // DOCKER_CONFIG
+	tokens  *auth.Tokens
+	// token is an operator's of the namespace "team", admin an admin's,
+	// reader a reader's of every namespace.
+	token, admin, reader string
+	config               string // DOCKER_CONFIG with token
 }
 
-const testToken = "s3cret-token"
+// newToken makes a token and returns its secret.
+func (e *env) newToken(t testing.TB, name string, role auth.Role, ns string) string {
+	t.Helper()
+	secret, _, err := e.tokens.Create(context.Background(), auth.Spec{Name: name, Role: role, Namespaces: []string{ns}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return secret
+}
 
 func setup(t testing.TB) *env {
 	t.Helper()
 	ignore := goleak.IgnoreCurrent()
-	e := &env{cluster: "dapi-" + dockertest.RandomID(), token: testToken}
+	e := &env{cluster: "dapi-" + dockertest.RandomID()}
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
 	t.Cleanup(func() { e.removeAll(t) })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -136,16 +149,11 @@ func setup(t testing.TB) *env {
 		}
 	})
 
-	auth := dockerapi.AuthenticatorFunc(func(_ context.Context, tok string) (dockerapi.Identity, error) {
-		switch tok {
-		case testToken:
-			return dockerapi.Identity{Name: "ops", Role: dockerapi.RoleOperator, Namespaces: []string{dockerapi.AllNamespaces}}, nil
-		case "reader-token":
-			return dockerapi.Identity{Name: "viewer", Role: dockerapi.RoleReader, Namespaces: []string{dockerapi.AllNamespaces}}, nil
-		}
-		return dockerapi.Identity{}, errors.New("unknown token")
-	})
-	e.server = dockerapi.New(e.plane, dockerapi.Options{Authenticator: auth, Logger: quiet, ServerVersion: "test"})
+	e.tokens = auth.NewTokens(memory.New(memory.Options{}), nil)
+	e.token = e.newToken(t, "ops", auth.RoleOperator, "team")
+	e.admin = e.newToken(t, "root", auth.RoleAdmin, auth.AllNamespaces)
+	e.reader = e.newToken(t, "viewer", auth.RoleReader, auth.AllNamespaces)
+	e.server = dockerapi.New(e.plane, dockerapi.Options{Authenticator: e.tokens, Logger: quiet, ServerVersion: "test"})
 	dir, err := os.MkdirTemp("", "dapi")
 	if err != nil {
 		t.Fatal(err)

@@ -21,7 +21,6 @@ package dockerapi
 
 import (
 	"context"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,12 +28,12 @@ import (
 	"net/http"
 	"regexp"
 	"runtime/debug"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/berth-dev/berth/api"
+	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/driver"
 )
@@ -52,41 +51,13 @@ const (
 	DefaultMaxCreated  = 1000
 )
 
-// Role is what an identity may do.
-type Role string
-
-// Roles, from least to most allowed.
-const (
-	RoleReader   Role = "reader"
-	RoleOperator Role = "operator"
-	RoleAdmin    Role = "admin"
-)
-
-// AllNamespaces in Identity.Namespaces grants every namespace.
-const AllNamespaces = "*"
-
-// Identity is who a token speaks for.
-type Identity struct {
-	// Name names the token (safe to show and log); never the secret.
-	Name string
-	Role Role
-	// Namespaces are the owners whose instances the identity sees and, with
-	// a role that acts, acts on. AllNamespaces among them means all.
-	Namespaces []string
-}
-
-// Authenticator turns a bearer token into the identity it stands for. An
-// unknown, revoked or expired token is an error.
+// Authenticator answers the identity of a bearer token's secret, and of
+// the token a verified client certificate's common name names (as the REST
+// API does). *auth.Tokens is one. Errors wrapping auth.ErrUnauthenticated
+// mean the token is unknown, revoked or expired.
 type Authenticator interface {
-	Authenticate(ctx context.Context, token string) (Identity, error)
-}
-
-// AuthenticatorFunc adapts a function to Authenticator.
-type AuthenticatorFunc func(ctx context.Context, token string) (Identity, error)
-
-// Authenticate calls f.
-func (f AuthenticatorFunc) Authenticate(ctx context.Context, token string) (Identity, error) {
-	return f(ctx, token)
+	Authenticate(ctx context.Context, secret string) (auth.Identity, error)
+	Named(ctx context.Context, name string) (auth.Identity, error)
 }
 
 // Options configures a Server.
@@ -95,8 +66,8 @@ type Options struct {
 	// carries no accepted client certificate.
 	Authenticator Authenticator
 	// ClientCerts accepts the verified client certificate of a TLS
-	// connection (the listener's tls.Config verifies it) as the identity
-	// CertIdentity gives it.
+	// connection (the listener's tls.Config verifies it) as the token its
+	// common name names.
 	ClientCerts bool
 	// ServerVersion is Berth's version, shown by docker version and info.
 	ServerVersion string
@@ -233,7 +204,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r2.URL = &u
 		r = r2
 	}
-	if err := permit(id, r.Method); err != nil {
+	if err := permit(id, r); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -271,58 +242,55 @@ func versionLess(a, b string) bool {
 
 type identityKey struct{}
 
-func identityOf(r *http.Request) Identity {
-	id, _ := r.Context().Value(identityKey{}).(Identity)
+func identityOf(r *http.Request) auth.Identity {
+	id, _ := r.Context().Value(identityKey{}).(auth.Identity)
 	return id
 }
 
-// authenticate returns the identity of r's verified client certificate,
-// else of its bearer token.
-func (s *Server) authenticate(r *http.Request) (Identity, error) {
-	if s.certs && r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
-		return CertIdentity(r.TLS.VerifiedChains[0][0]), nil
-	}
+// authenticate returns the identity of r's bearer token, else of the token
+// its verified client certificate names.
+func (s *Server) authenticate(r *http.Request) (auth.Identity, error) {
 	if s.auth == nil {
-		return Identity{}, &httpError{http.StatusUnauthorized, "Berth's Docker endpoint has no token authentication configured and refuses every request"}
+		return auth.Identity{}, &httpError{http.StatusUnauthorized, "Berth's Docker endpoint has no token authentication configured and refuses every request"}
 	}
-	h := r.Header.Get("Authorization")
-	tok, ok := strings.CutPrefix(h, "Bearer ")
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if (!ok || tok == "") && s.certs && r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
+		cn := r.TLS.VerifiedChains[0][0].Subject.CommonName
+		id, err := s.auth.Named(r.Context(), cn)
+		if errors.Is(err, auth.ErrUnauthenticated) {
+			return auth.Identity{}, &httpError{http.StatusUnauthorized, fmt.Sprintf("the client certificate's common name %q names no valid token", cn)}
+		}
+		return id, err
+	}
 	if !ok || tok == "" {
-		return Identity{}, &httpError{http.StatusUnauthorized, `Berth needs a bearer token: put {"HttpHeaders": {"Authorization": "Bearer <token>"}} in the docker CLI's config.json`}
+		return auth.Identity{}, &httpError{http.StatusUnauthorized, `Berth needs a bearer token: put {"HttpHeaders": {"Authorization": "Bearer <token>"}} in the docker CLI's config.json`}
 	}
 	id, err := s.auth.Authenticate(r.Context(), tok)
-	if err != nil {
-		return Identity{}, &httpError{http.StatusUnauthorized, "the bearer token was not accepted"}
+	if errors.Is(err, auth.ErrUnauthenticated) {
+		return auth.Identity{}, &httpError{http.StatusUnauthorized, "the bearer token is unknown, revoked or expired"}
 	}
-	return id, nil
+	return id, err
 }
 
-// permit lets readers read and operators and admins do anything.
-func permit(id Identity, method string) error {
-	switch id.Role {
-	case RoleOperator, RoleAdmin:
-		return nil
-	case RoleReader:
-		if method == http.MethodGet || method == http.MethodHead {
-			return nil
-		}
-		return &httpError{http.StatusForbidden, fmt.Sprintf("token %q may only read", id.Name)}
+// permission is what a request needs, as the REST API's routes: reading
+// needs a token, pulling (a preload) an admin's, anything else an
+// operator's.
+func permission(r *http.Request) auth.Permission {
+	switch {
+	case r.Method == http.MethodGet || r.Method == http.MethodHead:
+		return auth.Read
+	case r.URL.Path == "/images/create":
+		return auth.Admin
 	}
-	return &httpError{http.StatusForbidden, fmt.Sprintf("token %q has no role", id.Name)}
+	return auth.Operate
 }
 
-// sees reports whether id may see instances owned by owner.
-func (id Identity) sees(owner string) bool {
-	return slices.Contains(id.Namespaces, AllNamespaces) || slices.Contains(id.Namespaces, owner)
-}
-
-// owner is the owner given to what id creates: its one namespace, or none
-// when it has all of them or several.
-func (id Identity) owner() string {
-	if len(id.Namespaces) == 1 && id.Namespaces[0] != AllNamespaces {
-		return id.Namespaces[0]
+// permit refuses what id's role does not allow.
+func permit(id auth.Identity, r *http.Request) error {
+	if p := permission(r); !id.Allows(p) {
+		return &httpError{http.StatusForbidden, fmt.Sprintf("token %q (%s) may not %s here: it needs the %s permission", id.Name, id.Role, r.Method, p)}
 	}
-	return ""
+	return nil
 }
 
 // acquire takes a stream slot; release gives it back.
@@ -468,17 +436,3 @@ func (w *committedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter
 // OpenStreams returns how many streams (attach, logs, events, wait, pull,
 // stats) are open now.
 func (s *Server) OpenStreams() int { return len(s.streams) }
-
-// CertIdentity is the identity of a verified client certificate: its
-// common name names it, its first organizational unit is its role (reader
-// when it names none), its organizations are its namespaces ("*" for all).
-func CertIdentity(c *x509.Certificate) Identity {
-	id := Identity{Name: c.Subject.CommonName, Role: RoleReader, Namespaces: c.Subject.Organization}
-	if len(c.Subject.OrganizationalUnit) > 0 {
-		switch r := Role(c.Subject.OrganizationalUnit[0]); r {
-		case RoleReader, RoleOperator, RoleAdmin:
-			id.Role = r
-		}
-	}
-	return id
-}

@@ -416,7 +416,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) error {
 				return
 			}
 			in := *ev.Instance
-			if !ev.Deleted && !who.sees(in.Owner) {
+			if !ev.Deleted && !who.Sees(in.Owner) {
 				return
 			}
 			var actions []events.Action

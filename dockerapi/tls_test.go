@@ -19,12 +19,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/dockerapi"
 )
 
 // TestClientCertificates: with client certificates, the docker CLI's
-// DOCKER_TLS_VERIFY and DOCKER_CERT_PATH authenticate it; its certificate's
-// OU is its role; a client without a certificate is refused.
+// DOCKER_TLS_VERIFY and DOCKER_CERT_PATH authenticate it as the token its
+// certificate's common name names; a client without a certificate is
+// refused.
 func TestClientCertificates(t *testing.T) {
 	e := setup(t)
 	dir := t.TempDir()
@@ -39,7 +41,7 @@ func TestClientCertificates(t *testing.T) {
 		if err := os.Mkdir(c.dir, 0o700); err != nil {
 			t.Fatal(err)
 		}
-		cert, key := newCert(t, ca, caKey, pkix.Name{CommonName: "ci-" + c.ou, OrganizationalUnit: []string{c.ou}, Organization: []string{dockerapi.AllNamespaces}}, false)
+		cert, key := newCert(t, ca, caKey, pkix.Name{CommonName: "ci-" + c.ou}, false)
 		writePEM(t, filepath.Join(c.dir, "ca.pem"), "CERTIFICATE", ca.Raw)
 		writePEM(t, filepath.Join(c.dir, "cert.pem"), "CERTIFICATE", cert.Raw)
 		kb, _ := x509.MarshalECPrivateKey(key)
@@ -47,7 +49,9 @@ func TestClientCertificates(t *testing.T) {
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(ca)
-	srv := dockerapi.New(e.plane, dockerapi.Options{ClientCerts: true, Logger: quiet})
+	e.newToken(t, "ci-operator", auth.RoleOperator, "team")
+	e.newToken(t, "ci-reader", auth.RoleReader, auth.AllNamespaces)
+	srv := dockerapi.New(e.plane, dockerapi.Options{Authenticator: e.tokens, ClientCerts: true, Logger: quiet})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -81,7 +85,7 @@ func TestClientCertificates(t *testing.T) {
 	if out, code := docker(readDir, "ps"); code != 0 {
 		t.Errorf("docker ps with a reader's certificate: exit %d, %q", code, out)
 	}
-	if out, code := docker(readDir, "run", "-d", helloImage); code == 0 || !strings.Contains(out, "may only read") {
+	if out, code := docker(readDir, "run", "-d", helloImage); code == 0 || !strings.Contains(out, "needs the operate permission") {
 		t.Errorf("docker run with a reader's certificate: exit %d, %q", code, out)
 	}
 	if out, code := docker("", "ps"); code == 0 {

@@ -109,13 +109,13 @@ func (s *Server) visible(r *http.Request) ([]control.Instance, error) {
 	who := identityOf(r)
 	out := list[:0]
 	for _, in := range list {
-		if who.sees(in.Owner) {
+		if who.Sees(in.Owner) {
 			out = append(out, in)
 		}
 	}
 	s.mu.Lock()
 	for id, c := range s.created {
-		if who.sees(c.owner) {
+		if who.Sees(c.owner) {
 			out = append(out, instanceOf(id, c))
 		}
 	}
@@ -262,8 +262,10 @@ func rfc3339(t time.Time) string {
 	return t.UTC().Format(time.RFC3339Nano)
 }
 
+// inspectOf answers in as docker inspect shows it, its secrets (env
+// values) redacted as every answer of the API.
 func inspectOf(in control.Instance, autoRemove bool) inspectResponse {
-	spec := in.Spec
+	spec := in.Spec.Redacted()
 	if spec == nil {
 		spec = &driver.Spec{}
 	}

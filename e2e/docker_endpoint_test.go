@@ -8,10 +8,11 @@ import (
 	"testing"
 )
 
-// TestDockerEndpointLockedDown: berth server --docker-listen serves the
-// Docker Engine API on a unix socket made 0600, and without token
-// authentication it refuses every request, saying why.
-func TestDockerEndpointLockedDown(t *testing.T) {
+// TestDockerEndpoint: berth server --docker-listen serves the Docker
+// Engine API on a unix socket made 0600, to the docker CLI with the same
+// tokens as the REST API, and refuses a token it does not know; an address
+// off this host without TLS is refused at start.
+func TestDockerEndpoint(t *testing.T) {
 	if _, err := exec.LookPath("docker"); err != nil {
 		t.Fatal("this test needs the docker CLI: ", err)
 	}
@@ -21,7 +22,8 @@ func TestDockerEndpointLockedDown(t *testing.T) {
 	}
 	defer os.RemoveAll(sockDir)
 	sock := filepath.Join(sockDir, "d.sock")
-	s := startServerWith(t, "--dev", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--docker-listen", sock)
+	dataDir := t.TempDir()
+	s := startServerWith(t, "--dev", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--docker-listen", sock)
 	defer func() { _ = s.stop(t) }()
 	fi, err := os.Stat(sock)
 	if err != nil {
@@ -30,15 +32,31 @@ func TestDockerEndpointLockedDown(t *testing.T) {
 	if fi.Mode().Perm() != 0o600 {
 		t.Errorf("the socket's mode is %v, want 0600", fi.Mode().Perm())
 	}
-	cfg := t.TempDir()
-	if err := os.WriteFile(filepath.Join(cfg, "config.json"), []byte(`{"HttpHeaders": {"Authorization": "Bearer anything"}}`), 0o600); err != nil {
+	admin, err := os.ReadFile(filepath.Join(dataDir, "admin.token"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("docker", "ps")
-	cmd.Env = append(os.Environ(), "DOCKER_HOST=unix://"+sock, "DOCKER_CONFIG="+cfg)
+	docker := func(token string, args ...string) (string, error) {
+		cfg := t.TempDir()
+		if err := os.WriteFile(filepath.Join(cfg, "config.json"), []byte(`{"HttpHeaders": {"Authorization": "Bearer `+token+`"}}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("docker", args...)
+		cmd.Env = append(os.Environ(), "DOCKER_HOST=unix://"+sock, "DOCKER_CONFIG="+cfg)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := docker("wrong", "ps"); err == nil || !strings.Contains(out, "unknown, revoked or expired") {
+		t.Errorf("docker ps with an unknown token: %v: %s", err, out)
+	}
+	if out, err := docker(strings.TrimSpace(string(admin)), "version", "--format", "{{.Server.APIVersion}}"); err != nil || strings.TrimSpace(out) != "1.41" {
+		t.Errorf("docker version with the admin token: %v: %s", err, out)
+	}
+
+	cmd := exec.Command(berthBin, "server", "--dev", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--docker-listen", "0.0.0.0:0")
 	out, err := cmd.CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "no token authentication configured") {
-		t.Errorf("docker ps against a server without token authentication: %v: %s", err, out)
+	if err == nil || !strings.Contains(string(out), "reachable from other machines") {
+		t.Errorf("--docker-listen 0.0.0.0:0 without TLS: %v: %s", err, out)
 	}
 }
 

@@ -63,10 +63,14 @@ func (t dockerTLS) config() (*tls.Config, error) {
 }
 
 // listenDocker listens on addr, a host:port or a unix socket path (made
-// 0600: only this user reaches it), with TLS when tlsCfg is set. The
-// endpoint refuses every request until auth is given or tlsCfg verifies
-// client certificates.
-func listenDocker(addr string, tlsCfg *tls.Config, plane *control.Plane, auth dockerapi.Authenticator, maxBody int64, log *slog.Logger) (*dockerEndpoint, error) {
+// 0600: only this user reaches it), with TLS when tlsCfg is set. Requests
+// need the same tokens as the REST API (auth), or a client certificate
+// tlsCfg verifies whose common name names one; with no auth every request
+// is refused.
+//
+// A TCP address off this host without TLS is refused unless insecure, as
+// the REST API's listener is: tokens would cross the network in clear.
+func listenDocker(addr string, tlsCfg *tls.Config, insecure bool, plane *control.Plane, auth dockerapi.Authenticator, maxBody int64, log *slog.Logger) (*dockerEndpoint, error) {
 	network := "tcp"
 	path, isUnix := strings.CutPrefix(addr, "unix://")
 	if isUnix || strings.Contains(addr, "/") {
@@ -85,6 +89,17 @@ func listenDocker(addr string, tlsCfg *tls.Config, plane *control.Plane, auth do
 			_ = os.Remove(path)
 		}
 		addr = path
+	} else if tlsCfg == nil {
+		loopback, err := loopbackListen(addr)
+		if err != nil {
+			return nil, err
+		}
+		if !loopback && !insecure {
+			return nil, usagef("--docker-listen %s is reachable from other machines: serve TLS (--docker-tls-cert and --docker-tls-key), listen on 127.0.0.1 or a unix socket, or pass --insecure to send tokens in clear", addr)
+		}
+		if !loopback {
+			log.Warn("INSECURE: the Docker endpoint listens off this host without TLS; bearer tokens cross the network in clear", "listen", addr)
+		}
 	}
 	ln, err := net.Listen(network, addr)
 	if err != nil {
@@ -104,7 +119,7 @@ func listenDocker(addr string, tlsCfg *tls.Config, plane *control.Plane, auth do
 	e := &dockerEndpoint{srv: srv, ln: ln, done: make(chan error, 1),
 		http: &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}}
 	go func() { e.done <- e.http.Serve(ln) }()
-	if auth == nil && !certs {
+	if auth == nil {
 		log.Warn("the Docker endpoint has no token authentication and refuses every request", "addr", ln.Addr().String())
 	}
 	log.Info("docker endpoint listening", "addr", ln.Addr().String())
