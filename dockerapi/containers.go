@@ -416,8 +416,31 @@ func (s *Server) removeWhenEnded(id string) {
 		return
 	}
 	s.settle(ctx, id)
+	s.detached(ctx, id)
 	if err := s.plane.Delete(ctx, id); err != nil && !errors.Is(err, driver.ErrNotFound) {
 		s.log.Warn("dockerapi: --rm: delete", "instance", id, "error", err)
+	}
+}
+
+// detached waits, up to settleTimeout, until no attach stream of id is
+// open, so that --rm removes a container only after its output was read.
+func (s *Server) detached(ctx context.Context, id string) {
+	ctx, cancel := context.WithTimeout(ctx, settleTimeout)
+	defer cancel()
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		s.mu.Lock()
+		n := s.attached[id]
+		s.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
 	}
 }
 
@@ -582,9 +605,17 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request) error {
 	if err := s.plane.Delete(r.Context(), c.id); err != nil {
 		return err
 	}
+	// As the Engine, answer once the container is gone; a removal that
+	// takes longer goes on (ps shows it "Removal In Progress").
+	ctx, cancel := context.WithTimeout(r.Context(), removeWait)
+	defer cancel()
+	_, _ = s.waitFor(ctx, c.id, func(in control.Instance) bool { return in.Phase == reconciler.Deleted })
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
+
+// removeWait bounds how long rm waits for the back-end resource to go.
+const removeWait = 30 * time.Second
 
 // dockerState maps a Berth phase to a Docker container state.
 func dockerState(in control.Instance) container.ContainerState {

@@ -103,11 +103,12 @@ type Server struct {
 	closing   chan struct{}  // closed by Close: streams and background work end
 	wg        sync.WaitGroup // background removals
 
-	// mu guards created and autoRm. Lock order: mu is a leaf, never held
-	// while calling the plane.
-	mu      sync.Mutex
-	created map[string]*created // containers created, not yet started, by id
-	autoRm  map[string]struct{} // started containers to remove when they end
+	// mu guards created, autoRm and attached. Lock order: mu is a leaf,
+	// never held while calling the plane.
+	mu       sync.Mutex
+	created  map[string]*created // containers created, not yet started, by id
+	autoRm   map[string]struct{} // started containers to remove when they end
+	attached map[string]int      // open attach streams, by container id
 }
 
 // New returns the Engine API server for plane.
@@ -115,7 +116,7 @@ func New(plane *control.Plane, opts Options) *Server {
 	s := &Server{
 		plane: plane, auth: opts.Authenticator, certs: opts.ClientCerts, log: opts.Logger, version: opts.ServerVersion, name: opts.Name,
 		maxBody: opts.MaxBodySize, maxNew: opts.MaxCreated, mux: http.NewServeMux(),
-		created: map[string]*created{}, autoRm: map[string]struct{}{},
+		created: map[string]*created{}, autoRm: map[string]struct{}{}, attached: map[string]int{},
 	}
 	if s.log == nil {
 		s.log = slog.Default()

@@ -169,6 +169,18 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	defer release()
+	// Counted before the container can start (docker run attaches first),
+	// so that --rm waits for the output to be read.
+	s.mu.Lock()
+	s.attached[c.id]++
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		if s.attached[c.id]--; s.attached[c.id] <= 0 {
+			delete(s.attached, c.id)
+		}
+		s.mu.Unlock()
+	}()
 	if cw, ok := w.(*committedWriter); ok {
 		cw.hijacked = true
 	}
