@@ -164,7 +164,9 @@ func setup(t testing.TB) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := &http.Server{Handler: e.server, ReadHeaderTimeout: 10 * time.Second}
+	// Short read and write timeouts, as a server has them: streams must
+	// lift them.
+	hs := &http.Server{Handler: e.server, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second}
 	served := make(chan struct{})
 	go func() { defer close(served); _ = hs.Serve(ln) }()
 	t.Cleanup(func() {

@@ -31,6 +31,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/berth-dev/berth/api"
 	"github.com/berth-dev/berth/auth"
@@ -294,10 +295,13 @@ func permit(id auth.Identity, r *http.Request) error {
 	return nil
 }
 
-// acquire takes a stream slot; release gives it back.
-func (s *Server) acquire() (release func(), err error) {
+// acquire takes a stream slot for the response w and lifts the server's
+// write deadline, which bounds every other response; release gives the
+// slot back.
+func (s *Server) acquire(w http.ResponseWriter) (release func(), err error) {
 	select {
 	case s.streams <- struct{}{}:
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
 		return func() { <-s.streams }, nil
 	default:
 		return nil, &httpError{http.StatusServiceUnavailable, fmt.Sprintf("too many open streams (at most %d); try again later", cap(s.streams))}

@@ -12,9 +12,9 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/berth-dev/berth/api"
+	"github.com/berth-dev/berth/config"
 	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/dockerapi"
 )
@@ -70,7 +70,7 @@ func (t dockerTLS) config() (*tls.Config, error) {
 //
 // A TCP address off this host without TLS is refused unless insecure, as
 // the REST API's listener is: tokens would cross the network in clear.
-func listenDocker(addr string, tlsCfg *tls.Config, insecure bool, plane *control.Plane, auth dockerapi.Authenticator, maxBody int64, log *slog.Logger) (*dockerEndpoint, error) {
+func listenDocker(addr string, tlsCfg *tls.Config, insecure bool, to config.Timeouts, plane *control.Plane, auth dockerapi.Authenticator, maxBody int64, log *slog.Logger) (*dockerEndpoint, error) {
 	network := "tcp"
 	path, isUnix := strings.CutPrefix(addr, "unix://")
 	if isUnix || strings.Contains(addr, "/") {
@@ -117,7 +117,9 @@ func listenDocker(addr string, tlsCfg *tls.Config, insecure bool, plane *control
 	}
 	srv := dockerapi.New(plane, dockerapi.Options{Authenticator: auth, ClientCerts: certs, MaxBodySize: maxBody, Logger: log, ServerVersion: api.BuildVersion()})
 	e := &dockerEndpoint{srv: srv, ln: ln, done: make(chan error, 1),
-		http: &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}}
+		// The REST API's bounds; streams lift the write deadline.
+		http: &http.Server{Handler: srv, ReadHeaderTimeout: to.ReadHeader, ReadTimeout: to.Read, WriteTimeout: to.Write,
+			IdleTimeout: to.Idle, MaxHeaderBytes: 64 << 10, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}}
 	go func() { e.done <- e.http.Serve(ln) }()
 	if auth == nil {
 		log.Warn("the Docker endpoint has no token authentication and refuses every request", "addr", ln.Addr().String())
