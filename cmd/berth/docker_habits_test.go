@@ -81,6 +81,16 @@ func TestHabitsExitCodesAndJSON(t *testing.T) {
 		args []string
 		code int
 	}{
+		{[]string{"frobnicate"}, exitUsage},
+		{[]string{"ps", "--no-such-flag"}, exitUsage},
+		{[]string{"inspect"}, exitUsage},
+		{[]string{"inspect", "nothere"}, exitNotFound},
+		{[]string{"logs", "nothere"}, exitNotFound},
+		{[]string{"rm", "nothere"}, exitNotFound},
+		{[]string{"run", "--cpus", "-1", "busybox"}, exitInvalid},
+		{[]string{"run", "--memory", "lots", "busybox"}, exitUsage},
+		{[]string{"ps"}, exitOK},
+		{[]string{"nodes", "--json"}, exitOK},
 		{[]string{"images"}, exitOK},
 		{[]string{"images", "--node", "n"}, exitUsage},
 		{[]string{"images", "--provider", "nope"}, exitNotFound},
