@@ -1,7 +1,6 @@
 package dockerapi_test
 
 import (
-	"bufio"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -22,8 +21,6 @@ import (
 
 	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/dockerapi"
-	"github.com/berth-dev/berth/driver"
-	"github.com/berth-dev/berth/scheduler"
 )
 
 // TestClientCertificates: with client certificates, the docker CLI's
@@ -128,34 +125,4 @@ func writePEM(t *testing.T, path, typ string, der []byte) {
 	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// TestStreamsOutliveWriteTimeout: a stream (events here) lifts the
-// server's write deadline, which bounds every other answer.
-func TestStreamsOutliveWriteTimeout(t *testing.T) {
-	e := setup(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := &http.Server{Handler: e.server, ReadHeaderTimeout: 10 * time.Second, WriteTimeout: 200 * time.Millisecond}
-	served := make(chan struct{})
-	go func() { defer close(served); _ = hs.Serve(ln) }()
-	defer func() { _ = hs.Close(); <-served }()
-	req, _ := http.NewRequest(http.MethodGet, "http://"+ln.Addr().String()+"/v1.41/events", nil)
-	req.Header.Set("Authorization", "Bearer "+e.token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	time.Sleep(time.Second) // past the write deadline
-	if _, err := e.plane.Submit(context.Background(), scheduler.Request{Spec: driver.Spec{Name: "late", Image: helloImage}}, "team"); err != nil {
-		t.Fatal(err)
-	}
-	line, err := bufio.NewReader(resp.Body).ReadString('\n')
-	if err != nil || !strings.Contains(line, `"name":"late"`) {
-		t.Fatalf("the events stream after the write deadline: %q, %v", line, err)
-	}
-	http.DefaultClient.CloseIdleConnections()
 }
