@@ -47,9 +47,10 @@ const MinVersion = "1.24"
 
 // Defaults of Options.
 const (
-	DefaultMaxBodySize = 1 << 20
-	DefaultMaxStreams  = 256
-	DefaultMaxCreated  = 1000
+	DefaultMaxBodySize  = 1 << 20
+	DefaultMaxStreams   = 256
+	DefaultTokenStreams = 32
+	DefaultMaxCreated   = 1000
 )
 
 // Authenticator answers the identity of a bearer token's secret, and of
@@ -79,6 +80,9 @@ type Options struct {
 	// MaxStreams caps the open streams (attach, logs, events, wait, pull);
 	// 0 means DefaultMaxStreams. Beyond it a stream is refused with 503.
 	MaxStreams int
+	// TokenStreams caps the open streams of one token, as the REST API's
+	// max_streams; 0 means DefaultTokenStreams. Beyond it 429.
+	TokenStreams int
 	// MaxCreated caps the containers created and not yet started; 0 means
 	// DefaultMaxCreated.
 	MaxCreated int
@@ -104,9 +108,12 @@ type Server struct {
 	closing   chan struct{}  // closed by Close: streams and background work end
 	wg        sync.WaitGroup // background removals
 
-	// mu guards created, autoRm and attached. Lock order: mu is a leaf,
-	// never held while calling the plane.
+	tokenStreams int
+
+	// mu guards created, autoRm, attached and open. Lock order: mu is a
+	// leaf, never held while calling the plane.
 	mu       sync.Mutex
+	open     map[string]int      // open streams, by token accessor
 	created  map[string]*created // containers created, not yet started, by id
 	autoRm   map[string]struct{} // started containers to remove when they end
 	attached map[string]int      // open attach streams, by container id
@@ -117,7 +124,8 @@ func New(plane *control.Plane, opts Options) *Server {
 	s := &Server{
 		plane: plane, auth: opts.Authenticator, certs: opts.ClientCerts, log: opts.Logger, version: opts.ServerVersion, name: opts.Name,
 		maxBody: opts.MaxBodySize, maxNew: opts.MaxCreated, mux: http.NewServeMux(),
-		created: map[string]*created{}, autoRm: map[string]struct{}{}, attached: map[string]int{},
+		created: map[string]*created{}, autoRm: map[string]struct{}{}, attached: map[string]int{}, open: map[string]int{},
+		tokenStreams: opts.TokenStreams,
 	}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -142,6 +150,9 @@ func New(plane *control.Plane, opts Options) *Server {
 		n = DefaultMaxStreams
 	}
 	s.streams = make(chan struct{}, n)
+	if s.tokenStreams <= 0 {
+		s.tokenStreams = DefaultTokenStreams
+	}
 	s.closing = make(chan struct{})
 	s.routes()
 	return s
@@ -295,15 +306,31 @@ func permit(id auth.Identity, r *http.Request) error {
 	return nil
 }
 
-// acquire takes a stream slot for the response w and lifts the server's
-// write deadline, which bounds every other response; release gives the
-// slot back.
-func (s *Server) acquire(w http.ResponseWriter) (release func(), err error) {
+// acquire takes a stream slot of the server and of r's token for the
+// response w, and lifts the server's write deadline, which bounds every
+// other response; release gives the slots back.
+func (s *Server) acquire(w http.ResponseWriter, r *http.Request) (release func(), err error) {
+	tok := identityOf(r).Accessor
+	s.mu.Lock()
+	if s.open[tok] >= s.tokenStreams {
+		s.mu.Unlock()
+		return nil, &httpError{http.StatusTooManyRequests, fmt.Sprintf("token %q has %d streams open, the most it may: close one first", identityOf(r).Name, s.tokenStreams)}
+	}
+	s.open[tok]++
+	s.mu.Unlock()
+	untoken := func() {
+		s.mu.Lock()
+		if s.open[tok]--; s.open[tok] <= 0 {
+			delete(s.open, tok)
+		}
+		s.mu.Unlock()
+	}
 	select {
 	case s.streams <- struct{}{}:
 		_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
-		return func() { <-s.streams }, nil
+		return func() { <-s.streams; untoken() }, nil
 	default:
+		untoken()
 		return nil, &httpError{http.StatusServiceUnavailable, fmt.Sprintf("too many open streams (at most %d); try again later", cap(s.streams))}
 	}
 }

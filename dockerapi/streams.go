@@ -77,7 +77,7 @@ func (s *Server) wait(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	release, err := s.acquire(w)
+	release, err := s.acquire(w, r)
 	if err != nil {
 		return err
 	}
@@ -164,7 +164,7 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) error {
 	if c.created == nil && !logs {
 		return unsupported("docker attach to a started container: Berth attaches only to containers it has not started yet (docker run); follow the output with docker logs -f")
 	}
-	release, err := s.acquire(w)
+	release, err := s.acquire(w, r)
 	if err != nil {
 		return err
 	}
@@ -283,7 +283,7 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) error {
 	if c.created == nil && c.in.BackendID == "" && !none {
 		return &httpError{http.StatusConflict, "container " + c.id + " has not started yet: it has no output"}
 	}
-	release, err := s.acquire(w)
+	release, err := s.acquire(w, r)
 	if err != nil {
 		return err
 	}
@@ -349,7 +349,7 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) error {
 		}
 		return writeJSON(w, http.StatusOK, st)
 	}
-	release, err := s.acquire(w)
+	release, err := s.acquire(w, r)
 	if err != nil {
 		return err
 	}
@@ -405,7 +405,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) error {
 			return unsupported("events of type %q: Berth reports container events only", t)
 		}
 	}
-	release, err := s.acquire(w)
+	release, err := s.acquire(w, r)
 	if err != nil {
 		return err
 	}

@@ -470,7 +470,7 @@ func (s *Server) pull(w http.ResponseWriter, r *http.Request) error {
 	if len(have) == 0 {
 		return &httpError{http.StatusNotFound, fmt.Sprintf("no engine in the cluster has %s and Berth has no registry to pull from: load the image onto one engine (docker load), then pull it through Berth to copy it to the others", name)}
 	}
-	release, err := s.acquire(w)
+	release, err := s.acquire(w, r)
 	if err != nil {
 		return err
 	}

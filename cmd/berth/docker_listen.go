@@ -70,7 +70,7 @@ func (t dockerTLS) config() (*tls.Config, error) {
 //
 // A TCP address off this host without TLS is refused unless insecure, as
 // the REST API's listener is: tokens would cross the network in clear.
-func listenDocker(addr string, tlsCfg *tls.Config, insecure bool, to config.Timeouts, plane *control.Plane, auth dockerapi.Authenticator, maxBody int64, log *slog.Logger) (*dockerEndpoint, error) {
+func listenDocker(addr string, tlsCfg *tls.Config, insecure bool, to config.Timeouts, tokenStreams int, plane *control.Plane, auth dockerapi.Authenticator, maxBody int64, log *slog.Logger) (*dockerEndpoint, error) {
 	network := "tcp"
 	path, isUnix := strings.CutPrefix(addr, "unix://")
 	if isUnix || strings.Contains(addr, "/") {
@@ -115,7 +115,7 @@ func listenDocker(addr string, tlsCfg *tls.Config, insecure bool, to config.Time
 	if tlsCfg != nil {
 		ln = tls.NewListener(ln, tlsCfg)
 	}
-	srv := dockerapi.New(plane, dockerapi.Options{Authenticator: auth, ClientCerts: certs, MaxBodySize: maxBody, Logger: log, ServerVersion: api.BuildVersion()})
+	srv := dockerapi.New(plane, dockerapi.Options{Authenticator: auth, ClientCerts: certs, MaxBodySize: maxBody, TokenStreams: tokenStreams, Logger: log, ServerVersion: api.BuildVersion()})
 	e := &dockerEndpoint{srv: srv, ln: ln, done: make(chan error, 1),
 		// The REST API's bounds; streams lift the write deadline.
 		http: &http.Server{Handler: srv, ReadHeaderTimeout: to.ReadHeader, ReadTimeout: to.Read, WriteTimeout: to.Write,

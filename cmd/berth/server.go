@@ -327,7 +327,7 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 	if f.dockerListen != "" {
 		tlsCfg, err := f.dockerTLS.config()
 		if err == nil {
-			dockerEP, err = listenDocker(f.dockerListen, tlsCfg, cfg.Insecure, cfg.Timeouts, plane, tokens, int64(cfg.MaxBodySize), log)
+			dockerEP, err = listenDocker(f.dockerListen, tlsCfg, cfg.Insecure, cfg.Timeouts, cfg.MaxStreams, plane, tokens, int64(cfg.MaxBodySize), log)
 		}
 		if err != nil {
 			_ = httpServer.Close()
