@@ -2,9 +2,9 @@ package sim
 
 import (
 	"context"
+	crand "crypto/rand"
 	"fmt"
 	"maps"
-	crand "crypto/rand"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -95,7 +95,7 @@ func New(opts Options) (*Sim, error) {
 		return nil, err
 	}
 	s := &Sim{
-		epoch: newEpoch(),
+		epoch:   newEpoch(),
 		opts:    opts,
 		clock:   opts.Clock,
 		pools:   opts.pools(),
