@@ -111,7 +111,7 @@ func (s *state) checkSpec(spec *driver.Spec, prov string) error {
 		names = []string{prov}
 	}
 	need := driver.SpecFeatures(spec)
-	var first error
+	path := ""
 	var why []string
 	for _, n := range names {
 		p, err := s.provider(n)
@@ -120,26 +120,28 @@ func (s *state) checkSpec(spec *driver.Spec, prov string) error {
 		}
 		has := p.Capabilities()
 		if i := slices.IndexFunc(need, func(f string) bool { return !slices.Contains(has, f) }); i >= 0 {
-			err = fmt.Errorf("%w: %w", driver.ErrUnsupported, &driver.FieldError{Path: driver.FeatureField(need[i]),
-				Reason: fmt.Sprintf("provider %q cannot run %s", n, need[i])})
-		} else {
-			err = p.CheckSpec(spec)
-		}
-		if err == nil {
+			err = &driver.FieldError{Path: driver.FeatureField(need[i]), Reason: "cannot run " + need[i]}
+		} else if err = p.CheckSpec(spec); err == nil {
 			return nil
 		}
-		if first == nil {
-			first = err
+		reason := err.Error()
+		var fe *driver.FieldError
+		if errors.As(err, &fe) {
+			reason = fe.Path + ": " + fe.Reason
+			// The field named is the first one of a provider that has
+			// the kind: what stands between the spec and the provider
+			// closest to running it.
+			if path == "" || path == "kind" {
+				path = fe.Path
+			}
 		}
-		why = append(why, err.Error())
+		why = append(why, fmt.Sprintf("provider %s: %s", n, reason))
 	}
-	if first == nil {
+	if why == nil {
 		return nil
 	}
-	path := "spec"
-	var fe *driver.FieldError
-	if errors.As(first, &fe) {
-		path = fe.Path
+	if path == "" {
+		path = "spec"
 	}
 	return fmt.Errorf("%w: %w", driver.ErrUnsupported, &driver.FieldError{Path: path, Reason: "no provider can run this: " + strings.Join(why, "; ")})
 }
