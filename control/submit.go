@@ -118,7 +118,7 @@ func (s *state) checkSpec(spec *driver.Spec, prov string) error {
 		if err != nil {
 			continue
 		}
-		has := p.Capabilities()
+		has := p.Features()
 		if i := slices.IndexFunc(need, func(f string) bool { return !slices.Contains(has, f) }); i >= 0 {
 			err = &driver.FieldError{Path: driver.FeatureField(need[i]), Reason: "cannot run " + need[i]}
 		} else if err = p.CheckSpec(spec); err == nil {

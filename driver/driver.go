@@ -272,7 +272,7 @@ func FeatureField(f string) string {
 }
 
 // Capabilities returns the sorted names of the optional interfaces d
-// implements itself (fallbacks not counted), and its features.
+// implements itself (fallbacks not counted).
 func Capabilities(d Driver) []string {
 	var caps []string
 	add := func(ok bool, name string) {
@@ -304,11 +304,17 @@ func Capabilities(d Driver) []string {
 	add(ok, CapSuspend)
 	_, ok = d.(UsageReporter)
 	add(ok, CapUsage)
-	if fr, ok := d.(FeatureReporter); ok {
-		caps = append(caps, fr.Features()...)
-	} else {
-		caps = append(caps, AllFeatures...)
+	return caps
+}
+
+// Features returns the sorted kinds and features d declares
+// (FeatureReporter), or AllFeatures when it declares none.
+func Features(d Driver) []string {
+	fr, ok := d.(FeatureReporter)
+	if !ok {
+		return slices.Clone(AllFeatures)
 	}
-	slices.Sort(caps)
-	return slices.Compact(caps)
+	f := slices.Clone(fr.Features())
+	slices.Sort(f)
+	return slices.Compact(f)
 }
