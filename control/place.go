@@ -34,7 +34,7 @@ func newCluster(s *state) *cluster {
 		s.log.Error("reserve instances", "err", err)
 	}
 	for _, name := range s.provNames {
-		c.c.SetCapabilities(name, s.provs[name].Capabilities())
+		c.c.SetCapabilities(name, append(s.provs[name].Capabilities(), s.provs[name].Features()...))
 	}
 	return c
 }

@@ -87,6 +87,9 @@ type state struct {
 	rt *runtime // set while Run runs
 	// rtMu guards rt.
 	rtMu sync.Mutex
+	// clusterID is written on every back-end resource (driver.TagCluster);
+	// set once by loadIdentity.
+	clusterID string
 	// placeKick wakes the placer.
 	placeKick chan struct{}
 	// placeNow asks the placer for one round; it closes the channel it
@@ -238,6 +241,9 @@ func newState(ctx context.Context, cfg Config) (*state, error) {
 		return nil, err
 	}
 	if err := s.loadGroups(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.loadIdentity(ctx); err != nil {
 		return nil, err
 	}
 	if orphans := s.orphanRequests(); len(orphans) > 0 {
@@ -734,10 +740,11 @@ func (s *state) find(ref string) (reconciler.Instance, error) {
 // tags returns the tags Berth writes on the back-end resource of in.
 func (s *state) tags(in *reconciler.Instance) map[string]string {
 	return map[string]string{
-		driver.TagManaged:  "true",
-		driver.TagCluster:  s.cfg.Cluster,
-		driver.TagProvider: in.Provider,
-		driver.TagInstance: in.ID,
+		driver.TagManaged:     "true",
+		driver.TagCluster:     s.clusterID,
+		driver.TagClusterName: s.cfg.Cluster,
+		driver.TagProvider:    in.Provider,
+		driver.TagInstance:    in.ID,
 	}
 }
 

@@ -231,11 +231,15 @@ func TestLeakedContainersAndStrangers(t *testing.T) {
 		leak   bool // Berth must delete it
 		id     string
 	}
-	half := berthLabels(e.cluster, "ghost-half-"+run)
+	id := e.plane.ClusterID()
+	half := berthLabels(id, "ghost-half-"+run)
 	delete(half, driver.TagManaged)
 	raws := []*raw{
-		{name: "leak-main", cli: mainCli, labels: berthLabels(e.cluster, "ghost-"+run), leak: true},
-		{name: "leak-second", cli: second.Client, labels: berthLabels(e.cluster, "ghost2-"+run), leak: true},
+		{name: "leak-main", cli: mainCli, labels: berthLabels(id, "ghost-"+run), leak: true},
+		{name: "leak-second", cli: second.Client, labels: berthLabels(id, "ghost2-"+run), leak: true},
+		// Same name, another cluster: a second server named as this one.
+		{name: "same-name", cli: mainCli, labels: map[string]string{driver.TagManaged: "true", driver.TagCluster: "other-" + run,
+			driver.TagClusterName: e.cluster, driver.TagProvider: provName, driver.TagInstance: "ghost3-" + run}},
 		{name: "plain", cli: mainCli, labels: map[string]string{}},
 		{name: "other-cluster", cli: mainCli, labels: berthLabels("other-"+run, "ghost-"+run)},
 		{name: "other-cluster-second", cli: second.Client, labels: berthLabels("other-"+run, "ghost2-"+run)},
@@ -411,4 +415,67 @@ func TestEngineStopsDuringLaunches(t *testing.T) {
 	}
 	e.matchStore(t)
 	e.deleteAll(t)
+}
+
+// TestTwoClustersOneNameOneEngine: two servers with the same cluster name
+// on the same engines each run 20 containers; after five sync rounds of
+// each (leak cleanup included) both sets are intact. Then one server stops
+// for good: the other leaves its containers alone.
+func TestTwoClustersOneNameOneEngine(t *testing.T) {
+	leakCheck(t)
+	name := "it-" + dockertest.RandomID()
+	a := setupNamed(t, name, nil)
+	b := setupNamed(t, name, nil)
+	if a.plane.ClusterID() == b.plane.ClusterID() {
+		t.Fatalf("two stores share the cluster id %s", a.plane.ClusterID())
+	}
+	ctx := context.Background()
+	for _, e := range []*env{a, b} {
+		r := scheduler.Request{ID: "web-" + e.plane.ClusterID()[:8], Count: 20, Spec: helloSpec()}
+		r.Spec.Resources = driver.Resources{CPU: 10, Memory: 8 * driver.MiB}
+		if _, err := e.plane.Submit(ctx, e.named(r), "it"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	running := map[*env][]control.Instance{a: a.allIn(t, reconciler.Running, 20), b: b.allIn(t, reconciler.Running, 20)}
+	rounds := func(e *env, n int64) {
+		from := e.lists.n.Load()
+		e.waitFor(t, fmt.Sprintf("%d more sync rounds", n), func() bool { return e.lists.n.Load() >= from+n })
+	}
+	rounds(a, 5)
+	rounds(b, 5)
+	intact := func(e *env, want []control.Instance) {
+		t.Helper()
+		got := map[string]string{}
+		for name, c := range engines() {
+			for id, inst := range e.raw(t, c) {
+				got[name+"/"+id] = inst // as the driver's back-end ids read
+			}
+		}
+		for _, in := range want {
+			if got[in.BackendID] != in.ID {
+				t.Errorf("cluster %s: %s's container %s is gone", e.plane.ClusterID()[:8], in.ID, in.BackendID)
+			}
+		}
+		if len(got) != len(want) {
+			t.Errorf("cluster %s: %d containers on the engines, want %d", e.plane.ClusterID()[:8], len(got), len(want))
+		}
+	}
+	intact(a, running[a])
+	intact(b, running[b])
+	for _, e := range []*env{a, b} {
+		e.metrics.mu.Lock()
+		if n := e.metrics.leaks[provName]; n > 0 {
+			t.Errorf("cluster %s deleted %d containers as leaks", e.plane.ClusterID()[:8], n)
+		}
+		e.metrics.mu.Unlock()
+	}
+
+	// b stops for good; a goes on syncing and leaves b's containers alone.
+	b.stopPlane(t)
+	rounds(a, 5)
+	intact(b, running[b])
+	intact(a, running[a])
+	a.deleteAll(t)
+	b.deleteRaw(t)
 }
