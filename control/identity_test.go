@@ -3,10 +3,12 @@ package control_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/drivers/sim"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/reconciler"
 	"github.com/berth-dev/berth/store"
@@ -111,5 +113,54 @@ func TestRestartedSimAdoptsNothingForeign(t *testing.T) {
 	}
 	if n := len(tagged(t, prov2, map[string]string{driver.TagCluster: testCluster})); n != 100 {
 		t.Fatalf("the back-end holds %d of the cluster's resources, want the 100 of second", n)
+	}
+}
+
+// TestRefusedNodeFailsOver: nodes without the image refuse a create for
+// good (a cluster without a registry); the instance is placed again,
+// never on them, until the node with the image runs it. When no node has
+// it, the instance fails once every node has refused it, naming each.
+func TestRefusedNodeFailsOver(t *testing.T) {
+	ctx := context.Background()
+	shape := sim.Shape{Resources: driver.Resources{CPU: driver.CPUs(16), Memory: 32 * driver.GiB}}
+	with := shape
+	with.Images = []string{"app"}
+	_, prov := newSim(t, 0, func(o *sim.Options) {
+		o.StrictImages = true
+		o.Pools = []sim.Pool{{Count: 3, NamePrefix: "bare-", Shape: shape}, {Count: 1, NamePrefix: "img-", Shape: with}}
+	})
+	p, _ := start(t, config(memory.New(memory.Options{}), prov))
+	refusedAny := false
+	for i := range 6 {
+		r := req(fmt.Sprintf("app%d", i), 1)
+		r.Image = "app"
+		if _, err := p.Submit(ctx, r, "ns"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 6 {
+		in := waitPhase(t, p, fmt.Sprintf("app%d", i), reconciler.Running)
+		if !strings.HasPrefix(in.Node, "img-") {
+			t.Errorf("%s runs on %s, which lacks the image", in.ID, in.Node)
+		}
+		for _, n := range in.RefusedNodes() {
+			refusedAny = true
+			if !strings.Contains(n, "bare-") {
+				t.Errorf("%s: refused by %s", in.ID, n)
+			}
+		}
+	}
+	if !refusedAny {
+		t.Fatal("no instance was ever refused: the failover was not exercised")
+	}
+
+	r := req("nowhere", 1)
+	r.Image = "missing"
+	if _, err := p.Submit(ctx, r, "ns"); err != nil {
+		t.Fatal(err)
+	}
+	in := waitPhase(t, p, "nowhere", reconciler.Failed)
+	if len(in.Refused) != 4 || !strings.Contains(in.Message, "refused") {
+		t.Fatalf("an image no node has: %d refusals, message %q; want all 4 nodes named", len(in.Refused), in.Message)
 	}
 }

@@ -593,6 +593,7 @@ func (s *state) apply(ctx context.Context, id string, ev reconciler.Event, direc
 			continue
 		}
 		next.Revision = res.Revision
+		s.releaseFirst(id, acts)
 		s.remember(next)
 		if cur.Phase != next.Phase {
 			s.log.Debug("instance phase", "instance", id, "from", cur.Phase, "to", next.Phase, "message", next.Message)
@@ -605,6 +606,19 @@ func (s *state) apply(ctx context.Context, id string, ev reconciler.Event, direc
 // applyBatch applies the outcomes like apply, storing all the changes in
 // one transaction. Should a comparison fail (someone else changed one of
 // the instances) each outcome is applied on its own instead.
+// releaseFirst gives back the cluster's reservation of instance id when
+// acts release it, before the new phase is remembered: whoever sees the
+// phase (counts, a placement round) also sees the room it freed. perform
+// releases again, which is a no-op.
+func (s *state) releaseFirst(id string, acts []reconciler.Action) {
+	for _, a := range acts {
+		if a.Kind == reconciler.Release {
+			s.cluster.release(id)
+			return
+		}
+	}
+}
+
 func (s *state) applyBatch(ctx context.Context, batch []outcome) {
 	if len(batch) == 1 {
 		s.applyOne(ctx, batch[0])
@@ -675,6 +689,9 @@ func (s *state) applyBatch(ctx context.Context, batch []outcome) {
 		for _, id := range order {
 			results[id].in.Revision = res.Revision
 		}
+	}
+	for _, id := range order {
+		s.releaseFirst(id, results[id].acts)
 	}
 	// One critical section for the whole batch: submissions wait for the
 	// cache lock once per batch, not once per instance.

@@ -50,6 +50,9 @@ func (s *state) submit(ctx context.Context, req scheduler.Request, owner string)
 	if err := s.checkRequest(&req, ""); err != nil {
 		return nil, err
 	}
+	if err := s.checkEverPlaceable(&req); err != nil {
+		return nil, err
+	}
 	placed, err := s.accept(ctx, []part{{req: req, owner: owner}}, nil, nil)
 	if err != nil {
 		return nil, err
@@ -85,6 +88,41 @@ func (s *state) checkRequest(req *scheduler.Request, prefix string) error {
 		return err
 	}
 	return prefixErr(prefix, s.checkSpec(&req.Spec, req.Provider))
+}
+
+// checkEverPlaceable refuses a request that no node known now could take
+// even empty: every node fails one of its hard constraints, lacks a
+// capability it needs or is of another provider. These are static facts
+// of the nodes (labels, provider, features); an offline node, a full one
+// or no node known at all lets the request through, to wait.
+func (s *state) checkEverPlaceable(req *scheduler.Request) error {
+	probe := *req
+	probe.ID, probe.Name, probe.Group, probe.Count = "probe", "", "", 1
+	probe.Resources, probe.Ports, probe.Affinities, probe.MaxPerNode = driver.Resources{}, nil, nil, 0
+	plan, err := s.cluster.c.Snapshot(scheduler.Options{}).Plan(&probe)
+	if err != nil || len(plan.Placements) > 0 || len(plan.Unplaced) == 0 || plan.Unplaced[0].Reasons.Nodes == 0 {
+		return nil
+	}
+	rs := plan.Unplaced[0].Reasons
+	field := ""
+	for _, c := range rs.Counts {
+		switch {
+		case strings.HasPrefix(c.Reason, "constraint "):
+			if field == "" {
+				field = "constraints"
+				if i := slices.Index(req.Constraints, strings.TrimPrefix(c.Reason, "constraint ")); i >= 0 {
+					field = fmt.Sprintf("constraints[%d]", i)
+				}
+			}
+		case strings.HasPrefix(c.Reason, "provider lacks capability "), strings.HasPrefix(c.Reason, "provider is not "):
+			if field == "" {
+				field = "capabilities"
+			}
+		default:
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %w", driver.ErrUnsupported, &driver.FieldError{Path: field, Reason: "no node can ever take it: " + rs.String()})
 }
 
 // MaxRequestBytes bounds the bytes of spec one request keeps (its spec's
@@ -491,6 +529,10 @@ func (s *state) submitGroup(ctx context.Context, g scheduler.Group, owner string
 	for i := range g.Services {
 		needFeatures(&g.Services[i].Request)
 		if err := prefixErr(fmt.Sprintf("services[%d].", i), s.checkSpec(&g.Services[i].Spec, g.Services[i].Provider)); err != nil {
+			return nil, err
+		}
+		r := g.ServiceRequest(i)
+		if err := prefixErr(fmt.Sprintf("services[%d].", i), s.checkEverPlaceable(&r)); err != nil {
 			return nil, err
 		}
 	}

@@ -3,6 +3,7 @@ package integration_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -147,8 +148,12 @@ func TestPlacementHonoursEngineLabels(t *testing.T) {
 			}
 		}
 	}
-	if _, err := e.plane.Submit(ctx, nvme, "it"); err != nil {
-		t.Fatalf("submit nvme: %v", err)
+	// No engine has disk=nvme: the request is refused at submit, naming
+	// the constraint and the nodes it rules out.
+	_, err = e.plane.Submit(ctx, nvme, "it")
+	var fe *driver.FieldError
+	if !errors.Is(err, driver.ErrUnsupported) || !errors.As(err, &fe) || fe.Path != "constraints[0]" || !strings.Contains(fe.Reason, "2 nodes: constraint disk==nvme") {
+		t.Fatalf("submit nvme: %v; want refused naming constraints[0] and both nodes", err)
 	}
 
 	e.waitFor(t, "the constrained instances running", func() bool {
@@ -166,9 +171,7 @@ func TestPlacementHonoursEngineLabels(t *testing.T) {
 	for _, in := range e.instances(t) {
 		switch {
 		case in.ID == "nvme":
-			if in.Phase != reconciler.Pending || in.Message == "" || in.Node != "" {
-				t.Errorf("nvme: %s on %q (%q); want pending with a reason", in.Phase, in.Node, in.Message)
-			}
+			t.Errorf("nvme was kept: %s", in.Phase)
 		case strings.HasPrefix(in.ID, "ssd-") && in.Node != secondNode,
 			strings.HasPrefix(in.ID, "other-") && in.Node != mainNode:
 			t.Errorf("%s runs on %s", in.ID, in.Node)

@@ -194,3 +194,18 @@ func TestContexts(t *testing.T) {
 		t.Errorf("--context nope: exit %d, want usage", code)
 	}
 }
+
+func TestWhy(t *testing.T) {
+	e := testEnv(t, api.Options{})
+	cl := e.Client(t, "")
+	if _, err := cl.Submit(context.Background(), scheduler.Request{ID: "w", Spec: driver.Spec{Image: "x"}}); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := berth(t, e.HTTP.URL, "why", "w")
+	if code != 0 || !strings.HasPrefix(out, "w is ") {
+		t.Fatalf("why w: exit %d %q %s", code, out, errOut)
+	}
+	if code, _, _ := berth(t, e.HTTP.URL, "why", "nosuch"); code != exitNotFound {
+		t.Errorf("why of an unknown instance: exit %d, want %d", code, exitNotFound)
+	}
+}

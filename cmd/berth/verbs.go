@@ -32,7 +32,7 @@ func clientCommands(c *cli) []*cobra.Command {
 		changeCmd(c, "stop", "Stop instances gracefully"),
 		changeCmd(c, "start", "Start stopped instances"),
 		changeCmd(c, "restart", "Restart instances"),
-		killCmd(c), rmCmd(c), resizeCmd(c),
+		killCmd(c), rmCmd(c), resizeCmd(c), whyCmd(c),
 	}
 	for _, cmd := range withRefs {
 		cmd.ValidArgsFunction = c.completeInstances
