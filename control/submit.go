@@ -96,6 +96,11 @@ func (s *state) checkRequest(req *scheduler.Request, prefix string) error {
 // of the nodes (labels, provider, features); an offline node, a full one
 // or no node known at all lets the request through, to wait.
 func (s *state) checkEverPlaceable(req *scheduler.Request) error {
+	if len(req.Constraints) == 0 && len(req.Capabilities) == len(driver.SpecFeatures(&req.Spec)) {
+		// Nothing but the features, which checkSpec has found a provider
+		// for: no probe needed (it costs a placement over every node).
+		return nil
+	}
 	probe := *req
 	probe.ID, probe.Name, probe.Group, probe.Count = "probe", "", "", 1
 	probe.Resources, probe.Ports, probe.Affinities, probe.MaxPerNode = driver.Resources{}, nil, nil, 0
