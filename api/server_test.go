@@ -71,7 +71,9 @@ func newEnv(tb testing.TB, simOpts map[string]any, maxBody int64) *env {
 // newEnvOn is newEnv over the given store, which it closes at the end.
 func newEnvOn(tb testing.TB, st store.Store, simOpts map[string]any, maxBody int64) *env {
 	tb.Helper()
-	e := apitest.Start(tb, st, simOpts, api.Options{MaxBodySize: maxBody})
+	// No rate limit: the fuzzer and the benchmarks send far more than a
+	// client would.
+	e := apitest.Start(tb, st, simOpts, api.Options{MaxBodySize: maxBody, Rate: -1})
 	c, err := client.New(e.HTTP.URL, client.WithToken(e.Token), client.WithNamespace("tester"))
 	if err != nil {
 		tb.Fatal(err)

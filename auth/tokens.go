@@ -102,16 +102,28 @@ func (t *Tokens) Create(ctx context.Context, s Spec) (string, Token, error) {
 	if err := s.Validate(); err != nil {
 		return "", Token{}, err
 	}
+	for range 10 {
+		secret, tok, done, err := t.create(ctx, s)
+		if done || err != nil {
+			return secret, tok, err
+		}
+	}
+	return "", Token{}, fmt.Errorf("auth: the tokens keep changing: try again")
+}
+
+// create is one attempt of Create; done is false when another change of
+// the tokens came first.
+func (t *Tokens) create(ctx context.Context, s Spec) (string, Token, bool, error) {
 	list, rev, err := t.list(ctx)
 	if err != nil {
-		return "", Token{}, err
+		return "", Token{}, false, err
 	}
 	if len(list) >= MaxTokens {
-		return "", Token{}, &driver.FieldError{Path: "name", Reason: fmt.Sprintf("this cluster keeps at most %d tokens: revoke some first", MaxTokens)}
+		return "", Token{}, false, &driver.FieldError{Path: "name", Reason: fmt.Sprintf("this cluster keeps at most %d tokens: revoke some first", MaxTokens)}
 	}
 	for _, o := range list {
 		if o.Name == s.Name {
-			return "", Token{}, fmt.Errorf("%w: %w", &driver.FieldError{Path: "name", Reason: fmt.Sprintf("a token named %q exists (accessor %s)", s.Name, o.Accessor)}, driver.ErrAlreadyExists)
+			return "", Token{}, false, fmt.Errorf("%w: %w", &driver.FieldError{Path: "name", Reason: fmt.Sprintf("a token named %q exists (accessor %s)", s.Name, o.Accessor)}, driver.ErrAlreadyExists)
 		}
 	}
 	secret := newSecret()
@@ -131,19 +143,19 @@ func (t *Tokens) Create(ctx context.Context, s Spec) (string, Token, error) {
 	}
 	b, err := json.Marshal(&tok)
 	if err != nil {
-		return "", Token{}, err
+		return "", Token{}, false, err
 	}
 	// The names are unique: the transaction fails if any token changed
 	// since the listing, and Create then lists again.
 	res, err := t.st.Txn(ctx, []store.Cmp{{Key: PrefixTokens + tok.Digest}, {Key: tokensGuard, ModRevision: rev}}, []store.Op{store.Put(PrefixTokens+tok.Digest, b), store.Put(tokensGuard, []byte(tok.Accessor))})
 	if err != nil {
-		return "", Token{}, err
+		return "", Token{}, false, err
 	}
 	if !res.Succeeded {
-		return t.Create(ctx, s)
+		return "", Token{}, false, nil
 	}
 	t.forget(tok.Digest)
-	return secret, tok, nil
+	return secret, tok, true, nil
 }
 
 // tokensGuard is a key every change of the tokens rewrites, so that a
@@ -235,6 +247,12 @@ func (t *Tokens) Bootstrap(ctx context.Context, path string) (bool, error) {
 		return false, err
 	}
 	secret, tok, err := t.Create(ctx, Spec{Name: "bootstrap", Role: RoleAdmin})
+	if errors.Is(err, driver.ErrAlreadyExists) {
+		// Another server on the same store made it first.
+		_ = f.Close()
+		_ = os.Remove(path)
+		return false, nil
+	}
 	if err == nil {
 		if _, err = f.WriteString(secret + "\n"); err == nil {
 			err = f.Sync()

@@ -34,7 +34,7 @@ func TestBoltRestartResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "some launches under way", func() bool {
-		return len(tagged(t, prov, map[string]string{driver.TagCluster: "test"})) >= 3
+		return len(tagged(t, prov, map[string]string{driver.TagCluster: testCluster})) >= 3
 	})
 	stop1()
 	if err := st1.Close(); err != nil {
@@ -54,7 +54,7 @@ func TestBoltRestartResumes(t *testing.T) {
 		}
 	}
 	waitFor(t, "exactly one copy of each instance", func() bool {
-		return len(tagged(t, prov, map[string]string{driver.TagCluster: "test"})) == n
+		return len(tagged(t, prov, map[string]string{driver.TagCluster: testCluster})) == n
 	})
 	stop2()
 }
@@ -91,7 +91,7 @@ func TestMetricsHooks(t *testing.T) {
 	ctx := context.Background()
 	// The sim fails half the creates: try until the leak exists.
 	for made := false; !made; {
-		op, err := s.Create(ctx, "node-1", &driver.Spec{Image: "busybox", Tags: map[string]string{driver.TagManaged: "true", driver.TagCluster: "test", driver.TagInstance: "ghost"}})
+		op, err := s.Create(ctx, "node-1", &driver.Spec{Image: "busybox", Tags: map[string]string{driver.TagManaged: "true", driver.TagCluster: testCluster, driver.TagInstance: "ghost"}})
 		if err != nil {
 			t.Fatal(err)
 		}

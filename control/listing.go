@@ -27,7 +27,7 @@ func (s *state) newListings() listings {
 		ls[name] = &driver.ListCache[tagIndex]{
 			TTL: listingTTL,
 			Fetch: func(ctx context.Context) (tagIndex, error) {
-				all, err := p.List(ctx, map[string]string{driver.TagCluster: s.cfg.Cluster})
+				all, err := p.List(ctx, map[string]string{driver.TagCluster: s.clusterID})
 				if err != nil {
 					return nil, err
 				}

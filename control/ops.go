@@ -359,7 +359,7 @@ func (s *state) providers(ctx context.Context) ([]ProviderView, error) {
 	out := make([]ProviderView, 0, len(s.provNames))
 	for _, name := range s.provNames {
 		p := s.provs[name]
-		v := ProviderView{Name: name, Driver: driverName(p), Capabilities: p.Capabilities(), Health: p.Health()}
+		v := ProviderView{Name: name, Driver: driverName(p), Capabilities: p.Capabilities(), Features: p.Features(), Health: p.Health()}
 		if v.Capabilities == nil {
 			v.Capabilities = []string{}
 		}

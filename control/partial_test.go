@@ -102,7 +102,7 @@ func makeLeak(t *testing.T, s *sim.Sim, node, ghost string) string {
 	t.Helper()
 	ctx := context.Background()
 	op, err := s.Create(ctx, node, &driver.Spec{Image: "busybox", Tags: map[string]string{
-		driver.TagManaged: "true", driver.TagCluster: "test", driver.TagProvider: "sim", driver.TagInstance: ghost,
+		driver.TagManaged: "true", driver.TagCluster: testCluster, driver.TagProvider: "sim", driver.TagInstance: ghost,
 	}})
 	if err != nil {
 		t.Fatal(err)

@@ -34,7 +34,7 @@ func newCluster(s *state) *cluster {
 		s.log.Error("reserve instances", "err", err)
 	}
 	for _, name := range s.provNames {
-		c.c.SetCapabilities(name, s.provs[name].Capabilities())
+		c.c.SetCapabilities(name, append(s.provs[name].Capabilities(), s.provs[name].Features()...))
 	}
 	return c
 }
@@ -229,7 +229,7 @@ func (s *state) requestFor(in *reconciler.Instance) scheduler.Request {
 	if in.Pool != "" {
 		r.Provider = s.poolProvider(in.Pool)
 	}
-	for _, x := range in.Excluded(s.now()) {
+	for _, x := range slices.Concat(in.Excluded(s.now()), in.RefusedNodes()) {
 		prov, node, _ := strings.Cut(x, "/")
 		if r.Provider == "" || r.Provider == prov {
 			r.Constraints = append(r.Constraints, "node!="+node)
@@ -265,6 +265,13 @@ func (s *state) placeOne(ctx context.Context, in reconciler.Instance) string {
 		s.unplaceable(ctx, in, reason)
 		return reason
 	}
+	if len(plan.Placements) == 0 && len(in.Refused) > 0 && s.fitsRefusedOnly(in) {
+		// Only nodes that refused it for good would take it: nothing is
+		// left to try.
+		why := fmt.Sprintf("every node that fits refused it: %s", strings.Join(in.Refused, "; "))
+		_, _, _ = s.apply(ctx, in.ID, reconciler.Event{Kind: reconciler.Refused, Message: why})
+		return why
+	}
 	if len(plan.Placements) == 0 {
 		reason := "no node fits"
 		if len(plan.Unplaced) > 0 {
@@ -279,6 +286,38 @@ func (s *state) placeOne(ctx context.Context, in reconciler.Instance) string {
 		s.cluster.release(in.ID)
 	}
 	return ""
+}
+
+// fitsRefusedOnly reports whether every node in could be placed on (of
+// its provider, when it names one, with the features its spec needs) has
+// refused it for good: then nothing is left to try.
+func (s *state) fitsRefusedOnly(in reconciler.Instance) bool {
+	refused := in.RefusedNodes()
+	r := s.requestFor(&in)
+	need := driver.SpecFeatures(in.Spec)
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for id := range s.nodeInfo {
+		prov, _, _ := strings.Cut(id, "/")
+		if (r.Provider != "" && prov != r.Provider) || slices.Contains(refused, id) {
+			continue
+		}
+		if p, ok := s.provs[prov]; ok && !hasAll(p.Features(), need) {
+			continue
+		}
+		return false
+	}
+	return true
+}
+
+// hasAll reports whether have holds every one of want.
+func hasAll(have, want []string) bool {
+	for _, w := range want {
+		if !slices.Contains(have, w) {
+			return false
+		}
+	}
+	return true
 }
 
 // unplaceable records why pending instance in waits, unless that is what

@@ -263,12 +263,15 @@ type NodeView struct {
 
 // ProviderView describes one provider.
 type ProviderView struct {
-	Name         string          `json:"name"`
-	Driver       string          `json:"driver"`
-	Capabilities []string        `json:"capabilities"`
-	Health       provider.Health `json:"health"`
-	Nodes        int             `json:"nodes"`
-	Error        string          `json:"error,omitempty"`
+	Name         string   `json:"name"`
+	Driver       string   `json:"driver"`
+	Capabilities []string `json:"capabilities"`
+	// Features are the kinds and features the provider runs
+	// (driver.Features): placement sends it only specs needing no other.
+	Features []string        `json:"features"`
+	Health   provider.Health `json:"health"`
+	Nodes    int             `json:"nodes"`
+	Error    string          `json:"error,omitempty"`
 }
 
 // Plane is the control plane. Its methods are safe for concurrent use; Run

@@ -57,7 +57,16 @@ func newSim(t *testing.T, nodes int, tune func(*sim.Options)) (*sim.Sim, *provid
 	return s, p
 }
 
+// testCluster is the cluster id of every plane config makes: config
+// writes it into the store as if the cluster had been made with it, so
+// that the tests can tag resources as the plane's (or not) up front.
+const testCluster = "test-cluster-id"
+
 func config(st store.Store, provs ...*provider.Provider) control.Config {
+	rec := []byte(`{"id": "` + testCluster + `", "name": "test"}`)
+	if _, err := st.Txn(context.Background(), []store.Cmp{{Key: control.KeyCluster}}, []store.Op{store.Put(control.KeyCluster, rec)}); err != nil {
+		panic(err)
+	}
 	return control.Config{
 		Store: st, Providers: provs, Cluster: "test", Logger: quiet,
 		SyncInterval: 20 * time.Millisecond, RetryBackoff: 10 * time.Millisecond,
@@ -171,7 +180,7 @@ func TestLaunchAnswerAndDelete(t *testing.T) {
 			t.Fatalf("running instance without back-end record: %+v", in)
 		}
 		got := tagged(t, prov, map[string]string{driver.TagInstance: in.ID})
-		if len(got) != 1 || got[0].Tags[driver.TagCluster] != "test" || got[0].Tags[driver.TagProvider] != "sim" {
+		if len(got) != 1 || got[0].Tags[driver.TagCluster] != testCluster || got[0].Tags[driver.TagProvider] != "sim" {
 			t.Fatalf("back-end holds %d copies of %s with tags %v", len(got), in.ID, got)
 		}
 	}
@@ -365,7 +374,7 @@ func TestCrashResumeAdoptsWithoutDuplicates(t *testing.T) {
 	// Crash in the middle of the launches: some created, some in flight,
 	// some not started.
 	waitFor(t, "some launches under way", func() bool {
-		return len(tagged(t, prov, map[string]string{driver.TagCluster: "test"})) >= 5
+		return len(tagged(t, prov, map[string]string{driver.TagCluster: testCluster})) >= 5
 	})
 	stop1()
 
@@ -373,7 +382,7 @@ func TestCrashResumeAdoptsWithoutDuplicates(t *testing.T) {
 	for i := range n {
 		waitPhase(t, p2, fmt.Sprintf("batch-%d", i), reconciler.Running)
 	}
-	all := tagged(t, prov, map[string]string{driver.TagCluster: "test"})
+	all := tagged(t, prov, map[string]string{driver.TagCluster: testCluster})
 	seen := map[string]string{}
 	for _, r := range all {
 		id := r.Tags[driver.TagInstance]
@@ -384,7 +393,7 @@ func TestCrashResumeAdoptsWithoutDuplicates(t *testing.T) {
 		seen[id] = r.ID
 	}
 	waitFor(t, "exactly one copy of each instance", func() bool {
-		return len(tagged(t, prov, map[string]string{driver.TagCluster: "test"})) == n
+		return len(tagged(t, prov, map[string]string{driver.TagCluster: testCluster})) == n
 	})
 	for i := range n {
 		in, _ := p2.Instance(context.Background(), fmt.Sprintf("batch-%d", i))
@@ -409,7 +418,7 @@ func TestLeaksAreDeletedAfterTwoSightingsUntaggedNeverTouched(t *testing.T) {
 		}
 		return in.ID
 	}
-	leak := make1("leak", map[string]string{driver.TagManaged: "true", driver.TagCluster: "test", driver.TagProvider: "sim", driver.TagInstance: "ghost"})
+	leak := make1("leak", map[string]string{driver.TagManaged: "true", driver.TagCluster: testCluster, driver.TagProvider: "sim", driver.TagInstance: "ghost"})
 	other := make1("other-cluster", map[string]string{driver.TagManaged: "true", driver.TagCluster: "elsewhere", driver.TagInstance: "x"})
 	mine := make1("not-berth", map[string]string{"team": "ops"})
 
@@ -462,7 +471,7 @@ func TestLeakNeedsTwoSightings(t *testing.T) {
 	}
 	defer prov.Close(context.Background())
 	ctx := context.Background()
-	op, err := s.Create(ctx, "node-1", &driver.Spec{Image: "busybox", Tags: map[string]string{driver.TagManaged: "true", driver.TagCluster: "test", driver.TagInstance: "ghost"}})
+	op, err := s.Create(ctx, "node-1", &driver.Spec{Image: "busybox", Tags: map[string]string{driver.TagManaged: "true", driver.TagCluster: testCluster, driver.TagInstance: "ghost"}})
 	if err != nil {
 		t.Fatal(err)
 	}

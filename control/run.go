@@ -662,7 +662,7 @@ func (s *state) createFailed(ctx context.Context, rt *runtime, t *task, in *reco
 	if errors.Is(err, driver.ErrAlreadyExists) {
 		got, ferr := t.prov.Find(ctx, in.BackendName())
 		switch {
-		case ferr == nil && got.Tags[driver.TagInstance] == in.ID && got.Tags[driver.TagCluster] == s.cfg.Cluster:
+		case ferr == nil && s.owns(in, got):
 			s.adopt(ctx, rt, t, got)
 			return
 		case errors.Is(ferr, driver.ErrNotFound):
@@ -671,7 +671,7 @@ func (s *state) createFailed(ctx context.Context, rt *runtime, t *task, in *reco
 			s.launched(t, err)
 			s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.NameTaken, Err: fmt.Errorf("%w: the name %q is held by a resource provider %s cannot show: %w", driver.ErrRetryable, in.BackendName(), in.Provider, err)}, true)
 			return
-		case ferr == nil && got.Tags[driver.TagCluster] == s.cfg.Cluster && s.releasedName(got.Tags[driver.TagInstance]):
+		case ferr == nil && s.ours(got) && s.releasedName(got.Tags[driver.TagInstance]):
 			// Held by the resource of an earlier instance of the same name
 			// that is being deleted: try again under another name.
 			s.launched(t, err)

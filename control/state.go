@@ -87,6 +87,9 @@ type state struct {
 	rt *runtime // set while Run runs
 	// rtMu guards rt.
 	rtMu sync.Mutex
+	// clusterID is written on every back-end resource (driver.TagCluster);
+	// set once by loadIdentity.
+	clusterID string
 	// placeKick wakes the placer.
 	placeKick chan struct{}
 	// placeNow asks the placer for one round; it closes the channel it
@@ -238,6 +241,9 @@ func newState(ctx context.Context, cfg Config) (*state, error) {
 		return nil, err
 	}
 	if err := s.loadGroups(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.loadIdentity(ctx); err != nil {
 		return nil, err
 	}
 	if orphans := s.orphanRequests(); len(orphans) > 0 {
@@ -587,6 +593,7 @@ func (s *state) apply(ctx context.Context, id string, ev reconciler.Event, direc
 			continue
 		}
 		next.Revision = res.Revision
+		s.releaseFirst(id, acts)
 		s.remember(next)
 		if cur.Phase != next.Phase {
 			s.log.Debug("instance phase", "instance", id, "from", cur.Phase, "to", next.Phase, "message", next.Message)
@@ -599,6 +606,19 @@ func (s *state) apply(ctx context.Context, id string, ev reconciler.Event, direc
 // applyBatch applies the outcomes like apply, storing all the changes in
 // one transaction. Should a comparison fail (someone else changed one of
 // the instances) each outcome is applied on its own instead.
+// releaseFirst gives back the cluster's reservation of instance id when
+// acts release it, before the new phase is remembered: whoever sees the
+// phase (counts, a placement round) also sees the room it freed. perform
+// releases again, which is a no-op.
+func (s *state) releaseFirst(id string, acts []reconciler.Action) {
+	for _, a := range acts {
+		if a.Kind == reconciler.Release {
+			s.cluster.release(id)
+			return
+		}
+	}
+}
+
 func (s *state) applyBatch(ctx context.Context, batch []outcome) {
 	if len(batch) == 1 {
 		s.applyOne(ctx, batch[0])
@@ -670,6 +690,9 @@ func (s *state) applyBatch(ctx context.Context, batch []outcome) {
 			results[id].in.Revision = res.Revision
 		}
 	}
+	for _, id := range order {
+		s.releaseFirst(id, results[id].acts)
+	}
 	// One critical section for the whole batch: submissions wait for the
 	// cache lock once per batch, not once per instance.
 	s.mu.Lock()
@@ -734,10 +757,11 @@ func (s *state) find(ref string) (reconciler.Instance, error) {
 // tags returns the tags Berth writes on the back-end resource of in.
 func (s *state) tags(in *reconciler.Instance) map[string]string {
 	return map[string]string{
-		driver.TagManaged:  "true",
-		driver.TagCluster:  s.cfg.Cluster,
-		driver.TagProvider: in.Provider,
-		driver.TagInstance: in.ID,
+		driver.TagManaged:     "true",
+		driver.TagCluster:     s.clusterID,
+		driver.TagClusterName: s.cfg.Cluster,
+		driver.TagProvider:    in.Provider,
+		driver.TagInstance:    in.ID,
 	}
 }
 

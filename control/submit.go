@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -49,6 +50,9 @@ func (s *state) submit(ctx context.Context, req scheduler.Request, owner string)
 	if err := s.checkRequest(&req, ""); err != nil {
 		return nil, err
 	}
+	if err := s.checkEverPlaceable(&req); err != nil {
+		return nil, err
+	}
 	placed, err := s.accept(ctx, []part{{req: req, owner: owner}}, nil, nil)
 	if err != nil {
 		return nil, err
@@ -76,6 +80,7 @@ func (s *state) checkRequest(req *scheduler.Request, prefix string) error {
 			es = append(es, &driver.FieldError{Path: prefix + "provider", Reason: fmt.Sprintf("unknown provider %q; known: %v", req.Provider, s.provNames)})
 		}
 	}
+	needFeatures(req)
 	if size := req.Spec.Size(); size*req.N() > MaxRequestBytes {
 		es = append(es, &driver.FieldError{Path: prefix + "count", Reason: fmt.Sprintf("%d instances of a %d-byte spec: at most %d bytes in all; fewer instances or a smaller spec", req.N(), size, MaxRequestBytes)})
 	}
@@ -85,48 +90,107 @@ func (s *state) checkRequest(req *scheduler.Request, prefix string) error {
 	return prefixErr(prefix, s.checkSpec(&req.Spec, req.Provider))
 }
 
+// checkEverPlaceable refuses a request that no node known now could take
+// even empty: every node fails one of its hard constraints, lacks a
+// capability it needs or is of another provider. These are static facts
+// of the nodes (labels, provider, features); an offline node, a full one
+// or no node known at all lets the request through, to wait.
+func (s *state) checkEverPlaceable(req *scheduler.Request) error {
+	if len(req.Constraints) == 0 && len(req.Capabilities) == len(driver.SpecFeatures(&req.Spec)) {
+		// Nothing but the features, which checkSpec has found a provider
+		// for: no probe needed (it costs a placement over every node).
+		return nil
+	}
+	probe := *req
+	probe.ID, probe.Name, probe.Group, probe.Count = "probe", "", "", 1
+	probe.Resources, probe.Ports, probe.Affinities, probe.MaxPerNode = driver.Resources{}, nil, nil, 0
+	plan, err := s.cluster.c.Snapshot(scheduler.Options{}).Plan(&probe)
+	if err != nil || len(plan.Placements) > 0 || len(plan.Unplaced) == 0 || plan.Unplaced[0].Reasons.Nodes == 0 {
+		return nil
+	}
+	rs := plan.Unplaced[0].Reasons
+	field := ""
+	for _, c := range rs.Counts {
+		switch {
+		case strings.HasPrefix(c.Reason, "constraint "):
+			if field == "" {
+				field = "constraints"
+				if i := slices.Index(req.Constraints, strings.TrimPrefix(c.Reason, "constraint ")); i >= 0 {
+					field = fmt.Sprintf("constraints[%d]", i)
+				}
+			}
+		case strings.HasPrefix(c.Reason, "provider lacks capability "), strings.HasPrefix(c.Reason, "provider is not "):
+			if field == "" {
+				field = "capabilities"
+			}
+		default:
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %w", driver.ErrUnsupported, &driver.FieldError{Path: field, Reason: "no node can ever take it: " + rs.String()})
+}
+
 // MaxRequestBytes bounds the bytes of spec one request keeps (its spec's
 // Size times its count), so that a small body cannot ask the server to
 // keep gigabytes.
 const MaxRequestBytes = 64 << 20
 
+// needFeatures adds to req's capabilities the features its spec needs of a
+// back-end (driver.SpecFeatures): placement then considers only the
+// providers that have them.
+func needFeatures(req *scheduler.Request) {
+	caps := append(slices.Clone(req.Capabilities), driver.SpecFeatures(&req.Spec)...)
+	slices.Sort(caps)
+	req.Capabilities = slices.Compact(caps)
+}
+
 // checkSpec refuses a spec that no eligible provider (prov, or every one
-// when empty) could ever run, naming the field and each provider's reason
-// (driver.SpecChecker).
+// when empty) could ever run, naming the field and each provider's reason:
+// a feature the spec needs that the provider lacks (driver.SpecFeatures),
+// or its own refusal (driver.SpecChecker).
 func (s *state) checkSpec(spec *driver.Spec, prov string) error {
 	names := s.provNames
 	if prov != "" {
 		names = []string{prov}
 	}
-	var first error
+	need := driver.SpecFeatures(spec)
+	path := ""
 	var why []string
 	for _, n := range names {
 		p, err := s.provider(n)
 		if err != nil {
 			continue
 		}
-		err = p.CheckSpec(spec)
-		if err == nil {
+		has := p.Features()
+		if i := slices.IndexFunc(need, func(f string) bool { return !slices.Contains(has, f) }); i >= 0 {
+			err = &driver.FieldError{Path: driver.FeatureField(need[i]), Reason: "cannot run " + need[i]}
+		} else if err = p.CheckSpec(spec); err == nil {
 			return nil
 		}
-		if first == nil {
-			first = err
+		reason := err.Error()
+		var fe *driver.FieldError
+		if errors.As(err, &fe) {
+			reason = fe.Path + ": " + fe.Reason
+			// The field named is the first one of a provider that has
+			// the kind: what stands between the spec and the provider
+			// closest to running it.
+			if path == "" || path == "kind" {
+				path = fe.Path
+			}
 		}
-		why = append(why, err.Error())
+		why = append(why, fmt.Sprintf("provider %s: %s", n, reason))
 	}
-	if first == nil {
+	if why == nil {
 		return nil
 	}
-	path := "spec"
-	var fe *driver.FieldError
-	if errors.As(first, &fe) {
-		path = fe.Path
+	if path == "" {
+		path = "spec"
 	}
 	return fmt.Errorf("%w: %w", driver.ErrUnsupported, &driver.FieldError{Path: path, Reason: "no provider can run this: " + strings.Join(why, "; ")})
 }
 
 func prefixErr(prefix string, err error) error {
-	if prefix == "" {
+	if prefix == "" || err == nil {
 		return err
 	}
 	return appendPrefixed(nil, prefix, err).Err()
@@ -466,6 +530,16 @@ func (s *state) submitGroup(ctx context.Context, g scheduler.Group, owner string
 	ans := &GroupAnswer{Group: g.ID, Instances: reused}
 	if len(g.Services) == 0 {
 		return ans, nil
+	}
+	for i := range g.Services {
+		needFeatures(&g.Services[i].Request)
+		if err := prefixErr(fmt.Sprintf("services[%d].", i), s.checkSpec(&g.Services[i].Spec, g.Services[i].Provider)); err != nil {
+			return nil, err
+		}
+		r := g.ServiceRequest(i)
+		if err := prefixErr(fmt.Sprintf("services[%d].", i), s.checkEverPlaceable(&r)); err != nil {
+			return nil, err
+		}
 	}
 	// The requests as the scheduler names them, for storing and re-placing.
 	parts := make([]part, len(g.Services))

@@ -183,7 +183,7 @@ func (s *state) recordNodes(ctx context.Context, prov string, nodes []driver.Nod
 // LeakSightings consecutive sightings.
 func (s *state) syncInstances(ctx context.Context, rt *runtime, p *provider.Provider) {
 	listedAt := s.now()
-	found, err := p.List(ctx, map[string]string{driver.TagCluster: s.cfg.Cluster})
+	found, err := p.List(ctx, map[string]string{driver.TagCluster: s.clusterID})
 	// A partial listing is complete for the nodes it covers: it updates
 	// their instances and leak sightings; the nodes it misses are neither
 	// searched for lost instances nor counted for leaks.
@@ -199,7 +199,7 @@ func (s *state) syncInstances(ctx context.Context, rt *runtime, p *provider.Prov
 	seen := make(map[string]bool, len(found))
 	leakSeen := map[string]bool{}
 	for _, f := range found {
-		if f.Tags[driver.TagManaged] != "true" || f.Tags[driver.TagCluster] != s.cfg.Cluster {
+		if !s.ours(f) {
 			// Not Berth's, or another installation's: never touched.
 			continue
 		}
@@ -282,8 +282,10 @@ func (s *state) syncInstances(ctx context.Context, rt *runtime, p *provider.Prov
 		if n < 2 {
 			continue
 		}
-		// Confirm with a direct read before declaring it lost.
-		if got, err := p.Get(ctx, in.BackendID); err == nil {
+		// Confirm with a direct read before declaring it lost. What the
+		// back-end holds under that id must be this instance's: another's
+		// (the id given again by a restarted back-end) is not adopted.
+		if got, err := p.Get(ctx, in.BackendID); err == nil && s.owns(in, got) {
 			_, _, _ = s.apply(ctx, in.ID, reconciler.Event{Kind: reconciler.Observed, Instance: got})
 			continue
 		} else if !errors.Is(err, driver.ErrNotFound) {

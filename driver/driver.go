@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"io"
+	"slices"
 	"time"
 )
 
@@ -194,6 +195,82 @@ const (
 	CapConsole = "console"
 )
 
+// Features: what a back-end can run, as declared by a FeatureReporter and
+// required by placement from each spec (SpecFeatures). They are
+// capabilities too: a provider lacking one a spec needs is never chosen for
+// it, and a spec no provider has them for is refused at submit.
+const (
+	CapKindContainer = "kind:container"
+	CapKindProcess   = "kind:process"
+	CapKindVM        = "kind:vm"
+	CapKindBareMetal = "kind:baremetal"
+	// CapRestartPolicy: the back-end restarts an instance by its
+	// restart_policy.
+	CapRestartPolicy = "restart-policy"
+	// CapVolumes: volumes are mounted.
+	CapVolumes = "volumes"
+	// CapHostPorts: ports are bound on the node.
+	CapHostPorts = "host-ports"
+	// CapGPUs: GPUs are given to instances.
+	CapGPUs = "gpus"
+	// CapRunAsUser: the instance runs as spec's user and group.
+	CapRunAsUser = "run-as-user"
+)
+
+// AllFeatures are every feature, the fallback of a driver that declares
+// none.
+var AllFeatures = []string{CapKindContainer, CapKindProcess, CapKindVM, CapKindBareMetal,
+	CapRestartPolicy, CapVolumes, CapHostPorts, CapGPUs, CapRunAsUser}
+
+// FeatureReporter declares the kinds and features (CapKind..., CapVolumes
+// ...) the driver can run. Placement never sends it a spec needing one it
+// lacks.
+// Fallback: every feature (AllFeatures); the driver then refuses at create
+// what it cannot run.
+type FeatureReporter interface {
+	Features() []string
+}
+
+// SpecFeatures returns the features spec needs of a back-end: its kind,
+// and each of restart policy, volumes, host ports, GPUs and a user when it
+// asks for them.
+func SpecFeatures(spec *Spec) []string {
+	f := []string{"kind:" + string(spec.KindOrDefault())}
+	if n := spec.RestartPolicy.Name; n != "" && n != "no" {
+		f = append(f, CapRestartPolicy)
+	}
+	if len(spec.Volumes) > 0 {
+		f = append(f, CapVolumes)
+	}
+	if len(spec.Ports) > 0 {
+		f = append(f, CapHostPorts)
+	}
+	if spec.GPUs > 0 {
+		f = append(f, CapGPUs)
+	}
+	if spec.User != "" {
+		f = append(f, CapRunAsUser)
+	}
+	return f
+}
+
+// FeatureField names the spec field that asks for feature f.
+func FeatureField(f string) string {
+	switch f {
+	case CapRestartPolicy:
+		return "restart_policy"
+	case CapVolumes:
+		return "volumes"
+	case CapHostPorts:
+		return "ports"
+	case CapGPUs:
+		return "gpus"
+	case CapRunAsUser:
+		return "user"
+	}
+	return "kind"
+}
+
 // Capabilities returns the sorted names of the optional interfaces d
 // implements itself (fallbacks not counted).
 func Capabilities(d Driver) []string {
@@ -228,4 +305,16 @@ func Capabilities(d Driver) []string {
 	_, ok = d.(UsageReporter)
 	add(ok, CapUsage)
 	return caps
+}
+
+// Features returns the sorted kinds and features d declares
+// (FeatureReporter), or AllFeatures when it declares none.
+func Features(d Driver) []string {
+	fr, ok := d.(FeatureReporter)
+	if !ok {
+		return slices.Clone(AllFeatures)
+	}
+	f := slices.Clone(fr.Features())
+	slices.Sort(f)
+	return slices.Compact(f)
 }

@@ -8,9 +8,12 @@ import "time"
 // TagManaged is never touched by Berth.
 const (
 	TagManaged  = "berth.managed"  // always "true" on Berth's resources
-	TagCluster  = "berth.cluster"  // the Berth installation that owns it
+	TagCluster  = "berth.cluster"  // the id of the Berth cluster that owns it (made once, kept in its store)
 	TagProvider = "berth.provider" // the provider (configured back-end) name
 	TagInstance = "berth.instance" // Berth's instance id
+	// TagClusterName is the cluster's configured name, for people: it
+	// decides nothing (TagCluster does).
+	TagClusterName = "berth.cluster-name"
 )
 
 // Resources is an amount of every resource Berth counts. The zero value is

@@ -312,3 +312,25 @@ func copyFile(t *testing.T, from, to string) {
 		t.Fatal(err)
 	}
 }
+
+// TestRunWaits: berth run waits until its instances run, and exits
+// non-zero when one fails instead; -d returns at once; --count 0 is a usage
+// error; what no provider can run is refused.
+func TestRunWaits(t *testing.T) {
+	s := startServer(t, t.TempDir())
+	if _, stderr, code := berth(t, s, "run", "--name", "fails", "--", "/nonexistent/program"); code == 0 || !strings.Contains(stderr, "failed") {
+		t.Errorf("run of a program that does not exist: exit %d %q, want non-zero saying it failed", code, stderr)
+	}
+	if _, stderr, code := berth(t, s, "run", "-d", "--name", "fails-detached", "--", "/nonexistent/program"); code != 0 {
+		t.Errorf("run -d: exit %d %s, want 0 (it does not wait)", code, stderr)
+	}
+	if _, stderr, code := berth(t, s, "run", "--name", "ok", "--", "true"); code != 0 {
+		t.Errorf("run of true: exit %d %s", code, stderr)
+	}
+	if _, _, code := berth(t, s, "run", "--count", "0", "--", "true"); code != 2 {
+		t.Errorf("--count 0: exit %d, want 2", code)
+	}
+	if _, stderr, code := berth(t, s, "run", "--name", "ctr", "busybox"); code != 6 || !strings.Contains(stderr, "kind") {
+		t.Errorf("a container on --dev (local only): exit %d %q, want 6 naming kind", code, stderr)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -85,10 +86,14 @@ func runMain(m *testing.M) int {
 // never sees what other tests or other test binaries run on the engines.
 type env struct {
 	cluster string
+	// lists counts the provider's List calls: the sync rounds.
+	lists   listCounter
 	prov    *provider.Provider
 	store   *bolt.Store
 	plane   *control.Plane
 	metrics *metrics
+	// stopPlane stops the plane (once; the test's end does it otherwise).
+	stopPlane func(t *testing.T)
 }
 
 // setup starts the plane; it is stopped, and every container of its
@@ -97,7 +102,14 @@ type env struct {
 func setup(t *testing.T, tune func(*control.Config)) *env {
 	t.Helper()
 	leakCheck(t)
-	e := &env{cluster: "it-" + dockertest.RandomID(), metrics: &metrics{}}
+	return setupNamed(t, "it-"+dockertest.RandomID(), tune)
+}
+
+// setupNamed is setup under the cluster name given (two planes may share
+// one), without the goroutine check (the caller makes it once).
+func setupNamed(t *testing.T, name string, tune func(*control.Config)) *env {
+	t.Helper()
+	e := &env{cluster: name, metrics: &metrics{}}
 	t.Cleanup(func() { e.removeAll(t) })
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -117,7 +129,7 @@ func setup(t *testing.T, tune func(*control.Config)) *env {
 	if err != nil {
 		t.Fatalf("open the docker driver: %v", err)
 	}
-	e.prov, err = provider.New(d, provider.Config{Name: provName, Logger: quiet, StateTTL: 100 * time.Millisecond})
+	e.prov, err = provider.New(d, provider.Config{Name: provName, Logger: quiet, StateTTL: 100 * time.Millisecond, Observer: &e.lists})
 	if err != nil {
 		_ = d.Close(ctx)
 		t.Fatal(err)
@@ -154,14 +166,28 @@ func setup(t *testing.T, tune func(*control.Config)) *env {
 	runCtx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- e.plane.Run(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; !errors.Is(err, context.Canceled) {
-			t.Errorf("Run returned %v, want context.Canceled", err)
-		}
-	})
+	var once sync.Once
+	e.stopPlane = func(t *testing.T) {
+		once.Do(func() {
+			stop()
+			if err := <-done; !errors.Is(err, context.Canceled) {
+				t.Errorf("Run returned %v, want context.Canceled", err)
+			}
+		})
+	}
+	t.Cleanup(func() { e.stopPlane(t) })
 	return e
 }
+
+// listCounter counts a provider's List calls.
+type listCounter struct{ n atomic.Int64 }
+
+func (c *listCounter) Call(_, op string, _ time.Duration, _ error) {
+	if op == "list" {
+		c.n.Add(1)
+	}
+}
+func (c *listCounter) BreakerChanged(string, string, string) {}
 
 // leakCheck fails the test if goroutines it started outlive it; it runs
 // after every other cleanup.
@@ -175,7 +201,8 @@ func leakCheck(t *testing.T) {
 	})
 }
 
-// removeAll removes every container of e's cluster from both engines,
+// removeAll removes every container of e's cluster (by its name, unique
+// per test) from both engines,
 // restarting the second engine first if a failed test left it stopped.
 func (e *env) removeAll(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -186,10 +213,23 @@ func (e *env) removeAll(t *testing.T) {
 		}
 	}
 	for name, c := range engines() {
-		if n, err := dockertest.RemoveByLabel(ctx, c, driver.TagCluster, e.cluster); err != nil {
+		if n, err := dockertest.RemoveByLabel(ctx, c, driver.TagClusterName, e.cluster); err != nil {
 			t.Errorf("cleanup on %s: %v", name, err)
 		} else if n > 0 && !t.Failed() {
 			t.Errorf("cleanup: %d containers of cluster %s were left on %s", n, e.cluster, name)
+		}
+	}
+}
+
+// deleteRaw removes the containers of e's cluster id from both engines,
+// behind Berth's back (for a plane that is stopped for good).
+func (e *env) deleteRaw(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for name, c := range engines() {
+		if _, err := dockertest.RemoveByLabel(ctx, c, driver.TagCluster, e.plane.ClusterID()); err != nil {
+			t.Errorf("remove on %s: %v", name, err)
 		}
 	}
 }
@@ -205,7 +245,7 @@ func (e *env) raw(t *testing.T, c *client.Client) map[string]string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	list, err := c.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", driver.TagCluster+"="+e.cluster)})
+	list, err := c.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", driver.TagCluster+"="+e.plane.ClusterID())})
 	if err != nil {
 		t.Fatalf("list containers: %v", err)
 	}

@@ -204,6 +204,10 @@ func (p *Provider) Driver() driver.Driver { return p.d }
 // itself (driver.Capabilities); fallbacks are not counted.
 func (p *Provider) Capabilities() []string { return driver.Capabilities(p.d) }
 
+// Features returns the kinds and features the driver runs
+// (driver.Features).
+func (p *Provider) Features() []string { return driver.Features(p.d) }
+
 // Health reports the circuit breaker's state and the last back-end failure.
 func (p *Provider) Health() Health {
 	st := p.cb.State()

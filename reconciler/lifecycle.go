@@ -21,6 +21,7 @@ package reconciler
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/berth-dev/berth/driver"
@@ -119,6 +120,12 @@ type Instance struct {
 	// passed (a record with exclusions but no expiry drops them at once).
 	Exclude      []string  `json:"exclude,omitempty"`
 	ExcludeUntil time.Time `json:"exclude_until,omitzero"`
+	// Refused lists the nodes ("provider/node") that refused to create the
+	// instance for good (an image they lack, a spec their engine
+	// refuses), each with its reason ("provider/node: reason"). The
+	// instance is never placed on them again; once every node that fits
+	// has refused it, it fails.
+	Refused []string `json:"refused,omitempty"`
 	// Stale are older copies of the instance on nodes that went offline;
 	// they are deleted as soon as their node answers (Swarm's lesson: no
 	// duplicate survives).
@@ -199,6 +206,9 @@ const (
 	Placed EventKind = "placed"
 	// Unplaceable: no node fits now; Message says why.
 	Unplaceable EventKind = "unplaceable"
+	// Refused: a pending instance cannot be placed but on nodes that
+	// refused it for good (Instance.Refused); it fails with Message.
+	Refused EventKind = "refused"
 	// Created: the create finished; Instance is the back-end's instance.
 	Created EventKind = "created"
 	// Progress: the create reported the back-end id (Instance) before
@@ -321,6 +331,11 @@ type Machine struct {
 	// it went offline under it, refused its create with a retryable error
 	// or lacked capacity; default 10m.
 	ExcludeFor time.Duration
+	// MaxRefusals is how many nodes may refuse to create an instance for
+	// good (driver.ErrPermanent, ErrUnsupported or ErrNotFound from a
+	// create on that node) before it fails; each refusal places it again
+	// elsewhere. Default 5.
+	MaxRefusals int
 }
 
 func (m Machine) excludeFor() time.Duration {
@@ -328,6 +343,24 @@ func (m Machine) excludeFor() time.Duration {
 		return m.ExcludeFor
 	}
 	return 10 * time.Minute
+}
+
+// maxRefusals is how many nodes may refuse an instance for good before it
+// fails: the failover budget (MaxRefusals, default 5).
+func (m Machine) maxRefusals() int {
+	if m.MaxRefusals > 0 {
+		return m.MaxRefusals
+	}
+	return 5
+}
+
+// RefusedNodes returns the nodes ("provider/node") that refused in for good.
+func (in *Instance) RefusedNodes() []string {
+	out := make([]string, len(in.Refused))
+	for i, r := range in.Refused {
+		out[i], _, _ = strings.Cut(r, ": ")
+	}
+	return out
 }
 
 // exclude excludes the instance's node until ExcludeFor from now.
@@ -380,6 +413,7 @@ func (m Machine) Step(in Instance, ev Event, now time.Time) (Instance, []Action)
 	out := in
 	out.Exclude = slices.Clone(in.Exclude)
 	out.Stale = slices.Clone(in.Stale)
+	out.Refused = slices.Clone(in.Refused)
 	if len(out.Exclude) > 0 && !now.Before(out.ExcludeUntil) {
 		out.Exclude, out.ExcludeUntil = nil, time.Time{}
 	}
@@ -398,7 +432,7 @@ func Changed(a, b Instance) bool {
 	return a.Phase != b.Phase || a.Provider != b.Provider || a.Node != b.Node ||
 		a.BackendID != b.BackendID || a.Attempts != b.Attempts || a.Incarnation != b.Incarnation || a.Message != b.Message ||
 		a.After != b.After || !a.Deadline.Equal(b.Deadline) || !slices.Equal(a.Exclude, b.Exclude) || !a.ExcludeUntil.Equal(b.ExcludeUntil) ||
-		!slices.Equal(a.Stale, b.Stale) || a.Observed != b.Observed || !slices.Equal(a.HostPorts, b.HostPorts)
+		!slices.Equal(a.Stale, b.Stale) || !slices.Equal(a.Refused, b.Refused) || a.Observed != b.Observed || !slices.Equal(a.HostPorts, b.HostPorts)
 }
 
 // Step applies ev with the default Machine.
@@ -461,6 +495,10 @@ func (m Machine) pending(in *Instance, ev Event, now time.Time) []Action {
 		return m.launch(in, now, false)
 	case Unplaceable:
 		in.Message = ev.Message
+	case Refused:
+		// Every node that fits refused the instance for good.
+		in.Message = ev.Message
+		return m.fail(in, now, false)
 	}
 	return nil
 }
@@ -537,9 +575,19 @@ func (m Machine) launchFailed(in *Instance, err error, now time.Time) []Action {
 		// Nodepool: abort and requeue; not a failure of the request.
 		in.Message = "waiting for quota: " + msg
 		return m.requeue(in, now, mayExist, m.backoff(1))
+	case (kind == driver.ErrPermanent || kind == driver.ErrUnsupported || kind == driver.ErrNotFound) &&
+		in.Node != "" && len(in.Refused) < m.maxRefusals():
+		// Specific to this node (an image it lacks, a spec its engine
+		// refuses): place the instance elsewhere, never here again.
+		in.Refused = append(in.Refused, NodeID(in.Provider, in.Node)+": "+msg)
+		in.Message = fmt.Sprintf("node %s refused the create for good, placing the instance elsewhere: %s", in.Node, msg)
+		return m.requeue(in, now, mayExist, 0)
 	case kind == driver.ErrPermanent || kind == driver.ErrInvalid || kind == driver.ErrUnsupported ||
 		kind == driver.ErrNotFound || kind == driver.ErrNotSuspended:
 		in.Message = msg
+		if len(in.Refused) > 0 {
+			in.Message = fmt.Sprintf("%d nodes refused it: %s", len(in.Refused)+1, strings.Join(append(slices.Clone(in.Refused), NodeID(in.Provider, in.Node)+": "+msg), "; "))
+		}
 		return m.fail(in, now, mayExist)
 	}
 	// Retryable (on a node already excluded: see retryElsewhere),

@@ -29,7 +29,7 @@ import (
 // the arrow come the expected phase, the expected actions in order ("-" for
 // none; "create+adopt" is a create that looks up first; a wake is written
 // "wake"), and checks: attempts=N, backend=ID (or backend=- for none),
-// after=PHASE, node=N, stale=N, exclude=N, incarnation=N, msg~TEXT (the message contains
+// after=PHASE, node=N, stale=N, exclude=N, refused=N, incarnation=N, msg~TEXT (the message contains
 // TEXT, with '_' for a space).
 func TestScenarios(t *testing.T) {
 	files, err := filepath.Glob("testdata/*.txt")
@@ -102,6 +102,8 @@ func check(in Instance, k, want string) error {
 		got = strconv.Itoa(len(in.Stale))
 	case "exclude":
 		got = strconv.Itoa(len(in.Exclude))
+	case "refused":
+		got = strconv.Itoa(len(in.Refused))
 	case "incarnation":
 		got = strconv.Itoa(in.Incarnation)
 	case "msg~":
@@ -173,6 +175,8 @@ func parseScenarios(t *testing.T, file string) []*scenario {
 					cur.m.MaxAttempts, err = strconv.Atoi(v)
 				case "exclude":
 					cur.m.ExcludeFor = d
+				case "refusals":
+					cur.m.MaxRefusals, err = strconv.Atoi(v)
 				default:
 					bad("unknown machine knob %q", k)
 				}

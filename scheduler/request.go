@@ -162,6 +162,8 @@ var knownCaps = []string{
 	driver.CapConsole, driver.CapEvents, driver.CapImages, driver.CapKill, driver.CapLogs,
 	driver.CapPreload, driver.CapResize, driver.CapRestart, driver.CapStart, driver.CapStop,
 	driver.CapSuspend, driver.CapUsage,
+	driver.CapKindContainer, driver.CapKindProcess, driver.CapKindVM, driver.CapKindBareMetal,
+	driver.CapRestartPolicy, driver.CapVolumes, driver.CapHostPorts, driver.CapGPUs, driver.CapRunAsUser,
 }
 
 // affinity keys

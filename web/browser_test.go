@@ -286,20 +286,31 @@ func TestBrowserInstanceLifecycle(t *testing.T) {
 	waitText(t, ctx, "#live-instance", "stopping") // the history shows the way there
 }
 
-// TestBrowserPendingReason: the pending page names the constraint that no
-// node meets.
+// TestBrowserPendingReason: the pending page says why an instance waits.
+// (A constraint no node can ever meet is refused at submit: this one asks
+// for more memory than is free now.)
 func TestBrowserPendingReason(t *testing.T) {
 	srv := startReal(t)
 	ctx := browse(t)
 	id := fmt.Sprintf("nowhere-%d", rand.Uint32())
-	_, err := srv.Client.Submit(context.Background(), scheduler.Request{ID: id, Constraints: []string{"gpu_model==h100"},
-		Spec: driver.Spec{Kind: driver.KindProcess, Entrypoint: []string{"/bin/true"}, Resources: driver.Resources{CPU: driver.CPUs(0.1), Memory: 16 * driver.MiB}}})
+	ns, err := srv.Plane.Nodes(context.Background())
+	if err != nil || len(ns) != 1 {
+		t.Fatalf("nodes: %v %v", ns, err)
+	}
+	// One instance holds a little of the node; the next asks for all of it.
+	small := driver.Resources{CPU: driver.CPUs(0.1), Memory: 16 * driver.MiB}
+	if _, err := srv.Client.Submit(context.Background(), scheduler.Request{ID: id + "-first",
+		Spec: driver.Spec{Kind: driver.KindProcess, Entrypoint: []string{"/bin/sleep", "60"}, Resources: small}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = srv.Client.Submit(context.Background(), scheduler.Request{ID: id,
+		Spec: driver.Spec{Kind: driver.KindProcess, Entrypoint: []string{"/bin/true"}, Resources: driver.Resources{CPU: ns[0].Capacity.CPU, Memory: 16 * driver.MiB}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	signInBrowser(t, ctx, srv.URL, "operator-secret")
 	run(t, ctx, "open the pending page", chromedp.Navigate(srv.URL+"/ui/pending"), chromedp.WaitVisible(`#why-h`))
-	waitText(t, ctx, "#live-pending", "gpu_model==h100")
+	waitText(t, ctx, "#live-pending", "not enough cpu")
 	waitText(t, ctx, "#live-pending", id)
 	if os.Getenv("BERTH_UPDATE_SCREENSHOTS") == "1" {
 		screenshot(t, ctx, filepath.Join("testdata", "out", "pending.png"))

@@ -35,7 +35,9 @@ func TestPages(t *testing.T) {
 				submit(t, plane, "team-a", "r", cl.instances, nil)
 			}
 			if cl.name == "small" {
-				submit(t, plane, "team-a", "big", 1, func(r *scheduler.Request) { r.Constraints = []string{"disk==nvme"} })
+				// The nodes full, one more waits for room.
+				submit(t, plane, "team-a", "fill", 3, func(r *scheduler.Request) { r.CPU = driver.CPUs(3.9) })
+				submit(t, plane, "team-a", "big", 1, func(r *scheduler.Request) { r.CPU = driver.CPUs(1); r.Constraints = []string{"disk==ssd"} })
 				one := 1
 				svc := scheduler.Service{Request: scheduler.Request{Count: 3, Spec: driver.Spec{Name: "worker", Image: "berth/sim",
 					Resources: driver.Resources{CPU: driver.CPUs(0.01), Memory: driver.MiB}}}, Essential: &one}
@@ -52,7 +54,7 @@ func TestPages(t *testing.T) {
 
 			body := wantBody(t, get(s, "/ui/instances", "admin-secret"), http.StatusOK, `<label for="f-ns">Namespace</label>`)
 			rows := len(rowRE.FindAllString(body, -1))
-			wantRows := min(cl.instances+map[bool]int{true: 1 + 3}[cl.name == "small"], web100) // the constrained one and the group
+			wantRows := min(cl.instances+map[bool]int{true: 3 + 1 + 3}[cl.name == "small"], web100) // the fillers, the waiting one and the group
 			if rows != wantRows {
 				t.Errorf("instances page: %d rows, want %d", rows, wantRows)
 			}
@@ -88,8 +90,8 @@ func TestPages(t *testing.T) {
 
 			pend := wantBody(t, get(s, "/ui/pending", "admin-secret"), http.StatusOK, "Why they wait")
 			if cl.name == "small" {
-				if !strings.Contains(pend, "disk==nvme") {
-					t.Errorf("pending page does not name the constraint:\n%s", cut(pend))
+				if !strings.Contains(pend, "not enough cpu") {
+					t.Errorf("pending page does not say why big waits:\n%s", cut(pend))
 				}
 				// The group: 3 instances, 1 essential, 2 elastic.
 				if !regexp.MustCompile(`Group job: [a-z]+.*\n.*\n<tbody><tr><th scope="row">[^<]+</th><td>3</td><td>1</td><td>2</td>`).MatchString(pend) {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +13,7 @@ import (
 	"github.com/berth-dev/berth/api"
 	"github.com/berth-dev/berth/api/apitest"
 	"github.com/berth-dev/berth/api/client"
+	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/scheduler"
@@ -131,5 +134,78 @@ func TestPsPages(t *testing.T) {
 	}
 	if code, _, errOut := berth(t, addr, "ps", "--limit", "-1"); code != 4 || !strings.Contains(errOut, "limit") {
 		t.Fatalf("ps --limit -1: exit %d %q, want 4 naming limit", code, errOut)
+	}
+}
+
+// TestContexts: a context names a server and its token; commands use the
+// current one, --context another, and --addr beats both.
+func TestContexts(t *testing.T) {
+	e := testEnv(t, api.Options{})
+	t.Setenv(EnvToken, "")
+	t.Setenv(EnvAddr, "")
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	t.Setenv("XDG_DATA_HOME", t.TempDir()) // no local admin token to find
+	reader := e.NewToken(t, "viewer", auth.RoleReader, "team")
+	dir := t.TempDir()
+	write := func(name, secret string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(secret+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cli := func(args ...string) (int, string, string) {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), args, &out, &errb)
+		return code, out.String(), errb.String()
+	}
+	if code, _, errOut := cli("context", "add", "admin", "--addr", e.HTTP.URL, "--token-file", write("admin", e.Token)); code != 0 {
+		t.Fatalf("context add: %d %s", code, errOut)
+	}
+	if code, _, errOut := cli("context", "add", "viewer", "--addr", e.HTTP.URL, "--token-file", write("viewer", reader)); code != 0 {
+		t.Fatalf("context add: %d %s", code, errOut)
+	}
+	fi, err := os.Stat(filepath.Join(os.Getenv("XDG_CONFIG_HOME"), "berth", "contexts.yaml"))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("contexts file: %v %v, want mode 0600", fi, err)
+	}
+	// The first context added is the current one: an admin.
+	if code, out, errOut := cli("token", "list"); code != 0 || !strings.Contains(out, "viewer") {
+		t.Fatalf("token list with the admin context: %d %q %s", code, out, errOut)
+	}
+	// --context viewer: a reader may not list tokens.
+	if code, _, _ := cli("--context", "viewer", "token", "list"); code == 0 {
+		t.Fatalf("a reader's context listed tokens")
+	}
+	if code, _, errOut := cli("context", "use", "viewer"); code != 0 {
+		t.Fatalf("context use: %d %s", code, errOut)
+	}
+	if code, _, _ := cli("token", "list"); code == 0 {
+		t.Fatalf("after context use viewer, token list still works")
+	}
+	// --addr beats the context's address (a wrong one: unreachable).
+	if code, _, _ := cli("--addr", "http://127.0.0.1:1", "ps"); code != exitUnavailable {
+		t.Errorf("--addr to a closed port: exit %d, want %d", code, exitUnavailable)
+	}
+	if code, out, _ := cli("context", "ls"); code != 0 || strings.Contains(out, e.Token) || strings.Contains(out, reader) || !strings.Contains(out, "*") {
+		t.Errorf("context ls shows a token or no current context: %q", out)
+	}
+	if code, _, _ := cli("--context", "nope", "ps"); code != exitUsage {
+		t.Errorf("--context nope: exit %d, want usage", code)
+	}
+}
+
+func TestWhy(t *testing.T) {
+	e := testEnv(t, api.Options{})
+	cl := e.Client(t, "")
+	if _, err := cl.Submit(context.Background(), scheduler.Request{ID: "w", Spec: driver.Spec{Image: "x"}}); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := berth(t, e.HTTP.URL, "why", "w")
+	if code != 0 || !strings.HasPrefix(out, "w is ") {
+		t.Fatalf("why w: exit %d %q %s", code, out, errOut)
+	}
+	if code, _, _ := berth(t, e.HTTP.URL, "why", "nosuch"); code != exitNotFound {
+		t.Errorf("why of an unknown instance: exit %d, want %d", code, exitNotFound)
 	}
 }

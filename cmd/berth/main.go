@@ -24,7 +24,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/berth-dev/berth/api/client"
 	"github.com/berth-dev/berth/config"
 	"github.com/berth-dev/berth/driver"
 
@@ -62,20 +61,13 @@ func main() {
 // cli is what every verb shares: the global flags and the output streams.
 type cli struct {
 	addr      string
+	addrSet   bool // --addr or $BERTH_ADDR given: it beats the context's
 	token     string
 	namespace string
+	caFile    string
+	context   string
 	stdout    io.Writer
 	stderr    io.Writer
-}
-
-// client returns a client of the server at c.addr with the token
-// resolveToken finds.
-func (c *cli) client() (*client.Client, error) {
-	tok, err := resolveToken(c.addr, c.token)
-	if err != nil {
-		return nil, err
-	}
-	return client.New(c.addr, client.WithToken(tok), client.WithNamespace(c.namespace))
 }
 
 // usageError marks a mistake in the command line (exit code 2).
@@ -158,16 +150,22 @@ Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 invalid input,
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return usageError{err} })
 	addr := os.Getenv(EnvAddr)
+	c.addrSet = addr != ""
 	if addr == "" {
 		addr = defaultAddr
 	}
+	root.PersistentPreRun = func(cmd *cobra.Command, args []string) {
+		c.addrSet = c.addrSet || cmd.Flags().Changed("addr")
+	}
 	root.PersistentFlags().StringVar(&c.addr, "addr", addr, "server address (default from $"+EnvAddr+")")
 	root.PersistentFlags().StringVar(&c.token, "token", "", "bearer token (default $"+EnvToken+"; for a server on this host, the admin token in its data directory)")
+	root.PersistentFlags().StringVar(&c.caFile, "ca-file", os.Getenv("BERTH_CA_FILE"), "PEM file of the CAs of the server's TLS certificate (default $BERTH_CA_FILE)")
+	root.PersistentFlags().StringVar(&c.context, "context", "", "the context (server and token) to use; default $"+EnvContext+", else the current one (berth context)")
 	root.PersistentFlags().StringVar(&c.namespace, "namespace", os.Getenv(EnvNamespace), "namespace submissions land in, one of the token's (default $"+EnvNamespace+", else the token's first)")
 
 	root.AddCommand(newServerCmd(c))
 	root.AddCommand(clientCommands(c)...)
-	root.AddCommand(tokenCmd(c))
+	root.AddCommand(tokenCmd(c), contextCmd(c))
 	root.AddCommand(dockerCommands(c)...)
 	root.AddCommand(newSimCmd())
 	return root

@@ -23,6 +23,7 @@ import (
 	"github.com/berth-dev/berth/api/client"
 	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/reconciler"
 	"github.com/berth-dev/berth/scheduler"
 )
 
@@ -32,7 +33,7 @@ func clientCommands(c *cli) []*cobra.Command {
 		changeCmd(c, "stop", "Stop instances gracefully"),
 		changeCmd(c, "start", "Start stopped instances"),
 		changeCmd(c, "restart", "Restart instances"),
-		killCmd(c), rmCmd(c), resizeCmd(c),
+		killCmd(c), rmCmd(c), resizeCmd(c), whyCmd(c),
 	}
 	for _, cmd := range withRefs {
 		cmd.ValidArgsFunction = c.completeInstances
@@ -321,7 +322,7 @@ func parsePort(s string) (driver.Port, error) {
 
 func runCmd(c *cli) *cobra.Command {
 	var s specFlags
-	var asJSON, rm bool
+	var asJSON, rm, detach bool
 	cmd := &cobra.Command{
 		Use:   "run [flags] [IMAGE] [-- COMMAND [ARG...]]",
 		Short: "Submit a request and print where its instances were placed",
@@ -336,6 +337,12 @@ func runCmd(c *cli) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if cmd.Flags().Changed("count") && s.count < 1 {
+				return usagef("--count %d: want 1 or more", s.count)
+			}
+			if rm && detach {
+				return usagef("--rm waits for the instances to end: it does not go with --detach")
+			}
 			ans, err := cl.Submit(cmd.Context(), req)
 			if err != nil {
 				return err
@@ -344,23 +351,76 @@ func runCmd(c *cli) *cobra.Command {
 				defer func() { err = errors.Join(err, c.removeWhenEnded(cmd.Context(), cl, ans)) }()
 			}
 			if asJSON {
-				return printJSON(c.stdout, ans)
-			}
-			tw := table(c.stdout, "ID", "NAME", "PHASE", "NODE", "ADDRESS", "MESSAGE")
-			for _, p := range ans.Instances {
-				node, addr := "", ""
-				if p.Node != nil {
-					node, addr = p.Node.ID, p.Node.Address
+				if err := printJSON(c.stdout, ans); err != nil {
+					return err
 				}
-				row(tw, p.Instance.ID, p.Instance.Name, p.Instance.Phase, node, addr, p.Instance.Message)
+			} else {
+				tw := table(c.stdout, "ID", "NAME", "PHASE", "NODE", "ADDRESS", "MESSAGE")
+				for _, p := range ans.Instances {
+					node, addr := "", ""
+					if p.Node != nil {
+						node, addr = p.Node.ID, p.Node.Address
+					}
+					row(tw, p.Instance.ID, p.Instance.Name, p.Instance.Phase, node, addr, p.Instance.Message)
+				}
+				if err := tw.Flush(); err != nil {
+					return err
+				}
 			}
-			return tw.Flush()
+			if detach {
+				return nil
+			}
+			return c.waitRunning(cmd.Context(), cl, ans.Request, len(ans.Instances))
 		},
 	}
 	s.register(cmd)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the answer (instances and their nodes) as JSON")
 	cmd.Flags().BoolVar(&rm, "rm", false, "wait until the instances end, then remove them (also on Ctrl-C)")
+	cmd.Flags().BoolVarP(&detach, "detach", "d", false, "return once the request is accepted, without waiting for its instances to run")
 	return cmd
+}
+
+// waitRunning waits until every one of the n instances of request runs (or
+// has ended by itself with exit code 0), and fails naming the first that
+// failed, ended with another code, or is deleted. While instances wait for
+// room it says why on stderr, once per reason.
+func (c *cli) waitRunning(ctx context.Context, cl *client.Client, request string, n int) error {
+	said := map[string]bool{}
+	for {
+		list, err := cl.Instances(ctx, control.Filter{Request: request, All: true})
+		if err != nil {
+			return err
+		}
+		done := 0
+		for _, in := range list {
+			switch in.Phase {
+			case reconciler.Running:
+				done++
+			case reconciler.Exited, reconciler.Stopped:
+				if in.Observed != nil && in.Observed.ExitCode != nil && *in.Observed.ExitCode != 0 {
+					return fmt.Errorf("instance %s exited with code %d", in.ID, *in.Observed.ExitCode)
+				}
+				done++
+			case reconciler.Failed:
+				return fmt.Errorf("instance %s failed: %s", in.ID, in.Message)
+			case reconciler.Deleting, reconciler.Deleted:
+				return fmt.Errorf("instance %s was deleted before it ran", in.ID)
+			case reconciler.Pending:
+				if in.Message != "" && !said[in.Message] {
+					said[in.Message] = true
+					fmt.Fprintf(c.stderr, "waiting: %s\n", in.Message)
+				}
+			}
+		}
+		if done >= n && len(list) >= n {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 func planCmd(c *cli) *cobra.Command {

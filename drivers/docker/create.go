@@ -357,3 +357,17 @@ func (d *Driver) Delete(ctx context.Context, id string) (driver.Operation, error
 	}}
 	return d.newMachine(ctx, stop, remove), nil
 }
+
+// Features are what an engine runs: containers, with restart policies,
+// volumes, published ports and a user.
+func (d *Driver) Features() []string {
+	return []string{driver.CapKindContainer, driver.CapRestartPolicy, driver.CapVolumes, driver.CapHostPorts, driver.CapRunAsUser}
+}
+
+// CheckSpec refuses at submit the spec fields no engine can honour.
+func (d *Driver) CheckSpec(spec *driver.Spec) error { return unsupported(spec) }
+
+var (
+	_ driver.FeatureReporter = (*Driver)(nil)
+	_ driver.SpecChecker     = (*Driver)(nil)
+)

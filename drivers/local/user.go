@@ -1,6 +1,7 @@
 package local
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/user"
@@ -46,13 +47,24 @@ func (d *Driver) credential(spec *driver.Spec) (*syscall.Credential, error) {
 	return &syscall.Credential{Uid: uid, Gid: gid, Groups: []uint32{}}, nil
 }
 
-// CheckSpec refuses, at submit, what this host can never run: a user that
-// does not exist or that the server cannot become, and root unless
-// allowed.
+// CheckSpec refuses, at submit, what this host can never run: another
+// kind than process, the fields a process cannot honour, a user that does
+// not exist or that the server cannot become, and root unless allowed.
 func (d *Driver) CheckSpec(spec *driver.Spec) error {
+	if _, err := d.checkSpec("", spec); err != nil && !errors.Is(err, driver.ErrInsufficientCapacity) {
+		return err
+	}
 	_, err := d.credential(spec)
 	return err
 }
+
+// Features are what the local back-end runs: processes, with ports and a
+// user.
+func (d *Driver) Features() []string {
+	return []string{driver.CapKindProcess, driver.CapHostPorts, driver.CapRunAsUser}
+}
+
+var _ driver.FeatureReporter = (*Driver)(nil)
 
 // lookupUser resolves a user name or numeric id to a uid and its primary
 // group (for an id with no passwd entry, the group of the same number).

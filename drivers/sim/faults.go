@@ -81,7 +81,7 @@ func (s *Sim) Calls() []Call {
 	for i, r := range recs {
 		out[i] = r.Call
 		if r.ref {
-			out[i].Instance = formatID(r.slot, r.gen)
+			out[i].Instance = s.formatID(r.slot, r.gen)
 		}
 	}
 	return out
@@ -243,7 +243,7 @@ func (s *Sim) emit(slot uint32, in *inst, typ driver.EventType, at int64) {
 	}
 	e := driver.Event{
 		Type:     typ,
-		Instance: formatID(slot, in.gen),
+		Instance: s.formatID(slot, in.gen),
 		Node:     s.nodes[in.node].name,
 		State:    stateNames[in.state],
 		Message:  in.message(),

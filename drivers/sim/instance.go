@@ -142,7 +142,7 @@ func (s *Sim) nameIs(slot uint32, name string) bool {
 // nameOf returns the name of the instance in slot, its id if it has none.
 func (s *Sim) nameOf(slot uint32, in *inst) string {
 	if in.nameLen == 0 {
-		return formatID(slot, in.gen)
+		return s.formatID(slot, in.gen)
 	}
 	return string(s.chunkOf(slot).name(in))
 }
@@ -161,7 +161,7 @@ func (s *Sim) snapshot(slot uint32, in *inst, now int64) *driver.Instance {
 
 // snapshotNoTags is snapshot without Tags, for a caller that has them.
 func (s *Sim) snapshotNoTags(slot uint32, in *inst, now int64) *driver.Instance {
-	id := formatID(slot, in.gen)
+	id := s.formatID(slot, in.gen)
 	out := &driver.Instance{
 		ID:        id,
 		Name:      s.nameOf(slot, in),
@@ -268,7 +268,7 @@ func (s *Sim) Create(ctx context.Context, nodeName string, spec *driver.Spec) (d
 	if err := spec.Validate(); err != nil {
 		return nil, fmt.Errorf("sim: create: %w", err)
 	}
-	if _, _, isID := parseID(spec.Name); isID {
+	if _, _, isID := s.parseID(spec.Name); isID {
 		return nil, fmt.Errorf("sim: create: %w", &driver.FieldError{Path: "name", Reason: fmt.Sprintf("%q has the form of a sim instance id", spec.Name)})
 	}
 	now, err := s.enter()
@@ -450,17 +450,17 @@ func (op *createOp) Advance(ctx context.Context) (driver.Progress, error) {
 	in := s.slot(op.slot)
 	switch {
 	case op.abandoned:
-		op.finish(nil, driver.Errorf(driver.ErrTimeout, "sim: create of %s abandoned: its context ended", formatID(op.slot, op.gen)))
+		op.finish(nil, driver.Errorf(driver.ErrTimeout, "sim: create of %s abandoned: its context ended", s.formatID(op.slot, op.gen)))
 	case in.gen != op.gen || in.state == stFree:
-		op.finish(nil, driver.Errorf(driver.ErrNotFound, "sim: instance %s was deleted before its create finished", formatID(op.slot, op.gen)))
+		op.finish(nil, driver.Errorf(driver.ErrNotFound, "sim: instance %s was deleted before its create finished", s.formatID(op.slot, op.gen)))
 	case in.state == stCreating:
-		p := driver.Progress{Instance: &driver.Instance{ID: formatID(op.slot, op.gen), Name: s.nameOf(op.slot, in), Node: s.nodes[in.node].name, State: driver.StateCreating}, Wait: hangWait}
+		p := driver.Progress{Instance: &driver.Instance{ID: s.formatID(op.slot, op.gen), Name: s.nameOf(op.slot, in), Node: s.nodes[in.node].name, State: driver.StateCreating}, Wait: hangWait}
 		if !op.hang {
 			p.Wait = time.Duration(in.due - now)
 		}
 		return p, nil
 	case in.state == stDeleting:
-		op.finish(nil, driver.Errorf(driver.ErrNotFound, "sim: instance %s is being deleted", formatID(op.slot, op.gen)))
+		op.finish(nil, driver.Errorf(driver.ErrNotFound, "sim: instance %s is being deleted", s.formatID(op.slot, op.gen)))
 	default:
 		inst := s.snapshotNoTags(op.slot, in, now)
 		inst.Tags = cloneMap(op.tags)

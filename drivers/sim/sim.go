@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	crand "crypto/rand"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -46,6 +47,10 @@ type Sim struct {
 	opts  Options
 	clock Clock
 	pools []Pool
+	// epoch is random per Sim and part of every id it makes, so that the
+	// ids of a sim started again (a restarted server's) never repeat
+	// those of the last one.
+	epoch string
 
 	mu      sync.Mutex
 	rng     *rand.Rand
@@ -90,6 +95,7 @@ func New(opts Options) (*Sim, error) {
 		return nil, err
 	}
 	s := &Sim{
+		epoch:   newEpoch(),
 		opts:    opts,
 		clock:   opts.Clock,
 		pools:   opts.pools(),
@@ -164,7 +170,7 @@ func (s *Sim) newSlot() uint32 {
 
 // lookup returns the slot of the live instance with id id.
 func (s *Sim) lookup(id string) (uint32, *inst, error) {
-	slot, gen, ok := parseID(id)
+	slot, gen, ok := s.parseID(id)
 	if ok && int(slot>>chunkBits) < len(s.chunks) {
 		in := s.slot(slot)
 		if in.state != stFree && in.gen == gen {
@@ -175,32 +181,38 @@ func (s *Sim) lookup(id string) (uint32, *inst, error) {
 }
 
 // formatID and parseID turn a slot and its generation into an id such as
-// "sim-2a.1" and back. Ids are never reused: a freed slot gets a new
-// generation.
-func formatID(slot, gen uint32) string {
-	var b [32]byte
+// "sim-k3x9q1-2a.1" (the sim's epoch, the slot, the generation) and back.
+// Ids are never reused: a freed slot gets a new generation, and another
+// sim (a restarted one) another epoch.
+func (s *Sim) formatID(slot, gen uint32) string {
+	var b [40]byte
 	buf := append(b[:0], "sim-"...)
+	buf = append(buf, s.epoch...)
+	buf = append(buf, '-')
 	buf = strconv.AppendUint(buf, uint64(slot), 36)
 	buf = append(buf, '.')
 	buf = strconv.AppendUint(buf, uint64(gen), 36)
 	return string(buf)
 }
 
-func parseID(id string) (slot, gen uint32, ok bool) {
+func (s *Sim) parseID(id string) (slot, gen uint32, ok bool) {
 	rest, ok := strings.CutPrefix(id, "sim-")
 	if !ok {
+		return 0, 0, false
+	}
+	if rest, ok = strings.CutPrefix(rest, s.epoch+"-"); !ok {
 		return 0, 0, false
 	}
 	a, b, ok := strings.Cut(rest, ".")
 	if !ok {
 		return 0, 0, false
 	}
-	s, err1 := strconv.ParseUint(a, 36, 32)
+	sl, err1 := strconv.ParseUint(a, 36, 32)
 	g, err2 := strconv.ParseUint(b, 36, 32)
 	if err1 != nil || err2 != nil {
 		return 0, 0, false
 	}
-	return uint32(s), uint32(g), true
+	return uint32(sl), uint32(g), true
 }
 
 // enter locks the sim and brings it up to the clock's time. It returns the
@@ -405,4 +417,12 @@ func (s *Sim) Close(ctx context.Context) error {
 	close(s.done)
 	s.changedLocked()
 	return nil
+}
+
+// newEpoch returns 40 random bits in base 36.
+func newEpoch() string {
+	var b [5]byte
+	_, _ = crand.Read(b[:])
+	n := uint64(b[0])<<32 | uint64(b[1])<<24 | uint64(b[2])<<16 | uint64(b[3])<<8 | uint64(b[4])
+	return strconv.FormatUint(n, 36)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -229,7 +230,15 @@ func TestDeterministicUnderSeed(t *testing.T) {
 	a, _ := newSim(t, faulty(7))
 	b, _ := newSim(t, faulty(7))
 	c, _ := newSim(t, faulty(8))
+	// Ids carry each sim's random epoch, so that a restarted sim never
+	// repeats one; everything else is the same under the same seed.
 	oa, ob, oc := outcomes(t, a, 500), outcomes(t, b, 500), outcomes(t, c, 500)
+	epochs := regexp.MustCompile(`sim-[0-9a-z]+-`)
+	for _, o := range [][]string{oa, ob, oc} {
+		for i := range o {
+			o[i] = epochs.ReplaceAllString(o[i], "sim-")
+		}
+	}
 	if strings.Join(oa, "\n") != strings.Join(ob, "\n") {
 		t.Error("two sims with seed 7 gave different outcomes")
 	}
@@ -241,7 +250,7 @@ func TestDeterministicUnderSeed(t *testing.T) {
 		t.Fatalf("Calls: %d and %d records, want 500", len(ca), len(cb))
 	}
 	for i := range ca {
-		if ca[i].Op != cb[i].Op || ca[i].Node != cb[i].Node || ca[i].Instance != cb[i].Instance ||
+		if ca[i].Op != cb[i].Op || ca[i].Node != cb[i].Node || epochs.ReplaceAllString(ca[i].Instance, "") != epochs.ReplaceAllString(cb[i].Instance, "") ||
 			driver.ClassOf(ca[i].Err) != driver.ClassOf(cb[i].Err) || !ca[i].Time.Equal(cb[i].Time) {
 			t.Fatalf("call %d differs: %+v vs %+v", i, ca[i], cb[i])
 		}
@@ -877,5 +886,20 @@ func TestUsage(t *testing.T) {
 	st, _ = s.State(ctx)
 	if st.Nodes[0].InUse.CPU != 0 || st.Nodes[0].Reserved.CPU != in.Resources.CPU {
 		t.Errorf("after stop: in use %+v, reserved %+v; want nothing in use and the reservation kept", st.Nodes[0].InUse, st.Nodes[0].Reserved)
+	}
+}
+
+// TestIDsNeverRepeatAcrossSims: a sim started again (a restarted server's)
+// never hands out an id the last one did, and does not know the last one's.
+func TestIDsNeverRepeatAcrossSims(t *testing.T) {
+	a, _ := newSim(t, nil)
+	b, _ := newSim(t, nil)
+	ia := mustRun(t, a, "node-02", &driver.Spec{Name: "x", Image: "i"})
+	ib := mustRun(t, b, "node-02", &driver.Spec{Name: "x", Image: "i"})
+	if ia.ID == ib.ID {
+		t.Fatalf("two sims gave the same id %s to their first instance", ia.ID)
+	}
+	if _, err := b.Get(context.Background(), ia.ID); !errors.Is(err, driver.ErrNotFound) {
+		t.Fatalf("the second sim finds the first one's id %s: %v", ia.ID, err)
 	}
 }
