@@ -34,6 +34,10 @@ type Weights struct {
 	Soft float64
 	// Affinity is added for each soft affinity a node satisfies. Default 1.
 	Affinity float64
+	// Image is added when the node already holds the spec's image: no
+	// pull or copy before the create, and no refusal by an engine that
+	// cannot get it. Default 1.
+	Image float64
 	// Apart is subtracted per replica of the same service already planned
 	// on the node (services keep replicas apart). Default 0.5.
 	Apart float64
@@ -48,6 +52,7 @@ func (w Weights) withDefaults() Weights {
 	def(&w.Strategy, 1)
 	def(&w.Soft, 1)
 	def(&w.Affinity, 1)
+	def(&w.Image, 1)
 	def(&w.Apart, 0.5)
 	return w
 }
@@ -157,6 +162,9 @@ func (p *planner) score(c *compiled, i int32, local map[int32]int32, relaxed boo
 			s += p.w.Affinity
 		}
 	}
+	if c.info.image != "" && len(p.st.t.nodeImages[i]) > 0 && p.st.t.hasImage(i, c.info.image) {
+		s += p.w.Image
+	}
 	if c.apart && local != nil {
 		s -= p.w.Apart * float64(local[i])
 	}
@@ -206,7 +214,7 @@ func (p *planner) best(c *compiled, cl *candList, local map[int32]int32, relaxed
 	// The common case (no slow checks, no extra scorers) gets a loop with
 	// the hot check and the binpack/spread score inline.
 	simple := !c.slow && !relaxed && len(c.affSoft) == 0 && (local == nil || !c.apart) &&
-		(c.strategy == StrategyBinpack || c.strategy == StrategySpread)
+		(c.strategy == StrategyBinpack || c.strategy == StrategySpread) && !p.st.t.anyHolds(c.info.image)
 	// Large candidate sets in repeated use go through the free-capacity
 	// index; small ones are cheaper to scan.
 	if simple && p.sample == 0 && !p.noIndex && n >= minGrid {

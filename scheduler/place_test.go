@@ -264,3 +264,34 @@ func TestOfflineAndDrainingUpdates(t *testing.T) {
 		t.Fatalf("nodes = %d, want 1", got)
 	}
 }
+
+// TestImagePresenceScores: of nodes otherwise alike, the one holding the
+// image is chosen, by name or by name:latest; nodes without it still take
+// the instance when it is the only room.
+func TestImagePresenceScores(t *testing.T) {
+	for _, strategy := range []Strategy{StrategyBinpack, StrategySpread} {
+		for _, held := range []string{"app", "app:latest"} {
+			nodes := mkNodes("n", 3, 4, 8, nil)
+			nodes[2].Images = []string{held}
+			c := newTestCluster(t, "p", nodes)
+			r := req("a", 1, 256)
+			r.Strategy = strategy
+			p, err := c.Place(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := nodesOf(p); !slices.Equal(got, []string{"n2"}) {
+				t.Errorf("%s, node holds %q: placed on %v, want n2", strategy, held, got)
+			}
+		}
+	}
+	nodes := mkNodes("n", 2, 4, 8, nil)
+	nodes[1].Images = []string{"app"}
+	c := newTestCluster(t, "p", nodes)
+	if p, err := c.Place(req("big", 4, 256)); err != nil || !slices.Equal(nodesOf(p), []string{"n1"}) {
+		t.Fatalf("first: %v %v", nodesOf(p), err)
+	}
+	if p, err := c.Place(req("next", 4, 256)); err != nil || !slices.Equal(nodesOf(p), []string{"n0"}) {
+		t.Fatalf("with the image's node full: %v %v, want n0", nodesOf(p), err)
+	}
+}

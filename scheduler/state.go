@@ -4,6 +4,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -116,6 +117,29 @@ func capBit(c string) uint32 {
 		return 0
 	}
 	return 1 << i
+}
+
+// anyHolds reports whether some node holds image (then placement scores
+// image presence).
+func (t *topo) anyHolds(image string) bool {
+	if image == "" || len(t.imageIdx) == 0 {
+		return false
+	}
+	_, ok := t.imageIdx[image]
+	if !ok && !strings.Contains(image[strings.LastIndexByte(image, '/')+1:], ":") {
+		_, ok = t.imageIdx[image+":latest"]
+	}
+	return ok
+}
+
+// hasImage reports whether node i holds image, as named or, for a name
+// without a tag, as name:latest.
+func (t *topo) hasImage(i int32, image string) bool {
+	id, ok := t.imageIdx[image]
+	if !ok && !strings.Contains(image[strings.LastIndexByte(image, '/')+1:], ":") {
+		id, ok = t.imageIdx[image+":latest"]
+	}
+	return ok && slices.Contains(t.nodeImages[i], id)
 }
 
 // buildTopo builds the static picture from the latest record of every node.
