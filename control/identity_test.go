@@ -116,10 +116,11 @@ func TestRestartedSimAdoptsNothingForeign(t *testing.T) {
 	}
 }
 
-// TestRefusedNodeFailsOver: nodes without the image refuse a create for
-// good (a cluster without a registry); the instance is placed again,
-// never on them, until the node with the image runs it. When no node has
-// it, the instance fails once every node has refused it, naming each.
+// TestRefusedNodeFailsOver: the node holding the image is preferred; when
+// it is full, nodes without the image refuse the create for good (a
+// cluster without a registry) and the instance waits, never placed on them
+// again, until the node with the image has room. When no node has the
+// image, the instance fails once every node has refused it, naming each.
 func TestRefusedNodeFailsOver(t *testing.T) {
 	ctx := context.Background()
 	shape := sim.Shape{Resources: driver.Resources{CPU: driver.CPUs(16), Memory: 32 * driver.GiB}}
@@ -130,7 +131,6 @@ func TestRefusedNodeFailsOver(t *testing.T) {
 		o.Pools = []sim.Pool{{Count: 3, NamePrefix: "bare-", Shape: shape}, {Count: 1, NamePrefix: "img-", Shape: with}}
 	})
 	p, _ := start(t, config(memory.New(memory.Options{}), prov))
-	refusedAny := false
 	for i := range 6 {
 		r := req(fmt.Sprintf("app%d", i), 1)
 		r.Image = "app"
@@ -140,18 +140,39 @@ func TestRefusedNodeFailsOver(t *testing.T) {
 	}
 	for i := range 6 {
 		in := waitPhase(t, p, fmt.Sprintf("app%d", i), reconciler.Running)
-		if !strings.HasPrefix(in.Node, "img-") {
-			t.Errorf("%s runs on %s, which lacks the image", in.ID, in.Node)
-		}
-		for _, n := range in.RefusedNodes() {
-			refusedAny = true
-			if !strings.Contains(n, "bare-") {
-				t.Errorf("%s: refused by %s", in.ID, n)
-			}
+		if !strings.HasPrefix(in.Node, "img-") || len(in.Refused) != 0 {
+			t.Errorf("%s runs on %s after %d refusals: the node with the image should be chosen first", in.ID, in.Node, len(in.Refused))
 		}
 	}
-	if !refusedAny {
-		t.Fatal("no instance was ever refused: the failover was not exercised")
+	// Fill the node with the image; the next instance tries the others.
+	filler := req("filler", 1)
+	filler.Image, filler.CPU = "app", driver.CPUs(13)
+	if _, err := p.Submit(ctx, filler, "ns"); err != nil {
+		t.Fatal(err)
+	}
+	if in := waitPhase(t, p, "filler", reconciler.Running); !strings.HasPrefix(in.Node, "img-") {
+		t.Fatalf("filler on %s", in.Node)
+	}
+	late := req("late", 1)
+	late.Image, late.CPU = "app", driver.CPUs(1)
+	if _, err := p.Submit(ctx, late, "ns"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "every node without the image to refuse late", func() bool {
+		in, err := p.Instance(ctx, "late")
+		return err == nil && len(in.Refused) == 3 && in.Phase == reconciler.Pending
+	})
+	if err := p.Delete(ctx, "filler"); err != nil {
+		t.Fatal(err)
+	}
+	in := waitPhase(t, p, "late", reconciler.Running)
+	if !strings.HasPrefix(in.Node, "img-") {
+		t.Fatalf("late runs on %s", in.Node)
+	}
+	for _, n := range in.RefusedNodes() {
+		if !strings.Contains(n, "bare-") {
+			t.Errorf("late: refused by %s", n)
+		}
 	}
 
 	r := req("nowhere", 1)
@@ -159,7 +180,7 @@ func TestRefusedNodeFailsOver(t *testing.T) {
 	if _, err := p.Submit(ctx, r, "ns"); err != nil {
 		t.Fatal(err)
 	}
-	in := waitPhase(t, p, "nowhere", reconciler.Failed)
+	in = waitPhase(t, p, "nowhere", reconciler.Failed)
 	if len(in.Refused) != 4 || !strings.Contains(in.Message, "refused") {
 		t.Fatalf("an image no node has: %d refusals, message %q; want all 4 nodes named", len(in.Refused), in.Message)
 	}
