@@ -35,7 +35,8 @@ func TestServerRejectsBadConfig(t *testing.T) {
 		}
 		return p
 	}
-	good := "listen: 127.0.0.1:0\ndata_dir: " + filepath.Join(dir, "data") + "\nproviders:\n  - name: sim\n    driver: sim\n    options: {nodes: 5}\n"
+	data := "data_dir: " + filepath.Join(dir, "data") + "\n"
+	good := "listen: 127.0.0.1:0\n" + data + "providers:\n  - name: sim\n    driver: sim\n    options: {nodes: 5}\n"
 	cases := []struct {
 		name  string
 		args  []string
@@ -61,6 +62,21 @@ func TestServerRejectsBadConfig(t *testing.T) {
 			[]string{"--memory-limit", "lots"}},
 		{"negative memory limit", []string{"--config", write("i.yaml", good+"memory_limit: -5Gi\n")}, 4,
 			[]string{"i.yaml", "memory_limit", "negative"}},
+		// What would expose the server, or what it would ignore.
+		{"open listener without TLS", []string{"--dev", "--data-dir", filepath.Join(dir, "d1"), "--listen", "0.0.0.0:0"}, 2,
+			[]string{"0.0.0.0:0", "TLS", "--insecure"}},
+		{"provider name escaping the data dir", []string{"--config", write("j.yaml", data+"providers:\n  - {name: ../../x, driver: sim}\n")}, 4,
+			[]string{"providers[0].name", "DNS label"}},
+		{"flags of an unused driver", []string{"--dev", "--data-dir", filepath.Join(dir, "d2"), "--sim-nodes", "5"}, 4,
+			[]string{"--sim-nodes", "no provider uses the sim driver"}},
+		{"a million workers", []string{"--config", write("k.yaml", data+"providers:\n  - {name: sim, driver: sim}\nreconcile: {workers: 1000000}\n")}, 4,
+			[]string{"reconcile.workers", "0 to 256"}},
+		{"a nanosecond sync", []string{"--config", write("l.yaml", data+"providers:\n  - {name: sim, driver: sim}\nreconcile: {sync_interval: 1ns}\n")}, 4,
+			[]string{"reconcile.sync_interval", "100ms"}},
+		{"a nanosecond poll", []string{"--dev", "--data-dir", filepath.Join(dir, "d3"), "--local-poll-interval", "1ns"}, 4,
+			[]string{"poll_interval", "5ms"}},
+		{"half a TLS pair", []string{"--dev", "--data-dir", filepath.Join(dir, "d4"), "--tls-cert", "/nonexistent.pem"}, 4,
+			[]string{"tls", "cert and key"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
