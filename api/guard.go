@@ -171,9 +171,6 @@ func bearer(r *http.Request) (string, bool) {
 	return tok, tok != ""
 }
 
-// BearerToken returns the bearer token of r, if it carries one.
-func BearerToken(r *http.Request) (string, bool) { return bearer(r) }
-
 // admit checks what every request must satisfy before it is routed: a Host
 // this server answers to, no foreign Origin, and a JSON body.
 func (s *Server) admit(r *http.Request) *Error {
