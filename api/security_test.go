@@ -77,7 +77,7 @@ func TestEveryRouteNeedsAToken(t *testing.T) {
 		{"POST", "/v1/instances/x/stop"}, {"POST", "/v1/instances/x/start"}, {"POST", "/v1/instances/x/restart"},
 		{"POST", "/v1/instances/x/kill"}, {"POST", "/v1/instances/x/resize"}, {"GET", "/v1/instances/x/logs"},
 		{"GET", "/v1/events"}, {"GET", "/v1/nodes"}, {"GET", "/v1/providers"}, {"GET", "/v1/images"},
-		{"POST", "/v1/images/preload"}, {"GET", "/v1/quotas"}, {"GET", "/v1/drivers"}, {"GET", "/v1/whoami"},
+		{"POST", "/v1/images/preload"}, {"GET", "/v1/quotas"}, {"GET", "/v1/drivers"}, {"GET", "/v1/version"}, {"GET", "/v1/whoami"},
 		{"GET", "/v1/tokens"}, {"POST", "/v1/tokens"}, {"DELETE", "/v1/tokens/x"},
 	}
 	revoked := e.NewToken(t, "gone", auth.RoleAdmin)
