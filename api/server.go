@@ -101,6 +101,8 @@ type Server struct {
 	pageSize     int
 	mux          *http.ServeMux
 
+	routeList []Route
+
 	closeOnce sync.Once
 	closing   chan struct{} // closed by CloseStreams
 }
@@ -129,6 +131,15 @@ func New(plane *control.Plane, opts Options) *Server {
 	return s
 }
 
+// Route is one route of the API and the permission it needs.
+type Route struct {
+	Pattern    string // "METHOD /path/{param}"
+	Permission auth.Permission
+}
+
+// Routes lists every route with its permission, as registered.
+func (s *Server) Routes() []Route { return slices.Clone(s.routeList) }
+
 // CloseStreams ends every open stream (logs, events, preload progress) so
 // that a graceful shutdown is not held up by followers; requests in flight
 // finish normally.
@@ -138,6 +149,7 @@ func (s *Server) routes() {
 	// Each route names the permission it needs (see guard.go).
 	h := func(pattern string, perm auth.Permission, fn func(http.ResponseWriter, *http.Request) error) {
 		s.mux.Handle(pattern, handler{s, perm, fn})
+		s.routeList = append(s.routeList, Route{Pattern: pattern, Permission: perm})
 	}
 	h("POST /v1/requests", auth.Operate, s.submit)
 	h("POST /v1/groups", auth.Operate, s.submitGroup)
