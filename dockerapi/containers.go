@@ -69,7 +69,6 @@ func translate(name string, cr *container.CreateRequest) (scheduler.Request, boo
 	}
 	refuse(c.Tty, "-t/--tty (Berth cannot attach a terminal)")
 	refuse(c.OpenStdin || c.AttachStdin, "-i/--interactive (Berth does not forward stdin)")
-	refuse(c.User != "", "--user")
 	refuse(c.Healthcheck != nil && len(c.Healthcheck.Test) > 0, "--health-cmd")
 	refuse(c.StopSignal != "", "--stop-signal")
 	refuse(c.StopTimeout != nil, "--stop-timeout")
@@ -116,6 +115,8 @@ func translate(name string, cr *container.CreateRequest) (scheduler.Request, boo
 		Hostname: c.Hostname, Domainname: c.Domainname,
 		Cpuset: hc.CpusetCpus, MemoryReservation: driver.Bytes(hc.MemoryReservation),
 	}
+	// --user USER[:GROUP], as the engine reads it.
+	spec.User, spec.Group, _ = strings.Cut(c.User, ":")
 	spec.CPU = driver.MilliCPU(hc.NanoCPUs / 1_000_000)
 	if hc.NanoCPUs > 0 && spec.CPU == 0 {
 		return req, false, badRequest("--cpus %.4f: Berth counts cpus in thousandths; ask for at least 0.001", float64(hc.NanoCPUs)/1e9)

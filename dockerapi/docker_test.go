@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/client"
+
 	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/dockerapi"
 	"github.com/berth-dev/berth/drivers/docker/dockertest"
@@ -260,4 +262,21 @@ func TestPlacementRules(t *testing.T) {
 	}
 	// What the create left behind goes with rm -f.
 	_, _, _ = e.docker(t, "rm", "-f", "nowhere")
+}
+
+// TestRunAsUser: docker run --user USER:GROUP reaches the engine: the
+// container runs as that user.
+func TestRunAsUser(t *testing.T) {
+	e := setup(t)
+	e.must(t, "run", "-d", "--name", "asuser", "--user", "65534:65534", helloImage)
+	in := e.waitPhase(t, "asuser", reconciler.Running)
+	_, id, _ := strings.Cut(in.BackendID, "/")
+	res, err := mainCli.ContainerInspect(context.Background(), id, client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := res.Container.Config.User; u != "65534:65534" {
+		t.Errorf("the engine runs the container as %q, want 65534:65534", u)
+	}
+	e.must(t, "rm", "-f", "asuser")
 }
