@@ -5,11 +5,9 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/berth-dev/berth/reconciler"
-	"github.com/berth-dev/berth/store"
 )
 
 // gcBatch is how many records one collecting transaction removes at most.
@@ -94,18 +92,12 @@ func (s *state) collect(ctx context.Context) (int, error) {
 // compares their revisions; should one have changed, each is tried on its
 // own.
 func (s *state) removeInstances(ctx context.Context, ins []*reconciler.Instance) (int, error) {
-	cmps := make([]store.Cmp, len(ins))
-	ops := make([]store.Op, len(ins))
-	for i, in := range ins {
-		cmps[i] = store.Cmp{Key: PrefixInstances + in.ID, ModRevision: in.Revision}
-		ops[i] = store.Delete(PrefixInstances + in.ID)
-	}
-	res, err := s.st.Txn(ctx, cmps, ops)
+	ok, _, err := s.commit(ctx, &txn{dels: ins})
 	if err != nil {
 		return 0, fmt.Errorf("control: remove deleted instances: %w", err)
 	}
-	if res.Succeeded {
-		return len(ins), s.forget(ctx, ins, res.Revision)
+	if ok {
+		return len(ins), s.forget(ctx, ins)
 	}
 	if len(ins) == 1 {
 		return 0, nil
@@ -121,47 +113,37 @@ func (s *state) removeInstances(ctx context.Context, ins []*reconciler.Instance)
 	return n, nil
 }
 
-// forget drops removed instances from the cache unless it holds a newer
-// record of them, then removes the records of their requests and groups
-// that have no instance left. Request and group ids are unique while their
-// record exists, so no instance of them can be in flight.
-func (s *state) forget(ctx context.Context, ins []*reconciler.Instance, rev int64) error {
-	s.mu.Lock()
-	owners := map[string]bool{}
+// forget removes the records of the requests and groups of removed
+// instances ins that have no instance left. Request and group ids are
+// unique while their record exists, so no instance of them can be in
+// flight.
+func (s *state) forget(ctx context.Context, ins []*reconciler.Instance) error {
+	t := &txn{}
+	reqs := map[string]bool{}
+	groups := map[string]bool{}
 	for _, in := range ins {
-		owners[PrefixRequests+in.Request] = true
+		reqs[in.Request] = true
 		if in.Group != "" {
-			owners[PrefixGroups+in.Group] = true
+			groups[in.Group] = true
 		}
-		cur, ok := s.recs[in.ID]
-		if !ok || cur.Revision > rev {
-			continue
-		}
-		s.dropLocked(cur)
 	}
+	s.mu.RLock()
 	for _, in := range s.recs {
-		delete(owners, PrefixRequests+in.Request)
+		delete(reqs, in.Request)
 		if in.Group != "" {
-			delete(owners, PrefixGroups+in.Group)
+			delete(groups, in.Group)
 		}
 	}
-	var ops []store.Op
-	for key := range owners {
-		if id, ok := strings.CutPrefix(key, PrefixRequests); ok {
-			delete(s.requests, id)
-			ops = append(ops, store.Delete(key))
+	s.mu.RUnlock()
+	for id := range reqs {
+		t.dropReqs = append(t.dropReqs, id)
+	}
+	for id := range groups {
+		if !s.gangQueued(id) {
+			t.dropGroups = append(t.dropGroups, id)
 		}
 	}
-	s.mu.Unlock()
-	for key := range owners {
-		if id, ok := strings.CutPrefix(key, PrefixGroups); ok && !s.gangQueued(id) {
-			ops = append(ops, store.Delete(key))
-		}
-	}
-	if len(ops) == 0 {
-		return nil
-	}
-	if _, err := s.st.Txn(ctx, nil, ops); err != nil {
+	if _, _, err := s.commit(ctx, t); err != nil {
 		return fmt.Errorf("control: remove requests and groups: %w", err)
 	}
 	return nil

@@ -61,11 +61,11 @@ func (s *state) loadIdentity(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		res, err := s.st.Txn(ctx, []store.Cmp{{Key: KeyCluster}}, []store.Op{store.Put(KeyCluster, b)})
+		ok, _, err := s.commit(ctx, &txn{cmps: []store.Cmp{{Key: KeyCluster}}, ops: []store.Op{store.Put(KeyCluster, b)}})
 		if err != nil {
 			return fmt.Errorf("control: store the cluster id: %w", err)
 		}
-		if res.Succeeded {
+		if ok {
 			s.clusterID = rec.ID
 			return nil
 		}

@@ -217,21 +217,18 @@ func (s *state) resize(ctx context.Context, ref string, r driver.Resources) erro
 	if err := p.Resize(ctx, in.BackendID, driver.Resources{CPU: r.CPU, Memory: r.Memory}); err != nil {
 		return err
 	}
-	return s.mutate(context.WithoutCancel(ctx), in.ID, func(x *reconciler.Instance) {
+	return s.mutate(context.WithoutCancel(ctx), in.ID, true, func(x *reconciler.Instance) {
 		spec := *x.Spec // shared with the request's other instances
 		spec.CPU, spec.Memory = want.CPU, want.Memory
 		x.Spec = &spec
-	}, func(x reconciler.Instance) {
-		if x.Phase.HoldsNode() {
-			s.cluster.release(x.ID)
-			_ = s.cluster.c.Reserve(allocationOf(&x))
-		}
 	})
 }
 
 // mutate changes fields of an instance outside the lifecycle (its
-// resources, its owner) with a compare-and-swap, then calls after.
-func (s *state) mutate(ctx context.Context, id string, fn func(*reconciler.Instance), after func(reconciler.Instance)) error {
+// resources, its owner) with a compare-and-swap. With reserve, the
+// scheduler's ledger takes the changed instance's reservation in place of
+// the old one, if it holds a node.
+func (s *state) mutate(ctx context.Context, id string, reserve bool, fn func(*reconciler.Instance)) error {
 	mu := s.lockOf(id)
 	mu.Lock()
 	defer mu.Unlock()
@@ -243,21 +240,19 @@ func (s *state) mutate(ctx context.Context, id string, fn func(*reconciler.Insta
 		next := cur
 		fn(&next)
 		next.Updated = s.now()
-		res, err := s.st.Txn(ctx, []store.Cmp{{Key: PrefixInstances + id, ModRevision: cur.Revision}},
-			[]store.Op{store.Put(PrefixInstances+id, encodeInstance(&next))})
-		if err != nil {
-			return fmt.Errorf("control: store instance %s: %w", id, err)
+		t := &txn{puts: []instPut{{base: cur.Revision, in: &next}}}
+		if reserve && next.Phase.HoldsNode() {
+			t.release, t.reserve = []string{id}, []scheduler.Allocation{allocationOf(&next)}
 		}
-		if !res.Succeeded {
+		ok, _, err := s.commit(ctx, t)
+		if err != nil {
+			return fmt.Errorf("control: instance %s: %w", id, err)
+		}
+		if !ok {
 			if err := s.reload(ctx, id); err != nil {
 				return err
 			}
 			continue
-		}
-		next.Revision = res.Revision
-		s.remember(next)
-		if after != nil {
-			after(next)
 		}
 		return nil
 	}

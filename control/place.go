@@ -212,8 +212,8 @@ func (s *state) placePending(ctx context.Context) {
 }
 
 // requestFor rebuilds the placement request of one instance: its stored
-// request (or its pool label) narrowed to this instance, minus the nodes it
-// must avoid.
+// request (or its pool label) narrowed to this instance, avoiding the
+// nodes where its launch failed a moment ago or that refused it.
 func (s *state) requestFor(in *reconciler.Instance) scheduler.Request {
 	var r scheduler.Request
 	s.mu.RLock()
@@ -225,15 +225,18 @@ func (s *state) requestFor(in *reconciler.Instance) scheduler.Request {
 	r.Spec = *in.Spec
 	r.Spec.Name = in.Name
 	r.ID, r.Count, r.Group, r.Priority = in.ID, 1, in.Group, in.Priority
-	r.Constraints = slices.Clone(r.Constraints)
 	if in.Pool != "" {
 		r.Provider = s.poolProvider(in.Pool)
 	}
-	for _, x := range slices.Concat(in.Excluded(s.now()), in.RefusedNodes()) {
+	r.Avoid = nil
+	for _, x := range in.Excluded(s.now()) {
 		prov, node, _ := strings.Cut(x, "/")
-		if r.Provider == "" || r.Provider == prov {
-			r.Constraints = append(r.Constraints, "node!="+node)
-		}
+		r.Avoid = append(r.Avoid, scheduler.Avoid{Provider: prov, Node: node, Reason: "a launch failed there"})
+	}
+	for _, x := range in.Refused {
+		id, why, _ := strings.Cut(x, ": ")
+		prov, node, _ := strings.Cut(id, "/")
+		r.Avoid = append(r.Avoid, scheduler.Avoid{Provider: prov, Node: node, Reason: "refused it: " + why})
 	}
 	return r
 }

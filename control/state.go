@@ -52,17 +52,56 @@ type storedRequest struct {
 // the actions of successive transitions are issued in order.
 const stripes = 256
 
+// state is the control plane, split by concern into the parts below, each
+// with its own lock or none.
+//
+// Lock order. A goroutine may hold several of these locks only in this
+// order, top first:
+//
+//  1. the instance stripes (locks), several only in index order
+//     (applyBatch);
+//  2. gangMu (gangs);
+//  3. mu (records);
+//  4. the scheduler cluster's own lock (inside scheduler.Cluster, taken by
+//     its methods);
+//
+// rtMu and the runtime's mu are leaves: nothing else is taken while one
+// is held. The store is called with no lock of this list held but the
+// stripes of the instances being changed.
 type state struct {
 	cfg       Config
-	st        store.Store
+	st        store.Store // written by commit only
 	log       *slog.Logger
 	now       func() time.Time
 	m         reconciler.Machine
 	provs     map[string]*provider.Provider
 	provNames []string
-	cluster   *cluster
-	locks     [stripes]sync.Mutex
+	// cluster is the scheduler's ledger: every node's reading and every
+	// instance's reservation. Placement asks it; commit keeps it in step
+	// with the records.
+	cluster *cluster
+	locks   [stripes]sync.Mutex
 
+	records
+	gangs
+	runtimeRef
+
+	lists listings // shared listings of tagged resources, per provider
+
+	// clusterID is written on every back-end resource (driver.TagCluster);
+	// set once by loadIdentity.
+	clusterID string
+	// placeKick wakes the placer.
+	placeKick chan struct{}
+	// placeNow asks the placer for one round; it closes the channel it
+	// receives when that round is over.
+	placeNow chan chan struct{}
+}
+
+// records is the store's instances and requests in memory, write-through
+// (commit writes the store, then here), with their indexes and tallies,
+// and the latest reading of every node. mu guards all of it.
+type records struct {
 	mu       sync.RWMutex
 	recs     map[string]*reconciler.Instance // the store's instances, write-through
 	ids      *btree.BTreeG[string]           // the ids of recs, in order
@@ -75,26 +114,21 @@ type state struct {
 	nodeInfo map[string]driver.Node      // latest reading of every node, by provider/node, without images and ports
 	largest  map[string]driver.Resources // per provider, the most of each resource one node has, as last listed
 
-	lists listings // shared listings of tagged resources, per provider
-
 	// loadRev is the store revision the loaded instances reflect; the
-	// store watch starts after it.
+	// store watch starts after it. Set before Run, then read only.
 	loadRev int64
+}
 
+// gangs is the queue of groups placed all or none; gangMu guards it.
+type gangs struct {
 	gangMu sync.Mutex
 	gang   gang
+}
 
-	rt *runtime // set while Run runs
-	// rtMu guards rt.
+// runtimeRef is the running reconciler, if any; rtMu guards both fields.
+type runtimeRef struct {
 	rtMu sync.Mutex
-	// clusterID is written on every back-end resource (driver.TagCluster);
-	// set once by loadIdentity.
-	clusterID string
-	// placeKick wakes the placer.
-	placeKick chan struct{}
-	// placeNow asks the placer for one round; it closes the channel it
-	// receives when that round is over.
-	placeNow chan chan struct{}
+	rt   *runtime // set while Run runs
 	// running is set while Run runs, to refuse a second Run.
 	running bool
 }
@@ -212,21 +246,23 @@ func newState(ctx context.Context, cfg Config) (*state, error) {
 		cfg.MaxRetained = 10000
 	}
 	s := &state{
-		cfg:       cfg,
-		st:        cfg.Store,
-		log:       cfg.Logger,
-		now:       cfg.Now,
-		m:         reconciler.Machine{LaunchTimeout: cfg.LaunchTimeout, MaxAttempts: cfg.MaxAttempts, Backoff: cfg.RetryBackoff, ExcludeFor: cfg.ExcludeFor},
-		provs:     provs,
-		recs:      map[string]*reconciler.Instance{},
-		ids:       btree.NewOrderedG[string](32),
-		requests:  map[string]*storedRequest{},
-		names:     map[string]string{},
-		held:      map[heldKey]*held{},
-		phases:    map[reconciler.Phase]int{},
-		pending:   map[string]bool{},
-		nodeInfo:  map[string]driver.Node{},
-		largest:   map[string]driver.Resources{},
+		cfg:   cfg,
+		st:    cfg.Store,
+		log:   cfg.Logger,
+		now:   cfg.Now,
+		m:     reconciler.Machine{LaunchTimeout: cfg.LaunchTimeout, MaxAttempts: cfg.MaxAttempts, Backoff: cfg.RetryBackoff, ExcludeFor: cfg.ExcludeFor},
+		provs: provs,
+		records: records{
+			recs:     map[string]*reconciler.Instance{},
+			ids:      btree.NewOrderedG[string](32),
+			requests: map[string]*storedRequest{},
+			names:    map[string]string{},
+			held:     map[heldKey]*held{},
+			phases:   map[reconciler.Phase]int{},
+			pending:  map[string]bool{},
+			nodeInfo: map[string]driver.Node{},
+			largest:  map[string]driver.Resources{},
+		},
 		placeKick: make(chan struct{}, 1),
 		placeNow:  make(chan chan struct{}),
 	}
@@ -247,12 +283,7 @@ func newState(ctx context.Context, cfg Config) (*state, error) {
 		return nil, err
 	}
 	if orphans := s.orphanRequests(); len(orphans) > 0 {
-		ops := make([]store.Op, len(orphans))
-		for i, id := range orphans {
-			ops[i] = store.Delete(PrefixRequests + id)
-			delete(s.requests, id)
-		}
-		if _, err := s.st.Txn(ctx, nil, ops); err != nil {
+		if _, _, err := s.commit(ctx, &txn{dropReqs: orphans}); err != nil {
 			return nil, fmt.Errorf("control: remove requests without instances: %w", err)
 		}
 	}
@@ -581,22 +612,15 @@ func (s *state) apply(ctx context.Context, id string, ev reconciler.Event, direc
 			// Nothing to store.
 			return cur, s.perform(next, acts, direct), nil
 		}
-		res, err := s.st.Txn(ctx, []store.Cmp{{Key: PrefixInstances + id, ModRevision: cur.Revision}},
-			[]store.Op{store.Put(PrefixInstances+id, encodeInstance(&next))})
+		ok, _, err := s.commit(ctx, &txn{puts: []instPut{{base: cur.Revision, in: &next}}, release: releases(id, acts)})
 		if err != nil {
-			return cur, nil, fmt.Errorf("control: store instance %s: %w", id, err)
+			return cur, nil, fmt.Errorf("control: instance %s: %w", id, err)
 		}
-		if !res.Succeeded {
+		if !ok {
 			if err := s.reload(ctx, id); err != nil {
 				return cur, nil, err
 			}
 			continue
-		}
-		next.Revision = res.Revision
-		s.releaseFirst(id, acts)
-		s.remember(next)
-		if cur.Phase != next.Phase {
-			s.log.Debug("instance phase", "instance", id, "from", cur.Phase, "to", next.Phase, "message", next.Message)
 		}
 		return next, s.perform(next, acts, direct), nil
 	}
@@ -606,19 +630,6 @@ func (s *state) apply(ctx context.Context, id string, ev reconciler.Event, direc
 // applyBatch applies the outcomes like apply, storing all the changes in
 // one transaction. Should a comparison fail (someone else changed one of
 // the instances) each outcome is applied on its own instead.
-// releaseFirst gives back the cluster's reservation of instance id when
-// acts release it, before the new phase is remembered: whoever sees the
-// phase (counts, a placement round) also sees the room it freed. perform
-// releases again, which is a no-op.
-func (s *state) releaseFirst(id string, acts []reconciler.Action) {
-	for _, a := range acts {
-		if a.Kind == reconciler.Release {
-			s.cluster.release(id)
-			return
-		}
-	}
-}
-
 func (s *state) applyBatch(ctx context.Context, batch []outcome) {
 	if len(batch) == 1 {
 		s.applyOne(ctx, batch[0])
@@ -664,44 +675,27 @@ func (s *state) applyBatch(ctx context.Context, batch []outcome) {
 		r.in = next
 		r.acts = append(r.acts, acts...)
 	}
-	var cmps []store.Cmp
-	var ops []store.Op
+	// One transaction and one critical section for the whole batch:
+	// submissions wait for the cache lock once per batch, not once per
+	// instance.
+	t := &txn{}
 	for _, id := range order {
 		r := results[id]
-		if !reconciler.Changed(r.base, r.in) {
-			continue
+		if reconciler.Changed(r.base, r.in) {
+			t.put(r.base.Revision, &r.in)
 		}
-		cmps = append(cmps, store.Cmp{Key: PrefixInstances + id, ModRevision: r.base.Revision})
-		ops = append(ops, store.Put(PrefixInstances+id, encodeInstance(&r.in)))
+		t.release = append(t.release, releases(id, r.acts)...)
 	}
-	if len(ops) > 0 {
-		res, err := s.st.Txn(ctx, cmps, ops)
-		if err != nil || !res.Succeeded {
-			unlock()
-			if err != nil && ctx.Err() != nil {
-				return
-			}
-			for _, o := range batch {
-				s.applyOne(ctx, o)
-			}
+	if ok, _, err := s.commit(ctx, t); err != nil || !ok {
+		unlock()
+		if err != nil && ctx.Err() != nil {
 			return
 		}
-		for _, id := range order {
-			results[id].in.Revision = res.Revision
+		for _, o := range batch {
+			s.applyOne(ctx, o)
 		}
+		return
 	}
-	for _, id := range order {
-		s.releaseFirst(id, results[id].acts)
-	}
-	// One critical section for the whole batch: submissions wait for the
-	// cache lock once per batch, not once per instance.
-	s.mu.Lock()
-	for _, id := range order {
-		if r := results[id]; reconciler.Changed(r.base, r.in) {
-			s.rememberLocked(r.in)
-		}
-	}
-	s.mu.Unlock()
 	for _, id := range order {
 		r := results[id]
 		s.perform(r.in, r.acts, nil)

@@ -2,7 +2,6 @@ package control
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -14,7 +13,6 @@ import (
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/reconciler"
 	"github.com/berth-dev/berth/scheduler"
-	"github.com/berth-dev/berth/store"
 )
 
 var idRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,47}$`)
@@ -207,259 +205,6 @@ func instanceName(r *scheduler.Request, i int) string {
 	return r.Name
 }
 
-// accept places the parts' instances, stores the requests, the instances
-// (scheduled with their intent, or pending with the reason) and the group
-// in one transaction, and starts the launches. plans holds a plan already
-// made per request id (a group's); requests without one are placed here.
-func (s *state) accept(ctx context.Context, parts []part, groupPlan *scheduler.Plan, group *scheduler.Group) ([]Placed, error) {
-	now := s.now()
-	byID := map[string]scheduler.Placement{}
-	reasons := map[string]string{}
-	var held []string // instance ids the cluster holds for this call
-	release := func() {
-		for _, id := range held {
-			s.cluster.release(id)
-		}
-	}
-	if groupPlan != nil {
-		for _, pl := range groupPlan.Placements {
-			byID[pl.Instance] = pl
-			held = append(held, pl.Instance)
-		}
-		for _, u := range groupPlan.Unplaced {
-			for _, i := range u.Indexes {
-				reasons[u.Request+"#"+strconv.Itoa(i)] = "no node fits: " + u.Reasons.String()
-			}
-		}
-	}
-
-	// Quotas first: what could never fit is refused, what cannot fit now
-	// waits.
-	var recs []*reconciler.Instance
-	for pi := range parts {
-		pt := &parts[pi]
-		r := &pt.req
-		// The request's instances share one spec; names are their own.
-		spec := r.Spec
-		spec.Name = ""
-		for i := range r.N() {
-			recs = append(recs, &reconciler.Instance{
-				ID: r.InstanceID(i), Name: instanceName(r, i), Spec: &spec, Phase: reconciler.Pending,
-				Owner: pt.owner, Pool: pt.pool, Label: pt.label, Group: r.Group, Request: r.ID,
-				Priority: r.Priority, Created: now, Updated: now,
-			})
-		}
-		prov := r.Provider
-		if pt.pool != "" {
-			prov = s.poolProvider(pt.pool)
-		}
-		if why := s.tooLarge(r.Resources, prov); why != "" {
-			release()
-			return nil, driver.Errorf(driver.ErrInsufficientCapacity, "request %s can never fit: %s", r.ID, why)
-		}
-		for _, u := range s.quotaUse() {
-			probe := reconciler.Instance{Owner: pt.owner, Pool: pt.pool}
-			if !u.applies(&probe, r.Provider) {
-				continue
-			}
-			if why := u.never(r.Resources, r.N()); why != "" {
-				release()
-				return nil, driver.Errorf(driver.ErrQuotaExceeded, "request %s can never fit: %s", r.ID, why)
-			}
-		}
-	}
-	if err := s.reserveNames(recs); err != nil {
-		release()
-		return nil, err
-	}
-	// Once stored, the instances hold their names through the cache.
-	stored := false
-	defer func() {
-		if !stored {
-			s.unreserveNames(recs)
-		}
-	}()
-
-	// Place what is not placed yet, request by request, within quota.
-	k := 0
-	for pi := range parts {
-		r := &parts[pi].req
-		n := r.N()
-		mine := recs[k : k+n]
-		k += n
-		if groupPlan != nil {
-			continue
-		}
-		blocked := s.quotaBlocks(mine[0])
-		if blocked != "" {
-			for _, in := range mine {
-				in.Message = blocked
-			}
-			continue
-		}
-		start := time.Now()
-		plan, err := s.cluster.c.Place(r)
-		if s.cfg.Metrics != nil {
-			s.cfg.Metrics.Scheduled(time.Since(start), err == nil && plan.Complete())
-		}
-		if err != nil {
-			release()
-			return nil, err
-		}
-		for _, pl := range plan.Placements {
-			byID[pl.Instance] = pl
-			held = append(held, pl.Instance)
-		}
-		for _, u := range plan.Unplaced {
-			for _, i := range u.Indexes {
-				reasons[u.Request+"#"+strconv.Itoa(i)] = "no node fits: " + u.Reasons.String()
-			}
-		}
-	}
-	// Keep placements within quota: count them in one by one.
-	use := s.quotaUse()
-	launch := map[string][]reconciler.Action{}
-	for _, in := range recs {
-		pl, ok := byID[in.ID]
-		if !ok {
-			if in.Message == "" {
-				in.Message = reasons[in.Request+"#"+strconv.Itoa(indexOf(in))]
-			}
-			if in.Message == "" {
-				in.Message = "waiting for a node"
-			}
-			continue
-		}
-		over := ""
-		for k := range use {
-			if use[k].applies(in, pl.Provider) {
-				if why := use[k].blocks(in.Spec.Resources); why != "" && over == "" {
-					over = why
-				}
-			}
-		}
-		if over != "" {
-			s.cluster.release(in.ID)
-			delete(byID, in.ID)
-			in.Message = over
-			continue
-		}
-		for k := range use {
-			if use[k].applies(in, pl.Provider) {
-				use[k].UsedInstances++
-				use[k].UsedCPU += in.Spec.CPU
-				use[k].UsedMemory += in.Spec.Memory
-			}
-		}
-		if s.runtimeOf() != nil {
-			// The reconciler runs: store the instance as creating and start
-			// the create once it is stored, saving a transaction.
-			next, acts := s.m.Step(*in, reconciler.Event{Kind: reconciler.Placed, Provider: pl.Provider, Node: pl.Node, Ports: pl.Ports}, now)
-			*in = next
-			launch[in.ID] = acts
-			continue
-		}
-		in.Phase, in.Provider, in.Node, in.HostPorts = reconciler.Scheduled, pl.Provider, pl.Node, pl.Ports
-	}
-
-	// One transaction: the requests and every instance, none of which may
-	// exist yet.
-	var cmps []store.Cmp
-	var ops []store.Op
-	reqs := map[string]*storedRequest{}
-	for _, pt := range parts {
-		sr := &storedRequest{Request: pt.req, Owner: pt.owner, Time: now}
-		b, err := json.Marshal(sr)
-		if err != nil {
-			release()
-			return nil, fmt.Errorf("control: encode request: %w", err)
-		}
-		key := PrefixRequests + pt.req.ID
-		cmps = append(cmps, store.Cmp{Key: key})
-		ops = append(ops, store.Put(key, b))
-		reqs[pt.req.ID] = sr
-	}
-	for _, in := range recs {
-		key := PrefixInstances + in.ID
-		cmps = append(cmps, store.Cmp{Key: key})
-		ops = append(ops, store.Put(key, encodeInstance(in)))
-	}
-	if group != nil {
-		b, err := json.Marshal(group)
-		if err != nil {
-			release()
-			return nil, fmt.Errorf("control: encode group: %w", err)
-		}
-		cmps = append(cmps, store.Cmp{Key: PrefixGroups + group.ID})
-		ops = append(ops, store.Put(PrefixGroups+group.ID, b))
-	}
-	// The requests enter the cache before the transaction: once it commits,
-	// the store watch may hand its pending instances to the placer before
-	// this call remembers them, and the placer must find their requests
-	// (constraints, affinities) then. An id already known is not touched;
-	// the transaction refuses it.
-	s.mu.Lock()
-	var added []string
-	for id, sr := range reqs {
-		if _, known := s.requests[id]; !known {
-			s.requests[id] = sr
-			added = append(added, id)
-		}
-	}
-	s.mu.Unlock()
-	forget := func() {
-		s.mu.Lock()
-		for _, id := range added {
-			delete(s.requests, id)
-		}
-		s.mu.Unlock()
-	}
-	res, err := s.st.Txn(ctx, cmps, ops)
-	if err != nil {
-		forget()
-		release()
-		return nil, fmt.Errorf("control: store request: %w", err)
-	}
-	if !res.Succeeded {
-		forget()
-		release()
-		return nil, fmt.Errorf("%w: request %s: %w", driver.ErrAlreadyExists, parts[0].req.ID, &driver.FieldError{Path: "id", Reason: "a request or instance with this id exists already"})
-	}
-	// The instances enter the cache together, in one critical section.
-	stored = true
-	s.mu.Lock()
-	for _, in := range recs {
-		in.Revision = res.Revision
-		s.rememberLocked(*in)
-	}
-	s.mu.Unlock()
-	out := make([]Placed, 0, len(recs))
-	for _, in := range recs {
-		p := Placed{Instance: *in}
-		if in.Phase.HoldsNode() {
-			p.Node = s.nodeRef(in.Provider, in.Node)
-		}
-		// Read the runtime after remembering: a Run starting now either
-		// sees the instance when it resumes or is seen here.
-		switch rt := s.runtimeOf(); {
-		case launch[in.ID] != nil:
-			s.perform(*in, launch[in.ID], nil)
-		case in.Phase == reconciler.Scheduled && rt != nil:
-			s.tickAt(rt, in.ID, now)
-		}
-		out = append(out, p)
-	}
-	if group != nil && groupPlan != nil && essentialMissing(groupPlan) {
-		// Nothing of the group was placed: it waits in the gang queue and
-		// is placed all or none.
-		s.queueGroup(group, now)
-	}
-	if len(byID) < len(recs) {
-		s.kickPlacer()
-	}
-	return out, nil
-}
-
 // indexOf returns the instance index of in within its request.
 func indexOf(in *reconciler.Instance) int {
 	if in.ID == in.Request {
@@ -626,19 +371,16 @@ func (s *state) assign(ctx context.Context, id, owner, group string) (reconciler
 		if next.Owner == "" {
 			next.Owner = "-"
 		}
-		res, err := s.st.Txn(ctx, []store.Cmp{{Key: PrefixInstances + id, ModRevision: cur.Revision}},
-			[]store.Op{store.Put(PrefixInstances+id, encodeInstance(&next))})
+		ok, _, err := s.commit(ctx, &txn{puts: []instPut{{base: cur.Revision, in: &next}}})
 		if err != nil {
 			return cur, false, err
 		}
-		if !res.Succeeded {
+		if !ok {
 			if err := s.reload(ctx, id); err != nil {
 				return cur, false, err
 			}
 			continue
 		}
-		next.Revision = res.Revision
-		s.remember(next)
 		return next, true, nil
 	}
 	return reconciler.Instance{}, false, nil

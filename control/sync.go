@@ -170,8 +170,7 @@ func (s *state) recordNodes(ctx context.Context, prov string, nodes []driver.Nod
 		if len(ops) == 0 {
 			return
 		}
-		res, err := s.st.Txn(ctx, cmps, ops)
-		if err != nil || res.Succeeded {
+		if ok, _, err := s.commit(ctx, &txn{cmps: cmps, ops: ops}); err != nil || ok {
 			return
 		}
 	}

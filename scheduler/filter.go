@@ -53,6 +53,7 @@ func compile(r *Request, provider string) (*compiled, error) {
 	rc := *r
 	rc.Other = maps.Clone(r.Other)
 	rc.Labels = maps.Clone(r.Labels)
+	rc.Avoid = slices.Clone(r.Avoid)
 	r = &rc
 	c := &compiled{req: r, need: resVec(r.Resources), other: r.Other, provider: provider, strategy: r.EffectiveStrategy()}
 	if c.provider == "" {
@@ -147,8 +148,9 @@ func (t *topo) exprHolds(e *Expr, i int32) bool {
 // it passes them all. withSoft makes soft constraints count as hard.
 //
 // The order puts the cheapest, most common rejections first: a node that is
-// not online, then the wrong provider, then missing capabilities (one mask
-// test), then constraints in the order written.
+// not online, then the wrong provider, then a node the request avoids, then
+// missing capabilities (one mask test), then constraints in the order
+// written.
 func (c *compiled) staticReason(t *topo, i int32, withSoft bool) string {
 	if t.removed[i] {
 		return "node removed"
@@ -162,6 +164,11 @@ func (c *compiled) staticReason(t *topo, i int32, withSoft bool) string {
 	}
 	if c.provider != "" && t.providers[t.prov[i]] != c.provider {
 		return "provider is not " + c.provider
+	}
+	for _, a := range c.req.Avoid {
+		if t.names[i] == a.Node && t.providers[t.prov[i]] == a.Provider {
+			return "avoided: " + a.Reason
+		}
 	}
 	if miss := c.caps &^ t.provCaps[t.prov[i]]; miss != 0 {
 		for b, name := range knownCaps {
@@ -205,6 +212,12 @@ func (c *compiled) candidates(t *topo, withSoft bool) *candList {
 	for _, e := range c.hard {
 		b.WriteByte(0)
 		b.WriteString(e.Text)
+	}
+	for _, a := range c.req.Avoid {
+		b.WriteString("\x00!")
+		b.WriteString(a.Provider)
+		b.WriteByte('/')
+		b.WriteString(a.Node)
 	}
 	if withSoft {
 		for _, e := range c.soft {

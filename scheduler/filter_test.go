@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/berth-dev/berth/driver"
@@ -130,6 +131,38 @@ func TestReasonsString(t *testing.T) {
 	for _, tt := range tests {
 		if got := tt.r.String(); got != tt.want {
 			t.Errorf("String() = %q, want %q", got, tt.want)
+		}
+	}
+}
+
+// An avoided node is avoided on its own provider only, and the rejection
+// counts say why.
+func TestAvoid(t *testing.T) {
+	c := newTestCluster(t, "a", mkNodes("n", 2, 4, 8, nil))
+	if err := c.UpdateNodes("b", mkNodes("n", 1, 4, 8, nil)); err != nil {
+		t.Fatal(err)
+	}
+	r := req("r", 1, 512)
+	r.Avoid = []Avoid{{Provider: "a", Node: "n0", Reason: "a launch failed there"}, {Provider: "a", Node: "n1", Reason: "refused it"}}
+	plan, err := c.Snapshot(Options{}).Plan(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.Placements) != 1 || plan.Placements[0].Provider != "b" || plan.Placements[0].Node != "n0" {
+		t.Fatalf("placements %+v, want b/n0 (the avoided n0 is a's)", plan.Placements)
+	}
+	r.Provider = "a"
+	plan, err = c.Snapshot(Options{}).Plan(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.Placements) != 0 || len(plan.Unplaced) != 1 {
+		t.Fatalf("placed %+v on an avoided node", plan.Placements)
+	}
+	got := plan.Unplaced[0].Reasons.String()
+	for _, want := range []string{"avoided: a launch failed there", "avoided: refused it"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("reasons %q do not say %q", got, want)
 		}
 	}
 }

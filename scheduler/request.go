@@ -83,6 +83,18 @@ type Request struct {
 	// MaxPerNode caps how many of this request's instances share a node; 0
 	// means no cap.
 	MaxPerNode int `json:"max_per_node,omitempty"`
+	// Avoid are nodes this placement must not use, each with why: a filter
+	// the control plane adds (a launch failed there a moment ago, the node
+	// refused the spec for good). Not part of a request's JSON.
+	Avoid []Avoid `json:"-"`
+}
+
+// Avoid is a node a placement must not use, and why. Reason is what the
+// rejection counts say ("avoided: <reason>").
+type Avoid struct {
+	Provider string
+	Node     string
+	Reason   string
 }
 
 // N returns the number of instances asked for (Count, or 1 when unset).
