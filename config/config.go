@@ -411,77 +411,7 @@ func (c *Config) validate(es *driver.FieldErrors) {
 			}
 		}
 	}
-	pools := map[string]bool{}
-	for i, p := range c.Pools {
-		f := fmt.Sprintf("pools[%d]", i)
-		if p.Name == "" {
-			es.Add(f+".name", "required")
-		} else if err := auth.ValidName(p.Name); err != nil {
-			es.Add(f+".name", "%v", err)
-		} else if pools[p.Name] {
-			es.Add(f+".name", "%q is configured twice", p.Name)
-		}
-		pools[p.Name] = true
-		if !providers[p.Provider] {
-			es.Add(f+".provider", "%q: no such provider; configured: %s", p.Provider, strings.Join(c.ProviderNames(), ", "))
-		}
-		if p.MaxInstances < 0 {
-			es.Add(f+".max_instances", "must not be negative")
-		}
-		labels := map[string]bool{}
-		for j, l := range p.Labels {
-			lf := fmt.Sprintf("%s.labels[%d]", f, j)
-			if l.Name == "" {
-				es.Add(lf+".name", "required")
-			} else if labels[l.Name] {
-				es.Add(lf+".name", "%q appears twice", l.Name)
-			}
-			labels[l.Name] = true
-			if l.MinReady < 0 {
-				es.Add(lf+".min_ready", "must not be negative")
-			}
-			if l.Max < 0 {
-				es.Add(lf+".max", "must not be negative")
-			}
-			if err := l.Spec.Validate(); err != nil {
-				es.AddErr(lf+".spec", err)
-			}
-		}
-	}
-	for i, q := range c.Quotas {
-		f := fmt.Sprintf("quotas[%d]", i)
-		scopes := 0
-		if q.Provider != "" {
-			scopes++
-			if !providers[q.Provider] {
-				es.Add(f+".provider", "%q: no such provider", q.Provider)
-			}
-		}
-		if q.Pool != "" {
-			scopes++
-			if !pools[q.Pool] {
-				es.Add(f+".pool", "%q: no such pool", q.Pool)
-			}
-		}
-		if q.Owner != "" {
-			scopes++
-			if err := auth.ValidName(q.Owner); err != nil {
-				es.Add(f+".namespace", "%v", err)
-			}
-		}
-		if scopes != 1 {
-			es.Add(f, "name exactly one of provider, pool and namespace")
-		}
-		if q.Instances < 0 {
-			es.Add(f+".instances", "must not be negative")
-		}
-		if q.CPU < 0 {
-			es.Add(f+".cpus", "must not be negative")
-		}
-		if q.Memory < 0 {
-			es.Add(f+".memory", "must not be negative")
-		}
-	}
+	*es = append(*es, control.CheckPools(c.Pools, c.Quotas, func(name string) bool { return providers[name] })...)
 }
 
 // checkRange adds an error naming key when v is outside [lo, hi]; a

@@ -42,8 +42,8 @@ type admission struct {
 //
 // Its steps, each a method of admission: make the records and refuse what
 // could never fit (build), claim the names (claimNames), place within
-// quota (place, keepWithinQuota), store everything (store), start what
-// was placed (start). Whatever it holds is given back by one deferred
+// the quotas (place), make the placements the instances' next phase
+// (settle), store everything (store), start what was placed (start). Whatever it holds is given back by one deferred
 // call when a step fails.
 func (s *state) accept(ctx context.Context, parts []part, groupPlan *scheduler.Plan, group *scheduler.Group) ([]Placed, error) {
 	a := &admission{s: s, now: s.now(), parts: parts, group: group,
@@ -63,7 +63,7 @@ func (s *state) accept(ctx context.Context, parts []part, groupPlan *scheduler.P
 			return nil, err
 		}
 	}
-	a.keepWithinQuota()
+	a.settle()
 	if err := a.store(ctx); err != nil {
 		return nil, err
 	}
@@ -132,11 +132,10 @@ func (a *admission) build() error {
 			return driver.Errorf(driver.ErrInsufficientCapacity, "request %s can never fit: %s", r.ID, why)
 		}
 		for _, u := range s.quotaUse() {
-			probe := reconciler.Instance{Owner: pt.owner, Pool: pt.pool}
-			if !u.applies(&probe, r.Provider) {
+			if !u.Covers(pt.owner, pt.pool, r.Provider) {
 				continue
 			}
-			if why := u.never(r.Resources, r.N()); why != "" {
+			if why := u.Never(r.Resources, r.N()); why != "" {
 				return driver.Errorf(driver.ErrQuotaExceeded, "request %s can never fit: %s", r.ID, why)
 			}
 		}
@@ -153,21 +152,14 @@ func (a *admission) claimNames() error {
 	return nil
 }
 
-// place places each request's instances, unless a quota blocks the
-// request now (its instances then wait, saying so).
+// place places each request's instances within the quotas (the
+// scheduler's filters); those it cannot place wait, saying why.
 func (a *admission) place() error {
 	s := a.s
-	k := 0
 	for pi := range a.parts {
-		r := &a.parts[pi].req
-		mine := a.recs[k : k+r.N()]
-		k += r.N()
-		if blocked := s.quotaBlocks(mine[0]); blocked != "" {
-			for _, in := range mine {
-				in.Message = blocked
-			}
-			continue
-		}
+		pt := &a.parts[pi]
+		r := &pt.req
+		r.Owner, r.Pool = pt.owner, pt.pool
 		start := time.Now()
 		plan, err := s.cluster.c.Place(r)
 		if s.cfg.Metrics != nil {
@@ -181,45 +173,19 @@ func (a *admission) place() error {
 	return nil
 }
 
-// keepWithinQuota counts the placements in one by one, leaving pending
-// those that would go over a quota; each kept placement becomes the
-// instance's next phase (creating, with the launch to start, when the
-// reconciler runs; scheduled otherwise). Unplaced instances get the reason
-// they wait.
-func (a *admission) keepWithinQuota() {
+// settle makes each placement the instance's next phase (creating, with
+// the launch to start, when the reconciler runs; scheduled otherwise), and
+// gives each unplaced instance the reason it waits.
+func (a *admission) settle() {
 	s := a.s
-	use := s.quotaUse()
 	for _, in := range a.recs {
 		pl, ok := a.byID[in.ID]
 		if !ok {
-			if in.Message == "" {
-				in.Message = a.reasons[in.Request+"#"+strconv.Itoa(indexOf(in))]
-			}
+			in.Message = a.reasons[in.Request+"#"+strconv.Itoa(indexOf(in))]
 			if in.Message == "" {
 				in.Message = "waiting for a node"
 			}
 			continue
-		}
-		over := ""
-		for k := range use {
-			if use[k].applies(in, pl.Provider) {
-				if why := use[k].blocks(in.Spec.Resources); why != "" && over == "" {
-					over = why
-				}
-			}
-		}
-		if over != "" {
-			s.cluster.release(in.ID)
-			delete(a.byID, in.ID)
-			in.Message = over
-			continue
-		}
-		for k := range use {
-			if use[k].applies(in, pl.Provider) {
-				use[k].UsedInstances++
-				use[k].UsedCPU += in.Spec.CPU
-				use[k].UsedMemory += in.Spec.Memory
-			}
 		}
 		if s.runtimeOf() != nil {
 			// The reconciler runs: store the instance as creating and start

@@ -65,12 +65,14 @@ func (s *state) loadGroups(ctx context.Context) error {
 	}
 	placed := map[string]bool{}
 	members := map[string]bool{}
+	owners := map[string]string{} // the group's owner, from its instances (not stored with the group)
 	s.mu.RLock()
 	for _, in := range s.recs {
 		if in.Group == "" {
 			continue
 		}
 		members[in.Group] = true
+		owners[in.Group] = in.Owner
 		if in.Phase != reconciler.Pending {
 			placed[in.Group] = true
 		}
@@ -82,6 +84,7 @@ func (s *state) loadGroups(ctx context.Context) error {
 			return fmt.Errorf("control: decode %s: %w", kv.Key, err)
 		}
 		id := strings.TrimPrefix(kv.Key, PrefixGroups)
+		g.Owner = owners[id]
 		if members[id] && !placed[id] {
 			s.queueGroup(&g, s.now())
 		}

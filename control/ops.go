@@ -323,22 +323,24 @@ func (s *state) events(ctx context.Context, since int64, fn func(Event)) error {
 func (s *state) nodes(ctx context.Context) ([]NodeView, error) {
 	var out []NodeView
 	var errs []error
+	type key struct{ prov, node string }
+	held := map[key]scheduler.NodeUse{}
+	for _, u := range s.cluster.c.Nodes() {
+		held[key{u.Provider, u.Name}] = u
+	}
 	for _, name := range s.provNames {
 		ps, err := s.provs[name].State(ctx)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("provider %s: %w", name, err))
 			continue
 		}
-		s.mu.RLock()
 		for _, n := range ps.Nodes {
 			v := NodeView{Provider: name, Node: n}
-			if h := s.held[nodeKey(name, n.Name)]; h != nil {
-				v.Berth, v.BerthCount = h.rest, h.n
-				v.Berth.CPU, v.Berth.Memory = h.cpu, h.mem
+			if u, ok := held[key{name, n.Name}]; ok {
+				v.Berth, v.BerthCount = u.Berth, u.BerthInstances
 			}
 			out = append(out, v)
 		}
-		s.mu.RUnlock()
 	}
 	if out == nil && len(errs) > 0 {
 		return nil, errors.Join(errs...)

@@ -36,6 +36,10 @@ func newCluster(s *state) *cluster {
 	for _, name := range s.provNames {
 		c.c.SetCapabilities(name, append(s.provs[name].Capabilities(), s.provs[name].Features()...))
 	}
+	if err := c.c.SetQuotas(quotas(&s.cfg)); err != nil {
+		// newState checked them.
+		s.log.Error("quotas", "err", err)
+	}
 	return c
 }
 
@@ -48,7 +52,7 @@ func allocationOf(in *reconciler.Instance) scheduler.Allocation {
 	}
 	return scheduler.Allocation{
 		ID: in.ID, Name: in.Name, Provider: in.Provider, Node: in.Node,
-		Resources: in.Spec.Resources, Ports: ports, Group: in.Group, Request: in.Request,
+		Resources: in.Spec.Resources, Ports: ports, Group: in.Group, Request: in.Request, Owner: in.Owner, Pool: in.Pool,
 		Image: in.Spec.Image, Labels: in.Spec.Labels, Priority: in.Priority,
 	}
 }
@@ -228,6 +232,7 @@ func (s *state) requestFor(in *reconciler.Instance) scheduler.Request {
 	if in.Pool != "" {
 		r.Provider = s.poolProvider(in.Pool)
 	}
+	r.Owner, r.Pool = in.Owner, in.Pool
 	r.Avoid = nil
 	for _, x := range in.Excluded(s.now()) {
 		prov, node, _ := strings.Cut(x, "/")
@@ -245,10 +250,6 @@ func (s *state) requestFor(in *reconciler.Instance) scheduler.Request {
 // cluster's reservation is released again if the store refuses it), or
 // records why it cannot be placed and returns that reason.
 func (s *state) placeOne(ctx context.Context, in reconciler.Instance) string {
-	if reason := s.quotaBlocks(&in); reason != "" {
-		s.unplaceable(ctx, in, reason)
-		return reason
-	}
 	r := s.requestFor(&in)
 	start := time.Now()
 	plan, err := s.cluster.c.Place(&r)
@@ -374,114 +375,18 @@ func (s *state) nodeRef(prov, node string) *NodeRef {
 	return ref
 }
 
-// quotaBlocks says why in cannot be placed now under the quotas, or "".
-func (s *state) quotaBlocks(in *reconciler.Instance) string {
-	if len(s.cfg.Quotas) == 0 && !s.poolCapped(in.Pool) {
-		return ""
-	}
-	use := s.quotaUse()
-	prov := s.requestFor(in).Provider
-	for _, u := range use {
-		if !u.applies(in, prov) {
-			continue
-		}
-		if r := u.blocks(in.Spec.Resources); r != "" {
-			return r
-		}
-	}
-	return ""
-}
-
-func (s *state) poolCapped(pool string) bool {
-	for _, pl := range s.cfg.Pools {
-		if pl.Name == pool && pl.MaxInstances > 0 {
-			return true
-		}
-	}
-	return false
-}
-
-// applies reports whether quota u limits instance in (placed on provider
-// prov, which may be empty when any provider would do).
-func (u *QuotaUse) applies(in *reconciler.Instance, prov string) bool {
-	switch {
-	case u.Owner != "":
-		return u.Owner == in.Owner
-	case u.Pool != "":
-		return u.Pool == in.Pool
-	case u.Provider != "":
-		return prov == "" || u.Provider == prov
-	}
-	return false
-}
-
-// blocks says why adding r exceeds u, or "".
-func (u *QuotaUse) blocks(r driver.Resources) string {
-	scope := u.scope()
-	switch {
-	case u.Instances > 0 && u.UsedInstances+1 > u.Instances:
-		return fmt.Sprintf("quota %s: %d of %d instances in use", scope, u.UsedInstances, u.Instances)
-	case u.CPU > 0 && u.UsedCPU+r.CPU > u.CPU:
-		return fmt.Sprintf("quota %s: %s of %s cpus in use, %s more asked", scope, u.UsedCPU, u.CPU, r.CPU)
-	case u.Memory > 0 && u.UsedMemory+r.Memory > u.Memory:
-		return fmt.Sprintf("quota %s: %s of %s memory in use, %s more asked", scope, u.UsedMemory, u.Memory, r.Memory)
-	}
-	return ""
-}
-
-// never says why r could never fit u even when nothing else is held, or "".
-func (u *QuotaUse) never(r driver.Resources, n int) string {
-	scope := u.scope()
-	switch {
-	case u.CPU > 0 && r.CPU > u.CPU:
-		return fmt.Sprintf("quota %s allows %s cpus; one instance asks for %s", scope, u.CPU, r.CPU)
-	case u.Memory > 0 && r.Memory > u.Memory:
-		return fmt.Sprintf("quota %s allows %s memory; one instance asks for %s", scope, u.Memory, r.Memory)
-	}
-	return ""
-}
-
-func (u *QuotaUse) scope() string {
-	switch {
-	case u.Owner != "":
-		return "owner " + u.Owner
-	case u.Pool != "":
-		return "pool " + u.Pool
-	}
-	return "provider " + u.Provider
-}
-
 // quotaUse returns the configured quotas (and pool caps) with what their
-// scopes hold: every instance that holds a node.
-func (s *state) quotaUse() []QuotaUse {
-	if len(s.cfg.Quotas) == 0 && len(s.cfg.Pools) == 0 {
-		return nil
-	}
-	use := make([]QuotaUse, 0, len(s.cfg.Quotas)+len(s.cfg.Pools))
-	for _, q := range s.cfg.Quotas {
-		use = append(use, QuotaUse{Quota: q})
-	}
-	for _, pl := range s.cfg.Pools {
+// scopes hold, from the scheduler's ledger.
+func (s *state) quotaUse() []QuotaUse { return s.cluster.c.QuotaUse() }
+
+// quotas returns the quotas the scheduler keeps to: the configured ones and
+// a pool's cap on its instances.
+func quotas(cfg *Config) []Quota {
+	out := slices.Clone(cfg.Quotas)
+	for _, pl := range cfg.Pools {
 		if pl.MaxInstances > 0 {
-			use = append(use, QuotaUse{Quota: Quota{Pool: pl.Name, Instances: pl.MaxInstances}})
+			out = append(out, Quota{Pool: pl.Name, Instances: pl.MaxInstances})
 		}
 	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	for k := range use {
-		u := &use[k]
-		var key heldKey
-		switch {
-		case u.Owner != "":
-			key = ownerKey(u.Owner)
-		case u.Pool != "":
-			key = poolKey(u.Pool)
-		default:
-			key = providerKey(u.Provider)
-		}
-		if h := s.held[key]; h != nil {
-			u.UsedInstances, u.UsedCPU, u.UsedMemory = h.n, h.cpu, h.mem
-		}
-	}
-	return use
+	return out
 }

@@ -124,25 +124,12 @@ type Label struct {
 	Max int `json:"max,omitempty" yaml:"max"`
 }
 
-// Quota limits what a scope may hold at once. Exactly one of Provider, Pool
-// and Owner names the scope; zero limits are unlimited.
-type Quota struct {
-	Provider string `json:"provider,omitempty" yaml:"provider"`
-	Pool     string `json:"pool,omitempty" yaml:"pool"`
-	// Owner is the namespace the quota limits.
-	Owner     string          `json:"namespace,omitempty" yaml:"namespace"`
-	Instances int             `json:"instances,omitempty" yaml:"instances"`
-	CPU       driver.MilliCPU `json:"cpus,omitempty" yaml:"cpus"`
-	Memory    driver.Bytes    `json:"memory,omitempty" yaml:"memory"`
-}
+// Quota limits what a scope may hold at once (scheduler.Quota): the
+// scheduler keeps to it as a filter.
+type Quota = scheduler.Quota
 
 // QuotaUse is a quota with what its scope holds now.
-type QuotaUse struct {
-	Quota
-	UsedInstances int             `json:"used_instances"`
-	UsedCPU       driver.MilliCPU `json:"used_cpus"`
-	UsedMemory    driver.Bytes    `json:"used_memory"`
-}
+type QuotaUse = scheduler.QuotaUse
 
 // Instance is Berth's record of one instance: what was asked, where it was
 // placed, its lifecycle phase and what the back-end last reported.

@@ -107,7 +107,6 @@ type records struct {
 	ids      *btree.BTreeG[string]           // the ids of recs, in order
 	requests map[string]*storedRequest
 	names    map[string]string           // instance id by name, for live instances
-	held     map[heldKey]*held           // what each owner, pool, provider and node holds
 	queued   int                         // pending instances
 	pending  map[string]bool             // ids of the pending instances
 	phases   map[reconciler.Phase]int    // instances per phase
@@ -160,60 +159,11 @@ func newState(ctx context.Context, cfg Config) (*state, error) {
 		}
 		provs[p.Name()] = p
 	}
-	for i, pl := range cfg.Pools {
-		f := fmt.Sprintf("pools[%d]", i)
-		if pl.Name == "" {
-			es = append(es, &driver.FieldError{Path: f + ".name", Reason: "required"})
-		}
-		if _, ok := provs[pl.Provider]; !ok {
-			es = append(es, &driver.FieldError{Path: f + ".provider", Reason: fmt.Sprintf("unknown provider %q", pl.Provider)})
-		}
-		if pl.MaxInstances < 0 {
-			es = append(es, &driver.FieldError{Path: f + ".max_instances", Reason: "must not be negative"})
-		}
-		for j, l := range pl.Labels {
-			lf := fmt.Sprintf("%s.labels[%d]", f, j)
-			if l.Name == "" {
-				es = append(es, &driver.FieldError{Path: lf + ".name", Reason: "required"})
-			}
-			if l.MinReady < 0 || l.Max < 0 || (l.Max > 0 && l.MinReady > l.Max) {
-				es = append(es, &driver.FieldError{Path: lf + ".min_ready", Reason: "want 0 to max"})
-			}
-			if err := l.Spec.Validate(); err != nil {
-				es = appendPrefixed(es, lf+".spec.", err)
-			}
-		}
-	}
+	es = append(es, CheckPools(cfg.Pools, cfg.Quotas, func(name string) bool { _, ok := provs[name]; return ok })...)
 	switch cfg.QueuePolicy {
 	case "", scheduler.PolicyFIFO, scheduler.PolicySize, scheduler.PolicyDynSize:
 	default:
 		es = append(es, &driver.FieldError{Path: "queue_policy", Reason: fmt.Sprintf("%q: want fifo, size or dynsize", cfg.QueuePolicy)})
-	}
-	for i, q := range cfg.Quotas {
-		f := fmt.Sprintf("quotas[%d]", i)
-		n := 0
-		for _, v := range []string{q.Provider, q.Pool, q.Owner} {
-			if v != "" {
-				n++
-			}
-		}
-		if n != 1 {
-			es = append(es, &driver.FieldError{Path: f, Reason: "name exactly one of provider, pool and owner"})
-		}
-		if q.Provider != "" {
-			if _, ok := provs[q.Provider]; !ok {
-				es = append(es, &driver.FieldError{Path: f + ".provider", Reason: fmt.Sprintf("unknown provider %q", q.Provider)})
-			}
-		}
-		if q.Instances < 0 {
-			es = append(es, &driver.FieldError{Path: f + ".instances", Reason: "must not be negative"})
-		}
-		if q.CPU < 0 {
-			es = append(es, &driver.FieldError{Path: f + ".cpus", Reason: "must not be negative"})
-		}
-		if q.Memory < 0 {
-			es = append(es, &driver.FieldError{Path: f + ".memory", Reason: "must not be negative"})
-		}
 	}
 	if err := es.Err(); err != nil {
 		return nil, fmt.Errorf("control: %w", err)
@@ -257,7 +207,6 @@ func newState(ctx context.Context, cfg Config) (*state, error) {
 			ids:      btree.NewOrderedG[string](32),
 			requests: map[string]*storedRequest{},
 			names:    map[string]string{},
-			held:     map[heldKey]*held{},
 			phases:   map[reconciler.Phase]int{},
 			pending:  map[string]bool{},
 			nodeInfo: map[string]driver.Node{},
@@ -436,40 +385,6 @@ func holdsName(in *reconciler.Instance) bool {
 	return true
 }
 
-// held is what one scope holds: instances placed on a node and their
-// resources.
-type held struct {
-	n   int
-	cpu driver.MilliCPU
-	mem driver.Bytes
-	// rest is the other resources (disk, gpus, named), summed for nodes
-	// only.
-	rest driver.Resources
-}
-
-// heldKey names what a tally of held instances is for.
-type heldKey struct {
-	kind     heldKind
-	provider string // a node's provider
-	name     string
-}
-
-type heldKind uint8
-
-const (
-	heldOwner heldKind = iota + 1
-	heldPool
-	heldProvider
-	heldNode
-)
-
-func ownerKey(o string) heldKey    { return heldKey{kind: heldOwner, name: o} }
-func poolKey(p string) heldKey     { return heldKey{kind: heldPool, name: p} }
-func providerKey(p string) heldKey { return heldKey{kind: heldProvider, name: p} }
-func nodeKey(provider, node string) heldKey {
-	return heldKey{kind: heldNode, provider: provider, name: node}
-}
-
 // countLocked adds (sign 1) or removes (-1) in from the tallies.
 func (s *state) countLocked(in *reconciler.Instance, sign int) {
 	s.phases[in.Phase] += sign
@@ -479,27 +394,6 @@ func (s *state) countLocked(in *reconciler.Instance, sign int) {
 			s.pending[in.ID] = true
 		} else {
 			delete(s.pending, in.ID)
-		}
-	}
-	if !in.Phase.HoldsNode() {
-		return
-	}
-	for _, k := range [...]heldKey{ownerKey(in.Owner), poolKey(in.Pool), providerKey(in.Provider), nodeKey(in.Provider, in.Node)} {
-		h := s.held[k]
-		if h == nil {
-			h = &held{}
-			s.held[k] = h
-		}
-		h.n += sign
-		h.cpu += driver.MilliCPU(sign) * in.Spec.CPU
-		h.mem += driver.Bytes(sign) * in.Spec.Memory
-		if k.kind == heldNode && (in.Spec.Disk != 0 || in.Spec.GPUs != 0 || len(in.Spec.Other) > 0) {
-			rest := driver.Resources{Disk: in.Spec.Disk, GPUs: in.Spec.GPUs, Other: in.Spec.Other}
-			if sign > 0 {
-				h.rest = h.rest.Add(rest)
-			} else {
-				h.rest = h.rest.Sub(rest)
-			}
 		}
 	}
 }

@@ -299,6 +299,7 @@ func (s *state) submitGroup(ctx context.Context, g scheduler.Group, owner string
 		return nil, driver.Errorf(driver.ErrQuotaExceeded, "group %s can never fit: %s", g.ID, why)
 	}
 	start := time.Now()
+	g.Owner = owner
 	plan, err := s.cluster.c.PlaceGroup(&g)
 	if s.cfg.Metrics != nil {
 		s.cfg.Metrics.Scheduled(time.Since(start), err == nil && plan.Complete())
@@ -403,10 +404,6 @@ func (s *state) plan(ctx context.Context, req scheduler.Request) (*PlanAnswer, e
 		ans.Unplaced += len(u.Indexes)
 		ans.Reasons = append(ans.Reasons, u.Reasons.String())
 	}
-	probe := reconciler.Instance{Spec: &req.Spec}
-	if why := s.quotaBlocks(&probe); why != "" {
-		ans.Reasons = append(ans.Reasons, why)
-	}
 	return ans, nil
 }
 
@@ -424,12 +421,11 @@ func (s *state) groupNeverFits(g *scheduler.Group, owner string) string {
 		cpu += driver.MilliCPU(e) * sv.CPU
 		mem += driver.Bytes(e) * sv.Memory
 	}
-	probe := reconciler.Instance{Owner: owner}
 	for _, u := range s.quotaUse() {
-		if u.Pool != "" || (u.Provider != "" && u.Provider != g.Provider) || !u.applies(&probe, g.Provider) {
+		if u.Pool != "" || (u.Provider != "" && u.Provider != g.Provider) || !u.Covers(owner, "", g.Provider) {
 			continue
 		}
-		scope := u.scope()
+		scope := u.Scope()
 		switch {
 		case u.Instances > 0 && n > u.Instances:
 			return fmt.Sprintf("quota %s allows %d instances; the group's essential instances are %d", scope, u.Instances, n)

@@ -194,6 +194,8 @@ type Allocation struct {
 	Ports     []int
 	Group     string
 	Request   string
+	Owner     string
+	Pool      string
 	Image     string
 	Labels    map[string]string
 	Priority  int
@@ -245,7 +247,7 @@ func (c *Cluster) Reserve(as ...Allocation) error {
 		res.Other = maps.Clone(res.Other)
 		al := &alloc{
 			id: a.ID, name: name, node: i, res: res, ports: slices.Clone(a.Ports), elastic: a.Elastic,
-			info: &reqInfo{request: a.Request, group: a.Group, image: a.Image, labels: maps.Clone(a.Labels), priority: a.Priority},
+			info: &reqInfo{request: a.Request, owner: a.Owner, pool: a.Pool, group: a.Group, image: a.Image, labels: maps.Clone(a.Labels), priority: a.Priority},
 		}
 		c.st.apply(al)
 		c.addAllocLocked(al)
@@ -526,7 +528,7 @@ func (c *Cluster) acceptableLocked(pl *Placement) bool {
 	if _, dup := c.allocs[pl.Instance]; dup {
 		return false
 	}
-	return c.fitsLocked(pl.a, true)
+	return c.fitsLocked(pl.a, true) && c.st.quotaFits(pl.a)
 }
 
 // Stats returns the cluster's counters.
@@ -594,6 +596,10 @@ type NodeUse struct {
 	Free      driver.Resources  `json:"free"`
 	Instances int               `json:"instances"`
 	Version   uint64            `json:"version"`
+	// Berth is what the instances placed here by Berth hold, and
+	// BerthInstances how many they are.
+	Berth          driver.Resources `json:"berth"`
+	BerthInstances int              `json:"berth_instances"`
 }
 
 // Nodes returns every node that is not removed, in index order.
@@ -607,7 +613,23 @@ func (c *Cluster) Nodes() []NodeUse {
 			continue
 		}
 		h := &c.st.hot[i]
+		sm := &c.st.sum[i]
+		berth := driver.Resources{
+			CPU: driver.MilliCPU(sm.res[resCPU]), Memory: driver.Bytes(sm.res[resMem]),
+			Disk: driver.Bytes(sm.res[resDisk]), GPUs: sm.res[resGPU],
+		}
+		if x := c.st.extra[i]; x != nil {
+			for k, q := range x.other {
+				if q != 0 {
+					if berth.Other == nil {
+						berth.Other = map[string]int64{}
+					}
+					berth.Other[k] = q
+				}
+			}
+		}
 		out = append(out, NodeUse{
+			Berth: berth, BerthInstances: int(sm.inst),
 			Provider: t.providers[t.prov[i]], Name: t.names[i], Status: t.status[i],
 			Capacity: t.capacity[i],
 			Free: driver.Resources{
@@ -654,6 +676,7 @@ func (s *Snapshot) Refresh() {
 		for _, i := range c.log[s.logPos-c.logBase:] {
 			s.st.copyNode(&c.st, i)
 		}
+		s.st.copyQuotas(&c.st)
 	}
 	s.logPos = c.logBase + uint64(len(c.log))
 }

@@ -91,7 +91,7 @@ func compile(r *Request, provider string) (*compiled, error) {
 		c.caps |= capBit(k)
 	}
 	c.slow = len(c.other) > 0 || len(c.fixedPorts) > 0 || c.anyPorts > 0 || len(c.affHard) > 0 || r.MaxPerNode > 0
-	c.info = &reqInfo{request: r.ID, group: r.Group, image: r.Image, labels: r.Labels, priority: r.Priority}
+	c.info = &reqInfo{request: r.ID, owner: r.Owner, pool: r.Pool, group: r.Group, image: r.Image, labels: r.Labels, priority: r.Priority}
 	return c, nil
 }
 
@@ -262,6 +262,7 @@ const (
 	failAnyPort
 	failPerNode
 	failAffinity // arg: index in affHard
+	failQuota    // arg: index of the quota
 )
 
 // dynCheck runs the dynamic filters on node i and returns the first that
@@ -269,8 +270,8 @@ const (
 // request's instances already planned per node. It allocates nothing.
 //
 // Order: the instance cap and cpu/memory first (one compare each and the
-// usual binding limits), then disk and GPUs, then named resources (map
-// lookups), then host ports (set lookups), then the per-request cap and
+// usual binding limits), then disk and GPUs, then the quotas (a few
+// compares, when there are quotas), then named resources (map lookups), then host ports (set lookups), then the per-request cap and
 // affinities, which walk the node's instances and are the most expensive.
 func (p *planner) dynCheck(c *compiled, i int32, local map[int32]int32) (fail, arg int) {
 	s := p.st
@@ -282,6 +283,9 @@ func (p *planner) dynCheck(c *compiled, i int32, local map[int32]int32) (fail, a
 		if c.need[r] > h.free[r] {
 			return failRes, r
 		}
+	}
+	if k := s.quotaRoom(c, i); k >= 0 {
+		return failQuota, k
 	}
 	if !c.slow {
 		return fits, 0
@@ -328,6 +332,9 @@ func (p *planner) dynReason(c *compiled, i int32, local map[int32]int32) string 
 		return "max_per_node reached"
 	case failAffinity:
 		return "affinity " + c.affHard[arg].Text
+	case failQuota:
+		u := p.st.use(arg)
+		return u.Blocks(c.req.Resources)
 	}
 	return ""
 }

@@ -190,7 +190,7 @@ func (p *planner) feasible(c *compiled, i int32, local map[int32]int32) bool {
 	if !c.fitsHot(&p.st.hot[i]) {
 		return false
 	}
-	if !c.slow {
+	if !c.slow && len(p.st.quotas) == 0 {
 		return true
 	}
 	fail, _ := p.dynCheck(c, i, local)
@@ -213,7 +213,7 @@ func (p *planner) best(c *compiled, cl *candList, local map[int32]int32, relaxed
 	bestI, bestS, found := int32(-1), math.Inf(-1), 0
 	// The common case (no slow checks, no extra scorers) gets a loop with
 	// the hot check and the binpack/spread score inline.
-	simple := !c.slow && !relaxed && len(c.affSoft) == 0 && (local == nil || !c.apart) &&
+	simple := !c.slow && len(p.st.quotas) == 0 && !relaxed && len(c.affSoft) == 0 && (local == nil || !c.apart) &&
 		(c.strategy == StrategyBinpack || c.strategy == StrategySpread) && !p.st.t.anyHolds(c.info.image)
 	// Large candidate sets in repeated use go through the free-capacity
 	// index; small ones are cheaper to scan.
@@ -349,6 +349,16 @@ func (p *planner) placeHeap(c *compiled, cl *candList, left []int, local map[int
 	heapInit(hp)
 	for len(left) > 0 && len(hp) > 0 {
 		i := hp[0].i
+		if len(p.st.quotas) > 0 && p.st.quotaRoom(c, i) >= 0 {
+			// A quota filled by the instances placed so far: the node
+			// is out (a quota's fill is not the node's own, so the heap
+			// cannot tell).
+			last := len(hp) - 1
+			hp[0] = hp[last]
+			hp = hp[:last]
+			heapDown(hp, 0)
+			continue
+		}
 		p.place(c, i, left[0], elastic, plan)
 		local[i]++
 		left = left[1:]

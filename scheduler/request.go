@@ -87,6 +87,10 @@ type Request struct {
 	// the control plane adds (a launch failed there a moment ago, the node
 	// refused the spec for good). Not part of a request's JSON.
 	Avoid []Avoid `json:"-"`
+	// Owner and Pool are whose instances these are, for the quotas that
+	// cover them; set by the control plane, not part of a request's JSON.
+	Owner string `json:"-"`
+	Pool  string `json:"-"`
 }
 
 // Avoid is a node a placement must not use, and why. Reason is what the
@@ -233,6 +237,9 @@ type Group struct {
 	// Services are the group's parts. In a node set each is one label: its
 	// Name is the label and its count is 1 unless set.
 	Services []Service `json:"services"`
+	// Owner is whose instances these are, for the quotas that cover them;
+	// set by the control plane, not part of a group's JSON.
+	Owner string `json:"-"`
 }
 
 // Service is one part of a group.
@@ -267,7 +274,7 @@ func (g *Group) ServiceRequest(i int) Request {
 	if name == "" {
 		name = "s" + strconv.Itoa(i)
 	}
-	r.ID, r.Group = g.ID+"."+name, g.ID
+	r.ID, r.Group, r.Owner = g.ID+"."+name, g.ID, g.Owner
 	if g.Priority != 0 {
 		r.Priority = g.Priority
 	}

@@ -66,6 +66,8 @@ type alloc struct {
 // reqInfo is what every instance of one request shares.
 type reqInfo struct {
 	request  string
+	owner    string
+	pool     string
 	group    string
 	image    string
 	labels   map[string]string
@@ -264,6 +266,10 @@ type state struct {
 	// totals for the average strategy
 	totCap  [nRes]int64
 	totUsed [nRes]int64
+	// quotas are the quotas placement keeps to (shared, replaced whole by
+	// SetQuotas); qused is what each one's scope holds, by index.
+	quotas []Quota
+	qused  []quotaUsed
 }
 
 func resVec(r driver.Resources) [nRes]int64 {
@@ -358,6 +364,7 @@ func (s *state) apply(a *alloc) {
 	}
 	sm.inst++
 	s.touch(i)
+	s.countQuotas(a, 1)
 	s.lists[i] = &cell{a: a, next: s.lists[i]}
 	if len(a.ports) == 0 && len(a.res.Other) == 0 {
 		return
@@ -404,6 +411,7 @@ func (s *state) unapply(a *alloc) {
 	}
 	sm.inst--
 	s.touch(i)
+	s.countQuotas(a, -1)
 	// Rebuild the list up to a, sharing the rest.
 	var kept []*alloc
 	c := s.lists[i]
@@ -451,6 +459,13 @@ func (s *state) copyFrom(o *state) {
 	s.ver = append(s.ver[:0], o.ver...)
 	s.dropGrids()
 	s.totCap, s.totUsed = o.totCap, o.totUsed
+	s.copyQuotas(o)
+}
+
+// copyQuotas copies the quotas and their use from o.
+func (s *state) copyQuotas(o *state) {
+	s.quotas = o.quotas
+	s.qused = append(s.qused[:0], o.qused...)
 }
 
 // copyNode copies node i from o.
