@@ -182,7 +182,30 @@ func (s *state) recordNodes(ctx context.Context, prov string, nodes []driver.Nod
 // LeakSightings consecutive sightings.
 func (s *state) syncInstances(ctx context.Context, rt *runtime, p *provider.Provider) {
 	listedAt := s.now()
-	found, err := p.List(ctx, map[string]string{driver.TagCluster: s.clusterID})
+	// The walk only sorts what it is shown: most listed instances are known
+	// and unchanged, and only the others are kept for the work below, so a
+	// million instances cost no listing of a million in memory.
+	seen := map[string]bool{}
+	var changed, others []*driver.Instance
+	err := p.Walk(ctx, map[string]string{driver.TagCluster: s.clusterID}, func(f *driver.Instance) error {
+		if !s.ours(f) {
+			// Not Berth's, or another installation's: never touched.
+			return nil
+		}
+		id := f.Tags[driver.TagInstance]
+		s.mu.RLock()
+		cached := s.recs[id]
+		s.mu.RUnlock()
+		if cached != nil && cached.Provider == p.Name() && cached.BackendID == f.ID && cached.Phase != reconciler.Deleted {
+			seen[id] = true
+			if obs := cached.Observed; obs == nil || obs.State != f.State || !sameExit(obs, f) {
+				changed = append(changed, f)
+			}
+			return nil
+		}
+		others = append(others, f)
+		return ctx.Err()
+	})
 	// A partial listing is complete for the nodes it covers: it updates
 	// their instances and leak sightings; the nodes it misses are neither
 	// searched for lost instances nor counted for leaks.
@@ -195,28 +218,18 @@ func (s *state) syncInstances(ctx context.Context, rt *runtime, p *provider.Prov
 			return
 		}
 	}
-	seen := make(map[string]bool, len(found))
-	leakSeen := map[string]bool{}
-	for _, f := range found {
-		if !s.ours(f) {
-			// Not Berth's, or another installation's: never touched.
-			continue
-		}
+	for _, f := range changed {
 		id := f.Tags[driver.TagInstance]
-		// Peek at the cached record without copying it: most listed
-		// instances are known and unchanged.
+		if _, _, err := s.apply(ctx, id, reconciler.Event{Kind: reconciler.Observed, Instance: f}); err != nil && ctx.Err() == nil {
+			s.log.Warn("observe", "instance", id, "err", err)
+		}
+	}
+	leakSeen := map[string]bool{}
+	for _, f := range others {
+		id := f.Tags[driver.TagInstance]
 		s.mu.RLock()
 		cached := s.recs[id]
 		s.mu.RUnlock()
-		if cached != nil && cached.Provider == p.Name() && cached.BackendID == f.ID && cached.Phase != reconciler.Deleted {
-			seen[id] = true
-			if obs := cached.Observed; obs == nil || obs.State != f.State || !sameExit(obs, f) {
-				if _, _, err := s.apply(ctx, id, reconciler.Event{Kind: reconciler.Observed, Instance: f}); err != nil && ctx.Err() == nil {
-					s.log.Warn("observe", "instance", id, "err", err)
-				}
-			}
-			continue
-		}
 		if cached != nil {
 			if in := *cached; s.accountedFor(rt, &in, p.Name(), f) {
 				continue

@@ -155,6 +155,18 @@ type EventWatcher interface {
 	Watch(ctx context.Context, fn func(Event)) error
 }
 
+// Walker hands out the instances List would return one at a time, for
+// back-ends with many of them: Walk calls fn for each instance List(ctx,
+// tags) would return, in the same order, and ends with the error List
+// would return (a *PartialListError included). The back-end need not build
+// the whole listing, and fn owns each instance it is given. fn may run
+// while the back-end holds its own locks: it must be quick and must not
+// call the back-end. An error from fn ends the walk; Walk returns it.
+// Fallback: List, then fn for each instance.
+type Walker interface {
+	Walk(ctx context.Context, tags map[string]string, fn func(*Instance) error) error
+}
+
 // UsageReporter measures one instance's live usage.
 // Fallback: ErrUnsupported; node usage comes from State's InUse.
 type UsageReporter interface {

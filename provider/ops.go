@@ -70,6 +70,26 @@ func (p *Provider) List(ctx context.Context, tags map[string]string) ([]*driver.
 		func(ctx context.Context) ([]*driver.Instance, error) { return p.d.List(ctx, tags) })
 }
 
+// Walk calls fn for each instance List(ctx, tags) would return, through
+// the driver's Walk when it has one (driver.Walker), else through List. It
+// counts as one list call against the budget and the breaker.
+func (p *Provider) Walk(ctx context.Context, tags map[string]string, fn func(*driver.Instance) error) error {
+	_, err := call(ctx, p, callOpts{op: "list", budget: readBudget, timed: true},
+		func(ctx context.Context) (struct{}, error) {
+			if w, ok := p.d.(driver.Walker); ok {
+				return struct{}{}, w.Walk(ctx, tags, fn)
+			}
+			all, err := p.d.List(ctx, tags)
+			for _, in := range all {
+				if ferr := fn(in); ferr != nil {
+					return struct{}{}, ferr
+				}
+			}
+			return struct{}{}, err
+		})
+	return err
+}
+
 // Close closes the driver. It takes no budget and is not refused by the
 // breaker; instances keep running.
 func (p *Provider) Close(ctx context.Context) error {

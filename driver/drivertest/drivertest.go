@@ -441,6 +441,22 @@ func (s *suite) testLifecycle(t *testing.T) {
 	if len(list) != 1 || list[0].ID != id {
 		t.Errorf("List by the instance's tags: got %v, want exactly [%s]", ids(list), id)
 	}
+	if w, ok := s.d.(driver.Walker); ok {
+		var walked []*driver.Instance
+		if err := w.Walk(ctx, map[string]string{tagRun: s.run, "drivertest.case": "life"}, func(in *driver.Instance) error {
+			walked = append(walked, in)
+			return nil
+		}); err != nil {
+			t.Fatalf("Walk: %v", err)
+		}
+		if len(walked) != 1 || walked[0].ID != id || walked[0].Tags["drivertest.case"] != "life" {
+			t.Errorf("Walk by the instance's tags: got %v, want exactly [%s] with its tags", ids(walked), id)
+		}
+		stop := errors.New("stop")
+		if err := w.Walk(ctx, map[string]string{tagRun: s.run}, func(*driver.Instance) error { return stop }); !errors.Is(err, stop) {
+			t.Errorf("Walk whose fn fails: %v, want fn's error", err)
+		}
+	}
 	list, err = s.d.List(ctx, map[string]string{tagRun: s.run, "drivertest.case": "other"})
 	if err != nil {
 		t.Fatalf("List: %v", err)

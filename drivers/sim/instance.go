@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -601,12 +602,26 @@ func (s *Sim) Find(ctx context.Context, name string) (*driver.Instance, error) {
 // order. While nodes are unlisted (SetNodeUnlisted) it leaves out their
 // instances and returns a *driver.PartialListError naming them.
 func (s *Sim) List(ctx context.Context, tags map[string]string) ([]*driver.Instance, error) {
-	now, err := s.enter()
-	if err != nil {
+	var out []*driver.Instance
+	err := s.Walk(ctx, tags, func(in *driver.Instance) error {
+		out = append(out, in)
+		return nil
+	})
+	var partial *driver.PartialListError
+	if err != nil && !errors.As(err, &partial) {
 		return nil, err
 	}
+	return out, err
+}
+
+// Walk is List one instance at a time (driver.Walker), under the sim's
+// lock.
+func (s *Sim) Walk(ctx context.Context, tags map[string]string, fn func(*driver.Instance) error) error {
+	now, err := s.enter()
+	if err != nil {
+		return err
+	}
 	defer s.mu.Unlock()
-	var out []*driver.Instance
 	for ci, c := range s.chunks {
 		for j := range c.slots {
 			in := &c.slots[j]
@@ -624,13 +639,16 @@ func (s *Sim) List(ctx context.Context, tags map[string]string) ([]*driver.Insta
 					break
 				}
 			}
-			if match {
-				out = append(out, s.snapshot(uint32(ci)<<chunkBits|uint32(j), in, now))
+			if !match {
+				continue
+			}
+			if err := fn(s.snapshot(uint32(ci)<<chunkBits|uint32(j), in, now)); err != nil {
+				return err
 			}
 		}
 	}
 	if s.unlisted > 0 {
-		return out, s.partialLocked()
+		return s.partialLocked()
 	}
-	return out, nil
+	return nil
 }
