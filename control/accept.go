@@ -18,8 +18,10 @@ type admission struct {
 	now   time.Time
 	parts []part
 	group *scheduler.Group
-	// recs are the new instance records, the parts' in order.
-	recs []*reconciler.Instance
+	// recs are the new instance records, the parts' in order; specs are
+	// the spec each part's instances share.
+	recs  []*reconciler.Instance
+	specs []*driver.Spec
 	// byID is the placement of each placed instance; reasons says why an
 	// unplaced one (by "<request>#<index>") waits.
 	byID    map[string]scheduler.Placement
@@ -117,6 +119,7 @@ func (a *admission) build() error {
 		// The request's instances share one spec; names are their own.
 		spec := r.Spec
 		spec.Name = ""
+		a.specs = append(a.specs, &spec)
 		for i := range r.N() {
 			a.recs = append(a.recs, &reconciler.Instance{
 				ID: r.InstanceID(i), Name: instanceName(r, i), Spec: &spec, Phase: reconciler.Pending,
@@ -203,8 +206,8 @@ func (a *admission) settle() {
 // transaction; none of them may exist yet.
 func (a *admission) store(ctx context.Context) error {
 	t := &txn{newReqs: make(map[string]*storedRequest, len(a.parts)), newGroup: a.group}
-	for _, pt := range a.parts {
-		t.newReqs[pt.req.ID] = &storedRequest{Request: pt.req, Owner: pt.owner, Time: a.now}
+	for pi, pt := range a.parts {
+		t.newReqs[pt.req.ID] = &storedRequest{Request: pt.req, Owner: pt.owner, Time: a.now, spec: a.specs[pi]}
 	}
 	for _, in := range a.recs {
 		t.put(0, in)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/reconciler"
 	"github.com/berth-dev/berth/scheduler"
 	"github.com/berth-dev/berth/store"
@@ -80,44 +81,6 @@ func (s *state) commit(ctx context.Context, t *txn) (ok bool, rev int64, err err
 		}
 		return true, 0, nil
 	}
-	n := len(t.puts) + len(t.dels) + len(t.newReqs) + len(t.dropReqs) + len(t.dropGroups) + len(t.ops) + 1
-	cmps := make([]store.Cmp, 0, n)
-	ops := make([]store.Op, 0, n)
-	for _, p := range t.puts {
-		key := PrefixInstances + p.in.ID
-		cmps = append(cmps, store.Cmp{Key: key, ModRevision: p.base})
-		ops = append(ops, store.Put(key, encodeInstance(p.in)))
-	}
-	for _, in := range t.dels {
-		key := PrefixInstances + in.ID
-		cmps = append(cmps, store.Cmp{Key: key, ModRevision: in.Revision})
-		ops = append(ops, store.Delete(key))
-	}
-	for id, sr := range t.newReqs {
-		b, err := json.Marshal(sr)
-		if err != nil {
-			return false, 0, fmt.Errorf("control: encode request %s: %w", id, err)
-		}
-		cmps = append(cmps, store.Cmp{Key: PrefixRequests + id})
-		ops = append(ops, store.Put(PrefixRequests+id, b))
-	}
-	for _, id := range t.dropReqs {
-		ops = append(ops, store.Delete(PrefixRequests+id))
-	}
-	if g := t.newGroup; g != nil {
-		b, err := json.Marshal(g)
-		if err != nil {
-			return false, 0, fmt.Errorf("control: encode group %s: %w", g.ID, err)
-		}
-		cmps = append(cmps, store.Cmp{Key: PrefixGroups + g.ID})
-		ops = append(ops, store.Put(PrefixGroups+g.ID, b))
-	}
-	for _, id := range t.dropGroups {
-		ops = append(ops, store.Delete(PrefixGroups+id))
-	}
-	cmps = append(cmps, t.cmps...)
-	ops = append(ops, t.ops...)
-
 	var added []string
 	if len(t.newReqs) > 0 {
 		s.mu.Lock()
@@ -131,8 +94,7 @@ func (s *state) commit(ctx context.Context, t *txn) (ok bool, rev int64, err err
 		}
 		s.mu.Unlock()
 	}
-	res, err := s.st.Txn(ctx, cmps, ops)
-	if err != nil || !res.Succeeded {
+	forget := func() {
 		if len(added) > 0 {
 			s.mu.Lock()
 			for _, id := range added {
@@ -140,6 +102,61 @@ func (s *state) commit(ctx context.Context, t *txn) (ok bool, rev int64, err err
 			}
 			s.mu.Unlock()
 		}
+	}
+	n := len(t.puts) + len(t.dels) + len(t.newReqs) + len(t.dropReqs) + len(t.dropGroups) + len(t.ops) + 1
+	cmps := make([]store.Cmp, 0, n)
+	ops := make([]store.Op, 0, n)
+	if len(t.puts) > 0 {
+		// The records leave out the specs their requests hold.
+		shared := make([]*driver.Spec, len(t.puts))
+		s.mu.RLock()
+		for k, p := range t.puts {
+			if r := s.requests[p.in.Request]; r != nil {
+				shared[k] = r.spec
+			}
+		}
+		s.mu.RUnlock()
+		for k, p := range t.puts {
+			key := PrefixInstances + p.in.ID
+			cmps = append(cmps, store.Cmp{Key: key, ModRevision: p.base})
+			ops = append(ops, store.Put(key, encodeRecord(p.in, shared[k])))
+		}
+	}
+	for _, in := range t.dels {
+		key := PrefixInstances + in.ID
+		cmps = append(cmps, store.Cmp{Key: key, ModRevision: in.Revision})
+		ops = append(ops, store.Delete(key))
+	}
+	for id, sr := range t.newReqs {
+		b, err := json.Marshal(sr)
+		if err != nil {
+			forget()
+			return false, 0, fmt.Errorf("control: encode request %s: %w", id, err)
+		}
+		cmps = append(cmps, store.Cmp{Key: PrefixRequests + id})
+		ops = append(ops, store.Put(PrefixRequests+id, b))
+	}
+	for _, id := range t.dropReqs {
+		ops = append(ops, store.Delete(PrefixRequests+id))
+	}
+	if g := t.newGroup; g != nil {
+		b, err := json.Marshal(g)
+		if err != nil {
+			forget()
+			return false, 0, fmt.Errorf("control: encode group %s: %w", g.ID, err)
+		}
+		cmps = append(cmps, store.Cmp{Key: PrefixGroups + g.ID})
+		ops = append(ops, store.Put(PrefixGroups+g.ID, b))
+	}
+	for _, id := range t.dropGroups {
+		ops = append(ops, store.Delete(PrefixGroups+id))
+	}
+	cmps = append(cmps, t.cmps...)
+	ops = append(ops, t.ops...)
+
+	res, err := s.st.Txn(ctx, cmps, ops)
+	if err != nil || !res.Succeeded {
+		forget()
 		if err != nil {
 			return false, 0, fmt.Errorf("control: store: %w", err)
 		}

@@ -289,10 +289,10 @@ func (s *state) events(ctx context.Context, since int64, fn func(Event)) error {
 			out.Kind = EventInstance
 			in := &reconciler.Instance{ID: strings.TrimPrefix(key, PrefixInstances)}
 			if !out.Deleted {
-				if err := json.Unmarshal(ev.KV.Value, in); err != nil {
+				var err error
+				if in, err = decodeRecord(ev.KV, s.requestSpec); err != nil {
 					continue
 				}
-				in.Revision = ev.KV.ModRevision
 			}
 			out.Instance = in
 		case strings.HasPrefix(key, PrefixNodes):

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
-	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -45,6 +44,27 @@ type storedRequest struct {
 	Request scheduler.Request `json:"request"`
 	Owner   string            `json:"owner,omitempty"`
 	Time    time.Time         `json:"time"`
+	// spec is the spec its instances share in memory (the request's,
+	// without its name); their records leave it out.
+	spec *driver.Spec
+}
+
+// instanceSpec returns the spec r's instances share: r's own without its
+// name.
+func (r *storedRequest) instanceSpec() *driver.Spec {
+	spec := r.Request.Spec
+	spec.Name = ""
+	return &spec
+}
+
+// requestSpec returns the spec the instances of request id share, or nil.
+func (s *state) requestSpec(id string) *driver.Spec {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if r := s.requests[id]; r != nil {
+		return r.spec
+	}
+	return nil
 }
 
 // stripes is the number of per-instance locks: every change of one instance
@@ -257,28 +277,9 @@ func appendPrefixed(es driver.FieldErrors, prefix string, err error) driver.Fiel
 	return es
 }
 
-// load reads every instance and request from the store.
+// load reads every request and instance from the store.
 func (s *state) load(ctx context.Context) error {
-	kvs, rev, err := s.st.List(ctx, PrefixInstances)
-	if err != nil {
-		return fmt.Errorf("control: load instances: %w", err)
-	}
-	// The instances of a request, adjacent in the listing, share their
-	// spec again, as they did when submitted.
-	var last *reconciler.Instance
-	for _, kv := range kvs {
-		in, err := decodeInstance(kv)
-		if err != nil {
-			return err
-		}
-		if last != nil && in.Request == last.Request && reflect.DeepEqual(in.Spec, last.Spec) {
-			in.Spec = last.Spec
-		}
-		last = in
-		s.putLocked(in)
-	}
-	s.loadRev = rev
-	kvs, _, err = s.st.List(ctx, PrefixRequests)
+	kvs, _, err := s.st.List(ctx, PrefixRequests)
 	if err != nil {
 		return fmt.Errorf("control: load requests: %w", err)
 	}
@@ -287,30 +288,29 @@ func (s *state) load(ctx context.Context) error {
 		if err := json.Unmarshal(kv.Value, &r); err != nil {
 			return fmt.Errorf("control: decode %s: %w", kv.Key, err)
 		}
+		r.spec = r.instanceSpec()
 		s.requests[strings.TrimPrefix(kv.Key, PrefixRequests)] = &r
 	}
-	return nil
-}
-
-func decodeInstance(kv store.KV) (*reconciler.Instance, error) {
-	var in reconciler.Instance
-	if err := json.Unmarshal(kv.Value, &in); err != nil {
-		return nil, fmt.Errorf("control: decode %s: %w", kv.Key, err)
-	}
-	if in.Spec == nil {
-		in.Spec = &driver.Spec{}
-	}
-	in.Revision = kv.ModRevision
-	return &in, nil
-}
-
-func encodeInstance(in *reconciler.Instance) []byte {
-	b, err := json.Marshal(in)
+	kvs, rev, err := s.st.List(ctx, PrefixInstances)
 	if err != nil {
-		// Instance holds only JSON-safe types; failing here is a bug.
-		panic(fmt.Sprintf("control: encode instance %s: %v", in.ID, err))
+		return fmt.Errorf("control: load instances: %w", err)
 	}
-	return b
+	// No other goroutine runs yet: the requests are read without the lock.
+	spec := func(id string) *driver.Spec {
+		if r := s.requests[id]; r != nil {
+			return r.spec
+		}
+		return nil
+	}
+	for _, kv := range kvs {
+		in, err := decodeRecord(kv, spec)
+		if err != nil {
+			return err
+		}
+		s.putLocked(in)
+	}
+	s.loadRev = rev
+	return nil
 }
 
 // get returns a copy of the cached instance id.
@@ -412,7 +412,7 @@ func (s *state) reload(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	in, err := decodeInstance(kv)
+	in, err := decodeRecord(kv, s.requestSpec)
 	if err != nil {
 		return err
 	}

@@ -62,7 +62,7 @@ func (s *state) external(rt *runtime, ev store.Event) {
 	if known {
 		return
 	}
-	in, err := decodeInstance(ev.KV)
+	in, err := decodeRecord(ev.KV, s.requestSpec)
 	if err != nil {
 		s.log.Warn("store watch", "key", ev.KV.Key, "err", err)
 		return

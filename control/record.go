@@ -1,0 +1,221 @@
+package control
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/reconciler"
+	"github.com/berth-dev/berth/store"
+)
+
+// record is an instance as stored under PrefixInstances+id, the one stored
+// form of reconciler.Instance (which is the plane's memory of it, and the
+// API's answer). It is about a third of the instance's own JSON:
+//   - the id is the key's, not repeated; the name is left out when it is
+//     the id;
+//   - the spec is left out when it is its request's (the request's record
+//     holds it, once for all its instances);
+//   - the group is left out when the request's id names it (a group's
+//     services are "<group>.<service>");
+//   - the creation time is in Unix microseconds, the other times in
+//     milliseconds after it (stamp); keys are short; zero values are left
+//     out.
+//
+// Values that begin with legacyPrefix are the JSON of reconciler.Instance,
+// as stored before records existed, and still read; the others are
+// records.
+type record struct {
+	Name         string           `json:"n,omitempty"`
+	Provider     string           `json:"p,omitempty"`
+	Node         string           `json:"nd,omitempty"`
+	Spec         *driver.Spec     `json:"s,omitempty"`
+	Phase        reconciler.Phase `json:"ph"`
+	HostPorts    []int            `json:"hp,omitempty"`
+	BackendID    string           `json:"b,omitempty"`
+	Observed     *seenRecord      `json:"o,omitempty"`
+	Owner        string           `json:"ow,omitempty"`
+	Pool         string           `json:"pl,omitempty"`
+	Label        string           `json:"lb,omitempty"`
+	Group        string           `json:"g,omitempty"`
+	Request      string           `json:"r,omitempty"`
+	Priority     int              `json:"pr,omitempty"`
+	Attempts     int              `json:"at,omitempty"`
+	Incarnation  int              `json:"inc,omitempty"`
+	Message      string           `json:"m,omitempty"`
+	After        reconciler.Phase `json:"af,omitempty"`
+	Exclude      []string         `json:"ex,omitempty"`
+	ExcludeUntil int64            `json:"exu,omitempty"`
+	Refused      []string         `json:"rf,omitempty"`
+	Stale        []reconciler.Ref `json:"st,omitempty"`
+	Deadline     int64            `json:"d,omitempty"`
+	Created      int64            `json:"c,omitempty"`
+	Updated      int64            `json:"u,omitempty"`
+	// NoGroup is set when the instance has no group although its
+	// request's id has a '.'.
+	NoGroup bool `json:"ng,omitempty"`
+}
+
+// seenRecord is reconciler.Seen as a record stores it.
+type seenRecord struct {
+	State     driver.State         `json:"s,omitempty"` // left out when it is the phase's name
+	RawState  string               `json:"r,omitempty"` // left out when it is State
+	Message   string               `json:"m,omitempty"`
+	ExitCode  *int                 `json:"x,omitempty"`
+	Addresses []string             `json:"a,omitempty"`
+	Ports     []driver.PortMapping `json:"pt,omitempty"`
+	Resources driver.Resources     `json:"rs,omitzero"`
+	Started   int64                `json:"t,omitempty"`
+	Finished  int64                `json:"f,omitempty"`
+}
+
+// legacyPrefix begins the JSON of every reconciler.Instance (its first
+// field is the id), and no record.
+const legacyPrefix = `{"id":`
+
+// stamp is t as a record keeps it: 0 for the zero time; Unix microseconds
+// when base is zero; else the milliseconds from base to t, one farther
+// from zero (so that a time equal to base is not the zero time).
+func stamp(t, base time.Time) int64 {
+	switch {
+	case t.IsZero():
+		return 0
+	case base.IsZero():
+		return t.UnixMicro()
+	}
+	d := t.Sub(base).Milliseconds()
+	if d < 0 {
+		return d - 1
+	}
+	return d + 1
+}
+
+// unstamp is stamp's inverse, within the microsecond or millisecond.
+func unstamp(n int64, base time.Time) time.Time {
+	switch {
+	case n == 0:
+		return time.Time{}
+	case base.IsZero():
+		return time.UnixMicro(n).UTC()
+	case n < 0:
+		n++
+	default:
+		n--
+	}
+	return base.Add(time.Duration(n) * time.Millisecond)
+}
+
+// groupOf is the group a request's id names: what comes before its first
+// '.', or "".
+func groupOf(request string) string {
+	g, _, _ := strings.Cut(request, ".")
+	if g == request {
+		return ""
+	}
+	return g
+}
+
+// encodeRecord returns the stored form of in. shared is its request's spec
+// as the plane keeps it: when in's spec is that one, the record leaves it
+// out.
+func encodeRecord(in *reconciler.Instance, shared *driver.Spec) []byte {
+	r := record{
+		Provider: in.Provider, Node: in.Node, Phase: in.Phase,
+		HostPorts: in.HostPorts, BackendID: in.BackendID, Owner: in.Owner, Pool: in.Pool, Label: in.Label,
+		Group: in.Group, Request: in.Request, Priority: in.Priority, Attempts: in.Attempts,
+		Incarnation: in.Incarnation, Message: in.Message, After: in.After, Exclude: in.Exclude,
+		Refused: in.Refused, Stale: in.Stale, Created: stamp(in.Created, time.Time{}),
+	}
+	created := unstamp(r.Created, time.Time{})
+	r.ExcludeUntil, r.Deadline, r.Updated = stamp(in.ExcludeUntil, created), stamp(in.Deadline, created), stamp(in.Updated, created)
+	if in.Name != in.ID {
+		r.Name = in.Name
+	}
+	if in.Group == groupOf(in.Request) {
+		r.Group = ""
+		if in.Group == "" && strings.Contains(in.Request, ".") {
+			r.NoGroup = true
+		}
+	}
+	if in.Spec != shared || shared == nil {
+		r.Spec = in.Spec
+	}
+	if o := in.Observed; o != nil {
+		r.Observed = &seenRecord{State: o.State, Message: o.Message, ExitCode: o.ExitCode, Addresses: o.Addresses,
+			Ports: o.Ports, Resources: o.Resources, Started: stamp(o.Started, created), Finished: stamp(o.Finished, created)}
+		if o.RawState != string(o.State) {
+			r.Observed.RawState = o.RawState
+		}
+		if string(o.State) == string(in.Phase) {
+			r.Observed.State = ""
+		}
+	}
+	b, err := json.Marshal(&r)
+	if err != nil {
+		// A record holds only JSON-safe types; failing here is a bug.
+		panic(fmt.Sprintf("control: encode instance %s: %v", in.ID, err))
+	}
+	return b
+}
+
+// decodeRecord reads the instance stored in kv, a record or the JSON of an
+// instance from before records. spec returns the spec of a request as the
+// plane keeps it (nil when unknown): a record without a spec takes its
+// request's, and an older instance whose spec equals its request's shares
+// it.
+func decodeRecord(kv store.KV, spec func(request string) *driver.Spec) (*reconciler.Instance, error) {
+	id := strings.TrimPrefix(kv.Key, PrefixInstances)
+	if bytes.HasPrefix(kv.Value, []byte(legacyPrefix)) {
+		var in reconciler.Instance
+		if err := json.Unmarshal(kv.Value, &in); err != nil {
+			return nil, fmt.Errorf("control: decode %s: %w", kv.Key, err)
+		}
+		if s := spec(in.Request); s != nil && in.Spec != nil && reflect.DeepEqual(s, in.Spec) {
+			in.Spec = s
+		}
+		if in.Spec == nil {
+			in.Spec = &driver.Spec{}
+		}
+		in.ID, in.Revision = id, kv.ModRevision
+		return &in, nil
+	}
+	var r record
+	if err := json.Unmarshal(kv.Value, &r); err != nil {
+		return nil, fmt.Errorf("control: decode %s: %w", kv.Key, err)
+	}
+	in := &reconciler.Instance{
+		ID: id, Name: r.Name, Provider: r.Provider, Node: r.Node, Spec: r.Spec, Phase: r.Phase,
+		HostPorts: r.HostPorts, BackendID: r.BackendID, Owner: r.Owner, Pool: r.Pool, Label: r.Label,
+		Group: r.Group, Request: r.Request, Priority: r.Priority, Attempts: r.Attempts,
+		Incarnation: r.Incarnation, Message: r.Message, After: r.After, Exclude: r.Exclude,
+		Refused: r.Refused, Stale: r.Stale, Created: unstamp(r.Created, time.Time{}), Revision: kv.ModRevision,
+	}
+	in.ExcludeUntil, in.Deadline, in.Updated = unstamp(r.ExcludeUntil, in.Created), unstamp(r.Deadline, in.Created), unstamp(r.Updated, in.Created)
+	if in.Name == "" {
+		in.Name = id
+	}
+	if in.Group == "" && !r.NoGroup {
+		in.Group = groupOf(r.Request)
+	}
+	if in.Spec == nil {
+		in.Spec = spec(r.Request)
+	}
+	if in.Spec == nil {
+		return nil, fmt.Errorf("control: decode %s: the record leaves its spec to request %q, which is not stored", kv.Key, r.Request)
+	}
+	if o := r.Observed; o != nil {
+		in.Observed = &reconciler.Seen{State: o.State, RawState: o.RawState, Message: o.Message, ExitCode: o.ExitCode,
+			Addresses: o.Addresses, Ports: o.Ports, Resources: o.Resources, Started: unstamp(o.Started, in.Created), Finished: unstamp(o.Finished, in.Created)}
+		if in.Observed.State == "" {
+			in.Observed.State = driver.State(r.Phase)
+		}
+		if in.Observed.RawState == "" {
+			in.Observed.RawState = string(in.Observed.State)
+		}
+	}
+	return in, nil
+}

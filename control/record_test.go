@@ -1,0 +1,96 @@
+package control
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/reconciler"
+	"github.com/berth-dev/berth/store"
+)
+
+func sampleInstance(spec *driver.Spec) *reconciler.Instance {
+	now := time.Date(2026, 11, 24, 22, 25, 8, 346929000, time.UTC) // records keep microseconds
+	code := 0
+	return &reconciler.Instance{
+		ID: "w3-0123-0456", Name: "w3-0123-0456", Provider: "sim", Node: "n01234", Spec: spec, Phase: reconciler.Running,
+		BackendID: "sim-00012345-1",
+		Observed:  &reconciler.Seen{State: driver.StateRunning, RawState: "running", Addresses: []string{"10.0.12.34"}, Started: now.Add(3 * time.Second), ExitCode: &code},
+		Owner:     "default", Group: "w3-0123", Request: "w3-0123.s0",
+		// Placed, started 3 s later, running for a while.
+		Created: now, Updated: now.Add(3 * time.Second), Deadline: now.Add(5 * time.Minute),
+	}
+}
+
+// Every field survives a record, the spec is left to the request when it is
+// the request's, and the record is at most a third of the instance's JSON.
+func TestRecordRoundTrip(t *testing.T) {
+	shared := &driver.Spec{Image: "app:1", Kind: driver.KindContainer, Type: driver.TypeBatch, Resources: driver.Resources{CPU: 1000, Memory: driver.GiB}}
+	lookup := func(req string) *driver.Spec {
+		if req == "w3-0123.s0" {
+			return shared
+		}
+		return nil
+	}
+	in := sampleInstance(shared)
+	b := encodeRecord(in, shared)
+	full, _ := json.Marshal(in)
+	t.Logf("record %d bytes, instance JSON %d: %s", len(b), len(full), b)
+	if 3*len(b) > len(full) {
+		t.Errorf("record of %d bytes is more than a third of the instance's %d: %s", len(b), len(full), b)
+	}
+	got, err := decodeRecord(store.KV{Key: PrefixInstances + in.ID, Value: b, ModRevision: 7}, lookup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := *in
+	want.Revision = 7
+	if !reflect.DeepEqual(got, &want) {
+		t.Errorf("decoded\n%+v\nwant\n%+v", got, &want)
+	}
+	if got.Spec != shared {
+		t.Error("a record of an instance with its request's spec does not share it again")
+	}
+
+	// Every other field, set, with a spec of its own.
+	own := &driver.Spec{Image: "other", Resources: driver.Resources{CPU: 500}}
+	x := sampleInstance(own)
+	x.Name, x.HostPorts, x.Pool, x.Label, x.Priority, x.Attempts, x.Incarnation = "named", []int{30001}, "ci", "small", 3, 2, 1
+	x.Message, x.After, x.Exclude, x.ExcludeUntil = "retrying", reconciler.Pending, []string{"sim/n1"}, x.Created.Add(time.Minute)
+	x.Refused, x.Stale = []string{"sim/n2: no image"}, []reconciler.Ref{{Provider: "sim", Node: "n3", BackendID: "b3"}}
+	x.Observed.RawState, x.Observed.Message, x.Observed.Finished = "exited (0)", "done", x.Created.Add(time.Hour)
+	got, err = decodeRecord(store.KV{Key: PrefixInstances + x.ID, Value: encodeRecord(x, shared)}, lookup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, x) {
+		t.Errorf("decoded\n%+v\nwant\n%+v", got, x)
+	}
+
+	// A record leaving its spec to a request that is not stored is an
+	// error, not an instance without a spec.
+	if _, err := decodeRecord(store.KV{Key: PrefixInstances + in.ID, Value: b}, func(string) *driver.Spec { return nil }); err == nil {
+		t.Error("a record without its request's spec decoded")
+	}
+}
+
+// Instances stored as JSON before records are read, sharing their
+// request's spec when it is equal.
+func TestRecordLegacy(t *testing.T) {
+	shared := &driver.Spec{Image: "app:1", Resources: driver.Resources{CPU: 1000}}
+	copyOf := *shared
+	in := sampleInstance(&copyOf)
+	old, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := decodeRecord(store.KV{Key: PrefixInstances + in.ID, Value: old, ModRevision: 3}, func(string) *driver.Spec { return shared })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec != shared || got.Revision != 3 || got.Observed.State != driver.StateRunning || !got.Created.Equal(in.Created) {
+		t.Errorf("legacy instance read as %+v", got)
+	}
+}
