@@ -1,14 +1,3 @@
-// Package control is Berth's control plane: it accepts requests, places them
-// with the scheduler, records every placement and its intent in the store,
-// and runs the reconciler that drives the back-ends until what runs matches
-// what the store says.
-//
-// Data flows one way: API → scheduler → store → reconciler → driver. Every
-// change of state is a store transaction that compares revisions, so the
-// Plane can be stopped at any moment (kill -9 included) and a new Plane on the
-// same store resumes the work: it adopts what the back-ends already run,
-// never creates a second copy, and deletes leaked resources that carry this
-// cluster's tags.
 package control
 
 import (

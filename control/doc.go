@@ -1,0 +1,74 @@
+// Package control is Berth's control plane: it accepts requests, places them
+// with the scheduler, records every placement and its intent in the store,
+// and runs the reconciler that drives the back-ends until what runs matches
+// what the store says.
+//
+// Data flows one way: API → scheduler → store → reconciler → driver. Every
+// change of state is a store transaction that compares revisions, so the
+// Plane can be stopped at any moment (kill -9 included) and a new Plane on the
+// same store resumes the work: it adopts what the back-ends already run,
+// never creates a second copy, and deletes leaked resources that carry this
+// cluster's tags.
+//
+// # Parts
+//
+//   - Plane (plane.go) is the API the server and the CLI call: submit,
+//     groups, plans, reads, operations on instances, Run.
+//   - Admission (accept.go, submit.go) checks a request, asks the scheduler
+//     for a plan and stores the request with its instances in one
+//     transaction.
+//   - The commit path (commit.go): commit is the only function that writes
+//     the store. It compares the revisions the change was decided on,
+//     writes in one transaction, then brings memory and the scheduler's
+//     ledger in step. A store that guards its writes (a leader's fence)
+//     therefore sees every write of the plane.
+//   - Records (record.go, state.go): the store's instances and requests in
+//     memory with their indexes. An instance is stored as a record, about a
+//     third of its JSON: the spec lives once, in its request.
+//   - Placement (place.go, gang.go): the scheduler's Cluster is the one
+//     ledger of what every node and every quota holds. Quotas, nodes a
+//     launch just failed on, nodes that refused an instance are typed
+//     scheduler filters (scheduler.Quota, scheduler.Avoid) with their
+//     rejection reasons; the gang queue places groups all or none.
+//   - The runtime (run.go, sync.go, watch.go, gc.go): while Run runs,
+//     workers perform the reconciler's actions (create, delete, stop...),
+//     a writer stores their outcomes in batches, the placer places what
+//     waits, sync compares the back-ends with the records (lost instances,
+//     leaks), the store watch takes other writers' changes, and the
+//     collector removes old deleted records.
+//
+// The lifecycle of one instance is reconciler.Machine.Step, a pure function
+// of the record, an event and the time; this package only feeds it events
+// and performs the actions it returns.
+//
+// # Locks
+//
+// The lock order is written on state (state.go): the per-instance stripes,
+// then the gang queue's lock, then the records' lock, then the scheduler
+// cluster's own; the runtime's locks are leaves. The store is called with
+// no lock held but the stripes of the instances being changed.
+//
+// # One request, from the API to a running instance
+//
+//  1. The API decodes and authorises POST /v1/requests and calls
+//     Plane.Submit with the caller's namespace as owner.
+//  2. submit validates the request (checkRequest: ids, names, sizes, the
+//     features its spec needs and whether any provider can run it) and
+//     refuses what no node could ever take (checkEverPlaceable).
+//  3. accept makes a pending record per instance, claims their names and
+//     asks the scheduler's Cluster to place them. Place plans and reserves
+//     in one step under the cluster's lock, keeping to the quotas.
+//  4. Each placed instance takes its next phase: creating, with its create
+//     action, when the runtime runs. commit stores the request and every
+//     record in one transaction; a failure gives back the reservations and
+//     the names.
+//  5. The create action starts a task: a worker calls the provider's
+//     Create (rate-limited, behind a circuit breaker) and advances its
+//     Operation until the back-end reports the instance.
+//  6. The outcome (created, failed, refused) goes to the writer, which
+//     steps the record and commits a batch of such changes at once. The
+//     instance is running; sync keeps checking that it still is.
+//
+// An instance that cannot be placed stays pending with the reason; the
+// placer tries again when room frees up or nodes change.
+package control
