@@ -56,6 +56,11 @@ func alive(pid int) bool {
 // keeps running (its pid recorded in a file), which is stopped, started and
 // deleted, and the crash case: a new Plane on the same store and back-end
 // adopts the running process rather than starting a second one.
+//
+// It runs on the real clock, not in a synctest bubble like the other
+// tests of the plane: its processes are real, and the bubble's clock would
+// not move while the test waits for them in system calls. Its waits are
+// waitFor polls for what the processes do, and one sleep, commented.
 func TestLocalProcessesRunLogAndEnd(t *testing.T) {
 	dir := t.TempDir()
 	prov := newLocal(t, dir+"/local")
@@ -97,7 +102,10 @@ func TestLocalProcessesRunLogAndEnd(t *testing.T) {
 	stop1()
 	p2, _ := start(t, config(st, prov))
 	in := waitPhase(t, p2, "echo", reconciler.Running)
-	time.Sleep(100 * time.Millisecond) // a few sync rounds
+	// Let a few sync rounds (every 20 ms) pass, so that a second process,
+	// had the new plane started one, would be running now: a slow machine
+	// can only make this check see fewer rounds, never fail it falsely.
+	time.Sleep(100 * time.Millisecond)
 	if got := pids(); len(got) != 1 {
 		t.Fatalf("processes started: %v, want exactly one", got)
 	}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
@@ -102,6 +103,13 @@ func start(t *testing.T, cfg control.Config) (*control.Plane, func()) {
 
 // waitFor polls cond until it holds; the generous limit only guards
 // against a hung test and is never what the test measures.
+//
+// The plane's tests run in a synctest bubble (testing/synctest): time is
+// the bubble's fake clock, which moves only when every goroutine of the
+// test waits, so the polls, the plane's timers (sync, retries, backoff,
+// retention) and Config.Now cost no real time and never race with a slow
+// machine. Only the tests that drive real processes (local_test.go) run
+// on the real clock.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
@@ -155,67 +163,69 @@ func req(id string, count int) scheduler.Request {
 }
 
 func TestLaunchAnswerAndDelete(t *testing.T) {
-	_, prov := newSim(t, 3, nil)
-	p, _ := start(t, config(memory.New(memory.Options{}), prov))
-	ctx := context.Background()
+	synctest.Test(t, func(t *testing.T) {
+		_, prov := newSim(t, 3, nil)
+		p, _ := start(t, config(memory.New(memory.Options{}), prov))
+		ctx := context.Background()
 
-	ans, err := p.Submit(ctx, req("web", 2), "alice")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(ans.Instances) != 2 {
-		t.Fatalf("answer has %d instances, want 2", len(ans.Instances))
-	}
-	for _, pl := range ans.Instances {
-		if pl.Node == nil || pl.Node.Provider != "sim" || pl.Node.CPUs != driver.CPUs(4) || pl.Node.Memory != 8*driver.GiB {
-			t.Fatalf("answer node = %+v, want a sim node with 4 cpus and 8Gi", pl.Node)
+		ans, err := p.Submit(ctx, req("web", 2), "alice")
+		if err != nil {
+			t.Fatal(err)
 		}
-		if !pl.Instance.Phase.HoldsNode() || pl.Instance.Owner != "alice" {
-			t.Fatalf("answered instance = %+v", pl.Instance)
+		if len(ans.Instances) != 2 {
+			t.Fatalf("answer has %d instances, want 2", len(ans.Instances))
 		}
-	}
-	for _, pl := range ans.Instances {
-		in := waitPhase(t, p, pl.Instance.ID, reconciler.Running)
-		if in.BackendID == "" || in.Observed == nil {
-			t.Fatalf("running instance without back-end record: %+v", in)
+		for _, pl := range ans.Instances {
+			if pl.Node == nil || pl.Node.Provider != "sim" || pl.Node.CPUs != driver.CPUs(4) || pl.Node.Memory != 8*driver.GiB {
+				t.Fatalf("answer node = %+v, want a sim node with 4 cpus and 8Gi", pl.Node)
+			}
+			if !pl.Instance.Phase.HoldsNode() || pl.Instance.Owner != "alice" {
+				t.Fatalf("answered instance = %+v", pl.Instance)
+			}
 		}
-		got := tagged(t, prov, map[string]string{driver.TagInstance: in.ID})
-		if len(got) != 1 || got[0].Tags[driver.TagCluster] != testCluster || got[0].Tags[driver.TagProvider] != "sim" {
-			t.Fatalf("back-end holds %d copies of %s with tags %v", len(got), in.ID, got)
+		for _, pl := range ans.Instances {
+			in := waitPhase(t, p, pl.Instance.ID, reconciler.Running)
+			if in.BackendID == "" || in.Observed == nil {
+				t.Fatalf("running instance without back-end record: %+v", in)
+			}
+			got := tagged(t, prov, map[string]string{driver.TagInstance: in.ID})
+			if len(got) != 1 || got[0].Tags[driver.TagCluster] != testCluster || got[0].Tags[driver.TagProvider] != "sim" {
+				t.Fatalf("back-end holds %d copies of %s with tags %v", len(got), in.ID, got)
+			}
 		}
-	}
-	// By name, and a second request with the same name is refused.
-	named := req("db", 1)
-	named.Name = "db"
-	if _, err := p.Submit(ctx, named, ""); err != nil {
-		t.Fatal(err)
-	}
-	if in, err := p.Instance(ctx, "db"); err != nil || in.ID != "db" {
-		t.Fatalf("Instance(db) = %v, %v", in.ID, err)
-	}
-	named.ID = "db2"
-	var fe *driver.FieldError
-	if _, err := p.Submit(ctx, named, ""); !errors.Is(err, driver.ErrAlreadyExists) || !errors.As(err, &fe) || fe.Path != "name" {
-		t.Fatalf("second db: err = %v, want ErrAlreadyExists naming the field name", err)
-	}
+		// By name, and a second request with the same name is refused.
+		named := req("db", 1)
+		named.Name = "db"
+		if _, err := p.Submit(ctx, named, ""); err != nil {
+			t.Fatal(err)
+		}
+		if in, err := p.Instance(ctx, "db"); err != nil || in.ID != "db" {
+			t.Fatalf("Instance(db) = %v, %v", in.ID, err)
+		}
+		named.ID = "db2"
+		var fe *driver.FieldError
+		if _, err := p.Submit(ctx, named, ""); !errors.Is(err, driver.ErrAlreadyExists) || !errors.As(err, &fe) || fe.Path != "name" {
+			t.Fatalf("second db: err = %v, want ErrAlreadyExists naming the field name", err)
+		}
 
-	if err := p.Delete(ctx, "web-0"); err != nil {
-		t.Fatal(err)
-	}
-	waitPhase(t, p, "web-0", reconciler.Deleted)
-	if got := tagged(t, prov, map[string]string{driver.TagInstance: "web-0"}); len(got) != 0 {
-		t.Fatalf("deleted instance still in the back-end: %v", got)
-	}
-	list, err := p.Instances(ctx, control.Filter{Owner: "alice"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(list) != 1 || list[0].ID != "web-1" {
-		t.Fatalf("alice's live instances = %v, want web-1 only", ids(list))
-	}
-	if _, err := p.Instance(ctx, "nope"); !errors.Is(err, driver.ErrNotFound) {
-		t.Fatalf("unknown instance: %v", err)
-	}
+		if err := p.Delete(ctx, "web-0"); err != nil {
+			t.Fatal(err)
+		}
+		waitPhase(t, p, "web-0", reconciler.Deleted)
+		if got := tagged(t, prov, map[string]string{driver.TagInstance: "web-0"}); len(got) != 0 {
+			t.Fatalf("deleted instance still in the back-end: %v", got)
+		}
+		list, err := p.Instances(ctx, control.Filter{Owner: "alice"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list) != 1 || list[0].ID != "web-1" {
+			t.Fatalf("alice's live instances = %v, want web-1 only", ids(list))
+		}
+		if _, err := p.Instance(ctx, "nope"); !errors.Is(err, driver.ErrNotFound) {
+			t.Fatalf("unknown instance: %v", err)
+		}
+	})
 }
 
 func ids(list []control.Instance) []string {
@@ -227,224 +237,238 @@ func ids(list []control.Instance) []string {
 }
 
 func TestBadInput(t *testing.T) {
-	_, prov := newSim(t, 1, nil)
-	p, err := control.New(context.Background(), config(memory.New(memory.Options{}), prov))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	for _, tc := range []struct {
-		name  string
-		req   scheduler.Request
-		field string
-	}{
-		{"negative cpus", scheduler.Request{Spec: driver.Spec{Image: "x", Resources: driver.Resources{CPU: -1}}}, "cpus"},
-		{"no image", scheduler.Request{}, "image"},
-		{"unknown provider", scheduler.Request{Spec: driver.Spec{Image: "x"}, Provider: "mars"}, "provider"},
-		{"bad id", scheduler.Request{ID: "a/b", Spec: driver.Spec{Image: "x"}}, "id"},
-		{"names too long", scheduler.Request{Count: 10, Spec: driver.Spec{Name: strings.Repeat("n", 56), Image: "x"}}, "name"},
-		{"bad constraint", scheduler.Request{Spec: driver.Spec{Image: "x"}, Constraints: []string{"=="}}, "constraints[0]"},
-	} {
-		_, err := p.Submit(ctx, tc.req, "")
-		var fe *driver.FieldError
-		if !errors.Is(err, driver.ErrInvalid) || !errors.As(err, &fe) || fe.Path != tc.field {
-			t.Errorf("%s: err = %v, want ErrInvalid naming %s", tc.name, err, tc.field)
-		}
-	}
-	if _, err := control.New(ctx, control.Config{}); !errors.Is(err, driver.ErrInvalid) {
-		t.Errorf("empty config: %v", err)
-	}
-	list, _ := p.Instances(ctx, control.Filter{All: true})
-	if len(list) != 0 {
-		t.Fatalf("bad requests left instances: %v", ids(list))
-	}
-}
-
-func TestPermanentFailureFailsWithTheBackEndsMessage(t *testing.T) {
-	_, prov := newSim(t, 2, func(o *sim.Options) { o.FailPermanent = 1 })
-	p, _ := start(t, config(memory.New(memory.Options{}), prov))
-	if _, err := p.Submit(context.Background(), req("bad", 1), ""); err != nil {
-		t.Fatal(err)
-	}
-	in := waitPhase(t, p, "bad", reconciler.Failed)
-	if in.Attempts != 0 || !strings.Contains(in.Message, "sim") {
-		t.Fatalf("failed instance: attempts %d, message %q; want 0 attempts and the sim's message", in.Attempts, in.Message)
-	}
-}
-
-func TestRetryableFailureIsRequeuedUntilOutOfAttempts(t *testing.T) {
-	s, prov := newSim(t, 2, func(o *sim.Options) { o.FailRetryable = 1 })
-	cfg := config(memory.New(memory.Options{}), prov)
-	cfg.MaxAttempts = 3
-	p, _ := start(t, cfg)
-	if _, err := p.Submit(context.Background(), req("flaky", 1), ""); err != nil {
-		t.Fatal(err)
-	}
-	in := waitPhase(t, p, "flaky", reconciler.Failed)
-	if in.Attempts != 3 || !strings.Contains(in.Message, "failed after 3 attempts") {
-		t.Fatalf("attempts %d, message %q", in.Attempts, in.Message)
-	}
-	// The first refusal of each node is not counted: it sends the instance
-	// to the other node. Once both are excluded the instance goes back to
-	// them, and each refusal counts.
-	var nodes []string
-	for _, c := range s.Calls() {
-		if c.Op == "create" {
-			nodes = append(nodes, c.Node)
-		}
-	}
-	if len(nodes) != 2+3 || nodes[0] == nodes[1] {
-		t.Fatalf("creates on %v, want one on each node, then one per attempt (3)", nodes)
-	}
-}
-
-func TestQuotaRefusalIsRequeuedNotFailed(t *testing.T) {
-	s, prov := newSim(t, 2, func(o *sim.Options) { o.FailQuota = 1 })
-	cfg := config(memory.New(memory.Options{}), prov)
-	cfg.MaxAttempts = 1
-	p, _ := start(t, cfg)
-	if _, err := p.Submit(context.Background(), req("q", 1), ""); err != nil {
-		t.Fatal(err)
-	}
-	// Many refusals, more than MaxAttempts, and it is still waiting.
-	waitFor(t, "several quota refusals", func() bool {
-		n := 0
-		for _, c := range s.Calls() {
-			if c.Op == "create" && errors.Is(c.Err, driver.ErrQuotaExceeded) {
-				n++
-			}
-		}
-		return n >= 3
-	})
-	waitFor(t, "q back in the queue, waiting for quota", func() bool {
-		in, err := p.Instance(context.Background(), "q")
+	synctest.Test(t, func(t *testing.T) {
+		_, prov := newSim(t, 1, nil)
+		p, err := control.New(context.Background(), config(memory.New(memory.Options{}), prov))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if in.Phase == reconciler.Failed || in.Attempts != 0 {
-			t.Fatalf("after quota refusals: phase %s, attempts %d, message %q", in.Phase, in.Attempts, in.Message)
+		ctx := context.Background()
+		for _, tc := range []struct {
+			name  string
+			req   scheduler.Request
+			field string
+		}{
+			{"negative cpus", scheduler.Request{Spec: driver.Spec{Image: "x", Resources: driver.Resources{CPU: -1}}}, "cpus"},
+			{"no image", scheduler.Request{}, "image"},
+			{"unknown provider", scheduler.Request{Spec: driver.Spec{Image: "x"}, Provider: "mars"}, "provider"},
+			{"bad id", scheduler.Request{ID: "a/b", Spec: driver.Spec{Image: "x"}}, "id"},
+			{"names too long", scheduler.Request{Count: 10, Spec: driver.Spec{Name: strings.Repeat("n", 56), Image: "x"}}, "name"},
+			{"bad constraint", scheduler.Request{Spec: driver.Spec{Image: "x"}, Constraints: []string{"=="}}, "constraints[0]"},
+		} {
+			_, err := p.Submit(ctx, tc.req, "")
+			var fe *driver.FieldError
+			if !errors.Is(err, driver.ErrInvalid) || !errors.As(err, &fe) || fe.Path != tc.field {
+				t.Errorf("%s: err = %v, want ErrInvalid naming %s", tc.name, err, tc.field)
+			}
 		}
-		return in.Phase == reconciler.Pending && strings.Contains(in.Message, "quota")
+		if _, err := control.New(ctx, control.Config{}); !errors.Is(err, driver.ErrInvalid) {
+			t.Errorf("empty config: %v", err)
+		}
+		list, _ := p.Instances(ctx, control.Filter{All: true})
+		if len(list) != 0 {
+			t.Fatalf("bad requests left instances: %v", ids(list))
+		}
+	})
+}
+
+func TestPermanentFailureFailsWithTheBackEndsMessage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, prov := newSim(t, 2, func(o *sim.Options) { o.FailPermanent = 1 })
+		p, _ := start(t, config(memory.New(memory.Options{}), prov))
+		if _, err := p.Submit(context.Background(), req("bad", 1), ""); err != nil {
+			t.Fatal(err)
+		}
+		in := waitPhase(t, p, "bad", reconciler.Failed)
+		if in.Attempts != 0 || !strings.Contains(in.Message, "sim") {
+			t.Fatalf("failed instance: attempts %d, message %q; want 0 attempts and the sim's message", in.Attempts, in.Message)
+		}
+	})
+}
+
+func TestRetryableFailureIsRequeuedUntilOutOfAttempts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, prov := newSim(t, 2, func(o *sim.Options) { o.FailRetryable = 1 })
+		cfg := config(memory.New(memory.Options{}), prov)
+		cfg.MaxAttempts = 3
+		p, _ := start(t, cfg)
+		if _, err := p.Submit(context.Background(), req("flaky", 1), ""); err != nil {
+			t.Fatal(err)
+		}
+		in := waitPhase(t, p, "flaky", reconciler.Failed)
+		if in.Attempts != 3 || !strings.Contains(in.Message, "failed after 3 attempts") {
+			t.Fatalf("attempts %d, message %q", in.Attempts, in.Message)
+		}
+		// The first refusal of each node is not counted: it sends the instance
+		// to the other node. Once both are excluded the instance goes back to
+		// them, and each refusal counts.
+		var nodes []string
+		for _, c := range s.Calls() {
+			if c.Op == "create" {
+				nodes = append(nodes, c.Node)
+			}
+		}
+		if len(nodes) != 2+3 || nodes[0] == nodes[1] {
+			t.Fatalf("creates on %v, want one on each node, then one per attempt (3)", nodes)
+		}
+	})
+}
+
+func TestQuotaRefusalIsRequeuedNotFailed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, prov := newSim(t, 2, func(o *sim.Options) { o.FailQuota = 1 })
+		cfg := config(memory.New(memory.Options{}), prov)
+		cfg.MaxAttempts = 1
+		p, _ := start(t, cfg)
+		if _, err := p.Submit(context.Background(), req("q", 1), ""); err != nil {
+			t.Fatal(err)
+		}
+		// Many refusals, more than MaxAttempts, and it is still waiting.
+		waitFor(t, "several quota refusals", func() bool {
+			n := 0
+			for _, c := range s.Calls() {
+				if c.Op == "create" && errors.Is(c.Err, driver.ErrQuotaExceeded) {
+					n++
+				}
+			}
+			return n >= 3
+		})
+		waitFor(t, "q back in the queue, waiting for quota", func() bool {
+			in, err := p.Instance(context.Background(), "q")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if in.Phase == reconciler.Failed || in.Attempts != 0 {
+				t.Fatalf("after quota refusals: phase %s, attempts %d, message %q", in.Phase, in.Attempts, in.Message)
+			}
+			return in.Phase == reconciler.Pending && strings.Contains(in.Message, "quota")
+		})
 	})
 }
 
 func TestLaunchTimeoutDeletesWhatMayExistAndRetries(t *testing.T) {
-	s, prov := newSim(t, 2, func(o *sim.Options) { o.HangRate = 1 })
-	cfg := config(memory.New(memory.Options{}), prov)
-	cfg.LaunchTimeout = 100 * time.Millisecond
-	cfg.MaxAttempts = 2
-	p, _ := start(t, cfg)
-	if _, err := p.Submit(context.Background(), req("slow", 1), ""); err != nil {
-		t.Fatal(err)
-	}
-	in := waitPhase(t, p, "slow", reconciler.Failed)
-	if in.Attempts != 2 || !strings.Contains(in.Message, "launch did not finish") {
-		t.Fatalf("attempts %d, message %q", in.Attempts, in.Message)
-	}
-	creates := 0
-	for _, c := range s.Calls() {
-		if c.Op == "create" {
-			creates++
+	synctest.Test(t, func(t *testing.T) {
+		s, prov := newSim(t, 2, func(o *sim.Options) { o.HangRate = 1 })
+		cfg := config(memory.New(memory.Options{}), prov)
+		cfg.LaunchTimeout = 100 * time.Millisecond
+		cfg.MaxAttempts = 2
+		p, _ := start(t, cfg)
+		if _, err := p.Submit(context.Background(), req("slow", 1), ""); err != nil {
+			t.Fatal(err)
 		}
-	}
-	if creates != 2 {
-		t.Fatalf("%d creates, want 2", creates)
-	}
-	waitFor(t, "no copy left in the back-end", func() bool {
-		return len(tagged(t, prov, map[string]string{driver.TagInstance: "slow"})) == 0
+		in := waitPhase(t, p, "slow", reconciler.Failed)
+		if in.Attempts != 2 || !strings.Contains(in.Message, "launch did not finish") {
+			t.Fatalf("attempts %d, message %q", in.Attempts, in.Message)
+		}
+		creates := 0
+		for _, c := range s.Calls() {
+			if c.Op == "create" {
+				creates++
+			}
+		}
+		if creates != 2 {
+			t.Fatalf("%d creates, want 2", creates)
+		}
+		waitFor(t, "no copy left in the back-end", func() bool {
+			return len(tagged(t, prov, map[string]string{driver.TagInstance: "slow"})) == 0
+		})
 	})
 }
 
 func TestCrashResumeAdoptsWithoutDuplicates(t *testing.T) {
-	_, prov := newSim(t, 4, func(o *sim.Options) { o.CreateLatency = 30 * time.Millisecond; o.LatencyJitter = 40 * time.Millisecond })
-	st := memory.New(memory.Options{})
-	p1, stop1 := start(t, config(st, prov))
-	const n = 40
-	r := req("batch", n)
-	r.CPU = driver.CPUs(0.25)
-	ans, err := p1.Submit(context.Background(), r, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, pl := range ans.Instances {
-		if pl.Node == nil {
-			t.Fatalf("%s not placed: %s", pl.Instance.ID, pl.Instance.Message)
+	synctest.Test(t, func(t *testing.T) {
+		_, prov := newSim(t, 4, func(o *sim.Options) { o.CreateLatency = 30 * time.Millisecond; o.LatencyJitter = 40 * time.Millisecond })
+		st := memory.New(memory.Options{})
+		p1, stop1 := start(t, config(st, prov))
+		const n = 40
+		r := req("batch", n)
+		r.CPU = driver.CPUs(0.25)
+		ans, err := p1.Submit(context.Background(), r, "")
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	// Crash in the middle of the launches: some created, some in flight,
-	// some not started.
-	waitFor(t, "some launches under way", func() bool {
-		return len(tagged(t, prov, map[string]string{driver.TagCluster: testCluster})) >= 5
-	})
-	stop1()
+		for _, pl := range ans.Instances {
+			if pl.Node == nil {
+				t.Fatalf("%s not placed: %s", pl.Instance.ID, pl.Instance.Message)
+			}
+		}
+		// Crash in the middle of the launches: some created, some in flight,
+		// some not started.
+		waitFor(t, "some launches under way", func() bool {
+			return len(tagged(t, prov, map[string]string{driver.TagCluster: testCluster})) >= 5
+		})
+		stop1()
 
-	p2, _ := start(t, config(st, prov))
-	for i := range n {
-		waitPhase(t, p2, fmt.Sprintf("batch-%d", i), reconciler.Running)
-	}
-	all := tagged(t, prov, map[string]string{driver.TagCluster: testCluster})
-	seen := map[string]string{}
-	for _, r := range all {
-		id := r.Tags[driver.TagInstance]
-		if prev, dup := seen[id]; dup {
-			// A duplicate may exist only until the sync deletes it.
-			t.Logf("duplicate of %s: %s and %s", id, prev, r.ID)
+		p2, _ := start(t, config(st, prov))
+		for i := range n {
+			waitPhase(t, p2, fmt.Sprintf("batch-%d", i), reconciler.Running)
 		}
-		seen[id] = r.ID
-	}
-	waitFor(t, "exactly one copy of each instance", func() bool {
-		return len(tagged(t, prov, map[string]string{driver.TagCluster: testCluster})) == n
+		all := tagged(t, prov, map[string]string{driver.TagCluster: testCluster})
+		seen := map[string]string{}
+		for _, r := range all {
+			id := r.Tags[driver.TagInstance]
+			if prev, dup := seen[id]; dup {
+				// A duplicate may exist only until the sync deletes it.
+				t.Logf("duplicate of %s: %s and %s", id, prev, r.ID)
+			}
+			seen[id] = r.ID
+		}
+		waitFor(t, "exactly one copy of each instance", func() bool {
+			return len(tagged(t, prov, map[string]string{driver.TagCluster: testCluster})) == n
+		})
+		for i := range n {
+			in, _ := p2.Instance(context.Background(), fmt.Sprintf("batch-%d", i))
+			got := tagged(t, prov, map[string]string{driver.TagInstance: in.ID})
+			if len(got) != 1 || got[0].ID != in.BackendID {
+				t.Fatalf("%s: back-end copies %v, record says %s", in.ID, got, in.BackendID)
+			}
+		}
 	})
-	for i := range n {
-		in, _ := p2.Instance(context.Background(), fmt.Sprintf("batch-%d", i))
-		got := tagged(t, prov, map[string]string{driver.TagInstance: in.ID})
-		if len(got) != 1 || got[0].ID != in.BackendID {
-			t.Fatalf("%s: back-end copies %v, record says %s", in.ID, got, in.BackendID)
-		}
-	}
 }
 
 func TestLeaksAreDeletedAfterTwoSightingsUntaggedNeverTouched(t *testing.T) {
-	s, prov := newSim(t, 2, nil)
-	ctx := context.Background()
-	make1 := func(name string, tags map[string]string) string {
-		op, err := s.Create(ctx, "node-1", &driver.Spec{Name: name, Image: "busybox", Tags: tags})
-		if err != nil {
-			t.Fatal(err)
+	synctest.Test(t, func(t *testing.T) {
+		s, prov := newSim(t, 2, nil)
+		ctx := context.Background()
+		make1 := func(name string, tags map[string]string) string {
+			op, err := s.Create(ctx, "node-1", &driver.Spec{Name: name, Image: "busybox", Tags: tags})
+			if err != nil {
+				t.Fatal(err)
+			}
+			in, err := driver.Drive(ctx, op)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return in.ID
 		}
-		in, err := driver.Drive(ctx, op)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return in.ID
-	}
-	leak := make1("leak", map[string]string{driver.TagManaged: "true", driver.TagCluster: testCluster, driver.TagProvider: "sim", driver.TagInstance: "ghost"})
-	other := make1("other-cluster", map[string]string{driver.TagManaged: "true", driver.TagCluster: "elsewhere", driver.TagInstance: "x"})
-	mine := make1("not-berth", map[string]string{"team": "ops"})
+		leak := make1("leak", map[string]string{driver.TagManaged: "true", driver.TagCluster: testCluster, driver.TagProvider: "sim", driver.TagInstance: "ghost"})
+		other := make1("other-cluster", map[string]string{driver.TagManaged: "true", driver.TagCluster: "elsewhere", driver.TagInstance: "x"})
+		mine := make1("not-berth", map[string]string{"team": "ops"})
 
-	p, _ := start(t, config(memory.New(memory.Options{}), prov))
-	_ = p
-	waitFor(t, "the leak to be deleted", func() bool {
-		_, err := s.Get(ctx, leak)
-		return errors.Is(err, driver.ErrNotFound)
-	})
-	deletes := 0
-	for _, c := range s.Calls() {
-		if c.Op == "delete" {
-			deletes++
-			if c.Instance != leak {
-				t.Errorf("deleted %s, which is not the leak", c.Instance)
+		p, _ := start(t, config(memory.New(memory.Options{}), prov))
+		_ = p
+		waitFor(t, "the leak to be deleted", func() bool {
+			_, err := s.Get(ctx, leak)
+			return errors.Is(err, driver.ErrNotFound)
+		})
+		deletes := 0
+		for _, c := range s.Calls() {
+			if c.Op == "delete" {
+				deletes++
+				if c.Instance != leak {
+					t.Errorf("deleted %s, which is not the leak", c.Instance)
+				}
 			}
 		}
-	}
-	if deletes != 1 {
-		t.Fatalf("%d deletes, want 1", deletes)
-	}
-	for _, id := range []string{other, mine} {
-		if _, err := s.Get(ctx, id); err != nil {
-			t.Fatalf("%s was touched: %v", id, err)
+		if deletes != 1 {
+			t.Fatalf("%d deletes, want 1", deletes)
 		}
-	}
+		for _, id := range []string{other, mine} {
+			if _, err := s.Get(ctx, id); err != nil {
+				t.Fatalf("%s was touched: %v", id, err)
+			}
+		}
+	})
 }
 
 // listCounter counts a provider's List calls.
@@ -458,500 +482,526 @@ func (c *listCounter) Call(_, op string, _ time.Duration, _ error) {
 func (c *listCounter) BreakerChanged(string, string, string) {}
 
 func TestLeakNeedsTwoSightings(t *testing.T) {
-	opts := *sim.DefaultOptions()
-	opts.Nodes = 1
-	s, err := sim.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lists := &listCounter{}
-	prov, err := provider.New(s, provider.Config{Name: "sim", Logger: quiet, Observer: lists})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prov.Close(context.Background())
-	ctx := context.Background()
-	op, err := s.Create(ctx, "node-1", &driver.Spec{Image: "busybox", Tags: map[string]string{driver.TagManaged: "true", driver.TagCluster: testCluster, driver.TagInstance: "ghost"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	leak, err := driver.Drive(ctx, op)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := config(memory.New(memory.Options{}), prov)
-	cfg.SyncInterval = 50 * time.Millisecond
-	_, stop := start(t, cfg)
-	waitFor(t, "the first listing", func() bool { return lists.n.Load() >= 1 })
-	// Between the first and the second listing the leak must survive.
-	if _, err := s.Get(ctx, leak.ID); err != nil && lists.n.Load() < 2 {
-		t.Fatalf("a leak seen once was deleted: %v", err)
-	}
-	waitFor(t, "the leak deleted after the second sighting", func() bool {
-		_, err := s.Get(ctx, leak.ID)
-		return errors.Is(err, driver.ErrNotFound)
+	synctest.Test(t, func(t *testing.T) {
+		opts := *sim.DefaultOptions()
+		opts.Nodes = 1
+		s, err := sim.New(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lists := &listCounter{}
+		prov, err := provider.New(s, provider.Config{Name: "sim", Logger: quiet, Observer: lists})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer prov.Close(context.Background())
+		ctx := context.Background()
+		op, err := s.Create(ctx, "node-1", &driver.Spec{Image: "busybox", Tags: map[string]string{driver.TagManaged: "true", driver.TagCluster: testCluster, driver.TagInstance: "ghost"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		leak, err := driver.Drive(ctx, op)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := config(memory.New(memory.Options{}), prov)
+		cfg.SyncInterval = 50 * time.Millisecond
+		_, stop := start(t, cfg)
+		waitFor(t, "the first listing", func() bool { return lists.n.Load() >= 1 })
+		// Between the first and the second listing the leak must survive.
+		if _, err := s.Get(ctx, leak.ID); err != nil && lists.n.Load() < 2 {
+			t.Fatalf("a leak seen once was deleted: %v", err)
+		}
+		waitFor(t, "the leak deleted after the second sighting", func() bool {
+			_, err := s.Get(ctx, leak.ID)
+			return errors.Is(err, driver.ErrNotFound)
+		})
+		if n := lists.n.Load(); n < 2 {
+			t.Fatalf("deleted after %d listings", n)
+		}
+		stop()
 	})
-	if n := lists.n.Load(); n < 2 {
-		t.Fatalf("deleted after %d listings", n)
-	}
-	stop()
 }
 
 func TestNodeOfflineReschedulesAndNoDuplicateSurvives(t *testing.T) {
-	s, prov := newSim(t, 2, nil)
-	p, _ := start(t, config(memory.New(memory.Options{}), prov))
-	ctx := context.Background()
-	r := req("svc", 1)
-	r.RestartPolicy = driver.RestartPolicy{Name: "always"}
-	plain := req("once", 1)
-	ans, err := p.Submit(ctx, r, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	first := waitPhase(t, p, "svc", reconciler.Running)
-	node := ans.Instances[0].Node.Name
-	plain.Constraints = []string{"node==" + node}
-	if _, err := p.Submit(ctx, plain, ""); err != nil {
-		t.Fatal(err)
-	}
-	waitPhase(t, p, "once", reconciler.Running)
+	synctest.Test(t, func(t *testing.T) {
+		s, prov := newSim(t, 2, nil)
+		p, _ := start(t, config(memory.New(memory.Options{}), prov))
+		ctx := context.Background()
+		r := req("svc", 1)
+		r.RestartPolicy = driver.RestartPolicy{Name: "always"}
+		plain := req("once", 1)
+		ans, err := p.Submit(ctx, r, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := waitPhase(t, p, "svc", reconciler.Running)
+		node := ans.Instances[0].Node.Name
+		plain.Constraints = []string{"node==" + node}
+		if _, err := p.Submit(ctx, plain, ""); err != nil {
+			t.Fatal(err)
+		}
+		waitPhase(t, p, "once", reconciler.Running)
 
-	if err := s.SetNodeStatus(node, driver.NodeOffline, "pulled the plug"); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "svc to run on the other node", func() bool {
-		in, _ := p.Instance(ctx, "svc")
-		return in.Phase == reconciler.Running && in.Node != node
-	})
-	moved, _ := p.Instance(ctx, "svc")
-	if moved.BackendID == first.BackendID || len(moved.Stale) != 1 {
-		t.Fatalf("moved instance: %+v", moved)
-	}
-	if in, _ := p.Instance(ctx, "once"); in.Node != node || in.Phase == reconciler.Pending {
-		t.Fatalf("instance without restart policy was moved: %+v", in)
-	}
-	// While the node is away both copies exist; when it returns the old
-	// one is deleted.
-	if err := s.SetNodeStatus(node, driver.NodeOnline, ""); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "one copy of svc", func() bool {
-		return len(tagged(t, prov, map[string]string{driver.TagInstance: "svc"})) == 1
-	})
-	got := tagged(t, prov, map[string]string{driver.TagInstance: "svc"})
-	if got[0].ID != moved.BackendID {
-		t.Fatalf("the surviving copy is %s, want the new one %s", got[0].ID, moved.BackendID)
-	}
-	waitFor(t, "the stale record cleared", func() bool {
-		in, _ := p.Instance(ctx, "svc")
-		return len(in.Stale) == 0
+		if err := s.SetNodeStatus(node, driver.NodeOffline, "pulled the plug"); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "svc to run on the other node", func() bool {
+			in, _ := p.Instance(ctx, "svc")
+			return in.Phase == reconciler.Running && in.Node != node
+		})
+		moved, _ := p.Instance(ctx, "svc")
+		if moved.BackendID == first.BackendID || len(moved.Stale) != 1 {
+			t.Fatalf("moved instance: %+v", moved)
+		}
+		if in, _ := p.Instance(ctx, "once"); in.Node != node || in.Phase == reconciler.Pending {
+			t.Fatalf("instance without restart policy was moved: %+v", in)
+		}
+		// While the node is away both copies exist; when it returns the old
+		// one is deleted.
+		if err := s.SetNodeStatus(node, driver.NodeOnline, ""); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "one copy of svc", func() bool {
+			return len(tagged(t, prov, map[string]string{driver.TagInstance: "svc"})) == 1
+		})
+		got := tagged(t, prov, map[string]string{driver.TagInstance: "svc"})
+		if got[0].ID != moved.BackendID {
+			t.Fatalf("the surviving copy is %s, want the new one %s", got[0].ID, moved.BackendID)
+		}
+		waitFor(t, "the stale record cleared", func() bool {
+			in, _ := p.Instance(ctx, "svc")
+			return len(in.Stale) == 0
+		})
 	})
 }
 
 func TestUnplaceableStaysPendingWithReasonAndIsPlacedWhenCapacityFrees(t *testing.T) {
-	_, prov := newSim(t, 1, nil)
-	p, _ := start(t, config(memory.New(memory.Options{}), prov))
-	ctx := context.Background()
-	big := req("big", 1)
-	big.CPU = driver.CPUs(3)
-	if _, err := p.Submit(ctx, big, ""); err != nil {
-		t.Fatal(err)
-	}
-	waitPhase(t, p, "big", reconciler.Running)
-	second := req("second", 1)
-	second.CPU = driver.CPUs(3)
-	ans, err := p.Submit(ctx, second, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if in := ans.Instances[0]; in.Node != nil || in.Instance.Phase != reconciler.Pending || !strings.Contains(in.Instance.Message, "cpu") {
-		t.Fatalf("second: %+v (node %v), want pending with a cpu reason", in.Instance, in.Node)
-	}
-	if err := p.Delete(ctx, "big"); err != nil {
-		t.Fatal(err)
-	}
-	waitPhase(t, p, "second", reconciler.Running)
-}
-
-func TestQuotas(t *testing.T) {
-	_, prov := newSim(t, 4, nil)
-	cfg := config(memory.New(memory.Options{}), prov)
-	cfg.Quotas = []control.Quota{{Owner: "bob", Instances: 2, CPU: driver.CPUs(2)}}
-	p, _ := start(t, cfg)
-	ctx := context.Background()
-	huge := req("huge", 1)
-	huge.CPU = driver.CPUs(3)
-	if _, err := p.Submit(ctx, huge, "bob"); !errors.Is(err, driver.ErrQuotaExceeded) {
-		t.Fatalf("a request that can never fit: %v, want ErrQuotaExceeded", err)
-	}
-	ans, err := p.Submit(ctx, req("b", 3), "bob")
-	if err != nil {
-		t.Fatal(err)
-	}
-	placed := 0
-	for _, pl := range ans.Instances {
-		if pl.Node != nil {
-			placed++
-		} else if !strings.Contains(pl.Instance.Message, "quota owner bob") {
-			t.Fatalf("pending message %q", pl.Instance.Message)
-		}
-	}
-	if placed != 2 {
-		t.Fatalf("%d placed, want 2 (the quota)", placed)
-	}
-	use, _ := p.Quotas(ctx)
-	if len(use) != 1 || use[0].UsedInstances != 2 || use[0].UsedCPU != driver.CPUs(1) {
-		t.Fatalf("quota use %+v", use)
-	}
-	// Others are not limited by bob's quota.
-	if ans, err := p.Submit(ctx, req("carol", 1), "carol"); err != nil || ans.Instances[0].Node == nil {
-		t.Fatalf("carol: %v %+v", err, ans)
-	}
-	// Freeing one of bob's lets the third in.
-	if err := p.Delete(ctx, "b-0"); err != nil {
-		t.Fatal(err)
-	}
-	waitPhase(t, p, "b-2", reconciler.Running)
-}
-
-func TestPoolsKeepMinReadyAndNodeSetsReuseThem(t *testing.T) {
-	_, prov := newSim(t, 2, nil)
-	cfg := config(memory.New(memory.Options{}), prov)
-	cfg.Pools = []control.Pool{{Name: "ci", Provider: "sim", MaxInstances: 3, Labels: []control.Label{
-		{Name: "small", Spec: driver.Spec{Image: "busybox", Resources: driver.Resources{CPU: driver.CPUs(0.5)}}, MinReady: 2},
-	}}}
-	p, _ := start(t, cfg)
-	ctx := context.Background()
-	ready := func() []control.Instance {
-		list, _ := p.Instances(ctx, control.Filter{Pool: "ci", Phases: []reconciler.Phase{reconciler.Running}})
-		return slices.DeleteFunc(list, func(in control.Instance) bool { return in.Owner != "" })
-	}
-	waitFor(t, "two ready instances", func() bool { return len(ready()) == 2 })
-	warm := ready()
-
-	g := scheduler.Group{ID: "job1", Kind: scheduler.KindNodeSet, Provider: "sim", Services: []scheduler.Service{
-		{Request: scheduler.Request{Spec: driver.Spec{Name: "small", Image: "busybox"}}},
-	}}
-	ans, err := p.SubmitGroup(ctx, g, "zuul")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(ans.Instances) != 1 || !slices.ContainsFunc(warm, func(in control.Instance) bool { return in.ID == ans.Instances[0].Instance.ID }) {
-		t.Fatalf("node set got %+v, want one of the warm instances %v", ans.Instances, ids(warm))
-	}
-	if got := ans.Instances[0].Instance; got.Owner != "zuul" || got.Group != "job1" {
-		t.Fatalf("reused instance owner %q group %q", got.Owner, got.Group)
-	}
-	// The pool tops up to two ready, within its cap of three.
-	waitFor(t, "the pool topped up", func() bool { return len(ready()) == 2 })
-	all, _ := p.Instances(ctx, control.Filter{Pool: "ci"})
-	if len(all) != 3 {
-		t.Fatalf("pool holds %d instances, want its cap of 3", len(all))
-	}
-}
-
-func TestHoldExpires(t *testing.T) {
-	_, prov := newSim(t, 1, nil)
-	p, _ := start(t, config(memory.New(memory.Options{}), prov))
-	ctx := context.Background()
-	if _, err := p.Submit(ctx, req("h", 1), ""); err != nil {
-		t.Fatal(err)
-	}
-	waitPhase(t, p, "h", reconciler.Running)
-	if err := p.Hold(ctx, "h", time.Now().Add(50*time.Millisecond)); err != nil {
-		t.Fatal(err)
-	}
-	if ph := phaseOf(t, p, "h"); ph != reconciler.Held && ph != reconciler.Deleting && ph != reconciler.Deleted {
-		t.Fatalf("held instance is %s", ph)
-	}
-	waitPhase(t, p, "h", reconciler.Deleted)
-}
-
-func TestStopStartResizeLogsAndEvents(t *testing.T) {
-	_, prov := newSim(t, 1, nil)
-	st := memory.New(memory.Options{})
-	p, _ := start(t, config(st, prov))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	events := make(chan control.Event, 1000)
-	evDone := make(chan error, 1)
-	go func() { evDone <- p.Events(ctx, 0, func(e control.Event) { events <- e }) }()
-	// Let the watch start before the first change.
-	time.Sleep(20 * time.Millisecond)
-
-	if _, err := p.Submit(ctx, req("app", 1), ""); err != nil {
-		t.Fatal(err)
-	}
-	waitPhase(t, p, "app", reconciler.Running)
-	if err := p.Stop(ctx, "app", time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if ph := phaseOf(t, p, "app"); ph != reconciler.Stopped {
-		t.Fatalf("after Stop: %s", ph)
-	}
-	if err := p.Start(ctx, "app"); err != nil {
-		t.Fatal(err)
-	}
-	if ph := phaseOf(t, p, "app"); ph != reconciler.Running {
-		t.Fatalf("after Start: %s", ph)
-	}
-	if err := p.Resize(ctx, "app", driver.Resources{CPU: driver.CPUs(1)}); err != nil {
-		t.Fatal(err)
-	}
-	in, _ := p.Instance(ctx, "app")
-	if in.Spec.CPU != driver.CPUs(1) {
-		t.Fatalf("resized cpus = %s", in.Spec.CPU)
-	}
-	if err := p.Resize(ctx, "app", driver.Resources{CPU: driver.CPUs(64)}); !errors.Is(err, driver.ErrInsufficientCapacity) {
-		t.Fatalf("oversized resize: %v", err)
-	}
-	var out strings.Builder
-	if err := p.Logs(ctx, "app", driver.LogOptions{Stdout: true, Stderr: true}, &out, io.Discard); err != nil {
-		t.Fatal(err)
-	}
-	if out.Len() == 0 {
-		t.Fatal("no log output")
-	}
-	seen := map[reconciler.Phase]bool{}
-	waitFor(t, "events of every phase", func() bool {
-		for {
-			select {
-			case e := <-events:
-				if e.Kind == control.EventInstance && e.Instance.ID == "app" {
-					seen[e.Instance.Phase] = true
-				}
-			default:
-				return seen[reconciler.Creating] && seen[reconciler.Running] && seen[reconciler.Stopping] && seen[reconciler.Stopped]
-			}
-		}
-	})
-	cancel()
-	if err := <-evDone; !errors.Is(err, context.Canceled) {
-		t.Fatalf("Events returned %v", err)
-	}
-	nodes, err := p.Nodes(context.Background())
-	if err != nil || len(nodes) != 1 || nodes[0].BerthCount != 1 || nodes[0].Berth.CPU != driver.CPUs(1) {
-		t.Fatalf("nodes = %+v, %v", nodes, err)
-	}
-	provs, err := p.Providers(context.Background())
-	if err != nil || len(provs) != 1 || provs[0].Name != "sim" || provs[0].Driver != "sim" || provs[0].Health.Breaker != "closed" {
-		t.Fatalf("providers = %+v, %v", provs, err)
-	}
-}
-
-func TestPlanIsADryRun(t *testing.T) {
-	_, prov := newSim(t, 2, nil)
-	p, err := control.New(context.Background(), config(memory.New(memory.Options{}), prov))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := req("dry", 3)
-	r.Constraints = []string{"node==node-1"}
-	ans, err := p.Plan(context.Background(), r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(ans.Placements) != 3 || ans.Placements[0].Node.Name != "node-1" {
-		t.Fatalf("plan = %+v", ans)
-	}
-	r.Constraints = []string{"node==mars"}
-	ans, err = p.Plan(context.Background(), r)
-	if err != nil || ans.Unplaced != 3 || len(ans.Reasons) == 0 || !strings.Contains(ans.Reasons[0], "node==mars") {
-		t.Fatalf("plan = %+v, %v", ans, err)
-	}
-	list, _ := p.Instances(context.Background(), control.Filter{All: true})
-	if len(list) != 0 {
-		t.Fatalf("a dry run stored instances: %v", ids(list))
-	}
-}
-
-func TestInstanceLostBehindBerthsBack(t *testing.T) {
-	s, prov := newSim(t, 2, nil)
-	p, _ := start(t, config(memory.New(memory.Options{}), prov))
-	ctx := context.Background()
-	keep := req("keep", 1)
-	keep.RestartPolicy = driver.RestartPolicy{Name: "always"}
-	for _, r := range []scheduler.Request{keep, req("gone", 1)} {
-		if _, err := p.Submit(ctx, r, ""); err != nil {
+	synctest.Test(t, func(t *testing.T) {
+		_, prov := newSim(t, 1, nil)
+		p, _ := start(t, config(memory.New(memory.Options{}), prov))
+		ctx := context.Background()
+		big := req("big", 1)
+		big.CPU = driver.CPUs(3)
+		if _, err := p.Submit(ctx, big, ""); err != nil {
 			t.Fatal(err)
 		}
-	}
-	first := waitPhase(t, p, "keep", reconciler.Running)
-	gone := waitPhase(t, p, "gone", reconciler.Running)
-	for _, id := range []string{first.BackendID, gone.BackendID} {
-		op, err := s.Delete(ctx, id)
+		waitPhase(t, p, "big", reconciler.Running)
+		second := req("second", 1)
+		second.CPU = driver.CPUs(3)
+		ans, err := p.Submit(ctx, second, "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := driver.Drive(ctx, op); err != nil {
+		if in := ans.Instances[0]; in.Node != nil || in.Instance.Phase != reconciler.Pending || !strings.Contains(in.Instance.Message, "cpu") {
+			t.Fatalf("second: %+v (node %v), want pending with a cpu reason", in.Instance, in.Node)
+		}
+		if err := p.Delete(ctx, "big"); err != nil {
 			t.Fatal(err)
 		}
-	}
-	in := waitPhase(t, p, "gone", reconciler.Failed)
-	if !strings.Contains(in.Message, "lost") {
-		t.Fatalf("message %q", in.Message)
-	}
-	waitFor(t, "keep to run again", func() bool {
-		in, _ := p.Instance(ctx, "keep")
-		return in.Phase == reconciler.Running && in.BackendID != first.BackendID
+		waitPhase(t, p, "second", reconciler.Running)
+	})
+}
+
+func TestQuotas(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, prov := newSim(t, 4, nil)
+		cfg := config(memory.New(memory.Options{}), prov)
+		cfg.Quotas = []control.Quota{{Owner: "bob", Instances: 2, CPU: driver.CPUs(2)}}
+		p, _ := start(t, cfg)
+		ctx := context.Background()
+		huge := req("huge", 1)
+		huge.CPU = driver.CPUs(3)
+		if _, err := p.Submit(ctx, huge, "bob"); !errors.Is(err, driver.ErrQuotaExceeded) {
+			t.Fatalf("a request that can never fit: %v, want ErrQuotaExceeded", err)
+		}
+		ans, err := p.Submit(ctx, req("b", 3), "bob")
+		if err != nil {
+			t.Fatal(err)
+		}
+		placed := 0
+		for _, pl := range ans.Instances {
+			if pl.Node != nil {
+				placed++
+			} else if !strings.Contains(pl.Instance.Message, "quota owner bob") {
+				t.Fatalf("pending message %q", pl.Instance.Message)
+			}
+		}
+		if placed != 2 {
+			t.Fatalf("%d placed, want 2 (the quota)", placed)
+		}
+		use, _ := p.Quotas(ctx)
+		if len(use) != 1 || use[0].UsedInstances != 2 || use[0].UsedCPU != driver.CPUs(1) {
+			t.Fatalf("quota use %+v", use)
+		}
+		// Others are not limited by bob's quota.
+		if ans, err := p.Submit(ctx, req("carol", 1), "carol"); err != nil || ans.Instances[0].Node == nil {
+			t.Fatalf("carol: %v %+v", err, ans)
+		}
+		// Freeing one of bob's lets the third in.
+		if err := p.Delete(ctx, "b-0"); err != nil {
+			t.Fatal(err)
+		}
+		waitPhase(t, p, "b-2", reconciler.Running)
+	})
+}
+
+func TestPoolsKeepMinReadyAndNodeSetsReuseThem(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, prov := newSim(t, 2, nil)
+		cfg := config(memory.New(memory.Options{}), prov)
+		cfg.Pools = []control.Pool{{Name: "ci", Provider: "sim", MaxInstances: 3, Labels: []control.Label{
+			{Name: "small", Spec: driver.Spec{Image: "busybox", Resources: driver.Resources{CPU: driver.CPUs(0.5)}}, MinReady: 2},
+		}}}
+		p, _ := start(t, cfg)
+		ctx := context.Background()
+		ready := func() []control.Instance {
+			list, _ := p.Instances(ctx, control.Filter{Pool: "ci", Phases: []reconciler.Phase{reconciler.Running}})
+			return slices.DeleteFunc(list, func(in control.Instance) bool { return in.Owner != "" })
+		}
+		waitFor(t, "two ready instances", func() bool { return len(ready()) == 2 })
+		warm := ready()
+
+		g := scheduler.Group{ID: "job1", Kind: scheduler.KindNodeSet, Provider: "sim", Services: []scheduler.Service{
+			{Request: scheduler.Request{Spec: driver.Spec{Name: "small", Image: "busybox"}}},
+		}}
+		ans, err := p.SubmitGroup(ctx, g, "zuul")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ans.Instances) != 1 || !slices.ContainsFunc(warm, func(in control.Instance) bool { return in.ID == ans.Instances[0].Instance.ID }) {
+			t.Fatalf("node set got %+v, want one of the warm instances %v", ans.Instances, ids(warm))
+		}
+		if got := ans.Instances[0].Instance; got.Owner != "zuul" || got.Group != "job1" {
+			t.Fatalf("reused instance owner %q group %q", got.Owner, got.Group)
+		}
+		// The pool tops up to two ready, within its cap of three.
+		waitFor(t, "the pool topped up", func() bool { return len(ready()) == 2 })
+		all, _ := p.Instances(ctx, control.Filter{Pool: "ci"})
+		if len(all) != 3 {
+			t.Fatalf("pool holds %d instances, want its cap of 3", len(all))
+		}
+	})
+}
+
+func TestHoldExpires(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, prov := newSim(t, 1, nil)
+		p, _ := start(t, config(memory.New(memory.Options{}), prov))
+		ctx := context.Background()
+		if _, err := p.Submit(ctx, req("h", 1), ""); err != nil {
+			t.Fatal(err)
+		}
+		waitPhase(t, p, "h", reconciler.Running)
+		if err := p.Hold(ctx, "h", time.Now().Add(50*time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		if ph := phaseOf(t, p, "h"); ph != reconciler.Held && ph != reconciler.Deleting && ph != reconciler.Deleted {
+			t.Fatalf("held instance is %s", ph)
+		}
+		waitPhase(t, p, "h", reconciler.Deleted)
+	})
+}
+
+func TestStopStartResizeLogsAndEvents(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, prov := newSim(t, 1, nil)
+		st := memory.New(memory.Options{})
+		p, _ := start(t, config(st, prov))
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		events := make(chan control.Event, 1000)
+		evDone := make(chan error, 1)
+		go func() { evDone <- p.Events(ctx, 0, func(e control.Event) { events <- e }) }()
+		// Let the watch start before the first change.
+		time.Sleep(20 * time.Millisecond)
+
+		if _, err := p.Submit(ctx, req("app", 1), ""); err != nil {
+			t.Fatal(err)
+		}
+		waitPhase(t, p, "app", reconciler.Running)
+		if err := p.Stop(ctx, "app", time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if ph := phaseOf(t, p, "app"); ph != reconciler.Stopped {
+			t.Fatalf("after Stop: %s", ph)
+		}
+		if err := p.Start(ctx, "app"); err != nil {
+			t.Fatal(err)
+		}
+		if ph := phaseOf(t, p, "app"); ph != reconciler.Running {
+			t.Fatalf("after Start: %s", ph)
+		}
+		if err := p.Resize(ctx, "app", driver.Resources{CPU: driver.CPUs(1)}); err != nil {
+			t.Fatal(err)
+		}
+		in, _ := p.Instance(ctx, "app")
+		if in.Spec.CPU != driver.CPUs(1) {
+			t.Fatalf("resized cpus = %s", in.Spec.CPU)
+		}
+		if err := p.Resize(ctx, "app", driver.Resources{CPU: driver.CPUs(64)}); !errors.Is(err, driver.ErrInsufficientCapacity) {
+			t.Fatalf("oversized resize: %v", err)
+		}
+		var out strings.Builder
+		if err := p.Logs(ctx, "app", driver.LogOptions{Stdout: true, Stderr: true}, &out, io.Discard); err != nil {
+			t.Fatal(err)
+		}
+		if out.Len() == 0 {
+			t.Fatal("no log output")
+		}
+		seen := map[reconciler.Phase]bool{}
+		waitFor(t, "events of every phase", func() bool {
+			for {
+				select {
+				case e := <-events:
+					if e.Kind == control.EventInstance && e.Instance.ID == "app" {
+						seen[e.Instance.Phase] = true
+					}
+				default:
+					return seen[reconciler.Creating] && seen[reconciler.Running] && seen[reconciler.Stopping] && seen[reconciler.Stopped]
+				}
+			}
+		})
+		cancel()
+		if err := <-evDone; !errors.Is(err, context.Canceled) {
+			t.Fatalf("Events returned %v", err)
+		}
+		nodes, err := p.Nodes(context.Background())
+		if err != nil || len(nodes) != 1 || nodes[0].BerthCount != 1 || nodes[0].Berth.CPU != driver.CPUs(1) {
+			t.Fatalf("nodes = %+v, %v", nodes, err)
+		}
+		provs, err := p.Providers(context.Background())
+		if err != nil || len(provs) != 1 || provs[0].Name != "sim" || provs[0].Driver != "sim" || provs[0].Health.Breaker != "closed" {
+			t.Fatalf("providers = %+v, %v", provs, err)
+		}
+	})
+}
+
+func TestPlanIsADryRun(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, prov := newSim(t, 2, nil)
+		p, err := control.New(context.Background(), config(memory.New(memory.Options{}), prov))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := req("dry", 3)
+		r.Constraints = []string{"node==node-1"}
+		ans, err := p.Plan(context.Background(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ans.Placements) != 3 || ans.Placements[0].Node.Name != "node-1" {
+			t.Fatalf("plan = %+v", ans)
+		}
+		r.Constraints = []string{"node==mars"}
+		ans, err = p.Plan(context.Background(), r)
+		if err != nil || ans.Unplaced != 3 || len(ans.Reasons) == 0 || !strings.Contains(ans.Reasons[0], "node==mars") {
+			t.Fatalf("plan = %+v, %v", ans, err)
+		}
+		list, _ := p.Instances(context.Background(), control.Filter{All: true})
+		if len(list) != 0 {
+			t.Fatalf("a dry run stored instances: %v", ids(list))
+		}
+	})
+}
+
+func TestInstanceLostBehindBerthsBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, prov := newSim(t, 2, nil)
+		p, _ := start(t, config(memory.New(memory.Options{}), prov))
+		ctx := context.Background()
+		keep := req("keep", 1)
+		keep.RestartPolicy = driver.RestartPolicy{Name: "always"}
+		for _, r := range []scheduler.Request{keep, req("gone", 1)} {
+			if _, err := p.Submit(ctx, r, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		first := waitPhase(t, p, "keep", reconciler.Running)
+		gone := waitPhase(t, p, "gone", reconciler.Running)
+		for _, id := range []string{first.BackendID, gone.BackendID} {
+			op, err := s.Delete(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := driver.Drive(ctx, op); err != nil {
+				t.Fatal(err)
+			}
+		}
+		in := waitPhase(t, p, "gone", reconciler.Failed)
+		if !strings.Contains(in.Message, "lost") {
+			t.Fatalf("message %q", in.Message)
+		}
+		waitFor(t, "keep to run again", func() bool {
+			in, _ := p.Instance(ctx, "keep")
+			return in.Phase == reconciler.Running && in.BackendID != first.BackendID
+		})
 	})
 }
 
 func TestSubmitBeforeRunIsLaunchedByRun(t *testing.T) {
-	_, prov := newSim(t, 1, nil)
-	cfg := config(memory.New(memory.Options{}), prov)
-	p, err := control.New(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ans, err := p.Submit(context.Background(), req("early", 1), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ph := ans.Instances[0].Instance.Phase; ph != reconciler.Scheduled {
-		t.Fatalf("without a running reconciler the instance is %s, want scheduled", ph)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	waitPhase(t, p, "early", reconciler.Running)
-	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Fatal(err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		_, prov := newSim(t, 1, nil)
+		cfg := config(memory.New(memory.Options{}), prov)
+		p, err := control.New(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ans, err := p.Submit(context.Background(), req("early", 1), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ph := ans.Instances[0].Instance.Phase; ph != reconciler.Scheduled {
+			t.Fatalf("without a running reconciler the instance is %s, want scheduled", ph)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- p.Run(ctx) }()
+		waitPhase(t, p, "early", reconciler.Running)
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatal(err)
+		}
+	})
 }
 
 func TestGroupEssentialsArePlacedAllOrNone(t *testing.T) {
-	_, prov := newSim(t, 2, nil)
-	rec := &recorder{launched: map[string]int{}, failed: map[string]int{}}
-	cfg := config(memory.New(memory.Options{}), prov)
-	cfg.Metrics = rec
-	p, _ := start(t, cfg)
-	ctx := context.Background()
-	big := req("big", 2)
-	big.CPU = driver.CPUs(3)
-	big.MaxPerNode = 1
-	if _, err := p.Submit(ctx, big, ""); err != nil {
-		t.Fatal(err)
-	}
-	waitPhase(t, p, "big-0", reconciler.Running)
-	waitPhase(t, p, "big-1", reconciler.Running)
+	synctest.Test(t, func(t *testing.T) {
+		_, prov := newSim(t, 2, nil)
+		rec := &recorder{launched: map[string]int{}, failed: map[string]int{}}
+		cfg := config(memory.New(memory.Options{}), prov)
+		cfg.Metrics = rec
+		p, _ := start(t, cfg)
+		ctx := context.Background()
+		big := req("big", 2)
+		big.CPU = driver.CPUs(3)
+		big.MaxPerNode = 1
+		if _, err := p.Submit(ctx, big, ""); err != nil {
+			t.Fatal(err)
+		}
+		waitPhase(t, p, "big-0", reconciler.Running)
+		waitPhase(t, p, "big-1", reconciler.Running)
 
-	svc := func(name string) scheduler.Service {
-		return scheduler.Service{Request: scheduler.Request{Spec: driver.Spec{Name: name, Image: "busybox", Resources: driver.Resources{CPU: driver.CPUs(3)}}}}
-	}
-	g := scheduler.Group{ID: "app", Services: []scheduler.Service{svc("web"), svc("db")}}
-	ans, err := p.SubmitGroup(ctx, g, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(ans.Instances) != 2 {
-		t.Fatalf("group answer %+v", ans.Instances)
-	}
-	for _, pl := range ans.Instances {
-		if pl.Node != nil || pl.Instance.Phase != reconciler.Pending {
-			t.Fatalf("%s placed although its group cannot fit whole: %+v", pl.Instance.ID, pl.Instance)
+		svc := func(name string) scheduler.Service {
+			return scheduler.Service{Request: scheduler.Request{Spec: driver.Spec{Name: name, Image: "busybox", Resources: driver.Resources{CPU: driver.CPUs(3)}}}}
 		}
-	}
-	passes := func() int {
-		n := 0
-		rec.get(func() { n = rec.scheduled })
-		return n
-	}
-	// Room for one of the two: the group still waits.
-	if err := p.Delete(ctx, "big-0"); err != nil {
-		t.Fatal(err)
-	}
-	waitPhase(t, p, "big-0", reconciler.Deleted)
-	before := passes()
-	waitFor(t, "three placement passes", func() bool { return passes() >= before+3 })
-	for _, pl := range ans.Instances {
-		if ph := phaseOf(t, p, pl.Instance.ID); ph != reconciler.Pending {
-			t.Fatalf("%s is %s: placed without the rest of its group", pl.Instance.ID, ph)
+		g := scheduler.Group{ID: "app", Services: []scheduler.Service{svc("web"), svc("db")}}
+		ans, err := p.SubmitGroup(ctx, g, "")
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	// Room for both: the group is placed whole.
-	if err := p.Delete(ctx, "big-1"); err != nil {
-		t.Fatal(err)
-	}
-	for _, pl := range ans.Instances {
-		waitPhase(t, p, pl.Instance.ID, reconciler.Running)
-	}
+		if len(ans.Instances) != 2 {
+			t.Fatalf("group answer %+v", ans.Instances)
+		}
+		for _, pl := range ans.Instances {
+			if pl.Node != nil || pl.Instance.Phase != reconciler.Pending {
+				t.Fatalf("%s placed although its group cannot fit whole: %+v", pl.Instance.ID, pl.Instance)
+			}
+		}
+		passes := func() int {
+			n := 0
+			rec.get(func() { n = rec.scheduled })
+			return n
+		}
+		// Room for one of the two: the group still waits.
+		if err := p.Delete(ctx, "big-0"); err != nil {
+			t.Fatal(err)
+		}
+		waitPhase(t, p, "big-0", reconciler.Deleted)
+		before := passes()
+		waitFor(t, "three placement passes", func() bool { return passes() >= before+3 })
+		for _, pl := range ans.Instances {
+			if ph := phaseOf(t, p, pl.Instance.ID); ph != reconciler.Pending {
+				t.Fatalf("%s is %s: placed without the rest of its group", pl.Instance.ID, ph)
+			}
+		}
+		// Room for both: the group is placed whole.
+		if err := p.Delete(ctx, "big-1"); err != nil {
+			t.Fatal(err)
+		}
+		for _, pl := range ans.Instances {
+			waitPhase(t, p, pl.Instance.ID, reconciler.Running)
+		}
+	})
 }
 
 // TestChangesByAnotherWriterAreFollowed writes a deletion request into the
 // store behind the plane's back, as another server sharing the store would:
 // the plane sees it through its store watch and deletes the instance.
 func TestChangesByAnotherWriterAreFollowed(t *testing.T) {
-	_, prov := newSim(t, 1, nil)
-	st := memory.New(memory.Options{})
-	p, _ := start(t, config(st, prov))
-	ctx := context.Background()
-	if _, err := p.Submit(ctx, req("shared", 1), ""); err != nil {
-		t.Fatal(err)
-	}
-	in := waitPhase(t, p, "shared", reconciler.Running)
-	next, _ := reconciler.Step(in, reconciler.Event{Kind: reconciler.DeleteRequested}, time.Now())
-	b, err := json.Marshal(next)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := st.Txn(ctx, []store.Cmp{{Key: control.PrefixInstances + "shared", ModRevision: in.Revision}}, []store.Op{store.Put(control.PrefixInstances+"shared", b)})
-	if err != nil || !res.Succeeded {
-		t.Fatalf("external write: %v %v", res, err)
-	}
-	waitPhase(t, p, "shared", reconciler.Deleted)
-	if got := tagged(t, prov, map[string]string{driver.TagInstance: "shared"}); len(got) != 0 {
-		t.Fatalf("still in the back-end: %v", got)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		_, prov := newSim(t, 1, nil)
+		st := memory.New(memory.Options{})
+		p, _ := start(t, config(st, prov))
+		ctx := context.Background()
+		if _, err := p.Submit(ctx, req("shared", 1), ""); err != nil {
+			t.Fatal(err)
+		}
+		in := waitPhase(t, p, "shared", reconciler.Running)
+		next, _ := reconciler.Step(in, reconciler.Event{Kind: reconciler.DeleteRequested}, time.Now())
+		b, err := json.Marshal(next)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := st.Txn(ctx, []store.Cmp{{Key: control.PrefixInstances + "shared", ModRevision: in.Revision}}, []store.Op{store.Put(control.PrefixInstances+"shared", b)})
+		if err != nil || !res.Succeeded {
+			t.Fatalf("external write: %v %v", res, err)
+		}
+		waitPhase(t, p, "shared", reconciler.Deleted)
+		if got := tagged(t, prov, map[string]string{driver.TagInstance: "shared"}); len(got) != 0 {
+			t.Fatalf("still in the back-end: %v", got)
+		}
+	})
 }
 
 func TestWaitingGroupSurvivesARestart(t *testing.T) {
-	_, prov := newSim(t, 2, nil)
-	st := memory.New(memory.Options{})
-	rec := &recorder{launched: map[string]int{}, failed: map[string]int{}}
-	cfg := config(st, prov)
-	cfg.Metrics = rec
-	p1, stop1 := start(t, cfg)
-	ctx := context.Background()
-	big := req("big", 2)
-	big.CPU = driver.CPUs(3)
-	big.MaxPerNode = 1
-	if _, err := p1.Submit(ctx, big, ""); err != nil {
-		t.Fatal(err)
-	}
-	waitPhase(t, p1, "big-0", reconciler.Running)
-	waitPhase(t, p1, "big-1", reconciler.Running)
-	svc := func(name string) scheduler.Service {
-		return scheduler.Service{Request: scheduler.Request{Spec: driver.Spec{Name: name, Image: "busybox", Resources: driver.Resources{CPU: driver.CPUs(3)}}}}
-	}
-	if _, err := p1.SubmitGroup(ctx, scheduler.Group{ID: "app", Services: []scheduler.Service{svc("web"), svc("db")}}, ""); err != nil {
-		t.Fatal(err)
-	}
-	stop1()
-
-	p2, _ := start(t, cfg)
-	passes := func() int {
-		n := 0
-		rec.get(func() { n = rec.scheduled })
-		return n
-	}
-	if err := p2.Delete(ctx, "big-0"); err != nil {
-		t.Fatal(err)
-	}
-	waitPhase(t, p2, "big-0", reconciler.Deleted)
-	before := passes()
-	waitFor(t, "three placement passes", func() bool { return passes() >= before+3 })
-	for _, id := range []string{"app.web", "app.db"} {
-		if ph := phaseOf(t, p2, id); ph != reconciler.Pending {
-			t.Fatalf("%s is %s: placed without the rest of its group after a restart", id, ph)
+	synctest.Test(t, func(t *testing.T) {
+		_, prov := newSim(t, 2, nil)
+		st := memory.New(memory.Options{})
+		rec := &recorder{launched: map[string]int{}, failed: map[string]int{}}
+		cfg := config(st, prov)
+		cfg.Metrics = rec
+		p1, stop1 := start(t, cfg)
+		ctx := context.Background()
+		big := req("big", 2)
+		big.CPU = driver.CPUs(3)
+		big.MaxPerNode = 1
+		if _, err := p1.Submit(ctx, big, ""); err != nil {
+			t.Fatal(err)
 		}
-	}
-	if err := p2.Delete(ctx, "big-1"); err != nil {
-		t.Fatal(err)
-	}
-	waitPhase(t, p2, "app.web", reconciler.Running)
-	waitPhase(t, p2, "app.db", reconciler.Running)
+		waitPhase(t, p1, "big-0", reconciler.Running)
+		waitPhase(t, p1, "big-1", reconciler.Running)
+		svc := func(name string) scheduler.Service {
+			return scheduler.Service{Request: scheduler.Request{Spec: driver.Spec{Name: name, Image: "busybox", Resources: driver.Resources{CPU: driver.CPUs(3)}}}}
+		}
+		if _, err := p1.SubmitGroup(ctx, scheduler.Group{ID: "app", Services: []scheduler.Service{svc("web"), svc("db")}}, ""); err != nil {
+			t.Fatal(err)
+		}
+		stop1()
+
+		p2, _ := start(t, cfg)
+		passes := func() int {
+			n := 0
+			rec.get(func() { n = rec.scheduled })
+			return n
+		}
+		if err := p2.Delete(ctx, "big-0"); err != nil {
+			t.Fatal(err)
+		}
+		waitPhase(t, p2, "big-0", reconciler.Deleted)
+		before := passes()
+		waitFor(t, "three placement passes", func() bool { return passes() >= before+3 })
+		for _, id := range []string{"app.web", "app.db"} {
+			if ph := phaseOf(t, p2, id); ph != reconciler.Pending {
+				t.Fatalf("%s is %s: placed without the rest of its group after a restart", id, ph)
+			}
+		}
+		if err := p2.Delete(ctx, "big-1"); err != nil {
+			t.Fatal(err)
+		}
+		waitPhase(t, p2, "app.web", reconciler.Running)
+		waitPhase(t, p2, "app.db", reconciler.Running)
+	})
 }
 
 // TestSpecSharedButNeverAliased checks the instances of a request, which
@@ -959,77 +1009,81 @@ func TestWaitingGroupSurvivesARestart(t *testing.T) {
 // caller does with an instance it was given changes nothing, and after a
 // restart the instances share their spec again.
 func TestSpecSharedButNeverAliased(t *testing.T) {
-	_, prov := newSim(t, 3, nil)
-	st := memory.New(memory.Options{})
-	p, stop := start(t, config(st, prov))
-	ctx := context.Background()
-	ans, err := p.Submit(ctx, req("trio", 3), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ans.Instances[1].Instance.Spec.Image = "changed-by-the-caller"
-	for _, id := range []string{"trio-0", "trio-1", "trio-2"} {
-		waitPhase(t, p, id, reconciler.Running)
-	}
-	if err := p.Resize(ctx, "trio-0", driver.Resources{CPU: driver.CPUs(1)}); err != nil {
-		t.Fatal(err)
-	}
-	got, err := p.Instance(ctx, "trio-2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	got.Spec.Memory = 1 // a caller's change
-	check := func(p *control.Plane) {
-		t.Helper()
-		for id, cpu := range map[string]driver.MilliCPU{"trio-0": driver.CPUs(1), "trio-1": driver.CPUs(0.5), "trio-2": driver.CPUs(0.5)} {
-			in, err := p.Instance(ctx, id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if in.Spec.CPU != cpu || in.Spec.Memory != 256*driver.MiB || in.Spec.Image != "busybox" {
-				t.Fatalf("%s: cpus %s, memory %s, image %q; want %s, 256Mi, busybox", id, in.Spec.CPU, in.Spec.Memory, in.Spec.Image, cpu)
+	synctest.Test(t, func(t *testing.T) {
+		_, prov := newSim(t, 3, nil)
+		st := memory.New(memory.Options{})
+		p, stop := start(t, config(st, prov))
+		ctx := context.Background()
+		ans, err := p.Submit(ctx, req("trio", 3), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ans.Instances[1].Instance.Spec.Image = "changed-by-the-caller"
+		for _, id := range []string{"trio-0", "trio-1", "trio-2"} {
+			waitPhase(t, p, id, reconciler.Running)
+		}
+		if err := p.Resize(ctx, "trio-0", driver.Resources{CPU: driver.CPUs(1)}); err != nil {
+			t.Fatal(err)
+		}
+		got, err := p.Instance(ctx, "trio-2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got.Spec.Memory = 1 // a caller's change
+		check := func(p *control.Plane) {
+			t.Helper()
+			for id, cpu := range map[string]driver.MilliCPU{"trio-0": driver.CPUs(1), "trio-1": driver.CPUs(0.5), "trio-2": driver.CPUs(0.5)} {
+				in, err := p.Instance(ctx, id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if in.Spec.CPU != cpu || in.Spec.Memory != 256*driver.MiB || in.Spec.Image != "busybox" {
+					t.Fatalf("%s: cpus %s, memory %s, image %q; want %s, 256Mi, busybox", id, in.Spec.CPU, in.Spec.Memory, in.Spec.Image, cpu)
+				}
 			}
 		}
-	}
-	check(p)
-	stop()
-	p2, _ := start(t, config(st, prov))
-	check(p2)
+		check(p)
+		stop()
+		p2, _ := start(t, config(st, prov))
+		check(p2)
+	})
 }
 
 func TestPlaceRoundWaitsForARoundOfRun(t *testing.T) {
-	_, prov := newSim(t, 1, nil)
-	p, err := control.New(context.Background(), config(memory.New(memory.Options{}), prov))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Without Run there is no placer: PlaceRound waits for its context.
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	if err := p.PlaceRound(ctx); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("PlaceRound without Run: %v, want the context's deadline", err)
-	}
-	big := req("big", 1)
-	big.CPU = driver.CPUs(3)
-	if _, err := p.Submit(context.Background(), big, ""); err != nil {
-		t.Fatal(err)
-	}
-	second := req("second", 1)
-	second.CPU = driver.CPUs(3)
-	if _, err := p.Submit(context.Background(), second, ""); err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(runCtx) }()
-	defer func() { stop(); <-done }()
-	waitPhase(t, p, "big", reconciler.Running)
-	// A round that starts after PlaceRound is called has decided the
-	// waiting instance when it returns: it still does not fit, and says why.
-	if err := p.PlaceRound(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if in, err := p.Instance(context.Background(), "second"); err != nil || in.Phase != reconciler.Pending {
-		t.Fatalf("second: %+v, %v; want pending", in, err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		_, prov := newSim(t, 1, nil)
+		p, err := control.New(context.Background(), config(memory.New(memory.Options{}), prov))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Without Run there is no placer: PlaceRound waits for its context.
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		if err := p.PlaceRound(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("PlaceRound without Run: %v, want the context's deadline", err)
+		}
+		big := req("big", 1)
+		big.CPU = driver.CPUs(3)
+		if _, err := p.Submit(context.Background(), big, ""); err != nil {
+			t.Fatal(err)
+		}
+		second := req("second", 1)
+		second.CPU = driver.CPUs(3)
+		if _, err := p.Submit(context.Background(), second, ""); err != nil {
+			t.Fatal(err)
+		}
+		runCtx, stop := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- p.Run(runCtx) }()
+		defer func() { stop(); <-done }()
+		waitPhase(t, p, "big", reconciler.Running)
+		// A round that starts after PlaceRound is called has decided the
+		// waiting instance when it returns: it still does not fit, and says why.
+		if err := p.PlaceRound(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if in, err := p.Instance(context.Background(), "second"); err != nil || in.Phase != reconciler.Pending {
+			t.Fatalf("second: %+v, %v; want pending", in, err)
+		}
+	})
 }
