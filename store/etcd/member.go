@@ -1,0 +1,234 @@
+package etcd
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+
+	"github.com/berth-dev/berth/driver"
+)
+
+// TLSFiles are the files of one side's TLS: a certificate and its key,
+// and the authority that signs the other side's certificates.
+type TLSFiles struct {
+	CertFile, KeyFile, CAFile string
+}
+
+// IsZero reports whether no file is set.
+func (f TLSFiles) IsZero() bool { return f == TLSFiles{} }
+
+// MemberConfig configures an etcd member run inside the Berth server.
+type MemberConfig struct {
+	// Name names the member in InitialCluster.
+	Name string
+	// Dir holds the member's data (its write-ahead log and snapshots).
+	Dir string
+	// PeerURL is where the other members reach this one (listened on and
+	// advertised); ClientURL is where clients reach it.
+	PeerURL, ClientURL string
+	// InitialCluster is every member of a new cluster, "a=URL,b=URL,c=URL"
+	// with their peer URLs; empty means this member alone. It is read
+	// only when Dir holds no data yet.
+	InitialCluster string
+	// Join makes the member join a running cluster that lists it already
+	// (berth members add) instead of starting a new one.
+	Join bool
+	// PeerTLS secures the traffic between members: when set, each member
+	// presents its certificate and accepts only peers signed by CAFile.
+	// ClientTLS secures the client URL the same way.
+	PeerTLS, ClientTLS TLSFiles
+	// Insecure allows a peer or client URL off the loopback interface
+	// without TLS (anyone who reaches it reads and writes everything).
+	Insecure bool
+	// LogFile receives the member's own log (errors and warnings); empty
+	// discards it.
+	LogFile string
+	// SkipFsync lets writes return before they reach the disk: for tests
+	// only, a crash may lose acknowledged writes.
+	SkipFsync bool
+}
+
+// Check validates c, naming the flag of each bad field.
+func (c *MemberConfig) Check() error {
+	var es driver.FieldErrors
+	if c.Name == "" {
+		es.Add("etcd-name", "required")
+	}
+	if c.Dir == "" {
+		es.Add("data-dir", "required")
+	}
+	for _, u := range []struct {
+		flag, val string
+		tls       TLSFiles
+	}{{"etcd-peer-url", c.PeerURL, c.PeerTLS}, {"etcd-client-url", c.ClientURL, c.ClientTLS}} {
+		if err := checkURL(u.val, !u.tls.IsZero(), c.Insecure); err != nil {
+			es.Add(u.flag, "%v", err)
+		}
+		if !u.tls.IsZero() && (u.tls.CertFile == "" || u.tls.KeyFile == "" || u.tls.CAFile == "") {
+			es.Add(u.flag, "TLS needs a certificate, its key and a CA file")
+		}
+	}
+	if c.InitialCluster != "" {
+		self := false
+		for i, part := range strings.Split(c.InitialCluster, ",") {
+			name, u, ok := strings.Cut(part, "=")
+			if !ok || name == "" {
+				es.Add("etcd-initial-cluster", "entry %d %q: want NAME=PEER-URL", i, part)
+				continue
+			}
+			if _, err := url.Parse(u); err != nil || !strings.Contains(u, "://") {
+				es.Add("etcd-initial-cluster", "entry %d %q: %q is not a URL", i, part, u)
+			}
+			if name == c.Name {
+				self = true
+				if u != c.PeerURL {
+					es.Add("etcd-initial-cluster", "names this member %s with %s, but --etcd-peer-url is %s", name, u, c.PeerURL)
+				}
+			}
+		}
+		if !self {
+			es.Add("etcd-initial-cluster", "does not name this member (%s)", c.Name)
+		}
+	}
+	return es.Err()
+}
+
+// checkURL checks a member URL: http or https with a host and port, https
+// exactly when TLS is set, and on the loopback interface unless TLS
+// protects it or insecure allows it.
+func checkURL(raw string, withTLS, insecure bool) error {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" || u.Port() == "" {
+		return fmt.Errorf("%q: want http(s)://HOST:PORT", raw)
+	}
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Errorf("%q: want http or https", raw)
+	case withTLS != (u.Scheme == "https"):
+		return fmt.Errorf("%q: use https with TLS files, http without", raw)
+	}
+	if withTLS || insecure {
+		return nil
+	}
+	ip := net.ParseIP(u.Hostname())
+	if u.Hostname() == "localhost" || (ip != nil && ip.IsLoopback()) {
+		return nil
+	}
+	return fmt.Errorf("%q is off the loopback interface without TLS: anyone who reaches it could read and change the cluster's state; give TLS files, or --insecure", raw)
+}
+
+// Member is a running embedded etcd member.
+type Member struct {
+	e   *embed.Etcd
+	cfg MemberConfig
+}
+
+// StartMember starts an etcd member and waits until it has joined its
+// cluster (for a new cluster: until enough members started for a quorum)
+// or ctx ends.
+func StartMember(ctx context.Context, c MemberConfig) (*Member, error) {
+	if err := c.Check(); err != nil {
+		return nil, err
+	}
+	cfg := embed.NewConfig()
+	cfg.Name = c.Name
+	cfg.Dir = c.Dir
+	peer, _ := url.Parse(c.PeerURL)
+	client, _ := url.Parse(c.ClientURL)
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*peer}, []url.URL{*peer}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*client}, []url.URL{*client}
+	cfg.InitialCluster = c.InitialCluster
+	if cfg.InitialCluster == "" {
+		cfg.InitialCluster = c.Name + "=" + c.PeerURL
+	}
+	cfg.ClusterState = embed.ClusterStateFlagNew
+	if c.Join {
+		cfg.ClusterState = embed.ClusterStateFlagExisting
+	}
+	cfg.InitialClusterToken = "berth"
+	cfg.MaxTxnOps = DefaultMaxTxnOps
+	cfg.MaxRequestBytes = DefaultMaxRequestBytes
+	// The Berth store compacts the history itself (Options.History).
+	cfg.AutoCompactionMode = embed.CompactorModeRevision
+	cfg.AutoCompactionRetention = "0"
+	cfg.UnsafeNoFsync = c.SkipFsync
+	cfg.LogLevel = "warn"
+	if c.LogFile == "" {
+		cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	} else {
+		cfg.LogOutputs = []string{c.LogFile}
+	}
+	if !c.PeerTLS.IsZero() {
+		cfg.PeerTLSInfo = transport.TLSInfo{CertFile: c.PeerTLS.CertFile, KeyFile: c.PeerTLS.KeyFile, TrustedCAFile: c.PeerTLS.CAFile, ClientCertAuth: true}
+	}
+	if !c.ClientTLS.IsZero() {
+		cfg.ClientTLSInfo = transport.TLSInfo{CertFile: c.ClientTLS.CertFile, KeyFile: c.ClientTLS.KeyFile, TrustedCAFile: c.ClientTLS.CAFile, ClientCertAuth: true}
+	}
+	if err := os.MkdirAll(filepath.Dir(c.Dir), 0o700); err != nil {
+		return nil, fmt.Errorf("store/etcd: member data directory: %w", err)
+	}
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("store/etcd: start member %s: %w", c.Name, err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case err := <-e.Err():
+		e.Close()
+		return nil, fmt.Errorf("store/etcd: member %s: %w", c.Name, err)
+	case <-ctx.Done():
+		e.Close()
+		return nil, fmt.Errorf("store/etcd: member %s did not join its cluster: %w", c.Name, ctx.Err())
+	}
+	return &Member{e: e, cfg: c}, nil
+}
+
+// Client returns a client of this member's own client URL.
+func (m *Member) Client() (*clientv3.Client, error) {
+	return NewClient([]string{m.cfg.ClientURL}, m.cfg.ClientTLS)
+}
+
+// Err delivers an error when the member fails while it runs.
+func (m *Member) Err() <-chan error { return m.e.Err() }
+
+// ID is the member's id in its cluster.
+func (m *Member) ID() uint64 { return uint64(m.e.Server.MemberID()) }
+
+// Close stops the member.
+func (m *Member) Close() { m.e.Close() }
+
+// NewClient connects to an etcd cluster's client URLs, with TLS when
+// files are given (a client certificate, its key and the cluster's CA).
+func NewClient(endpoints []string, files TLSFiles) (*clientv3.Client, error) {
+	cfg := clientv3.Config{
+		Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		MaxCallSendMsgSize: DefaultMaxRequestBytes + 1<<20, MaxCallRecvMsgSize: 1 << 30,
+		// A member that stops answering is noticed within seconds.
+		DialKeepAliveTime: 5 * time.Second, DialKeepAliveTimeout: 3 * time.Second,
+	}
+	if !files.IsZero() {
+		info := transport.TLSInfo{CertFile: files.CertFile, KeyFile: files.KeyFile, TrustedCAFile: files.CAFile}
+		tc, err := info.ClientConfig()
+		if err != nil {
+			return nil, fmt.Errorf("store/etcd: client TLS: %w", err)
+		}
+		tc.MinVersion = tls.VersionTLS12
+		cfg.TLS = tc
+	}
+	c, err := clientv3.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("store/etcd: connect to %s: %w", strings.Join(endpoints, ","), err)
+	}
+	return c, nil
+}
