@@ -1,0 +1,232 @@
+// Package leader elects one leader among the Berth servers of a cluster on
+// etcd, and fences the leader's writes.
+//
+// Every server campaigns (etcd's concurrency.Election, on a lease of a few
+// seconds kept alive by the server). The winner's election key, with its
+// revision, is the fence: the leader's store (Fenced) adds to each of its
+// transactions the comparison that the key still has that revision, in the
+// same transaction. A leader that lost its lease (frozen, cut off, too
+// slow) has lost its key, so each of its writes fails; Fenced then reports
+// ErrDeposed and the leader stops at once. No write of a deposed leader
+// ever lands, whatever it still believes.
+package leader
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/berth-dev/berth/store"
+)
+
+// ErrDeposed is the error of a write refused because its server no longer
+// leads.
+var ErrDeposed = errors.New("leader: this server no longer leads the cluster")
+
+// DefaultTTL is the leader's lease: how long a leader that stopped
+// answering keeps the lead before another server takes it.
+const DefaultTTL = 2 * time.Second
+
+// ElectionKey is the store key under which the servers campaign.
+const ElectionKey = "/berth/leader/"
+
+// Info is what the leader says of itself, the election key's value.
+type Info struct {
+	// Name is the server's name (its etcd member's name).
+	Name string `json:"name"`
+	// Address is the URL of its API.
+	Address string `json:"address"`
+}
+
+// Config configures Run.
+type Config struct {
+	// Client reaches etcd.
+	Client *clientv3.Client
+	// Prefix is the store's key prefix in etcd (store/etcd Options.Prefix).
+	Prefix string
+	// Self is this server.
+	Self Info
+	// TTL is the lease (0: DefaultTTL; etcd rounds it up to whole seconds
+	// and to its own minimum).
+	TTL    time.Duration
+	Logger *slog.Logger
+	// Changed, when set, is called with each change of leadership seen by
+	// this server (elected, deposed).
+	Changed func(leading bool)
+}
+
+// Term is one term of this server as leader.
+type Term struct {
+	// Fence is the comparison every write of the term carries.
+	Fence store.Cmp
+	// Rev is the term's revision in etcd: later terms have larger ones.
+	Rev int64
+}
+
+// Run campaigns until ctx ends. Each time this server is elected it calls
+// lead with a context that ends when the term does (the lease lost, the
+// fence refused a write: lead's store is to be Fenced with the term's
+// fence and that context's cancel), waits for lead to return, then
+// campaigns again. It returns ctx's error.
+func Run(ctx context.Context, cfg Config, lead func(ctx context.Context, term Term, deposed func()) error) error {
+	ttl := cfg.TTL
+	if ttl <= 0 {
+		ttl = DefaultTTL
+	}
+	secs := max(int((ttl+time.Second-1)/time.Second), 1)
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	value, err := json.Marshal(cfg.Self)
+	if err != nil {
+		return err
+	}
+	for ctx.Err() == nil {
+		sess, err := concurrency.NewSession(cfg.Client, concurrency.WithTTL(secs), concurrency.WithContext(ctx))
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Warn("leader election: no session", "err", err)
+				sleep(ctx, time.Second)
+			}
+			continue
+		}
+		el := concurrency.NewElection(sess, cfg.Prefix+ElectionKey)
+		if err := el.Campaign(ctx, string(value)); err != nil {
+			_ = sess.Close()
+			if ctx.Err() == nil {
+				log.Warn("leader election", "err", err)
+				sleep(ctx, time.Second)
+			}
+			continue
+		}
+		// Campaign may return after the lease expired: then the term is
+		// over before it began.
+		select {
+		case <-sess.Done():
+			continue
+		default:
+		}
+		term := Term{Fence: store.Cmp{Key: strings.TrimPrefix(el.Key(), cfg.Prefix), ModRevision: el.Rev() - 1}, Rev: el.Rev()}
+		log.Info("elected leader", "name", cfg.Self.Name, "term", term.Rev)
+		if cfg.Changed != nil {
+			cfg.Changed(true)
+		}
+		tctx, end := context.WithCancel(ctx)
+		stop := context.AfterFunc(sess.Ctx(), end)
+		go func() {
+			select {
+			case <-sess.Done():
+				end()
+			case <-tctx.Done():
+			}
+		}()
+		if err := lead(tctx, term, end); err != nil && tctx.Err() == nil {
+			log.Error("leading", "err", err)
+		}
+		end()
+		stop()
+		if cfg.Changed != nil {
+			cfg.Changed(false)
+		}
+		log.Info("no longer leader", "name", cfg.Self.Name, "term", term.Rev)
+		// Give the lead up at once when the lease still holds, so that
+		// another server need not wait for it to expire.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		_ = el.Resign(rctx)
+		cancel()
+		_ = sess.Close()
+	}
+	return ctx.Err()
+}
+
+// Current returns the leader now, or false when there is none.
+func Current(ctx context.Context, c *clientv3.Client, prefix string) (Info, bool, error) {
+	resp, err := c.Get(ctx, prefix+ElectionKey, clientv3.WithFirstCreate()...)
+	if err != nil {
+		return Info{}, false, err
+	}
+	if len(resp.Kvs) == 0 {
+		return Info{}, false, nil
+	}
+	var in Info
+	if err := json.Unmarshal(resp.Kvs[0].Value, &in); err != nil {
+		return Info{}, false, fmt.Errorf("leader: the election key holds %q: %w", resp.Kvs[0].Value, err)
+	}
+	return in, true, nil
+}
+
+// Watch keeps the current leader in step with etcd until ctx ends: it
+// calls fn with each leader seen (ok false when there is none).
+func Watch(ctx context.Context, c *clientv3.Client, prefix string, fn func(in Info, ok bool)) {
+	for ctx.Err() == nil {
+		in, ok, err := Current(ctx, c, prefix)
+		if err == nil {
+			fn(in, ok)
+		}
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		ch := c.Watch(wctx, prefix+ElectionKey, clientv3.WithPrefix())
+		for resp := range ch {
+			if resp.Err() != nil {
+				break
+			}
+			if in, ok, err := Current(ctx, c, prefix); err == nil {
+				fn(in, ok)
+			}
+		}
+		cancel()
+		sleep(ctx, 200*time.Millisecond)
+	}
+}
+
+// Fenced returns st whose every transaction also compares fence, in the
+// same transaction. When a transaction fails and the fence no longer
+// holds, it returns an error wrapping ErrDeposed and calls deposed (once):
+// the caller stops leading.
+func Fenced(st store.Store, fence store.Cmp, deposed func()) store.Store {
+	return &fenced{Store: st, fence: fence, deposed: deposed}
+}
+
+type fenced struct {
+	store.Store
+	fence   store.Cmp
+	deposed func()
+	once    sync.Once
+}
+
+func (f *fenced) Txn(ctx context.Context, cmps []store.Cmp, ops []store.Op) (store.TxnResult, error) {
+	all := make([]store.Cmp, 0, len(cmps)+1)
+	all = append(append(all, cmps...), f.fence)
+	res, err := f.Store.Txn(ctx, all, ops)
+	if err != nil || res.Succeeded {
+		return res, err
+	}
+	kv, gerr := f.Store.Get(ctx, f.fence.Key)
+	if gerr == nil && kv.ModRevision == f.fence.ModRevision {
+		// One of the caller's own comparisons failed.
+		return res, nil
+	}
+	if gerr != nil && !errors.Is(gerr, store.ErrNotFound) {
+		return res, gerr
+	}
+	f.once.Do(f.deposed)
+	return res, fmt.Errorf("%w (its term's key %s is gone)", ErrDeposed, f.fence.Key)
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

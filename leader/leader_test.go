@@ -1,0 +1,123 @@
+package leader_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+
+	"github.com/berth-dev/berth/leader"
+	"github.com/berth-dev/berth/store"
+	"github.com/berth-dev/berth/store/etcd"
+	"github.com/berth-dev/berth/store/etcd/etcdtest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// Two servers campaign: one leads and writes through its fenced store;
+// when its lease is revoked (as when it froze past its TTL) the other
+// leads, and every later write of the first is refused with ErrDeposed
+// and changes nothing.
+func TestOneLeaderAndTheFence(t *testing.T) {
+	m := etcdtest.Member(t)
+	ca, cb := etcdtest.Client(t, m), etcdtest.Client(t, m)
+	const prefix = "/c1"
+	sa, sb := etcd.New(ca, etcd.Options{Prefix: prefix}), etcd.New(cb, etcd.Options{Prefix: prefix})
+	t.Cleanup(func() { _ = sa.Close(); _ = sb.Close() })
+
+	type term struct {
+		name  string
+		term  leader.Term
+		st    store.Store
+		ended chan struct{}
+		gone  atomic.Bool
+	}
+	terms := make(chan *term, 4)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{}, 2)
+	for _, srv := range []struct {
+		name string
+		st   *etcd.Store
+		cli  *clientv3.Client
+	}{{"a", sa, ca}, {"b", sb, cb}} {
+		cli := srv.cli
+		go func() {
+			defer func() { done <- struct{}{} }()
+			_ = leader.Run(ctx, leader.Config{Client: cli, Prefix: prefix, Self: leader.Info{Name: srv.name, Address: "http://" + srv.name}, TTL: time.Second},
+				func(tctx context.Context, tm leader.Term, deposed func()) error {
+					tr := &term{name: srv.name, term: tm, ended: make(chan struct{})}
+					tr.st = leader.Fenced(srv.st, tm.Fence, func() { tr.gone.Store(true); deposed() })
+					terms <- tr
+					<-tctx.Done()
+					close(tr.ended)
+					// Hold on until the test is done with this term's
+					// store, as a deposed leader still running would.
+					return nil
+				})
+		}()
+	}
+	defer func() {
+		cancel()
+		<-done
+		<-done
+	}()
+	first := <-terms
+	if info, ok, err := leader.Current(ctx, ca, prefix); err != nil || !ok || info.Name != first.name {
+		t.Fatalf("Current = %+v %v %v, want %s", info, ok, err, first.name)
+	}
+	res, err := first.st.Txn(ctx, nil, []store.Op{store.Put("/x", []byte("first"))})
+	if err != nil || !res.Succeeded {
+		t.Fatalf("the leader's write: %+v %v", res, err)
+	}
+	// A comparison of the caller's own that fails is no deposition.
+	if res, err := first.st.Txn(ctx, []store.Cmp{{Key: "/x"}}, []store.Op{store.Put("/x", []byte("again"))}); err != nil || res.Succeeded {
+		t.Fatalf("a failed compare of the leader's own: %+v %v, want not succeeded and no error", res, err)
+	}
+
+	// The first leader's lease ends: the other server is elected.
+	lease := leaseOf(t, ca, prefix, first.name)
+	if _, err := ca.Revoke(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	second := <-terms
+	if second.name == first.name {
+		t.Fatalf("%s leads again", second.name)
+	}
+	if second.term.Rev <= first.term.Rev {
+		t.Fatalf("the second term's revision %d is not after the first's %d", second.term.Rev, first.term.Rev)
+	}
+	<-first.ended
+	// The deposed leader writes anyway: refused, and nothing changes.
+	_, err = first.st.Txn(ctx, nil, []store.Op{store.Put("/x", []byte("stale"))})
+	if !errors.Is(err, leader.ErrDeposed) || !first.gone.Load() {
+		t.Fatalf("deposed leader's write: %v (deposed called: %v), want ErrDeposed", err, first.gone.Load())
+	}
+	if kv, err := sb.Get(ctx, "/x"); err != nil || string(kv.Value) != "first" {
+		t.Fatalf("/x = %q %v, want the first leader's write only", kv.Value, err)
+	}
+	if res, err := second.st.Txn(ctx, nil, []store.Op{store.Put("/x", []byte("second"))}); err != nil || !res.Succeeded {
+		t.Fatalf("the new leader's write: %+v %v", res, err)
+	}
+}
+
+// leaseOf returns the lease of name's election key.
+func leaseOf(t *testing.T, c *clientv3.Client, prefix, name string) clientv3.LeaseID {
+	t.Helper()
+	resp, err := c.Get(context.Background(), prefix+leader.ElectionKey, clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range resp.Kvs {
+		var in leader.Info
+		if json.Unmarshal(kv.Value, &in) == nil && in.Name == name {
+			return clientv3.LeaseID(kv.Lease)
+		}
+	}
+	t.Fatalf("no election key of %s", name)
+	return 0
+}
