@@ -147,6 +147,10 @@ func ErrorOf(err error) *Error {
 	return &e
 }
 
+// WriteError answers err as the API does, for other handlers of the
+// server: the status and the error envelope of ErrorOf.
+func WriteError(w http.ResponseWriter, err error) { writeError(w, ErrorOf(err)) }
+
 // StatusOf returns the HTTP status the API answers err with: the one
 // mapping of errors to statuses, for other HTTP front ends of the plane.
 func StatusOf(err error) int { return toError(err).Status }

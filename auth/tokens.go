@@ -164,14 +164,17 @@ const tokensGuard = "/berth/tokens-changed"
 
 // list returns every token, sorted by name, and the guard's mod revision.
 func (t *Tokens) list(ctx context.Context) ([]Token, int64, error) {
-	kvs, _, err := t.st.List(ctx, PrefixTokens)
-	if err != nil {
-		return nil, 0, err
-	}
+	// The guard first: a change that lands between the two reads leaves
+	// the guard older than the listing, so a transaction comparing it
+	// fails rather than act on a listing that misses the change.
 	guard := int64(0)
 	if kv, err := t.st.Get(ctx, tokensGuard); err == nil {
 		guard = kv.ModRevision
 	} else if !errors.Is(err, store.ErrNotFound) {
+		return nil, 0, err
+	}
+	kvs, _, err := t.st.List(ctx, PrefixTokens)
+	if err != nil {
 		return nil, 0, err
 	}
 	out := make([]Token, 0, len(kvs))

@@ -702,14 +702,29 @@ func (s *state) releasedName(id string) bool {
 	return !ok || !holdsName(in)
 }
 
+// adoptGrace is how long an adopted copy may stay in the creating state:
+// its builder was the previous reconciler (before a crash, or the leader
+// before this one), which finishes a create within seconds if it still
+// runs at all. A copy still being built after that was left half-built
+// (a container created and never started): it is deleted and the
+// instance launched again; a copy that ever ran is always adopted.
+const adoptGrace = 10 * time.Second
+
 // awaitOp returns an Operation that waits for the back-end's instance id to
 // leave the creating state (an adopted copy whose create the previous
-// reconciler was driving).
+// reconciler was driving). A copy still creating after adoptGrace is
+// reported failed, and so abandoned.
 func (s *state) awaitOp(p *provider.Provider, id string) driver.Operation {
+	since := s.now()
 	return driver.Steps(func(ctx context.Context) (bool, *driver.Instance, error) {
 		got, err := p.Get(ctx, id)
 		if err != nil {
 			return false, nil, err
+		}
+		if got.State == driver.StateCreating && s.now().Sub(since) > adoptGrace {
+			left := *got
+			left.State, left.Message = driver.StateFailed, "left half-built by an interrupted launch"
+			return true, &left, nil
 		}
 		return got.State != driver.StateCreating, got, nil
 	})

@@ -62,6 +62,7 @@ type server struct {
 	mu      sync.Mutex
 	log     bytes.Buffer
 	done    chan error
+	addrCh  chan string
 }
 
 // startServer starts `berth server --dev` with $XDG_DATA_HOME home (its
@@ -148,6 +149,16 @@ func startServerAs(t *testing.T, uid uint32, bin string, args ...string) *server
 // address.
 func runServer(t *testing.T, cmd *exec.Cmd, home string) *server {
 	t.Helper()
+	s := launch(t, cmd, home)
+	s.waitListening(t)
+	return s
+}
+
+// launch starts cmd (a berth server with JSON logs) without waiting for
+// it: servers that need each other to start (etcd members) are launched
+// together, then waited for.
+func launch(t *testing.T, cmd *exec.Cmd, home string) *server {
+	t.Helper()
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -155,8 +166,7 @@ func runServer(t *testing.T, cmd *exec.Cmd, home string) *server {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	s := &server{cmd: cmd, home: home, done: make(chan error, 1)}
-	addrCh := make(chan string, 1)
+	s := &server{cmd: cmd, home: home, done: make(chan error, 1), addrCh: make(chan string, 1)}
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 1<<20), 64<<20)
@@ -172,23 +182,16 @@ func runServer(t *testing.T, cmd *exec.Cmd, home string) *server {
 			}
 			if json.Unmarshal(line, &rec) == nil && rec.Msg == "listening" && rec.Addr != "" {
 				select {
-				case addrCh <- rec.Addr:
+				case s.addrCh <- rec.Addr:
 				default:
 				}
 			}
 		}
 		s.done <- cmd.Wait()
 	}()
-	select {
-	case s.addr = <-addrCh:
-	case err := <-s.done:
-		t.Fatalf("server exited before listening: %v\n%s", err, s.logs())
-	case <-time.After(30 * time.Second):
-		_ = cmd.Process.Kill()
-		t.Fatalf("server did not log its address\n%s", s.logs())
-	}
 	t.Cleanup(func() {
 		if cmd.ProcessState == nil {
+			_ = cmd.Process.Signal(syscall.SIGCONT) // in case a test froze it
 			_ = cmd.Process.Signal(syscall.SIGTERM)
 			select {
 			case <-s.done:
@@ -199,6 +202,21 @@ func runServer(t *testing.T, cmd *exec.Cmd, home string) *server {
 		}
 	})
 	return s
+}
+
+// waitListening waits for the server's "listening" log line and takes its
+// address.
+func (s *server) waitListening(t *testing.T) {
+	t.Helper()
+	select {
+	case s.addr = <-s.addrCh:
+	case err := <-s.done:
+		s.done <- err
+		t.Fatalf("server exited before listening: %v\n%s", err, s.logs())
+	case <-time.After(60 * time.Second):
+		_ = s.cmd.Process.Kill()
+		t.Fatalf("server did not log its address\n%s", s.logs())
+	}
 }
 
 func (s *server) logs() string {

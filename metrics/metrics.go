@@ -34,6 +34,10 @@ type Metrics struct {
 	calls       *prometheus.CounterVec
 	callTime    *prometheus.HistogramVec
 	requests    *prometheus.HistogramVec
+	leading     prometheus.Gauge
+	terms       *prometheus.CounterVec
+	fenced      prometheus.Counter
+	storeTime   *prometheus.HistogramVec
 }
 
 // New returns a Metrics with every collector registered, plus the Go runtime
@@ -92,11 +96,51 @@ func New() *Metrics {
 			Help:    "API request latency per route and status class.",
 			Buckets: prometheus.ExponentialBuckets(50e-6, 3, 12),
 		}, []string{"route", "code"}),
+		leading: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "berth_leader",
+			Help: "1 while this server leads its cluster, else 0.",
+		}),
+		terms: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "berth_leadership_changes_total",
+			Help: "Times this server was elected (to=leader) or stopped leading (to=follower).",
+		}, []string{"to"}),
+		fenced: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "berth_fence_rejections_total",
+			Help: "Terms ended because the fence refused a write: this server wrote after it lost the lead.",
+		}),
+		storeTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "berth_etcd_request_duration_seconds",
+			Help:    "Time etcd took per store call (get, list, txn, compact), by outcome.",
+			Buckets: prometheus.ExponentialBuckets(100e-6, 3, 12),
+		}, []string{"op", "outcome"}),
 	}
 	m.reg.MustRegister(m.schedule, m.queueDepth, m.launches, m.failures, m.quotaUsed, m.quotaLimit,
-		m.leaks, m.breaker, m.transitions, m.calls, m.callTime, m.requests,
+		m.leaks, m.breaker, m.transitions, m.calls, m.callTime, m.requests, m.leading, m.terms, m.fenced, m.storeTime,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// Leading records a change of this server's leadership.
+func (m *Metrics) Leading(leading bool) {
+	if leading {
+		m.leading.Set(1)
+		m.terms.WithLabelValues("leader").Inc()
+		return
+	}
+	m.leading.Set(0)
+	m.terms.WithLabelValues("follower").Inc()
+}
+
+// Fenced records a term ended by the fence.
+func (m *Metrics) Fenced() { m.fenced.Inc() }
+
+// StoreCall records one call to etcd.
+func (m *Metrics) StoreCall(op string, d time.Duration, err error) {
+	outcome := "ok"
+	if err != nil {
+		outcome = "error"
+	}
+	m.storeTime.WithLabelValues(op, outcome).Observe(d.Seconds())
 }
 
 // Registry returns the registry holding Berth's collectors.

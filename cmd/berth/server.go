@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/berth-dev/berth/api"
 	"github.com/berth-dev/berth/auth"
@@ -28,7 +29,10 @@ import (
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/metrics"
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/leader"
+	"github.com/berth-dev/berth/store"
 	"github.com/berth-dev/berth/store/bolt"
+	"github.com/berth-dev/berth/store/etcd"
 	"github.com/berth-dev/berth/web"
 )
 
@@ -54,6 +58,8 @@ type serverFlags struct {
 	// dockerListen is the Docker Engine API's address (--docker-listen).
 	dockerListen string
 	dockerTLS    dockerTLS
+	// ha keeps the state in etcd, for a highly available cluster.
+	ha haFlags
 }
 
 func newServerCmd(c *cli) *cobra.Command {
@@ -94,6 +100,7 @@ goroutine's stack to the log.`,
 	fl.StringVar(&f.clientCA, "tls-client-ca", "", "PEM file of the CAs whose client certificates are accepted (common name = a token's name)")
 	fl.BoolVar(&f.insecure, "insecure", false, "allow a listen address off this host without TLS (tokens cross the network in clear)")
 	fl.StringSliceVar(&f.origins, "allowed-origin", nil, "an Origin whose browser requests are served (repeatable; default none)")
+	f.ha.register(fl)
 	fl.IntVar(&f.gcPercent, "gc-percent", 0, fmt.Sprintf("garbage collection target, as GOGC (default: GOGC if set, else %d)", config.DefaultGCPercent))
 	for _, df := range config.DriverFlags() {
 		help := df.Option.Help
@@ -224,6 +231,14 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 	if err != nil {
 		return err
 	}
+	if f.ha.enabled() || cmd.Flags().Changed("leader-lease") || cmd.Flags().Changed("advertise-url") {
+		if err := f.ha.check(cfg.Insecure); err != nil {
+			return err
+		}
+		if !f.ha.enabled() {
+			return usagef("--leader-lease and --advertise-url are for servers on etcd: add --etcd-name or --etcd-endpoints")
+		}
+	}
 	log := newLogger(cfg, c.stderr)
 	slog.SetDefault(log)
 	cfg.SetRuntime()
@@ -250,9 +265,33 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 		return err
 	}
 
-	st, err := bolt.Open(filepath.Join(cfg.DataDir, "berth.db"), bolt.Options{})
-	if err != nil {
-		return err
+	m := metrics.New()
+	var (
+		st     store.Store
+		client *clientv3.Client
+	)
+	if f.ha.enabled() {
+		if f.dockerListen != "" {
+			return usagef("--docker-listen is not served by a server on etcd yet: run the Docker endpoint on a server with the embedded store")
+		}
+		c, member, opts, err := f.ha.openEtcd(ctx, cfg.DataDir, cfg.Insecure, m)
+		if err != nil {
+			return err
+		}
+		client = c
+		defer func() {
+			_ = client.Close()
+			if member != nil {
+				member.Close()
+			}
+		}()
+		st = etcd.New(client, opts)
+	} else {
+		b, err := bolt.Open(filepath.Join(cfg.DataDir, "berth.db"), bolt.Options{})
+		if err != nil {
+			return err
+		}
+		st = b
 	}
 	defer func() {
 		if err := st.Close(); err != nil {
@@ -268,7 +307,6 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 		log.Info("made the first admin token; its secret is in the file (mode 0600), read by berth's client verbs on this host", "file", tokenFile)
 	}
 
-	m := metrics.New()
 	providers, err := openProviders(ctx, cfg, log, m)
 	defer closeProviders(providers, log)
 	if err != nil {
@@ -279,27 +317,101 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 		Logger: log, Metrics: m,
 	}
 	cfg.Reconcile.Apply(&planeCfg)
-	plane, err := control.New(ctx, planeCfg)
-	if err != nil {
-		return err
-	}
-
-	apiServer := api.New(plane, api.Options{
+	apiOpts := api.Options{
 		MaxBodySize: int64(cfg.MaxBodySize), MaxCount: cfg.MaxCount, Logger: log,
 		Tokens: tokens, LoopbackOnly: loopback, AllowedOrigins: cfg.AllowedOrigins,
 		Rate: cfg.TokenRate, Burst: cfg.TokenBurst, MaxStreams: cfg.MaxStreams,
-	})
-	ui, err := web.New(plane, web.Options{Logger: log, Authenticator: webAuth(tokens), SecureCookies: cfg.TLS.Enabled()})
-	if err != nil {
+	}
+	// front serves the API and the dashboard of one plane.
+	type front struct {
+		plane *control.Plane
+		api   *api.Server
+		ui    *web.Server
+		mux   *http.ServeMux
+	}
+	newFront := func(ctx context.Context, pc control.Config) (*front, error) {
+		plane, err := control.New(ctx, pc)
+		if err != nil {
+			return nil, err
+		}
+		apiServer := api.New(plane, apiOpts)
+		ui, err := web.New(plane, web.Options{Logger: log, Authenticator: webAuth(tokens), SecureCookies: cfg.TLS.Enabled()})
+		if err != nil {
+			return nil, err
+		}
+		mux := http.NewServeMux()
+		mux.Handle(web.Prefix, timed(m, apiServer.CheckHost(ui)))
+		mux.Handle("/", timed(m, apiServer))
+		return &front{plane: plane, api: apiServer, ui: ui, mux: mux}, nil
+	}
+	// run runs a front's plane and dashboard until ctx ends, then ends its
+	// streams.
+	run := func(ctx context.Context, fr *front) error {
+		uiDone := make(chan struct{})
+		go func() {
+			defer close(uiDone)
+			_ = fr.ui.Run(ctx)
+		}()
+		err := fr.plane.Run(ctx)
+		fr.api.CloseStreams()
+		fr.ui.CloseStreams()
+		<-uiDone
 		return err
 	}
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", apiServer.Protect(auth.Read, m.Handler()))
-	mux.Handle(web.Prefix, timed(m, apiServer.CheckHost(ui)))
-	mux.Handle("/", timed(m, apiServer))
+
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
+	}
+	guard := api.New(nil, apiOpts) // authenticates the routes outside a plane's API
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", guard.Protect(auth.Read, m.Handler()))
+	var (
+		single *front
+		door   *frontDoor
+		runAll func(ctx context.Context) error
+	)
+	if !f.ha.enabled() {
+		if single, err = newFront(ctx, planeCfg); err != nil {
+			return err
+		}
+		mux.Handle("/", single.mux)
+		runAll = func(ctx context.Context) error { return run(ctx, single) }
+	} else {
+		addr, err := f.ha.advertiseURL(ln.Addr(), tlsConfig != nil)
+		if err != nil {
+			return err
+		}
+		self := leader.Info{Name: f.ha.name, Address: addr}
+		if self.Name == "" {
+			self.Name, _ = os.Hostname()
+		}
+		if door, err = newFrontDoor(self, f.ha.leaderCA, log); err != nil {
+			return err
+		}
+		mux.Handle("GET /v1/health", guard.CheckHost(http.HandlerFunc(door.health)))
+		members{c: client}.routes(mux, guard)
+		mux.Handle("/", door)
+		runAll = func(ctx context.Context) error {
+			go leader.Watch(ctx, client, f.ha.prefix, door.seen)
+			return leader.Run(ctx, leader.Config{
+				Client: client, Prefix: f.ha.prefix, Self: self, TTL: f.ha.lease, Logger: log, Changed: m.Leading,
+			}, func(tctx context.Context, term leader.Term, deposed func()) error {
+				pc := planeCfg
+				pc.Store = leader.Fenced(st, term.Fence, func() {
+					m.Fenced()
+					log.Warn("a write was refused by the fence: another server leads; stopping", "term", term.Rev)
+					deposed()
+				})
+				fr, err := newFront(tctx, pc)
+				if err != nil {
+					return err
+				}
+				door.lead(fr.mux)
+				defer door.lead(nil)
+				return run(tctx, fr)
+			})
+		}
 	}
 	if tlsConfig != nil {
 		ln = tls.NewListener(ln, tlsConfig)
@@ -310,24 +422,19 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 	httpServer := &http.Server{Handler: mux, ReadHeaderTimeout: to.ReadHeader, ReadTimeout: to.Read, WriteTimeout: to.Write,
 		IdleTimeout: to.Idle, MaxHeaderBytes: 64 << 10, TLSConfig: tlsConfig, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 
-	// The reconciler runs under its own context so that it stops only after
-	// the API has finished the requests in flight.
+	// The plane runs under its own context so that it stops only after the
+	// API has finished the requests in flight.
 	planeCtx, stopPlane := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopPlane()
 	planeDone := make(chan error, 1)
-	go func() { planeDone <- plane.Run(planeCtx) }()
-	uiDone := make(chan struct{})
-	go func() {
-		defer close(uiDone)
-		_ = ui.Run(planeCtx)
-	}()
+	go func() { planeDone <- runAll(planeCtx) }()
 	serveDone := make(chan error, 1)
 	go func() { serveDone <- httpServer.Serve(ln) }()
 	var dockerEP *dockerEndpoint
 	if f.dockerListen != "" {
 		tlsCfg, err := f.dockerTLS.config()
 		if err == nil {
-			dockerEP, err = listenDocker(f.dockerListen, tlsCfg, cfg.Insecure, cfg.Timeouts, cfg.MaxStreams, plane, tokens, int64(cfg.MaxBodySize), log)
+			dockerEP, err = listenDocker(f.dockerListen, tlsCfg, cfg.Insecure, cfg.Timeouts, cfg.MaxStreams, single.plane, tokens, int64(cfg.MaxBodySize), log)
 		}
 		if err != nil {
 			_ = httpServer.Close()
@@ -364,17 +471,18 @@ loop:
 	// Stop accepting, end the streams, finish the requests in flight.
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
 	defer cancel()
-	apiServer.CloseStreams()
+	if single != nil {
+		single.api.CloseStreams()
+		single.ui.CloseStreams()
+	}
 	dockerEP.shutdown(shutdownCtx, log)
-	ui.CloseStreams()
 	if err := httpServer.Shutdown(shutdownCtx); err != nil {
 		log.Error("api shutdown", "error", err)
 		_ = httpServer.Close()
 	}
-	// Then stop the reconciler; the deferred calls close the providers and
-	// the store.
+	// Then stop the plane (and give up the lead); the deferred calls close
+	// the providers and the store.
 	stopPlane()
-	<-uiDone
 	if err := <-planeDone; err != nil && !errors.Is(err, context.Canceled) {
 		log.Error("control plane", "error", err)
 	}

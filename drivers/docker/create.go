@@ -365,7 +365,19 @@ func (d *Driver) Features() []string {
 }
 
 // CheckSpec refuses at submit the spec fields no engine can honour.
-func (d *Driver) CheckSpec(spec *driver.Spec) error { return unsupported(spec) }
+func (d *Driver) CheckSpec(spec *driver.Spec) error {
+	if err := unsupported(spec); err != nil {
+		return err
+	}
+	if spec.CPU > 0 && spec.CPU < minCPU {
+		return fmt.Errorf("docker: %w: %w", driver.ErrInvalid, &driver.FieldError{Path: "cpus", Reason: fmt.Sprintf("%s is less than %s, the smallest CPU limit the kernel enforces (1 ms per 100 ms); ask for at least that, or for no cpus", spec.CPU, minCPU)})
+	}
+	return nil
+}
+
+// minCPU is the smallest CPU limit a container can have: the kernel's
+// CFS quota is at least 1 ms per 100 ms period.
+const minCPU = driver.MilliCPU(10)
 
 var (
 	_ driver.FeatureReporter = (*Driver)(nil)

@@ -1,0 +1,363 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/spf13/pflag"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/berth-dev/berth/api"
+	"github.com/berth-dev/berth/auth"
+	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/leader"
+	"github.com/berth-dev/berth/metrics"
+	"github.com/berth-dev/berth/store/etcd"
+)
+
+// haFlags configure a server that keeps its state in etcd: an external
+// cluster (--etcd-endpoints) or a member run in this process (--etcd-name
+// and the rest), so that several servers form one highly available
+// cluster.
+type haFlags struct {
+	endpoints              []string
+	caCert, cert, key      string
+	prefix                 string
+	name                   string
+	peerURL, clientURL     string
+	initialCluster         string
+	initialClusterState    string
+	peerCert, peerKey      string
+	peerCA                 string
+	lease                  time.Duration
+	advertise              string
+	leaderCA               string
+	maxTxnOps, maxReqBytes int
+}
+
+func (h *haFlags) register(fl *pflag.FlagSet) {
+	fl.StringSliceVar(&h.endpoints, "etcd-endpoints", nil, "keep the state in this external etcd cluster (client URLs, comma-separated) instead of the embedded store")
+	fl.StringVar(&h.caCert, "etcd-cacert", "", "CA of the external etcd cluster's certificates (PEM)")
+	fl.StringVar(&h.cert, "etcd-cert", "", "client certificate for the external etcd cluster (PEM)")
+	fl.StringVar(&h.key, "etcd-key", "", "key of --etcd-cert (PEM)")
+	fl.StringVar(&h.prefix, "etcd-prefix", "", "prefix of this Berth cluster's keys in etcd (to share one etcd cluster between several)")
+	fl.StringVar(&h.name, "etcd-name", "", "run an etcd member in this server, with this name: servers with members form one highly available cluster")
+	fl.StringVar(&h.peerURL, "etcd-peer-url", "", "the member's URL for the other members (listened on and advertised)")
+	fl.StringVar(&h.clientURL, "etcd-client-url", "", "the member's client URL (default http://127.0.0.1:2379)")
+	fl.StringVar(&h.initialCluster, "etcd-initial-cluster", "", "every member of a new cluster: NAME=PEER-URL,NAME=PEER-URL,... (default: this member alone)")
+	fl.StringVar(&h.initialClusterState, "etcd-initial-cluster-state", "new", "new, or existing to join a running cluster after berth members add")
+	fl.StringVar(&h.peerCert, "etcd-peer-cert", "", "the member's certificate for peer traffic (PEM; with --etcd-peer-key and --etcd-peer-ca)")
+	fl.StringVar(&h.peerKey, "etcd-peer-key", "", "key of --etcd-peer-cert")
+	fl.StringVar(&h.peerCA, "etcd-peer-ca", "", "CA that signs every member's peer certificate")
+	fl.DurationVar(&h.lease, "leader-lease", leader.DefaultTTL, "how long a leader that stops answering keeps the lead (whole seconds)")
+	fl.StringVar(&h.advertise, "advertise-url", "", "URL at which the other servers reach this server's API, to forward to the leader (default: from --listen)")
+	fl.StringVar(&h.leaderCA, "leader-ca", "", "CA trusted for the other servers' API certificates when forwarding to the leader (default: the system's)")
+	fl.IntVar(&h.maxTxnOps, "etcd-max-txn-ops", etcd.DefaultMaxTxnOps, "the external etcd cluster's --max-txn-ops")
+	fl.IntVar(&h.maxReqBytes, "etcd-max-request-bytes", etcd.DefaultMaxRequestBytes, "the external etcd cluster's --max-request-bytes")
+}
+
+// enabled reports whether the server keeps its state in etcd.
+func (h *haFlags) enabled() bool { return len(h.endpoints) > 0 || h.name != "" }
+
+// check validates the flags; listen is the API's address.
+func (h *haFlags) check(insecure bool) error {
+	var es driver.FieldErrors
+	if len(h.endpoints) > 0 && h.name != "" {
+		es.Add("etcd-endpoints", "give either --etcd-endpoints (an external cluster) or --etcd-name (a member in this server), not both")
+	}
+	for i, e := range h.endpoints {
+		if u, err := url.Parse(e); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			es.Add("etcd-endpoints", "entry %d %q: want http(s)://HOST:PORT", i, e)
+		}
+	}
+	if (h.cert == "") != (h.key == "") {
+		es.Add("etcd-cert", "--etcd-cert and --etcd-key go together")
+	}
+	if h.name == "" {
+		for _, f := range []struct{ flag, val string }{{"etcd-peer-url", h.peerURL}, {"etcd-client-url", h.clientURL}, {"etcd-initial-cluster", h.initialCluster}, {"etcd-peer-cert", h.peerCert}} {
+			if f.val != "" {
+				es.Add(f.flag, "needs --etcd-name (a member in this server)")
+			}
+		}
+	} else if h.peerURL == "" {
+		es.Add("etcd-peer-url", "required with --etcd-name")
+	}
+	if h.initialClusterState != "new" && h.initialClusterState != "existing" {
+		es.Add("etcd-initial-cluster-state", "%q: want new or existing", h.initialClusterState)
+	}
+	n := 0
+	for _, v := range []string{h.peerCert, h.peerKey, h.peerCA} {
+		if v != "" {
+			n++
+		}
+	}
+	if n != 0 && n != 3 {
+		es.Add("etcd-peer-cert", "peer TLS needs --etcd-peer-cert, --etcd-peer-key and --etcd-peer-ca")
+	}
+	if h.lease < time.Second || h.lease > time.Minute {
+		es.Add("leader-lease", "%s: want 1s to 1m", h.lease)
+	}
+	if h.advertise != "" {
+		if u, err := url.Parse(h.advertise); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" && u.Path != "/" {
+			es.Add("advertise-url", "%q: want http(s)://HOST:PORT", h.advertise)
+		}
+	}
+	if h.prefix != "" && !strings.HasPrefix(h.prefix, "/") {
+		es.Add("etcd-prefix", "%q: start it with /", h.prefix)
+	}
+	if h.maxTxnOps < 128 || h.maxTxnOps > 1<<20 {
+		es.Add("etcd-max-txn-ops", "%d: want 128 to %d", h.maxTxnOps, 1<<20)
+	}
+	if h.maxReqBytes < 1<<20 || h.maxReqBytes > 1<<30 {
+		es.Add("etcd-max-request-bytes", "%d: want 1 MiB to 1 GiB", h.maxReqBytes)
+	}
+	if err := es.Err(); err != nil {
+		return usagef("%v", err)
+	}
+	return nil
+}
+
+// openEtcd connects to the external cluster or starts this server's
+// member, and returns the client, the member (nil for an external
+// cluster) and the store's options.
+func (h *haFlags) openEtcd(ctx context.Context, dataDir string, insecure bool, m *metrics.Metrics) (*clientv3.Client, *etcd.Member, etcd.Options, error) {
+	opts := etcd.Options{Prefix: h.prefix, MaxTxnOps: h.maxTxnOps, MaxRequestBytes: h.maxReqBytes, Observe: m.StoreCall}
+	if len(h.endpoints) > 0 {
+		c, err := etcd.NewClient(h.endpoints, etcd.TLSFiles{CertFile: h.cert, KeyFile: h.key, CAFile: h.caCert})
+		if err != nil {
+			return nil, nil, opts, err
+		}
+		return c, nil, opts, nil
+	}
+	client := h.clientURL
+	if client == "" {
+		client = "http://127.0.0.1:2379"
+	}
+	mcfg := etcd.MemberConfig{
+		Name: h.name, Dir: filepath.Join(dataDir, "etcd"), PeerURL: h.peerURL, ClientURL: client,
+		InitialCluster: h.initialCluster, Join: h.initialClusterState == "existing",
+		PeerTLS:  etcd.TLSFiles{CertFile: h.peerCert, KeyFile: h.peerKey, CAFile: h.peerCA},
+		Insecure: insecure, LogFile: filepath.Join(dataDir, "etcd.log"),
+	}
+	member, err := etcd.StartMember(ctx, mcfg)
+	if err != nil {
+		return nil, nil, opts, err
+	}
+	c, err := member.Client()
+	if err != nil {
+		member.Close()
+		return nil, nil, opts, err
+	}
+	opts.MaxTxnOps, opts.MaxRequestBytes = etcd.DefaultMaxTxnOps, etcd.DefaultMaxRequestBytes
+	return c, member, opts, nil
+}
+
+// advertiseURL is the URL the other servers reach this one's API at.
+func (h *haFlags) advertiseURL(ln net.Addr, withTLS bool) (string, error) {
+	if h.advertise != "" {
+		return strings.TrimSuffix(h.advertise, "/"), nil
+	}
+	host, port, err := net.SplitHostPort(ln.String())
+	if err != nil {
+		return "", err
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		return "", usagef("--listen %s binds every interface: say with --advertise-url where the other servers reach this one", ln)
+	}
+	scheme := "http"
+	if withTLS {
+		scheme = "https"
+	}
+	return scheme + "://" + net.JoinHostPort(host, port), nil
+}
+
+// frontDoor routes the API of a server in a highly available cluster: to
+// this server's own handlers while it leads, else to the leader.
+type frontDoor struct {
+	self    leader.Info
+	leading atomic.Pointer[http.Handler] // set while this server leads
+	current atomic.Pointer[leader.Info]  // the leader, as last seen
+	proxy   *httputil.ReverseProxy
+	log     *slog.Logger
+}
+
+func newFrontDoor(self leader.Info, leaderCA string, log *slog.Logger) (*frontDoor, error) {
+	fd := &frontDoor{self: self, log: log}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if leaderCA != "" {
+		pem, err := os.ReadFile(leaderCA)
+		if err != nil {
+			return nil, usagef("--leader-ca: %v", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, usagef("--leader-ca %s: no PEM certificate in it", leaderCA)
+		}
+		tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}
+	}
+	fd.proxy = &httputil.ReverseProxy{
+		Transport:     tr,
+		FlushInterval: -1, // streams (logs, events) pass at once
+		Rewrite: func(r *httputil.ProxyRequest) {
+			in := r.In.Context().Value(leaderKey{}).(leader.Info)
+			u, _ := url.Parse(in.Address)
+			r.SetURL(u)
+			r.SetXForwarded()
+			r.Out.Header.Set("Berth-Forwarded-By", fd.self.Name)
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			fd.log.Warn("forwarding to the leader", "err", err)
+			writeUnavailable(w, "the leader ("+r.Context().Value(leaderKey{}).(leader.Info).Address+") did not answer: "+err.Error())
+		},
+	}
+	return fd, nil
+}
+
+type leaderKey struct{}
+
+// lead serves h as this server's own API while it leads; nil stops that.
+func (fd *frontDoor) lead(h http.Handler) {
+	if h == nil {
+		fd.leading.Store(nil)
+		return
+	}
+	fd.leading.Store(&h)
+}
+
+// seen records the leader as watched in etcd.
+func (fd *frontDoor) seen(in leader.Info, ok bool) {
+	if !ok {
+		fd.current.Store(nil)
+		return
+	}
+	fd.current.Store(&in)
+}
+
+func (fd *frontDoor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h := fd.leading.Load(); h != nil {
+		(*h).ServeHTTP(w, r)
+		return
+	}
+	in := fd.current.Load()
+	if in == nil || in.Name == fd.self.Name || r.Header.Get("Berth-Forwarded-By") != "" {
+		// No leader, or one that is this server in name only (it is
+		// starting or stopping), or a request another follower sent here
+		// believing this server leads: no loops.
+		writeUnavailable(w, "no leader is elected right now; try again in a few seconds")
+		return
+	}
+	// A forwarded stream outlives the follower's write timeout; the leader
+	// bounds it.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
+	fd.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), leaderKey{}, *in)))
+}
+
+// health answers GET /v1/health on every server: its role and the leader.
+func (fd *frontDoor) health(w http.ResponseWriter, r *http.Request) {
+	out := map[string]any{"status": "ok", "role": "follower", "name": fd.self.Name}
+	if fd.leading.Load() != nil {
+		out["role"] = "leader"
+	}
+	if in := fd.current.Load(); in != nil {
+		out["leader"] = in
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(out)
+}
+
+func writeUnavailable(w http.ResponseWriter, msg string) {
+	w.Header().Set("Retry-After", "1")
+	api.WriteError(w, fmt.Errorf("%w: %s", driver.ErrRetryable, msg))
+}
+
+// members serves /v1/members: the etcd cluster's members, adding and
+// removing them. Admin only (guard.Protect).
+type members struct {
+	c *clientv3.Client
+}
+
+// Member is one member of the etcd cluster under the servers.
+type Member struct {
+	ID         string   `json:"id"`
+	Name       string   `json:"name"`
+	PeerURLs   []string `json:"peer_urls"`
+	ClientURLs []string `json:"client_urls"`
+	Learner    bool     `json:"learner,omitempty"`
+}
+
+func (m members) routes(mux *http.ServeMux, guard *api.Server) {
+	mux.Handle("GET /v1/members", guard.Protect(auth.Read, http.HandlerFunc(m.list)))
+	mux.Handle("POST /v1/members", guard.Protect(auth.Admin, http.HandlerFunc(m.add)))
+	mux.Handle("DELETE /v1/members/{id}", guard.Protect(auth.Admin, http.HandlerFunc(m.remove)))
+}
+
+func (m members) list(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	resp, err := m.c.MemberList(ctx)
+	if err != nil {
+		writeUnavailable(w, "etcd: "+err.Error())
+		return
+	}
+	out := make([]Member, 0, len(resp.Members))
+	for _, mb := range resp.Members {
+		out = append(out, Member{ID: strconv.FormatUint(mb.ID, 16), Name: mb.Name, PeerURLs: mb.PeerURLs, ClientURLs: mb.ClientURLs, Learner: mb.IsLearner})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(out)
+}
+
+func (m members) add(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		PeerURL string `json:"peer_url"`
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil || body.PeerURL == "" {
+		api.WriteError(w, &driver.FieldError{Path: "peer_url", Reason: `want {"peer_url": "http(s)://HOST:PORT"}`})
+		return
+	}
+	if u, err := url.Parse(body.PeerURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Port() == "" {
+		api.WriteError(w, &driver.FieldError{Path: "peer_url", Reason: fmt.Sprintf("%q: want http(s)://HOST:PORT", body.PeerURL)})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	resp, err := m.c.MemberAdd(ctx, []string{body.PeerURL})
+	if err != nil {
+		api.WriteError(w, fmt.Errorf("%w: etcd: %w", driver.ErrAlreadyExists, err))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusCreated)
+	_ = json.NewEncoder(w).Encode(Member{ID: strconv.FormatUint(resp.Member.ID, 16), PeerURLs: resp.Member.PeerURLs})
+}
+
+func (m members) remove(w http.ResponseWriter, r *http.Request) {
+	id, err := strconv.ParseUint(r.PathValue("id"), 16, 64)
+	if err != nil {
+		api.WriteError(w, &driver.FieldError{Path: "id", Reason: fmt.Sprintf("%q: want the hexadecimal id berth members list shows", r.PathValue("id"))})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	if _, err := m.c.MemberRemove(ctx, id); err != nil {
+		api.WriteError(w, fmt.Errorf("%w: etcd: %w", driver.ErrNotFound, err))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

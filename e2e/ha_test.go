@@ -1,0 +1,386 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	docker "github.com/moby/moby/client"
+
+	"github.com/berth-dev/berth/api/client"
+	"github.com/berth-dev/berth/control"
+	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/drivers/docker/dockertest"
+	"github.com/berth-dev/berth/reconciler"
+	"github.com/berth-dev/berth/scheduler"
+	"github.com/berth-dev/berth/store/etcd/etcdtest"
+)
+
+// haCluster is three berth servers, each with an etcd member, on loopback
+// ports, running containers on the machine's Docker Engine.
+type haCluster struct {
+	t       *testing.T
+	name    string // the cluster's name, on every container it makes
+	cfg     string
+	dirs    [3]string
+	args    [3][]string
+	servers [3]*server
+	token   string
+}
+
+var memberNames = [3]string{"a", "b", "c"}
+
+func newHACluster(t *testing.T) *haCluster {
+	t.Helper()
+	h := &haCluster{t: t, name: "ha-" + dockertest.RandomID()}
+	dir := t.TempDir()
+	h.cfg = filepath.Join(dir, "berth.yaml")
+	body := "cluster: " + h.name + "\nproviders:\n  - name: docker\n    driver: docker\n    options: {host: '" + dockertest.MainHost + "'}\n"
+	if err := os.WriteFile(h.cfg, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var peers [3]string
+	var initial []string
+	for i, n := range memberNames {
+		peers[i] = fmt.Sprintf("http://127.0.0.1:%d", etcdtest.FreePort(t))
+		initial = append(initial, n+"="+peers[i])
+	}
+	for i, n := range memberNames {
+		h.dirs[i] = filepath.Join(dir, n)
+		h.args[i] = []string{"--config", h.cfg, "--data-dir", h.dirs[i], "--listen", "127.0.0.1:0",
+			"--etcd-name", n, "--etcd-peer-url", peers[i],
+			"--etcd-client-url", fmt.Sprintf("http://127.0.0.1:%d", etcdtest.FreePort(t)),
+			"--etcd-initial-cluster", strings.Join(initial, ",")}
+	}
+	t.Cleanup(func() {
+		cli, err := dockertest.Connect(context.Background(), dockertest.MainHost)
+		if err != nil {
+			return
+		}
+		defer cli.Close()
+		_, _ = dockertest.RemoveByLabel(context.Background(), cli, driver.TagClusterName, h.name)
+	})
+	return h
+}
+
+// start launches the servers numbered which together (their members need
+// each other for a quorum) and waits until each listens.
+func (h *haCluster) start(which ...int) {
+	h.t.Helper()
+	for _, i := range which {
+		cmd := exec.Command(berthBin, append(append([]string{"server"}, h.args[i]...), "--log-format", "json")...)
+		h.servers[i] = launch(h.t, cmd, "")
+		h.servers[i].dataDir = h.dirs[i]
+	}
+	for _, i := range which {
+		h.servers[i].waitListening(h.t)
+	}
+	if h.token == "" {
+		for _, d := range h.dirs {
+			if b, err := os.ReadFile(filepath.Join(d, "admin.token")); err == nil {
+				h.token = strings.TrimSpace(string(b))
+			}
+		}
+		if h.token == "" {
+			h.t.Fatal("no server wrote the first admin token")
+		}
+	}
+}
+
+// health is GET /v1/health of a server.
+type health struct {
+	Role   string `json:"role"`
+	Name   string `json:"name"`
+	Leader *struct {
+		Name    string `json:"name"`
+		Address string `json:"address"`
+	} `json:"leader"`
+}
+
+func (h *haCluster) health(i int) (health, error) {
+	var out health
+	resp, err := http.Get("http://" + h.servers[i].addr + "/v1/health")
+	if err != nil {
+		return out, err
+	}
+	defer resp.Body.Close()
+	return out, json.NewDecoder(resp.Body).Decode(&out)
+}
+
+// leader waits until exactly one of the servers in among says it leads
+// and every one of them names it, and returns its number.
+func (h *haCluster) leader(among ...int) int {
+	h.t.Helper()
+	found := -1
+	waitFor(h.t, "one leader that every server names", func() bool {
+		found = -1
+		names := map[string]bool{}
+		for _, i := range among {
+			hl, err := h.health(i)
+			if err != nil || hl.Leader == nil {
+				return false
+			}
+			names[hl.Leader.Name] = true
+			if hl.Role == "leader" {
+				if found >= 0 {
+					return false
+				}
+				found = i
+			}
+		}
+		return found >= 0 && len(names) == 1 && names[memberNames[found]]
+	})
+	return found
+}
+
+func (h *haCluster) client(i int) *client.Client {
+	h.t.Helper()
+	c, err := client.New("http://"+h.servers[i].addr, client.WithToken(h.token))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return c
+}
+
+// submitAll submits the requests ids through server i, retrying what
+// fails while no leader answers, until every one is acknowledged; kill,
+// when set, runs once after the first `after` acknowledgements.
+func (h *haCluster) submitAll(i int, ids []string, image string, after int, kill func()) {
+	h.t.Helper()
+	c := h.client(i)
+	var acked atomic.Int64
+	var once sync.Once
+	var wg sync.WaitGroup
+	next := atomic.Int64{}
+	errs := make(chan error, 1)
+	for range 4 {
+		wg.Go(func() {
+			for {
+				k := int(next.Add(1) - 1)
+				if k >= len(ids) {
+					return
+				}
+				r := scheduler.Request{ID: ids[k], Spec: driver.Spec{Name: h.name + "-" + ids[k], Image: image, Resources: driver.Resources{Memory: 8 * driver.MiB}}}
+				deadline := time.Now().Add(2 * time.Minute)
+				for {
+					ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+					_, err := c.Submit(ctx, r)
+					cancel()
+					if err == nil || errors.Is(err, driver.ErrAlreadyExists) {
+						break
+					}
+					if time.Now().After(deadline) {
+						select {
+						case errs <- fmt.Errorf("submit %s: %w", ids[k], err):
+						default:
+						}
+						return
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+				if int(acked.Add(1)) == after && kill != nil {
+					once.Do(kill)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	select {
+	case err := <-errs:
+		h.t.Fatal(err)
+	default:
+	}
+}
+
+// containers returns the instance ids of the cluster's containers on the
+// engine, with how many containers each has.
+func (h *haCluster) containers(cli *docker.Client) map[string]int {
+	h.t.Helper()
+	list, err := cli.ContainerList(context.Background(), docker.ContainerListOptions{All: true, Filters: make(docker.Filters).Add("label", driver.TagClusterName+"="+h.name)})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, c := range list.Items {
+		out[c.Labels[driver.TagInstance]]++
+	}
+	return out
+}
+
+// settled waits until server i lists n instances, all running, and the
+// engine holds exactly one container for each and no other.
+func (h *haCluster) settled(i, n int, cli *docker.Client) {
+	h.t.Helper()
+	c := h.client(i)
+	var last string
+	ok := pollFor(3*time.Minute, func() bool {
+		ins, err := c.Instances(context.Background(), control.Filter{All: true})
+		if err != nil {
+			last = err.Error()
+			return false
+		}
+		running := 0
+		phases := map[reconciler.Phase]int{}
+		var msgs []string
+		for _, in := range ins {
+			phases[in.Phase]++
+			if in.Phase == reconciler.Running {
+				running++
+			} else if len(msgs) < 3 {
+				msgs = append(msgs, in.ID+" "+string(in.Phase)+": "+in.Message)
+			}
+		}
+		got := h.containers(cli)
+		dup := 0
+		for _, k := range got {
+			if k > 1 {
+				dup++
+			}
+		}
+		last = fmt.Sprintf("%d instances, %d running (%v; %s); %d containers on the engine for %d instances, %d with more than one", len(ins), running, phases, strings.Join(msgs, "; "), sum(got), len(got), dup)
+		return len(ins) == n && running == n && len(got) == n && sum(got) == n
+	})
+	if !ok {
+		for k, sv := range h.servers {
+			if sv != nil {
+				var keep []string
+				for _, l := range strings.Split(sv.logs(), "\n") {
+					if !strings.Contains(l, `"msg":"audit"`) {
+						keep = append(keep, l)
+					}
+				}
+				h.t.Logf("server %s:\n%s", memberNames[k], tail(strings.Join(keep, "\n"), 25))
+			}
+		}
+		h.t.Fatalf("not settled: %s", last)
+	}
+}
+
+func sum(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// pollFor polls cond until it holds or d passes (a guard against a hung
+// test, never a measure).
+func pollFor(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return true
+}
+
+// TestHighAvailability runs three servers with embedded etcd members on the
+// machine's engine: 300 containers submitted through a follower while the
+// leader is killed with SIGKILL; a leader frozen with SIGSTOP past its lease
+// and resumed; all three restarted. After each, every acknowledged
+// instance runs exactly once, nothing else runs, and the store and the
+// engine agree.
+func TestHighAvailability(t *testing.T) {
+	if testing.Short() {
+		t.Skip("three servers and 300 containers: skipped in -short mode")
+	}
+	ctx := context.Background()
+	cli, err := dockertest.Connect(ctx, dockertest.MainHost)
+	if err != nil {
+		t.Fatal("this test needs the machine's Docker Engine: ", err)
+	}
+	defer cli.Close()
+	image := "berth-test/ha-hello:" + dockertest.RandomID()
+	if err := dockertest.BuildHello(ctx, cli, image); err != nil {
+		t.Fatal(err)
+	}
+	defer dockertest.RemoveImages(context.Background(), cli, image)
+
+	h := newHACluster(t)
+	h.start(0, 1, 2)
+	lead := h.leader(0, 1, 2)
+	follower := (lead + 1) % 3
+	t.Logf("leader %s; submitting through %s", memberNames[lead], memberNames[follower])
+
+	// 1. SIGKILL the leader after 100 of 300 acknowledgements.
+	ids := make([]string, 300)
+	for k := range ids {
+		ids[k] = fmt.Sprintf("k%03d", k)
+	}
+	killed := lead
+	var killedAt time.Time
+	h.submitAll(follower, ids, image, 100, func() {
+		killedAt = time.Now()
+		h.servers[killed].kill9(t)
+	})
+	alive := []int{}
+	for i := range 3 {
+		if i != killed {
+			alive = append(alive, i)
+		}
+	}
+	lead = h.leader(alive...)
+	t.Logf("after the kill: %s leads (noticed %.1fs after the kill)", memberNames[lead], time.Since(killedAt).Seconds())
+	h.settled(follower, 300, cli)
+
+	// The killed server comes back as a follower of the new leader.
+	h.start(killed)
+	lead = h.leader(0, 1, 2)
+
+	// 2. SIGSTOP the leader past its lease: another takes over; resumed,
+	// the frozen one writes nothing and follows.
+	frozen := lead
+	if err := h.servers[frozen].cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	others := []int{}
+	for i := range 3 {
+		if i != frozen {
+			others = append(others, i)
+		}
+	}
+	lead = h.leader(others...)
+	more := make([]string, 20)
+	for k := range more {
+		more[k] = fmt.Sprintf("s%03d", k)
+	}
+	h.submitAll(lead, more, image, 0, nil)
+	if err := h.servers[frozen].cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	lead = h.leader(0, 1, 2)
+	if lead == frozen {
+		t.Fatalf("the resumed server %s leads again at once", memberNames[frozen])
+	}
+	h.settled(lead, 320, cli)
+	if hl, err := h.health(frozen); err != nil || hl.Role != "follower" {
+		t.Fatalf("the resumed server: %+v %v, want a follower", hl, err)
+	}
+	if !strings.Contains(h.servers[frozen].logs(), "no longer leader") {
+		t.Errorf("the resumed server did not log that it stopped leading:\n%s", tail(h.servers[frozen].logs(), 20))
+	}
+
+	// 3. Restart all three: the state is intact.
+	for i := range 3 {
+		if err := h.servers[i].stop(t); err != nil {
+			t.Errorf("server %s: %v", memberNames[i], err)
+		}
+	}
+	h.start(0, 1, 2)
+	lead = h.leader(0, 1, 2)
+	h.settled((lead+2)%3, 320, cli)
+}
