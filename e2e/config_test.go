@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
@@ -17,7 +18,11 @@ import (
 // and returns its stderr and exit code.
 func serverExit(t *testing.T, args ...string) (string, int) {
 	t.Helper()
-	cmd := exec.Command(berthBin, append([]string{"server"}, args...)...)
+	// A server that starts instead of refusing is stopped: the case fails
+	// on its exit status, not by hanging the suite.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, berthBin, append([]string{"server"}, args...)...)
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) {
@@ -77,6 +82,19 @@ func TestServerRejectsBadConfig(t *testing.T) {
 			[]string{"poll_interval", "5ms"}},
 		{"half a TLS pair", []string{"--dev", "--data-dir", filepath.Join(dir, "d4"), "--tls-cert", "/nonexistent.pem"}, 4,
 			[]string{"tls", "cert and key"}},
+		// A server on etcd.
+		{"external and embedded etcd", []string{"--dev", "--data-dir", filepath.Join(dir, "d5"), "--etcd-endpoints", "http://127.0.0.1:1", "--etcd-name", "a", "--etcd-peer-url", "http://127.0.0.1:2"}, 2,
+			[]string{"--etcd-endpoints", "not both"}},
+		{"member flags without a member", []string{"--dev", "--data-dir", filepath.Join(dir, "d6"), "--etcd-peer-url", "http://127.0.0.1:2"}, 2,
+			[]string{"etcd-peer-url", "needs --etcd-name"}},
+		{"a member open to the network", []string{"--dev", "--data-dir", filepath.Join(dir, "d7"), "--etcd-name", "a", "--etcd-peer-url", "http://10.1.2.3:2380"}, 2,
+			[]string{"etcd-peer-url", "loopback", "TLS"}},
+		{"a cluster without this member", []string{"--dev", "--data-dir", filepath.Join(dir, "d8"), "--etcd-name", "a", "--etcd-peer-url", "http://127.0.0.1:2380", "--etcd-initial-cluster", "b=http://127.0.0.1:2381"}, 2,
+			[]string{"etcd-initial-cluster", "does not name this member"}},
+		{"a 100 ms lease", []string{"--dev", "--data-dir", filepath.Join(dir, "d9"), "--etcd-name", "a", "--etcd-peer-url", "http://127.0.0.1:2380", "--leader-lease", "100ms"}, 2,
+			[]string{"leader-lease", "1s to 1m"}},
+		{"a lease without etcd", []string{"--dev", "--data-dir", filepath.Join(dir, "d10"), "--leader-lease", "5s"}, 2,
+			[]string{"--leader-lease", "etcd"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

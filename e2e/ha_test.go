@@ -337,6 +337,20 @@ func TestHighAvailability(t *testing.T) {
 	t.Logf("after the kill: %s leads (noticed %.1fs after the kill)", memberNames[lead], time.Since(killedAt).Seconds())
 	h.settled(follower, 300, cli)
 
+	// The CLI takes every server's address and uses one that answers: the
+	// killed one, first in the list, is passed over.
+	addrs := []string{h.servers[killed].addr}
+	for _, i := range alive {
+		addrs = append(addrs, h.servers[i].addr)
+	}
+	cmd := exec.Command(berthBin, "members", "list", "--json")
+	cmd.Env = append(os.Environ(), "BERTH_ADDR="+strings.Join(addrs, ","), "BERTH_TOKEN="+h.token)
+	out, err := cmd.CombinedOutput()
+	var ms []map[string]any
+	if err != nil || json.Unmarshal(out, &ms) != nil || len(ms) != 3 {
+		t.Fatalf("berth members list through %v: %v: %s", addrs, err, out)
+	}
+
 	// The killed server comes back as a follower of the new leader.
 	h.start(killed)
 	lead = h.leader(0, 1, 2)

@@ -19,6 +19,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/berth-dev/berth/api"
@@ -30,7 +31,10 @@ import (
 
 // Client talks to one Berth server. It is safe for concurrent use.
 type Client struct {
-	base      string
+	// bases are the servers' URLs; cur is the one in use: a server that
+	// cannot be dialled passes the request on to the next.
+	bases     []string
+	cur       atomic.Int32
 	http      *http.Client
 	token     string
 	namespace string
@@ -51,24 +55,33 @@ func WithToken(token string) Option { return func(c *Client) { c.token = token }
 func WithNamespace(ns string) Option { return func(c *Client) { c.namespace = ns } }
 
 // New returns a client for the server at addr ("http://127.0.0.1:7480" or
-// "127.0.0.1:7480").
+// "127.0.0.1:7480"), or for the servers of a highly available cluster at
+// several addresses separated by commas: a call goes to the one that
+// answered last, and to the next when that one cannot be dialled (any
+// server answers: followers pass requests on to the leader).
 func New(addr string, opts ...Option) (*Client, error) {
-	if !strings.Contains(addr, "://") {
-		addr = "http://" + addr
+	c := &Client{http: &http.Client{}}
+	for _, a := range strings.Split(addr, ",") {
+		a = strings.TrimSpace(a)
+		if !strings.Contains(a, "://") {
+			a = "http://" + a
+		}
+		u, err := url.Parse(a)
+		if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+			return nil, &driver.FieldError{Path: "addr", Reason: fmt.Sprintf("%q: want http://host:port", a)}
+		}
+		c.bases = append(c.bases, strings.TrimRight(u.String(), "/"))
 	}
-	u, err := url.Parse(addr)
-	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return nil, &driver.FieldError{Path: "addr", Reason: fmt.Sprintf("%q: want http://host:port", addr)}
-	}
-	c := &Client{base: strings.TrimRight(u.String(), "/"), http: &http.Client{}}
 	for _, o := range opts {
 		o(c)
 	}
 	return c, nil
 }
 
-// Addr returns the server's base URL.
-func (c *Client) Addr() string { return c.base }
+// Addr returns the base URL of the server in use.
+func (c *Client) Addr() string { return c.base() }
+
+func (c *Client) base() string { return c.bases[int(c.cur.Load())%len(c.bases)] }
 
 func (c *Client) newRequest(ctx context.Context, method, path string, q url.Values, body any) (*http.Request, error) {
 	var rd io.Reader
@@ -79,7 +92,7 @@ func (c *Client) newRequest(ctx context.Context, method, path string, q url.Valu
 		}
 		rd = bytes.NewReader(b)
 	}
-	u := c.base + path
+	u := c.base() + path
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}
@@ -99,13 +112,23 @@ func (c *Client) newRequest(ctx context.Context, method, path string, q url.Valu
 // do sends a request and, for a 2xx answer, returns the open response; any
 // other status is decoded into an *api.Error.
 func (c *Client) do(ctx context.Context, method, path string, q url.Values, body any) (*http.Response, error) {
-	req, err := c.newRequest(ctx, method, path, q, body)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return nil, transportError(method, path, err)
+	var resp *http.Response
+	for tries := len(c.bases); ; tries-- {
+		req, err := c.newRequest(ctx, method, path, q, body)
+		if err != nil {
+			return nil, err
+		}
+		at := c.cur.Load()
+		resp, err = c.http.Do(req)
+		if err == nil {
+			break
+		}
+		err = transportError(method, path, err)
+		if tries <= 1 || !errors.Is(err, driver.ErrRetryable) || ctx.Err() != nil {
+			return nil, err
+		}
+		// Not dialled: the request never left; the next server takes it.
+		c.cur.CompareAndSwap(at, at+1)
 	}
 	if resp.StatusCode/100 != 2 {
 		defer resp.Body.Close()
@@ -569,4 +592,28 @@ func (c *Client) WhoAmI(ctx context.Context) (*auth.Identity, error) {
 		return nil, err
 	}
 	return &id, nil
+}
+
+// Members lists the etcd members under a highly available cluster.
+func (c *Client) Members(ctx context.Context) ([]api.Member, error) {
+	var out []api.Member
+	if err := c.call(ctx, http.MethodGet, "/v1/members", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// AddMember adds a member with its peer URL to the etcd cluster; the
+// server to run it then starts with --etcd-initial-cluster-state existing.
+func (c *Client) AddMember(ctx context.Context, peerURL string) (*api.Member, error) {
+	var m api.Member
+	if err := c.call(ctx, http.MethodPost, "/v1/members", nil, api.MemberRequest{PeerURL: peerURL}, &m); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+// RemoveMember removes the member with the hexadecimal id.
+func (c *Client) RemoveMember(ctx context.Context, id string) error {
+	return c.call(ctx, http.MethodDelete, "/v1/members/"+url.PathEscape(id), nil, nil, nil)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -96,6 +97,15 @@ func (h *haFlags) check(insecure bool) error {
 	} else if h.peerURL == "" {
 		es.Add("etcd-peer-url", "required with --etcd-name")
 	}
+	if h.name != "" && h.peerURL != "" {
+		mc := h.member("data-dir", insecure)
+		if err := mc.Check(); err != nil {
+			var fes driver.FieldErrors
+			if errors.As(err, &fes) {
+				es = append(es, fes...)
+			}
+		}
+	}
 	if h.initialClusterState != "new" && h.initialClusterState != "existing" {
 		es.Add("etcd-initial-cluster-state", "%q: want new or existing", h.initialClusterState)
 	}
@@ -143,17 +153,7 @@ func (h *haFlags) openEtcd(ctx context.Context, dataDir string, insecure bool, m
 		}
 		return c, nil, opts, nil
 	}
-	client := h.clientURL
-	if client == "" {
-		client = "http://127.0.0.1:2379"
-	}
-	mcfg := etcd.MemberConfig{
-		Name: h.name, Dir: filepath.Join(dataDir, "etcd"), PeerURL: h.peerURL, ClientURL: client,
-		InitialCluster: h.initialCluster, Join: h.initialClusterState == "existing",
-		PeerTLS:  etcd.TLSFiles{CertFile: h.peerCert, KeyFile: h.peerKey, CAFile: h.peerCA},
-		Insecure: insecure, LogFile: filepath.Join(dataDir, "etcd.log"),
-	}
-	member, err := etcd.StartMember(ctx, mcfg)
+	member, err := etcd.StartMember(ctx, h.member(dataDir, insecure))
 	if err != nil {
 		return nil, nil, opts, err
 	}
@@ -164,6 +164,20 @@ func (h *haFlags) openEtcd(ctx context.Context, dataDir string, insecure bool, m
 	}
 	opts.MaxTxnOps, opts.MaxRequestBytes = etcd.DefaultMaxTxnOps, etcd.DefaultMaxRequestBytes
 	return c, member, opts, nil
+}
+
+// member is the embedded member's configuration, its data under dataDir.
+func (h *haFlags) member(dataDir string, insecure bool) etcd.MemberConfig {
+	client := h.clientURL
+	if client == "" {
+		client = "http://127.0.0.1:2379"
+	}
+	return etcd.MemberConfig{
+		Name: h.name, Dir: filepath.Join(dataDir, "etcd"), PeerURL: h.peerURL, ClientURL: client,
+		InitialCluster: h.initialCluster, Join: h.initialClusterState == "existing",
+		PeerTLS:  etcd.TLSFiles{CertFile: h.peerCert, KeyFile: h.peerKey, CAFile: h.peerCA},
+		Insecure: insecure, LogFile: filepath.Join(dataDir, "etcd.log"),
+	}
 }
 
 // advertiseURL is the URL the other servers reach this one's API at.
@@ -290,15 +304,6 @@ type members struct {
 	c *clientv3.Client
 }
 
-// Member is one member of the etcd cluster under the servers.
-type Member struct {
-	ID         string   `json:"id"`
-	Name       string   `json:"name"`
-	PeerURLs   []string `json:"peer_urls"`
-	ClientURLs []string `json:"client_urls"`
-	Learner    bool     `json:"learner,omitempty"`
-}
-
 func (m members) routes(mux *http.ServeMux, guard *api.Server) {
 	mux.Handle("GET /v1/members", guard.Protect(auth.Read, http.HandlerFunc(m.list)))
 	mux.Handle("POST /v1/members", guard.Protect(auth.Admin, http.HandlerFunc(m.add)))
@@ -313,18 +318,16 @@ func (m members) list(w http.ResponseWriter, r *http.Request) {
 		writeUnavailable(w, "etcd: "+err.Error())
 		return
 	}
-	out := make([]Member, 0, len(resp.Members))
+	out := make([]api.Member, 0, len(resp.Members))
 	for _, mb := range resp.Members {
-		out = append(out, Member{ID: strconv.FormatUint(mb.ID, 16), Name: mb.Name, PeerURLs: mb.PeerURLs, ClientURLs: mb.ClientURLs, Learner: mb.IsLearner})
+		out = append(out, api.Member{ID: strconv.FormatUint(mb.ID, 16), Name: mb.Name, PeerURLs: mb.PeerURLs, ClientURLs: mb.ClientURLs, Learner: mb.IsLearner})
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(out)
 }
 
 func (m members) add(w http.ResponseWriter, r *http.Request) {
-	var body struct {
-		PeerURL string `json:"peer_url"`
-	}
+	var body api.MemberRequest
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4<<10))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&body); err != nil || body.PeerURL == "" {
@@ -344,7 +347,7 @@ func (m members) add(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusCreated)
-	_ = json.NewEncoder(w).Encode(Member{ID: strconv.FormatUint(resp.Member.ID, 16), PeerURLs: resp.Member.PeerURLs})
+	_ = json.NewEncoder(w).Encode(api.Member{ID: strconv.FormatUint(resp.Member.ID, 16), PeerURLs: resp.Member.PeerURLs})
 }
 
 func (m members) remove(w http.ResponseWriter, r *http.Request) {

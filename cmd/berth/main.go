@@ -165,7 +165,7 @@ Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 invalid input,
 
 	root.AddCommand(newServerCmd(c))
 	root.AddCommand(clientCommands(c)...)
-	root.AddCommand(tokenCmd(c), contextCmd(c))
+	root.AddCommand(tokenCmd(c), contextCmd(c), membersCmd(c))
 	root.AddCommand(dockerCommands(c)...)
 	root.AddCommand(newSimCmd())
 	return root

@@ -231,12 +231,14 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 	if err != nil {
 		return err
 	}
-	if f.ha.enabled() || cmd.Flags().Changed("leader-lease") || cmd.Flags().Changed("advertise-url") {
-		if err := f.ha.check(cfg.Insecure); err != nil {
-			return err
-		}
-		if !f.ha.enabled() {
-			return usagef("--leader-lease and --advertise-url are for servers on etcd: add --etcd-name or --etcd-endpoints")
+	if err := f.ha.check(cfg.Insecure); err != nil {
+		return err
+	}
+	if !f.ha.enabled() {
+		for _, name := range []string{"leader-lease", "advertise-url", "leader-ca", "etcd-prefix", "etcd-cacert", "etcd-cert", "etcd-key", "etcd-max-txn-ops", "etcd-max-request-bytes", "etcd-initial-cluster-state"} {
+			if cmd.Flags().Changed(name) {
+				return usagef("--%s is for servers on etcd: add --etcd-name or --etcd-endpoints", name)
+			}
 		}
 	}
 	log := newLogger(cfg, c.stderr)
