@@ -30,9 +30,13 @@ import (
 	"github.com/berth-dev/berth/api/client"
 	"github.com/berth-dev/berth/config"
 	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/leader"
 	"github.com/berth-dev/berth/scheduler"
 	"github.com/berth-dev/berth/simulate"
+	"github.com/berth-dev/berth/store"
 	"github.com/berth-dev/berth/store/bolt"
+	"github.com/berth-dev/berth/store/etcd"
+	"github.com/berth-dev/berth/store/etcd/etcdtest"
 )
 
 // BenchmarkSubmitSim1000 submits Citadel requests through the HTTP API
@@ -50,22 +54,88 @@ import (
 // Every request carries a bearer token, as every client's must. The
 // sub-benchmark tls serves the same API over TLS (the load process checks
 // the server's certificate), to measure what TLS costs.
+//
+// The sub-benchmark etcd3 keeps the state in a cluster of three etcd
+// members (in this process, writing to disk with fsync, as a cluster of
+// three servers on one machine would), the plane writing through the
+// leader's fenced store: the cost of high availability.
 func BenchmarkSubmitSim1000(b *testing.B) {
 	for _, tls := range []bool{false, true} {
 		name := "http"
 		if tls {
 			name = "tls"
 		}
-		b.Run(name, func(b *testing.B) { benchSubmit(b, tls) })
+		b.Run(name, func(b *testing.B) {
+			serverRuntime(b)
+			st, err := bolt.Open(filepath.Join(b.TempDir(), "berth.db"), bolt.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			benchSubmit(b, st, tls)
+		})
 	}
+	b.Run("etcd3", func(b *testing.B) {
+		serverRuntime(b)
+		// Registered first, run last: the keep-alive connections of the
+		// set-up's calls end with the benchmark.
+		b.Cleanup(http.DefaultTransport.(*http.Transport).CloseIdleConnections)
+		benchSubmit(b, threeMembers(b), false)
+	})
 }
 
-func benchSubmit(b *testing.B, useTLS bool) {
-	serverRuntime(b)
-	st, err := bolt.Open(filepath.Join(b.TempDir(), "berth.db"), bolt.Options{})
-	if err != nil {
-		b.Fatal(err)
+// threeMembers starts a three-member etcd cluster in this process and
+// returns the store of its elected leader, fenced by its term.
+func threeMembers(b *testing.B) store.Store {
+	var peers, names []string
+	for i := range 3 {
+		names = append(names, fmt.Sprintf("m%d", i))
+		peers = append(peers, fmt.Sprintf("http://127.0.0.1:%d", etcdtest.FreePort(b)))
 	}
+	var initial []string
+	for i := range 3 {
+		initial = append(initial, names[i]+"="+peers[i])
+	}
+	members := make([]*etcd.Member, 3)
+	errs := make(chan error, 3)
+	for i := range 3 {
+		go func() {
+			m, err := etcd.StartMember(context.Background(), etcd.MemberConfig{
+				Name: names[i], Dir: filepath.Join(b.TempDir(), names[i]), PeerURL: peers[i],
+				ClientURL: fmt.Sprintf("http://127.0.0.1:%d", etcdtest.FreePort(b)), InitialCluster: strings.Join(initial, ","),
+			})
+			members[i] = m
+			errs <- err
+		}()
+	}
+	for range 3 {
+		if err := <-errs; err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, m := range members {
+		b.Cleanup(m.Close)
+	}
+	c := etcdtest.Client(b, members[0])
+	st := etcd.New(c, etcd.Options{})
+	b.Cleanup(func() { _ = st.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	terms := make(chan leader.Term, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = leader.Run(ctx, leader.Config{Client: c, Self: leader.Info{Name: "bench", Address: "http://127.0.0.1"}},
+			func(tctx context.Context, term leader.Term, _ func()) error {
+				terms <- term
+				<-tctx.Done()
+				return nil
+			})
+	}()
+	b.Cleanup(func() { cancel(); <-done })
+	term := <-terms
+	return leader.Fenced(st, term.Fence, cancel)
+}
+
+func benchSubmit(b *testing.B, st store.Store, useTLS bool) {
 	e := newEnvOn(b, st, map[string]any{"nodes": 1000, "shape": `{"cpus": 64, "memory": "256Gi"}`}, 0)
 	url, ca := e.http.URL, ""
 	if useTLS {
