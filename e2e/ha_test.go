@@ -224,7 +224,7 @@ func (h *haCluster) settled(i, n int, cli *docker.Client) {
 	h.t.Helper()
 	c := h.client(i)
 	var last string
-	ok := pollFor(3*time.Minute, func() bool {
+	ok := pollFor(5*time.Minute, func() bool {
 		ins, err := c.Instances(context.Background(), control.Filter{All: true})
 		if err != nil {
 			last = err.Error()
@@ -298,6 +298,12 @@ func TestHighAvailability(t *testing.T) {
 	if testing.Short() {
 		t.Skip("three servers and 300 containers: skipped in -short mode")
 	}
+	// 300 containers: the machine's engine is this test's alone meanwhile.
+	unlock, err := dockertest.LockMainEngine()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
 	ctx := context.Background()
 	cli, err := dockertest.Connect(ctx, dockertest.MainHost)
 	if err != nil {

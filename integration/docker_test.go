@@ -482,3 +482,38 @@ func TestTwoClustersOneNameOneEngine(t *testing.T) {
 	a.deleteAll(t)
 	b.deleteRaw(t)
 }
+
+// TestImageOnOneEngineOnly: an image only the main engine has, asked for
+// with a preference for the second engine (a soft constraint): the
+// container never fails. It runs on the main engine, after the second
+// refused it for lack of the image, and the reason is kept.
+func TestImageOnOneEngineOnly(t *testing.T) {
+	e := setup(t, nil)
+	ctx := context.Background()
+	e.afterSyncs(t, 1)
+	only := "berth-test/it-only-main:" + dockertest.RandomID()
+	if err := dockertest.BuildHello(ctx, mainCli, only); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dockertest.RemoveImages(context.Background(), mainCli, only) })
+	spec := helloSpec()
+	spec.Image = only
+	r := e.named(scheduler.Request{ID: "only", Spec: spec, Constraints: []string{"disk==~ssd"}})
+	if _, err := e.plane.Submit(ctx, r, ""); err != nil {
+		t.Fatal(err)
+	}
+	var in control.Instance
+	e.waitFor(t, "the container to run", func() bool {
+		got, err := e.plane.Instance(ctx, r.Name)
+		in = got
+		return err == nil && (got.Phase == reconciler.Running || got.Phase.Terminal())
+	})
+	if in.Phase != reconciler.Running {
+		t.Fatalf("%s is %s: %s", in.ID, in.Phase, in.Message)
+	}
+	if in.Node != mainNode {
+		t.Fatalf("%s runs on %s, which lacks the image", in.ID, in.Node)
+	}
+	t.Logf("runs on %s; refused by %v", in.Node, in.Refused)
+	e.deleteAll(t)
+}

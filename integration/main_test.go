@@ -52,9 +52,16 @@ var quiet = func() *slog.Logger {
 func TestMain(m *testing.M) { os.Exit(runMain(m)) }
 
 func runMain(m *testing.M) int {
+	// These tests stop engines and launch many containers: they take the
+	// machine's engine for themselves.
+	unlock, err := dockertest.LockMainEngine()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "integration tests: lock the engine:", err)
+		return 1
+	}
+	defer unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	var err error
 	mainCli, err = dockertest.Connect(ctx, dockertest.MainHost)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "integration tests need the machine's engine:", err)

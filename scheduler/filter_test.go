@@ -111,8 +111,9 @@ func TestReasonsSummary(t *testing.T) {
 	if got.Nodes != 6 {
 		t.Errorf("nodes = %d, want 6", got.Nodes)
 	}
-	// b and web-1 fail the constraint, a and e are too small, c drains, d is offline.
-	want := "2 nodes: constraint disk==ssd; 2: not enough memory; 1: node draining; 1: node offline"
+	// b and web-1 fail the constraint, a and e are too small, c drains, d is
+	// offline; said provider by provider (e is p2's).
+	want := "provider p1: 2 nodes: constraint disk==ssd; 1: node draining; 1: node offline; 1: not enough memory; provider p2: 1 node: not enough memory"
 	if s := got.String(); s != want {
 		t.Errorf("summary = %q, want %q", s, want)
 	}
@@ -124,9 +125,12 @@ func TestReasonsString(t *testing.T) {
 		want string
 	}{
 		{Reasons{}, "no nodes"},
-		{tally{"not enough memory": 4812, "constraint disk==ssd": 188}.reasons(), "4,812 nodes: not enough memory; 188: constraint disk==ssd"},
-		{tally{"node offline": 1}.reasons(), "1 node: node offline"},
-		{tally{"b": 2, "a": 2, "c": 1000000}.reasons(), "1,000,000 nodes: c; 2: a; 2: b"},
+		{tally{{"p", "not enough memory"}: 4812, {"p", "constraint disk==ssd"}: 188}.reasons(), "4,812 nodes: not enough memory; 188: constraint disk==ssd"},
+		{tally{{"p", "node offline"}: 1}.reasons(), "1 node: node offline"},
+		{tally{{"p", "b"}: 2, {"p", "a"}: 2, {"p", "c"}: 1000000}.reasons(), "1,000,000 nodes: c; 2: a; 2: b"},
+		// Several providers: each says its own.
+		{tally{{"local", "provider lacks capability kind:container"}: 1, {"docker", "not enough cpu"}: 3, {"docker", "constraint zone==b"}: 1}.reasons(),
+			"provider docker: 3 nodes: not enough cpu; 1: constraint zone==b; provider local: 1 node: provider lacks capability kind:container"},
 	}
 	for _, tt := range tests {
 		if got := tt.r.String(); got != tt.want {

@@ -421,7 +421,7 @@ func (p *planner) reasons(c *compiled) Reasons {
 		if r == "" {
 			r = "lost to other instances of the same plan"
 		}
-		t[r]++
+		t[tallyKey{st.t.providers[st.t.prov[i]], r}]++
 	}
 	return t.reasons()
 }

@@ -15,15 +15,19 @@ type Reasons struct {
 	Counts []ReasonCount `json:"counts"`
 }
 
-// ReasonCount is one line of Reasons.
+// ReasonCount is one line of Reasons: the nodes of one provider that one
+// reason rejected.
 type ReasonCount struct {
-	Reason string `json:"reason"`
-	Nodes  int    `json:"nodes"`
+	Provider string `json:"provider,omitempty"`
+	Reason   string `json:"reason"`
+	Nodes    int    `json:"nodes"`
 }
 
 // String summarises the reasons, most common first:
-// "4,812 nodes: not enough memory; 188: constraint disk==ssd". With no nodes
-// at all it says "no nodes".
+// "4,812 nodes: not enough memory; 188: constraint disk==ssd". With nodes of
+// several providers it says them provider by provider ("provider docker: 3
+// nodes: not enough cpu; provider local: 1 node: provider lacks capability
+// kind:container"). With no nodes at all it says "no nodes".
 func (r Reasons) String() string {
 	if len(r.Counts) == 0 {
 		if r.Nodes == 0 {
@@ -31,8 +35,35 @@ func (r Reasons) String() string {
 		}
 		return commas(r.Nodes) + " nodes: no reason recorded"
 	}
+	provs := map[string]bool{}
+	for _, c := range r.Counts {
+		provs[c.Provider] = true
+	}
+	if len(provs) == 1 {
+		return line(r.Counts)
+	}
+	var names []string
+	for p := range provs {
+		names = append(names, p)
+	}
+	slices.Sort(names)
+	var parts []string
+	for _, p := range names {
+		var cs []ReasonCount
+		for _, c := range r.Counts {
+			if c.Provider == p {
+				cs = append(cs, c)
+			}
+		}
+		parts = append(parts, "provider "+p+": "+line(cs))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// line says counts, most common first, the first with its unit.
+func line(counts []ReasonCount) string {
 	var b strings.Builder
-	for i, c := range r.Counts {
+	for i, c := range counts {
 		if i > 0 {
 			b.WriteString("; ")
 		}
@@ -50,17 +81,22 @@ func (r Reasons) String() string {
 	return b.String()
 }
 
-// tally collects reasons.
-type tally map[string]int
+// tally collects reasons per provider.
+type tally map[tallyKey]int
+
+type tallyKey struct{ provider, reason string }
 
 func (t tally) reasons() Reasons {
 	var r Reasons
 	for k, v := range t {
-		r.Counts = append(r.Counts, ReasonCount{Reason: k, Nodes: v})
+		r.Counts = append(r.Counts, ReasonCount{Provider: k.provider, Reason: k.reason, Nodes: v})
 		r.Nodes += v
 	}
 	slices.SortFunc(r.Counts, func(a, b ReasonCount) int {
 		if c := cmp.Compare(b.Nodes, a.Nodes); c != 0 {
+			return c
+		}
+		if c := strings.Compare(a.Provider, b.Provider); c != 0 {
 			return c
 		}
 		return strings.Compare(a.Reason, b.Reason)

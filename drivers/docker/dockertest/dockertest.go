@@ -430,3 +430,24 @@ func (e *Engine) Log(n int) string {
 	}
 	return string(b)
 }
+
+// LockMainEngine waits until no other test process holds the machine's
+// engine for heavy work, then holds it until unlock is called: the tests
+// that launch hundreds of containers or stop engines (each package runs in
+// its own process, several at once) take turns instead of slowing each
+// other past their time limits. The lock is a file lock, released by the
+// system if the process dies.
+func LockMainEngine() (unlock func(), err error) {
+	f, err := os.OpenFile(filepath.Join(os.TempDir(), "berth-test-main-engine.lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
+	}, nil
+}
