@@ -46,7 +46,11 @@ func newHACluster(t *testing.T) *haCluster {
 	h := &haCluster{t: t, name: "ha-" + dockertest.RandomID()}
 	dir := t.TempDir()
 	h.cfg = filepath.Join(dir, "berth.yaml")
-	body := "cluster: " + h.name + "\nproviders:\n  - name: docker\n    driver: docker\n    options: {host: '" + dockertest.MainHost + "'}\n"
+	// A machine running the rest of the suite beside 300 launches answers
+	// slowly: engine calls may take a minute, and a launch is tried ten
+	// times, so that what the test judges is the hand-over, not the load.
+	body := "cluster: " + h.name + "\nproviders:\n  - name: docker\n    driver: docker\n    timeout: 1m\n    options: {host: '" + dockertest.MainHost + "', call_timeout: 1m}\n" +
+		"reconcile: {max_attempts: 10}\n"
 	if err := os.WriteFile(h.cfg, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
