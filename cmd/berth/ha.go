@@ -48,6 +48,7 @@ type haFlags struct {
 	advertise              string
 	leaderCA               string
 	maxTxnOps, maxReqBytes int
+	heartbeat, election    time.Duration
 }
 
 func (h *haFlags) register(fl *pflag.FlagSet) {
@@ -64,6 +65,8 @@ func (h *haFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&h.peerCert, "etcd-peer-cert", "", "the member's certificate for peer traffic (PEM; with --etcd-peer-key and --etcd-peer-ca)")
 	fl.StringVar(&h.peerKey, "etcd-peer-key", "", "key of --etcd-peer-cert")
 	fl.StringVar(&h.peerCA, "etcd-peer-ca", "", "CA that signs every member's peer certificate")
+	fl.DurationVar(&h.heartbeat, "etcd-heartbeat-interval", 100*time.Millisecond, "the members' Raft heartbeat (the same on every member)")
+	fl.DurationVar(&h.election, "etcd-election-timeout", time.Second, "the members' Raft election timeout (the same on every member; failover takes about this plus the leader lease)")
 	fl.DurationVar(&h.lease, "leader-lease", leader.DefaultTTL, "how long a leader that stops answering keeps the lead (whole seconds)")
 	fl.StringVar(&h.advertise, "advertise-url", "", "URL at which the other servers reach this server's API, to forward to the leader (default: from --listen)")
 	fl.StringVar(&h.leaderCA, "leader-ca", "", "CA trusted for the other servers' API certificates when forwarding to the leader (default: the system's)")
@@ -177,6 +180,7 @@ func (h *haFlags) member(dataDir string, insecure bool) etcd.MemberConfig {
 		InitialCluster: h.initialCluster, Join: h.initialClusterState == "existing",
 		PeerTLS:  etcd.TLSFiles{CertFile: h.peerCert, KeyFile: h.peerKey, CAFile: h.peerCA},
 		Insecure: insecure, LogFile: filepath.Join(dataDir, "etcd.log"),
+		Heartbeat: h.heartbeat, ElectionTimeout: h.election,
 	}
 }
 

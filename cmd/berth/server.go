@@ -235,7 +235,7 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 		return err
 	}
 	if !f.ha.enabled() {
-		for _, name := range []string{"leader-lease", "advertise-url", "leader-ca", "etcd-prefix", "etcd-cacert", "etcd-cert", "etcd-key", "etcd-max-txn-ops", "etcd-max-request-bytes", "etcd-initial-cluster-state"} {
+		for _, name := range []string{"leader-lease", "advertise-url", "leader-ca", "etcd-prefix", "etcd-cacert", "etcd-cert", "etcd-key", "etcd-max-txn-ops", "etcd-max-request-bytes", "etcd-initial-cluster-state", "etcd-heartbeat-interval", "etcd-election-timeout"} {
 			if cmd.Flags().Changed(name) {
 				return usagef("--%s is for servers on etcd: add --etcd-name or --etcd-endpoints", name)
 			}

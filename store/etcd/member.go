@@ -57,6 +57,9 @@ type MemberConfig struct {
 	// SkipFsync lets writes return before they reach the disk: for tests
 	// only, a crash may lose acknowledged writes.
 	SkipFsync bool
+	// Heartbeat and ElectionTimeout are etcd's Raft timings (0: etcd's
+	// defaults, 100 ms and 1 s). Every member of a cluster needs the same.
+	Heartbeat, ElectionTimeout time.Duration
 }
 
 // Check validates c, naming the flag of each bad field.
@@ -78,6 +81,16 @@ func (c *MemberConfig) Check() error {
 		if !u.tls.IsZero() && (u.tls.CertFile == "" || u.tls.KeyFile == "" || u.tls.CAFile == "") {
 			es.Add(u.flag, "TLS needs a certificate, its key and a CA file")
 		}
+	}
+	switch {
+	case c.Heartbeat < 0 || c.ElectionTimeout < 0:
+		es.Add("etcd-heartbeat-interval", "must not be negative")
+	case c.Heartbeat > 0 && c.Heartbeat < 10*time.Millisecond:
+		es.Add("etcd-heartbeat-interval", "%s: at least 10ms", c.Heartbeat)
+	case c.ElectionTimeout > 50*time.Second:
+		es.Add("etcd-election-timeout", "%s: at most 50s", c.ElectionTimeout)
+	case c.Heartbeat > 0 && c.ElectionTimeout > 0 && c.ElectionTimeout < 5*c.Heartbeat:
+		es.Add("etcd-election-timeout", "%s: at least five heartbeats (%s)", c.ElectionTimeout, 5*c.Heartbeat)
 	}
 	if c.InitialCluster != "" {
 		self := false
@@ -163,6 +176,12 @@ func StartMember(ctx context.Context, c MemberConfig) (*Member, error) {
 	cfg.AutoCompactionMode = embed.CompactorModeRevision
 	cfg.AutoCompactionRetention = "0"
 	cfg.UnsafeNoFsync = c.SkipFsync
+	if c.Heartbeat > 0 {
+		cfg.TickMs = uint(c.Heartbeat.Milliseconds())
+	}
+	if c.ElectionTimeout > 0 {
+		cfg.ElectionMs = uint(c.ElectionTimeout.Milliseconds())
+	}
 	cfg.LogLevel = "warn"
 	if c.LogFile == "" {
 		cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
