@@ -93,6 +93,8 @@ func TestServerRejectsBadConfig(t *testing.T) {
 			[]string{"etcd-initial-cluster", "does not name this member"}},
 		{"a 100 ms lease", []string{"--dev", "--data-dir", filepath.Join(dir, "d9"), "--etcd-name", "a", "--etcd-peer-url", "http://127.0.0.1:2380", "--leader-lease", "100ms"}, 2,
 			[]string{"leader-lease", "1s to 1m"}},
+		{"an election faster than five heartbeats", []string{"--dev", "--data-dir", filepath.Join(dir, "d11"), "--etcd-name", "a", "--etcd-peer-url", "http://127.0.0.1:2380", "--etcd-heartbeat-interval", "50ms", "--etcd-election-timeout", "100ms"}, 2,
+			[]string{"etcd-election-timeout", "five heartbeats"}},
 		{"a lease without etcd", []string{"--dev", "--data-dir", filepath.Join(dir, "d10"), "--leader-lease", "5s"}, 2,
 			[]string{"--leader-lease", "etcd"}},
 	}
