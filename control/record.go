@@ -135,11 +135,11 @@ func encodeRecord(in *reconciler.Instance, shared *driver.Spec) []byte {
 	if in.Name != in.ID {
 		r.Name = in.Name
 	}
-	if in.Group == groupOf(in.Request) {
-		r.Group = ""
-		if in.Group == "" && strings.Contains(in.Request, ".") {
-			r.NoGroup = true
-		}
+	switch {
+	case in.Group == groupOf(in.Request):
+		r.Group = "" // the request's id says it
+	case in.Group == "":
+		r.NoGroup = true // the request's id has a '.', yet no group
 	}
 	if in.Spec != shared || shared == nil {
 		r.Spec = in.Spec

@@ -69,6 +69,17 @@ func TestRecordRoundTrip(t *testing.T) {
 		t.Errorf("decoded\n%+v\nwant\n%+v", got, x)
 	}
 
+	// A request whose id has a '.' without being a group's service keeps
+	// no group; a group's service keeps its group.
+	for _, c := range []struct{ request, group string }{{"a.b", ""}, {"g.web", "g"}, {"plain", ""}, {"g.web", "other"}} {
+		y := sampleInstance(shared)
+		y.Request, y.Group = c.request, c.group
+		got, err := decodeRecord(store.KV{Key: PrefixInstances + y.ID, Value: encodeRecord(y, nil)}, lookup)
+		if err != nil || got.Group != c.group {
+			t.Errorf("request %q group %q: decoded group %q, %v", c.request, c.group, got.Group, err)
+		}
+	}
+
 	// A record leaving its spec to a request that is not stored is an
 	// error, not an instance without a spec.
 	if _, err := decodeRecord(store.KV{Key: PrefixInstances + in.ID, Value: b}, func(string) *driver.Spec { return nil }); err == nil {
