@@ -393,7 +393,9 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 		}
 		mux.Handle("GET /v1/health", guard.CheckHost(http.HandlerFunc(door.health)))
 		members{c: client}.routes(mux, guard)
-		mux.Handle("/", door)
+		// The Host check happens here too: forwarding rewrites Host to the
+		// leader's, which would hide a rebinding page's name from the leader.
+		mux.Handle("/", guard.CheckHost(door))
 		runAll = func(ctx context.Context) error {
 			go leader.Watch(ctx, client, f.ha.prefix, door.seen)
 			return leader.Run(ctx, leader.Config{
