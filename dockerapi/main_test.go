@@ -47,13 +47,20 @@ var quiet = func() *slog.Logger {
 func TestMain(m *testing.M) { os.Exit(runMain(m)) }
 
 func runMain(m *testing.M) int {
+	// The tests time the engine's answers: they take the machine's engine
+	// for themselves, in turn with the other packages that load it.
+	unlock, err := dockertest.LockMainEngine()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "lock the engine:", err)
+		return 1
+	}
+	defer unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	if _, err := exec.LookPath("docker"); err != nil {
 		fmt.Fprintln(os.Stderr, "the dockerapi tests need the docker CLI:", err)
 		return 1
 	}
-	var err error
 	mainCli, err = dockertest.Connect(ctx, dockertest.MainHost)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "the dockerapi tests need the machine's engine:", err)

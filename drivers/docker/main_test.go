@@ -39,9 +39,16 @@ func TestMain(m *testing.M) {
 }
 
 func runMain(m *testing.M) int {
+	// The tests time the engine's answers: they take the machine's engine
+	// for themselves, in turn with the other packages that load it.
+	unlock, err := dockertest.LockMainEngine()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "lock the engine:", err)
+		return 1
+	}
+	defer unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	var err error
 	mainCli, err = dockertest.Connect(ctx, DefaultHost)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "docker tests need the machine's engine:", err)
