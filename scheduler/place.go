@@ -114,6 +114,7 @@ type planner struct {
 	ids              *atomic.Uint64
 	heap             []scored
 	noIndex          bool // scan every candidate (tests compare the two)
+	noImprove        bool // skip a batch group's improvement pass (tests compare)
 }
 
 func newPlanner(st *state, opt Options, portMin, portMax int, ids *atomic.Uint64) *planner {
@@ -515,10 +516,13 @@ func (p *planner) placeGroup(gg *gang, plan *Plan) {
 	}
 	var failed []Unplaced
 	ok := false
+	packs := gg.packs()
+	order := p.order(gg, packs)
 	for _, prov := range provs {
 		mark, um := len(plan.Placements), len(plan.Unplaced)
 		ok = true
-		for k, c := range gg.cs {
+		for _, k := range order {
+			c := gg.cs[k]
 			if prov != "" {
 				c.provider = prov
 			}
@@ -528,6 +532,12 @@ func (p *planner) placeGroup(gg *gang, plan *Plan) {
 			}
 		}
 		if ok {
+			if packs {
+				if !p.noImprove {
+					p.improve(gg, plan, mark)
+				}
+				gg.startupOrder(plan.Placements[mark:])
+			}
 			break
 		}
 		failed = append(failed, plan.Unplaced[um:]...)

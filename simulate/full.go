@@ -196,6 +196,7 @@ func runFull(ctx context.Context, w *Workload, opt Options) (*Result, error) {
 		res: &Result{Workload: w.Name, Nodes: len(ps.Nodes), Schedulers: 1, Strategy: string(opt.Strategy),
 			PlaneResult: &PlaneResult{Store: kind}},
 		pending: map[string]bool{}, elastic: map[string]bool{}, gone: map[string]bool{}, reasons: map[string]int{}, bad: map[string]bool{}, misplaced: map[string]bool{},
+		svcRules: map[string][]scheduler.Expr{},
 	}
 	if f.rules, err = hardRules(w); err != nil {
 		return nil, err
@@ -248,7 +249,10 @@ type fullRunner struct {
 	// bad holds the nodes an independent check found over capacity.
 	bad map[string]bool
 	// rules holds the hard constraints of each workload item, by index.
-	rules     [][]scheduler.Expr
+	rules [][]scheduler.Expr
+	// svcRules holds the hard constraints of each service of the groups
+	// submitted, by the service's request id.
+	svcRules  map[string][]scheduler.Expr
 	misplaced map[string]bool
 	lastCheck time.Time
 	checkGap  time.Duration
@@ -343,25 +347,20 @@ func (f *fullRunner) replay(ctx context.Context, events []event) error {
 
 // submit hands one request to the plane and records its answer.
 func (f *fullRunner) submit(ctx context.Context, e *event) error {
-	q := e.item.Request
-	q.ID = e.id
-	if f.opt.Strategy != "" {
-		q.Strategy = f.opt.Strategy
-	}
 	t := time.Now()
 	var placed []control.Placed
 	var err error
-	if e.item.Essential != nil {
-		q.ID = ""
+	if e.gang() {
+		g := e.group(f.opt.Strategy, false)
+		f.groupRules(g)
 		var ans *control.GroupAnswer
-		ans, err = f.plane.SubmitGroup(ctx, scheduler.Group{ID: e.id, Priority: q.Priority,
-			Services: []scheduler.Service{{Request: q, Essential: e.item.Essential}}}, "")
+		ans, err = f.plane.SubmitGroup(ctx, *g, "")
 		if err == nil {
 			placed = ans.Instances
 		}
 	} else {
 		var ans *control.Answer
-		ans, err = f.plane.Submit(ctx, q, "")
+		ans, err = f.plane.Submit(ctx, e.request(f.opt.Strategy), "")
 		if err == nil {
 			placed = ans.Instances
 		}
@@ -372,19 +371,19 @@ func (f *fullRunner) submit(ctx context.Context, e *event) error {
 			return ctx.Err()
 		}
 		// A refused request is not placed; its reason is the error.
-		f.reasons[err.Error()] += e.item.N()
+		f.reasons[err.Error()] += e.n()
 		return nil
 	}
-	if e.item.Essential != nil && len(f.elastic) > 0 {
+	if e.gang() && len(f.elastic) > 0 {
 		if err := f.evicted(ctx); err != nil {
 			return err
 		}
 	}
-	elastic := e.item.Essential != nil && *e.item.Essential < e.item.N()
+	elastic, dur := e.elastic(), e.duration()
 	var ids []string
 	for _, p := range placed {
 		id := p.Instance.ID
-		if e.item.Duration > 0 {
+		if dur > 0 {
 			ids = append(ids, id)
 		}
 		if p.Node == nil {
@@ -393,7 +392,7 @@ func (f *fullRunner) submit(ctx context.Context, e *event) error {
 		}
 		f.res.Placed++
 		lid := ""
-		if e.item.Duration > 0 || elastic {
+		if dur > 0 || elastic {
 			lid = id
 		}
 		if elastic {
@@ -402,7 +401,7 @@ func (f *fullRunner) submit(ctx context.Context, e *event) error {
 		f.lg.add(lid, p.Node.Name, p.Instance.Spec.Resources)
 	}
 	if len(ids) > 0 {
-		d := departure{at: e.at + e.item.Duration, ids: ids}
+		d := departure{at: e.at + dur, ids: ids}
 		k, _ := slices.BinarySearchFunc(f.deps, d.at, func(x departure, t float64) int {
 			if x.at <= t {
 				return -1
@@ -643,15 +642,23 @@ func (f *fullRunner) misplacedOn(nodes []driver.Node, ins []*driver.Instance) []
 			}
 			continue
 		}
-		// r<item>.<repeat>...
-		num, _, _ := strings.Cut(strings.TrimPrefix(id, "r"), ".")
-		item, err := strconv.Atoi(num)
-		if err != nil || item < 0 || item >= len(f.rules) {
-			out = append(out, id)
-			continue
+		var rules []scheduler.Expr
+		if r, ok := f.svcRules[id]; ok {
+			rules = r
+		} else if r, ok := f.svcRules[id[:max(strings.LastIndexByte(id, '-'), 0)]]; ok {
+			rules = r
+		} else {
+			// r<item>.<repeat>...
+			num, _, _ := strings.Cut(strings.TrimPrefix(id, "r"), ".")
+			item, err := strconv.Atoi(num)
+			if err != nil || item < 0 || item >= len(f.rules) {
+				out = append(out, id)
+				continue
+			}
+			rules = f.rules[item]
 		}
-		for k := range f.rules[item] {
-			e := &f.rules[item][k]
+		for k := range rules {
+			e := &rules[k]
 			var v string
 			var has bool
 			switch e.Key {
@@ -671,6 +678,21 @@ func (f *fullRunner) misplacedOn(nodes []driver.Node, ins []*driver.Instance) []
 		}
 	}
 	return out
+}
+
+// groupRules keeps the hard constraints of g's services for the
+// independent check; g has passed the workload's validation.
+func (f *fullRunner) groupRules(g *scheduler.Group) {
+	for k := range g.Services {
+		r := g.ServiceRequest(k)
+		var rules []scheduler.Expr
+		for _, c := range r.Constraints {
+			if e, err := scheduler.ParseExpr(c); err == nil && !e.Soft {
+				rules = append(rules, e)
+			}
+		}
+		f.svcRules[r.ID] = rules
+	}
 }
 
 // hardRules parses the hard constraints of every item of w.

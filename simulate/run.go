@@ -97,11 +97,81 @@ type Result struct {
 	*PlaneResult
 }
 
-// event is one request arrival.
+// event is one arrival: a request (item) or a group (grp).
 type event struct {
 	at   float64
 	item *Item
+	grp  *GroupItem
 	id   string
+}
+
+// n is how many instances the event asks for.
+func (e *event) n() int {
+	if e.grp != nil {
+		return e.grp.N()
+	}
+	return e.item.N()
+}
+
+// duration is how long the event's instances run (0: to the end).
+func (e *event) duration() float64 {
+	if e.grp != nil {
+		return e.grp.Duration
+	}
+	return e.item.Duration
+}
+
+// gang reports whether the event is placed all or none.
+func (e *event) gang() bool { return e.grp != nil || e.item.Essential != nil }
+
+// elastic reports whether some of the event's instances are elastic.
+func (e *event) elastic() bool {
+	if e.grp != nil {
+		for k := range e.grp.Services {
+			if s := &e.grp.Services[k]; s.EssentialCount() < s.N() {
+				return true
+			}
+		}
+		return false
+	}
+	return e.item.Essential != nil && *e.item.Essential < e.item.N()
+}
+
+// request is the event's request, with strategy overriding its own when
+// set.
+func (e *event) request(strategy scheduler.Strategy) scheduler.Request {
+	q := e.item.Request
+	q.ID = e.id
+	if strategy != "" {
+		q.Strategy = strategy
+	}
+	return q
+}
+
+// group is the event's group: a workload group, or a gang request as a
+// group of one service. With all set, every instance is essential.
+func (e *event) group(strategy scheduler.Strategy, all bool) *scheduler.Group {
+	var g scheduler.Group
+	if e.grp != nil {
+		g = e.grp.Group
+		g.Services = slices.Clone(g.Services)
+	} else {
+		q := e.request(strategy)
+		q.ID = ""
+		g = scheduler.Group{Priority: q.Priority, Services: []scheduler.Service{{Request: q, Essential: e.item.Essential}}}
+	}
+	g.ID = e.id
+	for k := range g.Services {
+		s := &g.Services[k]
+		if strategy != "" {
+			s.Strategy = strategy
+		}
+		if all {
+			n := s.N()
+			s.Essential = &n
+		}
+	}
+	return &g
 }
 
 // Run builds the workload's cluster with the sim back-end and replays its
@@ -224,6 +294,17 @@ func arrivals(w *Workload) ([]event, int) {
 			instances += it.N()
 		}
 	}
+	for i := range w.Groups {
+		g := &w.Groups[i]
+		for k := range max(g.Repeat, 1) {
+			id := g.ID
+			if g.Repeat > 1 {
+				id += "-" + strconv.Itoa(k)
+			}
+			events = append(events, event{at: g.Arrival + float64(k)*g.Interval, grp: g, id: id})
+			instances += g.N()
+		}
+	}
 	slices.SortStableFunc(events, func(a, b event) int { return cmp.Compare(a.at, b.at) })
 	return events, instances
 }
@@ -325,38 +406,27 @@ func (r *runner) depart(at float64) {
 	}
 }
 
-func (r *runner) request(e *event) scheduler.Request {
-	q := e.item.Request
-	q.ID = e.id
-	if r.opt.Strategy != "" {
-		q.Strategy = r.opt.Strategy
-	}
-	return q
-}
+func (r *runner) request(e *event) scheduler.Request { return e.request(r.opt.Strategy) }
 
-func (r *runner) group(e *event) *scheduler.Group {
-	q := r.request(e)
-	q.ID = ""
-	return &scheduler.Group{ID: e.id, Priority: q.Priority, Services: []scheduler.Service{{Request: q, Essential: e.item.Essential}}}
-}
+func (r *runner) group(e *event, all bool) *scheduler.Group { return e.group(r.opt.Strategy, all) }
 
 func (r *runner) placeSerial(e *event) outcome {
 	if r.q != nil {
 		return r.enqueue(e)
 	}
-	o := outcome{dur: e.item.Duration, at: e.at}
+	o := outcome{dur: e.duration(), at: e.at}
 	t := time.Now()
 	var plan *scheduler.Plan
 	var err error
-	if e.item.Essential != nil {
-		plan, err = r.cl.PlaceGroup(r.group(e))
+	if e.gang() {
+		plan, err = r.cl.PlaceGroup(r.group(e, false))
 	} else {
 		q := r.request(e)
 		plan, err = r.cl.Place(&q)
 	}
 	o.lat = time.Since(t)
 	if err != nil {
-		o.unplaced, o.reason = e.item.N(), err.Error()
+		o.unplaced, o.reason = e.n(), err.Error()
 		return o
 	}
 	o.accepted = plan.Placements
@@ -376,14 +446,10 @@ func simTime(at float64) time.Time {
 // enqueue queues e as a gang and makes a pass over the queue; the
 // outcome is e's own (placed now, or queued).
 func (r *runner) enqueue(e *event) outcome {
-	g := r.group(e)
-	if e.item.Essential == nil {
-		all := e.item.N()
-		g.Services[0].Essential = &all
-	}
+	g := r.group(e, e.grp == nil && e.item.Essential == nil)
 	t := time.Now()
 	if err := r.q.Push(g, simTime(e.at)); err != nil {
-		return outcome{unplaced: e.item.N(), reason: err.Error(), lat: time.Since(t)}
+		return outcome{unplaced: e.n(), reason: err.Error(), lat: time.Since(t)}
 	}
 	r.waiting[g.ID] = e
 	mine := r.pass(e.at, e.id)
@@ -405,7 +471,7 @@ func (r *runner) pass(at float64, self string) outcome {
 	for _, d := range done {
 		e := r.waiting[d.Group.ID]
 		delete(r.waiting, d.Group.ID)
-		o := outcome{dur: e.item.Duration, at: at, accepted: d.Plan.Placements, evicted: d.Plan.Evicted, relaxed: len(d.Plan.Relaxed) > 0}
+		o := outcome{dur: e.duration(), at: at, accepted: d.Plan.Placements, evicted: d.Plan.Evicted, relaxed: len(d.Plan.Relaxed) > 0}
 		for _, u := range d.Plan.Unplaced {
 			o.unplaced += len(u.Indexes)
 			o.reason = u.Reasons.String()
@@ -421,12 +487,12 @@ func (r *runner) pass(at float64, self string) outcome {
 }
 
 func (r *runner) placeOptimistic(s *scheduler.Snapshot, e *event) outcome {
-	o := outcome{dur: e.item.Duration, at: e.at}
+	o := outcome{dur: e.duration(), at: e.at}
 	t := time.Now()
-	if e.item.Essential != nil {
-		plan, _, err := s.PlaceGroup(r.group(e))
+	if e.gang() {
+		plan, _, err := s.PlaceGroup(r.group(e, false))
 		if err != nil {
-			o.unplaced, o.reason = e.item.N(), err.Error()
+			o.unplaced, o.reason = e.n(), err.Error()
 		} else {
 			o.accepted = plan.Placements
 			for _, u := range plan.Unplaced {
@@ -438,7 +504,7 @@ func (r *runner) placeOptimistic(s *scheduler.Snapshot, e *event) outcome {
 		q := r.request(e)
 		plan, _, err := s.Place(&q)
 		if err != nil {
-			o.unplaced, o.reason = e.item.N(), err.Error()
+			o.unplaced, o.reason = e.n(), err.Error()
 		} else {
 			o.accepted = plan.Placements
 			o.relaxed = len(plan.Relaxed) > 0
@@ -541,7 +607,7 @@ func (r *runner) finish() {
 	if r.q != nil {
 		res.QueueLeft = r.q.Len()
 		for _, e := range r.waiting {
-			res.Unplaced += e.item.N()
+			res.Unplaced += e.n()
 		}
 		if len(r.waits) > 0 {
 			slices.Sort(r.waits)

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strings"
 
 	"github.com/berth-dev/berth/driver"
@@ -22,13 +23,44 @@ import (
 //	{"name": "mine",
 //	 "nodes": [{"count": 100, "cpus": 4, "memory": "32Gi", "labels": {"disk": "ssd"}}],
 //	 "requests": [{"repeat": 1000, "cpus": 0.5, "memory": 256,
-//	               "constraints": ["disk==ssd"], "arrival": 0, "interval": 0.01, "duration": 30}]}
+//	               "constraints": ["disk==ssd"], "arrival": 0, "interval": 0.01, "duration": 30}],
+//	 "groups": [{"id": "job", "services": [{"name": "big", "type": "batch", "cpus": 6, "count": 4},
+//	                                       {"name": "small", "type": "batch", "cpus": 2, "count": 8}],
+//	             "arrival": 5, "duration": 60}]}
 type Workload struct {
 	Name string `json:"name"`
 	// Nodes are the sim back-end's node pools.
 	Nodes []sim.Pool `json:"nodes"`
-	// Requests arrive in order of arrival time (file order for equal times).
-	Requests []Item `json:"requests"`
+	// Requests and Groups arrive in order of arrival time (file order for
+	// equal times, requests before groups).
+	Requests []Item      `json:"requests,omitempty"`
+	Groups   []GroupItem `json:"groups,omitempty"`
+}
+
+// GroupItem is one group of a workload, possibly repeated: a group as
+// POST /v1/groups takes it (each service with its own size and count),
+// placed all or none, plus the replay fields. Repeat k of group "job" is
+// called "job-k"; a group that is not repeated keeps its id.
+type GroupItem struct {
+	scheduler.Group
+	// Repeat makes the item stand for this many groups (0 means 1).
+	Repeat int `json:"repeat,omitempty"`
+	// Arrival is when the first group arrives, in seconds from the start.
+	Arrival float64 `json:"arrival,omitempty"`
+	// Interval is the time between repeats, in seconds.
+	Interval float64 `json:"interval,omitempty"`
+	// Duration is how long each group's instances run, in seconds; 0
+	// means to the end.
+	Duration float64 `json:"duration,omitempty"`
+}
+
+// N returns how many instances one of the item's groups asks for.
+func (g *GroupItem) N() int {
+	n := 0
+	for k := range g.Services {
+		n += g.Services[k].N()
+	}
+	return n
 }
 
 // Item is one request of a workload, possibly repeated.
@@ -107,8 +139,8 @@ func (w *Workload) Validate() error {
 			add("nodes", "%v", err)
 		}
 	}
-	if len(w.Requests) == 0 {
-		add("requests", "a workload needs at least one request")
+	if len(w.Requests) == 0 && len(w.Groups) == 0 {
+		add("requests", "a workload needs at least one request or group")
 	}
 	for i := range w.Requests {
 		it := &w.Requests[i]
@@ -140,8 +172,46 @@ func (w *Workload) Validate() error {
 			add(p+"essential", "a preplaced item is reserved, not placed as a gang")
 		}
 	}
+	ids := map[string]int{}
+	for i := range w.Groups {
+		g := &w.Groups[i]
+		p := fmt.Sprintf("groups[%d].", i)
+		if err := g.Group.Validate(); err != nil {
+			var fes driver.FieldErrors
+			if errors.As(err, &fes) {
+				for _, e := range fes {
+					add(p+e.Path, "%s", e.Reason)
+				}
+			}
+		}
+		switch {
+		case g.ID == "":
+		case strings.ContainsAny(g.ID, ".") || strings.HasPrefix(g.ID, "pre") || reqID.MatchString(g.ID):
+			add(p+"id", "%q: a group id has no '.' and does not look like a request's (pre..., r<n>)", g.ID)
+		default:
+			if j, dup := ids[g.ID]; dup {
+				add(p+"id", "%q already names groups[%d]", g.ID, j)
+			}
+			ids[g.ID] = i
+		}
+		if g.Repeat < 0 {
+			add(p+"repeat", "%d: must not be negative", g.Repeat)
+		}
+		if g.Arrival < 0 {
+			add(p+"arrival", "%v: must not be negative", g.Arrival)
+		}
+		if g.Interval < 0 {
+			add(p+"interval", "%v: must not be negative", g.Interval)
+		}
+		if g.Duration < 0 {
+			add(p+"duration", "%v: must not be negative", g.Duration)
+		}
+	}
 	return es.Err()
 }
+
+// reqID matches the ids the run gives requests ("r<item>.<repeat>").
+var reqID = regexp.MustCompile(`^r[0-9]`)
 
 // Builtins names the built-in workloads.
 var Builtins = []string{"w1", "w2", "w3", "w5"}
