@@ -22,6 +22,7 @@ import (
 	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/scheduler"
 )
 
 // MaxFileSize is the largest configuration file Load accepts.
@@ -70,6 +71,10 @@ type Config struct {
 	Pools []control.Pool `yaml:"pools"`
 	// Quotas limit a provider, a pool or a namespace.
 	Quotas []control.Quota `yaml:"quotas"`
+	// QueuePolicy orders the groups waiting to be placed whole within a
+	// priority class: fifo (the default), size (smallest first) or
+	// dynsize (smallest first, with aging).
+	QueuePolicy scheduler.Policy `yaml:"queue_policy"`
 
 	// TLS serves the API over TLS, and with ClientCA asks for client
 	// certificates.
@@ -357,6 +362,12 @@ func (c *Config) validate(es *driver.FieldErrors) {
 	}
 	checkRange(es, "max_body_size", c.MaxBodySize, 0, 64<<20)
 	checkRange(es, "max_count", c.MaxCount, 0, 1_000_000)
+	if err := c.QueuePolicy.Check("queue_policy"); err != nil {
+		var fe *driver.FieldError
+		if errors.As(err, &fe) {
+			es.Add(fe.Path, "%s", fe.Reason)
+		}
+	}
 	checkRange(es, "shutdown_timeout", c.ShutdownTimeout, 0, time.Hour)
 	r := c.Reconcile
 	// Zero takes control's default; anything else must be in range: a

@@ -172,6 +172,7 @@ func TestBadFiles(t *testing.T) {
 		{"bad memory_limit", "memory_limit: lots\n", "memory_limit"},
 		{"negative gc_percent", "gc_percent: -1\n", "gc_percent"},
 		{"huge gc_percent", "gc_percent: 20000\n", "gc_percent"},
+		{"bad queue_policy", "queue_policy: lifo\n", "queue_policy"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

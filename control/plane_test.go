@@ -1087,3 +1087,51 @@ func TestPlaceRoundWaitsForARoundOfRun(t *testing.T) {
 		}
 	})
 }
+
+// TestQueuePolicyOrdersWaitingGroups fills the one node, queues a group of
+// 3 cpus, then one of 2, and frees the node: fifo places the first come
+// (3 cpus; the other no longer fits), size the smallest (2 cpus; the
+// other no longer fits).
+func TestQueuePolicyOrdersWaitingGroups(t *testing.T) {
+	for _, tc := range []struct {
+		policy        scheduler.Policy
+		placed, waits string
+	}{
+		{scheduler.PolicyFIFO, "three.three", "two.two"},
+		{scheduler.PolicySize, "two.two", "three.three"},
+	} {
+		t.Run(string(tc.policy), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				_, prov := newSim(t, 1, nil)
+				cfg := config(memory.New(memory.Options{}), prov)
+				cfg.QueuePolicy = tc.policy
+				p, _ := start(t, cfg)
+				ctx := context.Background()
+				full := req("full", 1)
+				full.CPU = driver.CPUs(4)
+				if _, err := p.Submit(ctx, full, ""); err != nil {
+					t.Fatal(err)
+				}
+				waitPhase(t, p, "full", reconciler.Running)
+				group := func(id string, cpus float64) scheduler.Group {
+					return scheduler.Group{ID: id, Services: []scheduler.Service{{Request: scheduler.Request{Spec: driver.Spec{
+						Name: id, Image: "busybox", Type: driver.TypeBatch, Resources: driver.Resources{CPU: driver.CPUs(cpus)}}}}}}
+				}
+				for _, g := range []scheduler.Group{group("three", 3), group("two", 2)} {
+					if _, err := p.SubmitGroup(ctx, g, ""); err != nil {
+						t.Fatal(err)
+					}
+					// One after the other: fifo tells them apart by arrival.
+					time.Sleep(time.Second)
+				}
+				if err := p.Delete(ctx, "full"); err != nil {
+					t.Fatal(err)
+				}
+				waitPhase(t, p, tc.placed, reconciler.Running)
+				if ph := phaseOf(t, p, tc.waits); ph != reconciler.Pending {
+					t.Fatalf("%s is %s, want pending: the queue's order is not %s", tc.waits, ph, tc.policy)
+				}
+			})
+		})
+	}
+}

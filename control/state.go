@@ -180,10 +180,9 @@ func newState(ctx context.Context, cfg Config) (*state, error) {
 		provs[p.Name()] = p
 	}
 	es = append(es, CheckPools(cfg.Pools, cfg.Quotas, func(name string) bool { _, ok := provs[name]; return ok })...)
-	switch cfg.QueuePolicy {
-	case "", scheduler.PolicyFIFO, scheduler.PolicySize, scheduler.PolicyDynSize:
-	default:
-		es = append(es, &driver.FieldError{Path: "queue_policy", Reason: fmt.Sprintf("%q: want fifo, size or dynsize", cfg.QueuePolicy)})
+	var fe *driver.FieldError
+	if err := cfg.QueuePolicy.Check("queue_policy"); errors.As(err, &fe) {
+		es = append(es, fe)
 	}
 	if err := es.Err(); err != nil {
 		return nil, fmt.Errorf("control: %w", err)

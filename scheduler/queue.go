@@ -25,6 +25,18 @@ const (
 	PolicyDynSize Policy = "dynsize"
 )
 
+// Policies lists the queue policies.
+var Policies = []Policy{PolicyFIFO, PolicySize, PolicyDynSize}
+
+// Check returns a field error at path unless p is one of Policies or
+// empty (the default, fifo).
+func (p Policy) Check(path string) error {
+	if p == "" || slices.Contains(Policies, p) {
+		return nil
+	}
+	return &driver.FieldError{Path: path, Reason: fmt.Sprintf("%q: want fifo, size or dynsize", p)}
+}
+
 // DefaultAging is the DYNSIZE aging period when Queue.Aging is zero.
 const DefaultAging = time.Minute
 
@@ -57,10 +69,8 @@ func (q *Queue) Push(g *Group, now time.Time) error {
 	if err := g.Validate(); err != nil {
 		return err
 	}
-	switch q.Policy {
-	case "", PolicyFIFO, PolicySize, PolicyDynSize:
-	default:
-		return &driver.FieldError{Path: "policy", Reason: fmt.Sprintf("%q: want fifo, size or dynsize", q.Policy)}
+	if err := q.Policy.Check("policy"); err != nil {
+		return err
 	}
 	q.seq++
 	q.items = append(q.items, &QueueItem{Group: g, Arrived: now, seq: q.seq})

@@ -210,8 +210,8 @@ func Run(ctx context.Context, w *Workload, opt Options) (*Result, error) {
 	if opt.Queue != "" && opt.Schedulers > 1 {
 		return nil, &driver.FieldError{Path: "schedulers", Reason: "a queue works with one scheduler"}
 	}
-	if !slices.Contains([]scheduler.Policy{"", scheduler.PolicyFIFO, scheduler.PolicySize, scheduler.PolicyDynSize}, opt.Queue) {
-		return nil, &driver.FieldError{Path: "queue", Reason: fmt.Sprintf("%q: want fifo, size or dynsize", opt.Queue)}
+	if err := opt.Queue.Check("queue"); err != nil {
+		return nil, err
 	}
 	start := time.Unix(0, 0)
 	back, err := sim.New(sim.Options{Pools: w.Nodes, Clock: sim.NewManualClock(start)})

@@ -30,6 +30,7 @@ import (
 	"github.com/berth-dev/berth/leader"
 	"github.com/berth-dev/berth/metrics"
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/scheduler"
 	"github.com/berth-dev/berth/store"
 	"github.com/berth-dev/berth/store/bolt"
 	"github.com/berth-dev/berth/store/etcd"
@@ -46,13 +47,15 @@ type serverFlags struct {
 	logFormat  string
 	logLevel   string
 	cluster    string
-	memLimit   string
-	gcPercent  int
-	tlsCert    string
-	tlsKey     string
-	clientCA   string
-	insecure   bool
-	origins    []string
+	// queuePolicy is --queue-policy.
+	queuePolicy string
+	memLimit    string
+	gcPercent   int
+	tlsCert     string
+	tlsKey      string
+	clientCA    string
+	insecure    bool
+	origins     []string
 	// driverOpts holds the generated --<driver>-<option> flags.
 	driverOpts map[string]*string
 	// dockerListen is the Docker Engine API's address (--docker-listen).
@@ -94,6 +97,7 @@ goroutine's stack to the log.`,
 	fl.StringVar(&f.logFormat, "log-format", "", "log format: text or json")
 	fl.StringVar(&f.logLevel, "log-level", "", "log level: debug, info, warn or error")
 	fl.StringVar(&f.cluster, "cluster", "", "name of this Berth installation, written on every back-end resource")
+	fl.StringVar(&f.queuePolicy, "queue-policy", "", "order of the groups waiting to be placed whole within a priority class: fifo (default), size or dynsize")
 	fl.StringVar(&f.memLimit, "memory-limit", "", "soft memory limit of the server, e.g. 3Gi (as GOMEMLIMIT; default: the runtime's)")
 	fl.StringVar(&f.tlsCert, "tls-cert", "", "PEM file of the server's TLS certificate (with --tls-key)")
 	fl.StringVar(&f.tlsKey, "tls-key", "", "PEM file of the server's TLS key")
@@ -149,6 +153,9 @@ func (f *serverFlags) load(cmd *cobra.Command) (*config.Config, error) {
 	set("log-format", &cfg.Log.Format, f.logFormat)
 	set("log-level", &cfg.Log.Level, f.logLevel)
 	set("cluster", &cfg.Cluster, f.cluster)
+	if cmd.Flags().Changed("queue-policy") {
+		cfg.QueuePolicy = scheduler.Policy(f.queuePolicy)
+	}
 	set("tls-cert", &cfg.TLS.Cert, f.tlsCert)
 	set("tls-key", &cfg.TLS.Key, f.tlsKey)
 	set("tls-client-ca", &cfg.TLS.ClientCA, f.clientCA)
@@ -315,7 +322,7 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 		return err
 	}
 	planeCfg := control.Config{
-		Store: st, Providers: providers, Cluster: cfg.Cluster, Pools: cfg.Pools, Quotas: cfg.Quotas,
+		Store: st, Providers: providers, Cluster: cfg.Cluster, Pools: cfg.Pools, Quotas: cfg.Quotas, QueuePolicy: cfg.QueuePolicy,
 		Logger: log, Metrics: m,
 	}
 	cfg.Reconcile.Apply(&planeCfg)
