@@ -14,7 +14,6 @@ import (
 	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/driver"
-	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/reconciler"
 	"github.com/berth-dev/berth/scheduler"
 	"github.com/berth-dev/berth/store/memory"
@@ -148,20 +147,11 @@ func TestVerbsOfOtherNamespacesAndRoles(t *testing.T) {
 	}
 }
 
-// bare is a back-end with the required interface only.
-type bare struct{ driver.Driver }
-
 // TestVerbsOnABackEndThatCannot: suspend and stats on a provider whose
 // driver lacks the capability are refused (422 unsupported) naming the
 // provider, never answered as done.
 func TestVerbsOnABackEndThatCannot(t *testing.T) {
-	e := apitest.StartWith(t, memory.New(memory.Options{}), map[string]any{"nodes": 1}, api.Options{}, func(c *control.Config) {
-		p, err := provider.New(bare{c.Providers[0].Driver()}, provider.Config{Name: "plain"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.Providers = []*provider.Provider{p}
-	})
+	e := apitest.StartBare(t, memory.New(memory.Options{}), map[string]any{"nodes": 1}, api.Options{})
 	ctx := context.Background()
 	c := e.Client(t, "")
 	running(t, c, "web")

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/driver/drivertest"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/reconciler"
 	"github.com/berth-dev/berth/store/memory"
@@ -95,17 +96,13 @@ func TestSuspendAndResume(t *testing.T) {
 	})
 }
 
-// bare is a back-end with the required interface only: none of the
-// optional capabilities.
-type bare struct{ driver.Driver }
-
 // TestSuspendAndUsageNeedTheCapability: a provider whose driver can
 // neither suspend nor measure refuses both by name, and the instance is
 // left running.
 func TestSuspendAndUsageNeedTheCapability(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s, _ := newSim(t, 1, nil)
-		prov, err := provider.New(bare{s}, provider.Config{Name: "plain", Logger: quiet, StateTTL: time.Millisecond})
+		prov, err := provider.New(drivertest.Bare(s), provider.Config{Name: "plain", Logger: quiet, StateTTL: time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
