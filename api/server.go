@@ -82,7 +82,7 @@ type Options struct {
 	// DefaultBurst or Rate, whichever is larger).
 	Rate  float64
 	Burst int
-	// MaxStreams is how many log, event and preload streams one token may
+	// MaxStreams is how many log, stats, event and preload streams one token may
 	// hold open (0: DefaultStreams); the server holds at most 8 times it.
 	MaxStreams int
 }
