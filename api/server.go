@@ -9,10 +9,11 @@
 // Lists: GET /v1/instances answers one page, sorted by id; a full page
 // carries a Link header (RFC 8288) naming the next one.
 //
-// Streams: logs, usage and image preloads are NDJSON (one JSON object per
-// line, see LogFrame, StatsFrame and PreloadFrame); events are server-sent events whose id is
-// the store revision, so a client resumes with Last-Event-ID, within the
-// history the store keeps (else the error event has code CodeCompacted).
+// Streams: logs, usage (stats) and image preloads are NDJSON (one JSON
+// object per line, see LogFrame, StatsFrame and PreloadFrame); events are
+// server-sent events whose id is the store revision, so a client resumes
+// with Last-Event-ID, within the history the store keeps (else the error
+// event has code CodeCompacted).
 package api
 
 import (
@@ -82,8 +83,9 @@ type Options struct {
 	// DefaultBurst or Rate, whichever is larger).
 	Rate  float64
 	Burst int
-	// MaxStreams is how many log, stats, event and preload streams one token may
-	// hold open (0: DefaultStreams); the server holds at most 8 times it.
+	// MaxStreams is how many log, stats, event and preload streams one
+	// token may hold open (0: DefaultStreams); the server holds at most 8
+	// times it.
 	MaxStreams int
 }
 
