@@ -40,8 +40,8 @@ const (
 	DefaultRate = 2000
 	// DefaultBurst is how many requests a token may make at once.
 	DefaultBurst = 4000
-	// DefaultStreams is how many log, event and preload streams one token
-	// may hold open at once; the server holds at most 8 times that.
+	// DefaultStreams is how many log, stats, event and preload streams one
+	// token may hold open at once; the server holds at most 8 times that.
 	DefaultStreams = 32
 )
 

@@ -9,10 +9,11 @@
 // Lists: GET /v1/instances answers one page, sorted by id; a full page
 // carries a Link header (RFC 8288) naming the next one.
 //
-// Streams: logs and image preloads are NDJSON (one JSON object per line,
-// see LogFrame and PreloadFrame); events are server-sent events whose id is
-// the store revision, so a client resumes with Last-Event-ID, within the
-// history the store keeps (else the error event has code CodeCompacted).
+// Streams: logs, usage (stats) and image preloads are NDJSON (one JSON
+// object per line, see LogFrame, StatsFrame and PreloadFrame); events are
+// server-sent events whose id is the store revision, so a client resumes
+// with Last-Event-ID, within the history the store keeps (else the error
+// event has code CodeCompacted).
 package api
 
 import (
@@ -82,8 +83,9 @@ type Options struct {
 	// DefaultBurst or Rate, whichever is larger).
 	Rate  float64
 	Burst int
-	// MaxStreams is how many log, event and preload streams one token may
-	// hold open (0: DefaultStreams); the server holds at most 8 times it.
+	// MaxStreams is how many log, stats, event and preload streams one
+	// token may hold open (0: DefaultStreams); the server holds at most 8
+	// times it.
 	MaxStreams int
 }
 
@@ -163,7 +165,11 @@ func (s *Server) routes() {
 	h("POST /v1/instances/{ref}/restart", auth.Operate, s.restart)
 	h("POST /v1/instances/{ref}/kill", auth.Operate, s.kill)
 	h("POST /v1/instances/{ref}/resize", auth.Operate, s.resize)
+	h("POST /v1/instances/{ref}/suspend", auth.Operate, s.suspend)
+	h("POST /v1/instances/{ref}/resume", auth.Operate, s.resume)
+	h("POST /v1/instances/{ref}/hold", auth.Operate, s.hold)
 	h("GET /v1/instances/{ref}/logs", auth.Read, s.logs)
+	h("GET /v1/instances/{ref}/stats", auth.Read, s.stats)
 	h("GET /v1/events", auth.Read, s.events)
 	h("GET /v1/nodes", auth.Read, s.nodes)
 	h("GET /v1/providers", auth.Read, s.providers)
@@ -645,6 +651,83 @@ func (s *Server) resize(w http.ResponseWriter, r *http.Request) error {
 	return s.afterChange(w, r, in.ID, http.StatusAccepted)
 }
 
+func (s *Server) suspend(w http.ResponseWriter, r *http.Request) error {
+	if err := onlyParams(r.URL.Query()); err != nil {
+		return err
+	}
+	in, err := s.visible(r)
+	if err != nil {
+		return err
+	}
+	if err := s.plane.Suspend(r.Context(), in.ID); err != nil {
+		return err
+	}
+	return s.afterChange(w, r, in.ID, http.StatusAccepted)
+}
+
+func (s *Server) resume(w http.ResponseWriter, r *http.Request) error {
+	if err := onlyParams(r.URL.Query()); err != nil {
+		return err
+	}
+	in, err := s.visible(r)
+	if err != nil {
+		return err
+	}
+	if err := s.plane.Resume(r.Context(), in.ID); err != nil {
+		return err
+	}
+	return s.afterChange(w, r, in.ID, http.StatusAccepted)
+}
+
+// MaxHold is the longest hold POST /v1/instances/{ref}/hold takes.
+const MaxHold = 30 * 24 * time.Hour
+
+// HoldRequest is the body of POST /v1/instances/{ref}/hold.
+type HoldRequest struct {
+	// For is how long the instance is kept from now before it is deleted:
+	// a Go duration ("2h", "90m"), more than 0 and at most MaxHold.
+	For string `json:"for"`
+}
+
+// duration checks For and returns it.
+func (h HoldRequest) duration() (time.Duration, error) {
+	if h.For == "" {
+		return 0, &driver.FieldError{Path: "for", Reason: "required: how long to hold the instance, such as 2h"}
+	}
+	d, err := time.ParseDuration(h.For)
+	switch {
+	case err != nil:
+		return 0, &driver.FieldError{Path: "for", Reason: fmt.Sprintf("%q: want a duration such as 2h or 90m", h.For)}
+	case d <= 0:
+		return 0, &driver.FieldError{Path: "for", Reason: fmt.Sprintf("%q: want more than 0", h.For)}
+	case d > MaxHold:
+		return 0, &driver.FieldError{Path: "for", Reason: fmt.Sprintf("%q: want at most %s (30 days)", h.For, MaxHold)}
+	}
+	return d, nil
+}
+
+func (s *Server) hold(w http.ResponseWriter, r *http.Request) error {
+	if err := onlyParams(r.URL.Query()); err != nil {
+		return err
+	}
+	var req HoldRequest
+	if err := decodeBody(w, r, s.maxBody, &req); err != nil {
+		return err
+	}
+	d, err := req.duration()
+	if err != nil {
+		return err
+	}
+	in, err := s.visible(r)
+	if err != nil {
+		return err
+	}
+	if err := s.plane.Hold(r.Context(), in.ID, time.Now().Add(d)); err != nil {
+		return err
+	}
+	return s.afterChange(w, r, in.ID, http.StatusAccepted)
+}
+
 // LogFrame is one line of a logs stream: a chunk of one stream's output, or
 // the error that ended the stream.
 type LogFrame struct {
@@ -755,6 +838,104 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) error {
 		return fw.frame(LogFrame{Error: toError(err)})
 	}
 	return nil
+}
+
+// StatsInterval is how often GET /v1/instances/{ref}/stats measures.
+const StatsInterval = time.Second
+
+// Stats is one measurement of an instance's usage.
+type Stats struct {
+	ID    string        `json:"id"`
+	Name  string        `json:"name,omitempty"`
+	Phase control.Phase `json:"phase"`
+	// Time is when the back-end measured.
+	Time time.Time `json:"time"`
+	// CPUs is the cpus used, averaged over the back-end's sampling window
+	// (0.5 is half a cpu's time).
+	CPUs driver.MilliCPU `json:"cpus"`
+	// MemoryBytes is the memory resident now.
+	MemoryBytes int64 `json:"memory_bytes"`
+	// CPULimit and MemoryLimitBytes are the instance's limits; 0 means
+	// none.
+	CPULimit         driver.MilliCPU `json:"cpu_limit,omitempty"`
+	MemoryLimitBytes int64           `json:"memory_limit_bytes,omitempty"`
+}
+
+// StatsFrame is one line of a stats stream: a measurement, or the error
+// that ended the stream.
+type StatsFrame struct {
+	Stats *Stats `json:"stats,omitempty"`
+	Error *Error `json:"error,omitempty"`
+}
+
+// measure measures instance in once.
+func (s *Server) measure(ctx context.Context, in control.Instance) (*Stats, error) {
+	u, err := s.plane.Usage(ctx, in.ID)
+	if err != nil {
+		return nil, err
+	}
+	if cur, err := s.plane.Instance(ctx, in.ID); err == nil {
+		in = cur
+	}
+	st := &Stats{ID: in.ID, Name: in.Name, Phase: in.Phase, Time: u.Time.UTC(), CPUs: u.CPU, MemoryBytes: int64(u.Memory)}
+	if in.Spec != nil {
+		st.CPULimit, st.MemoryLimitBytes = in.Spec.CPU, int64(in.Spec.Memory)
+	}
+	return st, nil
+}
+
+// stats answers one measurement with stream=false; otherwise it streams one
+// StatsFrame every StatsInterval until the client leaves, the server closes
+// its streams or a measurement fails (its error is the last frame). A
+// failure of the first measurement (a back-end that cannot measure, an
+// instance with nothing to measure) is answered as any error is.
+func (s *Server) stats(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	if err := onlyParams(q, "stream"); err != nil {
+		return err
+	}
+	stream := true
+	if v := q.Get("stream"); v != "" {
+		var err error
+		if stream, err = boolParam(v, "stream"); err != nil {
+			return err
+		}
+	}
+	in, err := s.visible(r)
+	if err != nil {
+		return err
+	}
+	first, err := s.measure(r.Context(), in)
+	if err != nil {
+		return err
+	}
+	if !stream {
+		return writeJSON(w, http.StatusOK, first)
+	}
+	ctx, cancel, err := s.streamContext(w, r)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	fw := newFrameWriter(w)
+	t := time.NewTicker(StatsInterval)
+	defer t.Stop()
+	for st := first; ; {
+		if err := fw.frame(StatsFrame{Stats: st}); err != nil {
+			return nil // the client left
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if st, err = s.measure(ctx, in); err != nil {
+			if ctx.Err() == nil {
+				_ = fw.frame(StatsFrame{Error: toError(err)})
+			}
+			return nil
+		}
+	}
 }
 
 func (s *Server) events(w http.ResponseWriter, r *http.Request) error {

@@ -90,8 +90,8 @@ type Config struct {
 	// default, 2000), TokenBurst how many at once.
 	TokenRate  float64 `yaml:"token_rate"`
 	TokenBurst int     `yaml:"token_burst"`
-	// MaxStreams is how many log and event streams one token may hold
-	// open (0: the default, 32).
+	// MaxStreams is how many log, stats and event streams one token may
+	// hold open (0: the default, 32).
 	MaxStreams int `yaml:"max_streams"`
 	// Timeouts bound each phase of an HTTP request.
 	Timeouts Timeouts `yaml:"timeouts"`

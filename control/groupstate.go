@@ -96,7 +96,9 @@ func (s *state) groupStatus(ctx context.Context, id string) (GroupStatus, error)
 		ss := ServiceStatus{Request: req, Essential: sv.EssentialCount(), Count: sv.N()}
 		for _, in := range byReq[req] {
 			essential := indexOf(&in) < ss.Essential
-			running := in.Phase == reconciler.Running || in.Phase == reconciler.Held
+			// A suspended member is paused on request, whole where it
+			// was: it counts as running, not as lost.
+			running := in.Phase == reconciler.Running || in.Phase == reconciler.Held || in.Phase == reconciler.Suspended
 			if running {
 				ss.Running++
 				if essential {

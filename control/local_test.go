@@ -129,3 +129,102 @@ func TestLocalProcessesRunLogAndEnd(t *testing.T) {
 		t.Fatalf("stop of a deleted instance: %v", err)
 	}
 }
+
+// cpuTicks reads the cpu time (utime + stime, in clock ticks) process pid
+// has used, and its state letter.
+func cpuTicks(t *testing.T, pid int) (uint64, byte) {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The command name, in parentheses, may hold spaces: the fields that
+	// follow it start with the state (field 3); utime and stime are fields
+	// 14 and 15.
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	utime, err1 := strconv.ParseUint(f[11], 10, 64)
+	stime, err2 := strconv.ParseUint(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		t.Fatalf("/proc/%d/stat: %q", pid, s)
+	}
+	return utime + stime, f[0][0]
+}
+
+// TestLocalSuspendStopsTheCPU suspends a real busy loop: it uses no cpu
+// while suspended, as /proc and the plane's usage both show, and uses cpu
+// again once resumed. Real processes: the real clock (see
+// TestLocalProcessesRunLogAndEnd).
+func TestLocalSuspendStopsTheCPU(t *testing.T) {
+	dir := t.TempDir()
+	prov := newLocal(t, dir+"/local")
+	ctx := context.Background()
+	pidFile := dir + "/pid"
+	r := scheduler.Request{ID: "spin", Spec: driver.Spec{
+		Kind:       driver.KindProcess,
+		Entrypoint: []string{"/bin/sh", "-c", `echo $$ > ` + pidFile + `; while :; do :; done`},
+		Resources:  driver.Resources{CPU: driver.CPUs(0.1), Memory: 16 * driver.MiB},
+	}}
+	p, _ := start(t, config(memory.New(memory.Options{}), prov))
+	if _, err := p.Submit(ctx, r, "me"); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, p, "spin", reconciler.Running)
+	var pid int
+	waitFor(t, "the pid file", func() bool {
+		b, _ := os.ReadFile(pidFile)
+		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		return pid > 0
+	})
+	consumes := func(what string) {
+		t.Helper()
+		from, _ := cpuTicks(t, pid)
+		waitFor(t, what, func() bool {
+			now, _ := cpuTicks(t, pid)
+			return now > from
+		})
+	}
+	consumes("the loop to use cpu")
+
+	if err := p.Suspend(ctx, "spin"); err != nil {
+		t.Fatal(err)
+	}
+	if ph := phaseOf(t, p, "spin"); ph != reconciler.Suspended {
+		t.Fatalf("after Suspend: %s, want suspended", ph)
+	}
+	before, state := cpuTicks(t, pid)
+	if state != 'T' {
+		t.Fatalf("suspended process in state %c, want T (stopped)", state)
+	}
+	// Long enough for a running loop to use many ticks (100 a second); a
+	// slow machine can only make the check see fewer, never fail it.
+	time.Sleep(300 * time.Millisecond)
+	if after, _ := cpuTicks(t, pid); after != before {
+		t.Fatalf("the suspended loop used %d ticks of cpu", after-before)
+	}
+	waitFor(t, "the plane to measure no cpu", func() bool {
+		u, err := p.Usage(ctx, "spin")
+		return err == nil && u.CPU == 0 && u.Memory > 0
+	})
+	if ph := phaseOf(t, p, "spin"); ph != reconciler.Suspended {
+		t.Fatalf("after sync rounds: %s, want suspended", ph)
+	}
+
+	if err := p.Resume(ctx, "spin"); err != nil {
+		t.Fatal(err)
+	}
+	if ph := phaseOf(t, p, "spin"); ph != reconciler.Running {
+		t.Fatalf("after Resume: %s, want running", ph)
+	}
+	consumes("the resumed loop to use cpu")
+	waitFor(t, "the plane to measure cpu", func() bool {
+		u, err := p.Usage(ctx, "spin")
+		return err == nil && u.CPU > 0
+	})
+
+	if err := p.Delete(ctx, "spin"); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, p, "spin", reconciler.Deleted)
+	waitFor(t, "the loop to end", func() bool { return !alive(pid) })
+}

@@ -126,6 +126,9 @@ func (s *state) stop(ctx context.Context, ref string, grace time.Duration) error
 		return err
 	}
 	if len(acts) == 0 {
+		if got.Phase == reconciler.Suspended {
+			return driver.Errorf(driver.ErrInvalid, "instance %s is suspended: resume it before stopping it", in.ID)
+		}
 		return driver.Errorf(driver.ErrInvalid, "instance %s is %s: only a running instance can be stopped", in.ID, got.Phase)
 	}
 	if err := p.Stop(ctx, in.BackendID, grace); err != nil {
@@ -157,6 +160,50 @@ func (s *state) start(ctx context.Context, ref string) error {
 		return err
 	}
 	_, _, err = s.apply(context.WithoutCancel(ctx), in.ID, reconciler.Event{Kind: reconciler.StartDone})
+	return err
+}
+
+// suspend is Plane.Suspend. The back-end pauses the instance first; the
+// record follows. Should the plane stop in between, sync sees the paused
+// instance and records it all the same.
+func (s *state) suspend(ctx context.Context, ref string) error {
+	in, p, err := s.live(ref)
+	if err != nil {
+		return err
+	}
+	switch in.Phase {
+	case reconciler.Suspended:
+		return nil
+	case reconciler.Running:
+	default:
+		return driver.Errorf(driver.ErrInvalid, "instance %s is %s: only a running instance can be suspended", in.ID, in.Phase)
+	}
+	if err := p.Suspend(ctx, in.BackendID); err != nil {
+		return err
+	}
+	_, _, err = s.apply(context.WithoutCancel(ctx), in.ID, reconciler.Event{Kind: reconciler.SuspendDone})
+	return err
+}
+
+// resume is Plane.Resume.
+func (s *state) resume(ctx context.Context, ref string) error {
+	in, err := s.find(ref)
+	if err != nil {
+		return err
+	}
+	if in.Phase != reconciler.Suspended {
+		return driver.Errorf(driver.ErrNotSuspended, "instance %s is %s", in.ID, in.Phase)
+	}
+	in, p, err := s.live(in.ID)
+	if err != nil {
+		return err
+	}
+	if err := p.Resume(ctx, in.BackendID); err != nil {
+		// ErrNotSuspended: resumed behind the plane's back; sync records
+		// what the back-end shows.
+		return err
+	}
+	_, _, err = s.apply(context.WithoutCancel(ctx), in.ID, reconciler.Event{Kind: reconciler.ResumeDone})
 	return err
 }
 

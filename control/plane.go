@@ -393,6 +393,17 @@ func (p *Plane) Restart(ctx context.Context, ref string, grace time.Duration) er
 	return p.restart(ctx, ref, grace)
 }
 
+// Suspend pauses a running instance in its back-end (docker pause,
+// SIGSTOP): it keeps its node and its memory but uses no cpu, and its phase
+// is suspended until Resume. Suspending a suspended instance does nothing;
+// an instance in any other phase is driver.ErrInvalid, and a provider that
+// cannot suspend answers driver.ErrUnsupported naming itself.
+func (p *Plane) Suspend(ctx context.Context, ref string) error { return p.suspend(ctx, ref) }
+
+// Resume continues a suspended instance; its phase is running again. An
+// instance that is not suspended is driver.ErrNotSuspended.
+func (p *Plane) Resume(ctx context.Context, ref string) error { return p.resume(ctx, ref) }
+
 // Kill sends signal to the instance.
 func (p *Plane) Kill(ctx context.Context, ref, signal string) error { return p.kill(ctx, ref, signal) }
 

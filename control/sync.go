@@ -266,7 +266,7 @@ func (s *state) syncInstances(ctx context.Context, rt *runtime, p *provider.Prov
 	s.mu.RLock()
 	for _, in := range s.recs {
 		switch in.Phase {
-		case reconciler.Running, reconciler.Stopped, reconciler.Exited, reconciler.Held:
+		case reconciler.Running, reconciler.Stopped, reconciler.Exited, reconciler.Held, reconciler.Suspended:
 			if in.Provider == p.Name() && in.BackendID != "" && !seen[in.ID] && in.Updated.Before(listedAt) {
 				missing = append(missing, in)
 			}

@@ -625,6 +625,8 @@ func dockerState(in control.Instance) container.ContainerState {
 		return container.StateCreated
 	case reconciler.Running, reconciler.Held, reconciler.Stopping:
 		return container.StateRunning
+	case reconciler.Suspended:
+		return container.StatePaused
 	case reconciler.Stopped, reconciler.Exited:
 		return container.StateExited
 	case reconciler.Deleting:
@@ -651,10 +653,13 @@ func statusText(in control.Instance, now time.Time) string {
 		return "Pending"
 	case reconciler.Scheduled, reconciler.Creating:
 		return "Created"
-	case reconciler.Running, reconciler.Held, reconciler.Stopping:
+	case reconciler.Running, reconciler.Held, reconciler.Stopping, reconciler.Suspended:
 		since := in.Updated
 		if in.Observed != nil && !in.Observed.Started.IsZero() {
 			since = in.Observed.Started
+		}
+		if in.Phase == reconciler.Suspended {
+			return "Up " + humanDuration(now.Sub(since)) + " (Paused)"
 		}
 		return "Up " + humanDuration(now.Sub(since))
 	case reconciler.Stopped, reconciler.Exited:

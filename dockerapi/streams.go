@@ -321,7 +321,7 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) error {
 			return container.StatsResponse{}, err
 		}
 		out := container.StatsResponse{ID: in.ID, Name: "/" + in.Name, OSType: "linux", Read: time.Now()}
-		if in.Phase != reconciler.Running && in.Phase != reconciler.Held {
+		if in.Phase != reconciler.Running && in.Phase != reconciler.Held && in.Phase != reconciler.Suspended {
 			return out, nil
 		}
 		u, err := s.plane.Usage(ctx, c.id)
@@ -447,12 +447,20 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) error {
 					actions = []events.Action{events.ActionCreate}
 				}
 			case container.StateRunning:
+				if seen && prev == container.StatePaused {
+					actions = []events.Action{events.ActionUnPause}
+					break
+				}
 				if !seen {
 					actions = append(actions, events.ActionCreate)
 				}
 				actions = append(actions, events.ActionStart)
-			case container.StateExited, container.StateDead:
+			case container.StatePaused:
 				if seen && prev == container.StateRunning {
+					actions = []events.Action{events.ActionPause}
+				}
+			case container.StateExited, container.StateDead:
+				if seen && (prev == container.StateRunning || prev == container.StatePaused) {
 					actions = []events.Action{events.ActionDie}
 					if in.Phase == reconciler.Stopped {
 						actions = append(actions, events.ActionStop)

@@ -92,6 +92,8 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) error {
 		switch dockerState(in) {
 		case container.StateRunning:
 			inf.ContainersRunning++
+		case container.StatePaused:
+			inf.ContainersPaused++
 		case container.StateExited, container.StateDead:
 			inf.ContainersStopped++
 		}
@@ -184,7 +186,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) error {
 	var out []container.Summary
 	for _, in := range list {
 		sum := summary(in, now)
-		if !all && sum.State != container.StateRunning && len(f["status"]) == 0 {
+		if !all && sum.State != container.StateRunning && sum.State != container.StatePaused && len(f["status"]) == 0 {
 			continue
 		}
 		spec := in.Spec
@@ -270,7 +272,8 @@ func inspectOf(in control.Instance, autoRemove bool) inspectResponse {
 		spec = &driver.Spec{}
 	}
 	st := &container.State{Status: dockerState(in), ExitCode: exitCode(in), StartedAt: rfc3339(time.Time{}), FinishedAt: rfc3339(time.Time{})}
-	st.Running = st.Status == container.StateRunning
+	st.Running = st.Status == container.StateRunning || st.Status == container.StatePaused
+	st.Paused = st.Status == container.StatePaused
 	st.Dead = st.Status == container.StateDead
 	if in.Phase == reconciler.Failed || in.Phase == reconciler.Pending {
 		st.Error = in.Message

@@ -15,6 +15,7 @@
 //	running   → stopping → stopped, and stopped/exited → running on start
 //	any       → deleting → deleted (or back to pending for a retry, or failed)
 //	running   → held        kept until an expiry, then deleted (Nodepool's hold)
+//	running   ⇄ suspended   paused on request, or seen paused; resumed likewise
 //	failed                  permanent failure or out of attempts
 package reconciler
 
@@ -43,10 +44,14 @@ const (
 	Deleted   Phase = "deleted"
 	Failed    Phase = "failed"
 	Held      Phase = "held"
+	// Suspended: the back-end keeps the instance paused (its processes
+	// frozen, its resources held) until it is resumed. It is neither failed
+	// nor lost: nothing restarts it.
+	Suspended Phase = "suspended"
 )
 
 // Phases lists every phase.
-var Phases = []Phase{Pending, Scheduled, Creating, Running, Stopping, Stopped, Exited, Deleting, Deleted, Failed, Held}
+var Phases = []Phase{Pending, Scheduled, Creating, Running, Stopping, Stopped, Exited, Deleting, Deleted, Failed, Held, Suspended}
 
 // Valid reports whether p is a known phase.
 func (p Phase) Valid() bool { return slices.Contains(Phases, p) }
@@ -59,7 +64,7 @@ func (p Phase) Terminal() bool { return p == Deleted || p == Failed }
 // it has been placed and its back-end resource may exist.
 func (p Phase) HoldsNode() bool {
 	switch p {
-	case Scheduled, Creating, Running, Stopping, Stopped, Exited, Deleting, Held:
+	case Scheduled, Creating, Running, Stopping, Stopped, Exited, Deleting, Held, Suspended:
 		return true
 	}
 	return false
@@ -251,6 +256,11 @@ const (
 	StartFailed    EventKind = "start-failed"
 	// Hold: keep the instance until Until, then delete it.
 	Hold EventKind = "hold"
+	// SuspendDone, ResumeDone: a user's suspend of a running instance, and
+	// resume of a suspended one, took effect in the back-end. (Resume,
+	// above, is the reconciler's restart, not this.)
+	SuspendDone EventKind = "suspended"
+	ResumeDone  EventKind = "resumed"
 )
 
 // Event is one input of Step.
@@ -468,7 +478,7 @@ func (m Machine) step(in *Instance, ev Event, now time.Time) []Action {
 		}
 	case Creating:
 		acts = append(acts, m.creating(in, ev, now)...)
-	case Running, Stopped, Exited, Held:
+	case Running, Stopped, Exited, Held, Suspended:
 		acts = append(acts, m.live(in, ev, now)...)
 	case Stopping:
 		acts = append(acts, m.stopping(in, ev)...)
@@ -647,7 +657,7 @@ func (m Machine) fail(in *Instance, now time.Time, mayExist bool) []Action {
 	return nil
 }
 
-// live handles running, stopped, exited and held instances.
+// live handles running, stopped, exited, held and suspended instances.
 func (m Machine) live(in *Instance, ev Event, now time.Time) []Action {
 	switch ev.Kind {
 	case Tick, Resume:
@@ -695,18 +705,43 @@ func (m Machine) live(in *Instance, ev Event, now time.Time) []Action {
 		in.Phase, in.Message = Running, ""
 	case StartFailed:
 		in.Message = fmt.Sprint("start failed: ", ev.Err)
+	case SuspendDone:
+		if in.Phase == Running {
+			in.Phase, in.Message = Suspended, ""
+			in.Observed = seenAs(in.Observed, driver.StateSuspended)
+		}
+	case ResumeDone:
+		if in.Phase == Suspended {
+			in.Phase, in.Message = Running, ""
+			in.Observed = seenAs(in.Observed, driver.StateRunning)
+		}
 	}
 	return nil
 }
 
-// observe maps the back-end's state onto the phase of a live instance.
+// seenAs returns a copy of obs in state st: what the back-end shows once a
+// change the plane made has taken effect, so that the next listing that
+// shows the same is no change.
+func seenAs(obs *Seen, st driver.State) *Seen {
+	out := &Seen{}
+	if obs != nil {
+		*out = *obs
+	}
+	out.State, out.RawState = st, ""
+	return out
+}
+
+// observe maps the back-end's state onto the phase of a live instance. A
+// held instance stays held whatever the back-end shows, until its expiry.
 func (m Machine) observe(in *Instance, obs *driver.Instance) {
 	if in.Phase == Held {
 		return
 	}
 	switch obs.State {
-	case driver.StateRunning, driver.StateSuspended:
+	case driver.StateRunning:
 		in.Phase = Running
+	case driver.StateSuspended:
+		in.Phase = Suspended
 	case driver.StateStopped:
 		in.Phase = Stopped
 	case driver.StateExited:

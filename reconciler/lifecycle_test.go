@@ -29,8 +29,9 @@ import (
 // the arrow come the expected phase, the expected actions in order ("-" for
 // none; "create+adopt" is a create that looks up first; a wake is written
 // "wake"), and checks: attempts=N, backend=ID (or backend=- for none),
-// after=PHASE, node=N, stale=N, exclude=N, refused=N, incarnation=N, msg~TEXT (the message contains
-// TEXT, with '_' for a space).
+// after=PHASE, node=N, stale=N, exclude=N, refused=N, incarnation=N,
+// seen=STATE (the observed state, - for none), msg~TEXT (the message
+// contains TEXT, with '_' for a space).
 func TestScenarios(t *testing.T) {
 	files, err := filepath.Glob("testdata/*.txt")
 	if err != nil || len(files) == 0 {
@@ -106,6 +107,11 @@ func check(in Instance, k, want string) error {
 		got = strconv.Itoa(len(in.Refused))
 	case "incarnation":
 		got = strconv.Itoa(in.Incarnation)
+	case "seen":
+		got = "-"
+		if in.Observed != nil {
+			got = string(in.Observed.State)
+		}
 	case "msg~":
 		if !strings.Contains(in.Message, strings.ReplaceAll(want, "_", " ")) {
 			return fmt.Errorf("message %q does not contain %q", in.Message, want)

@@ -13,6 +13,7 @@ import (
 	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/driver/drivertest"
 	_ "github.com/berth-dev/berth/drivers/sim" // the back-end Start opens
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/store"
@@ -62,6 +63,21 @@ func (e *Env) Client(tb testing.TB, secret string, opts ...client.Option) *clien
 func Start(tb testing.TB, st store.Store, simOpts map[string]any, opts api.Options) *Env {
 	tb.Helper()
 	return StartWith(tb, st, simOpts, opts, nil)
+}
+
+// StartBare is Start over a provider named "plain" whose driver is the sim
+// with every optional capability hidden (drivertest.Bare): instances run,
+// and suspend, usage, logs and the like are refused as unsupported.
+func StartBare(tb testing.TB, st store.Store, simOpts map[string]any, opts api.Options) *Env {
+	tb.Helper()
+	return StartWith(tb, st, simOpts, opts, func(c *control.Config) {
+		// The sim's own provider still closes the driver.
+		p, err := provider.New(drivertest.Bare(c.Providers[0].Driver()), provider.Config{Name: "plain"})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		c.Providers = []*provider.Provider{p}
+	})
 }
 
 // StartWith is Start with tune applied to the plane's configuration.

@@ -414,6 +414,54 @@ func (c *Client) Logs(ctx context.Context, r string, opts driver.LogOptions, std
 	})
 }
 
+// Suspend pauses a running instance and returns it as it is now
+// (suspended); a back-end that cannot suspend answers driver.ErrUnsupported.
+func (c *Client) Suspend(ctx context.Context, r string) (*control.Instance, error) {
+	return c.change(ctx, http.MethodPost, ref(r)+"/suspend", nil, nil)
+}
+
+// Resume continues a suspended instance and returns it as it is now; one
+// that is not suspended answers driver.ErrNotSuspended.
+func (c *Client) Resume(ctx context.Context, r string) (*control.Instance, error) {
+	return c.change(ctx, http.MethodPost, ref(r)+"/resume", nil, nil)
+}
+
+// Hold keeps a running instance for d from now, then deletes it; holding
+// again moves the expiry. d must be more than 0 and at most api.MaxHold.
+func (c *Client) Hold(ctx context.Context, r string, d time.Duration) (*control.Instance, error) {
+	return c.change(ctx, http.MethodPost, ref(r)+"/hold", nil, api.HoldRequest{For: d.String()})
+}
+
+// Stats measures an instance's usage once.
+func (c *Client) Stats(ctx context.Context, r string) (*api.Stats, error) {
+	var st api.Stats
+	if err := c.call(ctx, http.MethodGet, ref(r)+"/stats", url.Values{"stream": {"false"}}, nil, &st); err != nil {
+		return nil, err
+	}
+	return &st, nil
+}
+
+// StreamStats calls fn with a measurement of the instance's usage every
+// api.StatsInterval until ctx ends (ctx's error), fn fails (its error),
+// the server sends an error (that error) or closes the stream (nil, as
+// it does when shutting down).
+func (c *Client) StreamStats(ctx context.Context, r string, fn func(api.Stats) error) error {
+	resp, err := c.do(ctx, http.MethodGet, ref(r)+"/stats", nil, nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	return readFrames(ctx, resp.Body, func(f *api.StatsFrame) error {
+		switch {
+		case f.Error != nil:
+			return f.Error
+		case f.Stats != nil:
+			return fn(*f.Stats)
+		}
+		return nil
+	})
+}
+
 // readFrames decodes NDJSON frames of type T from body until EOF.
 func readFrames[T any](ctx context.Context, body io.Reader, fn func(*T) error) error {
 	dec := json.NewDecoder(bufio.NewReader(body))

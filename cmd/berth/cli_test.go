@@ -8,7 +8,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/berth-dev/berth/api"
 	"github.com/berth-dev/berth/api/apitest"
@@ -16,6 +18,7 @@ import (
 	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/reconciler"
 	"github.com/berth-dev/berth/scheduler"
 	"github.com/berth-dev/berth/store/memory"
 )
@@ -207,5 +210,130 @@ func TestWhy(t *testing.T) {
 	}
 	if code, _, _ := berth(t, e.HTTP.URL, "why", "nosuch"); code != exitNotFound {
 		t.Errorf("why of an unknown instance: exit %d, want %d", code, exitNotFound)
+	}
+}
+
+// TestSuspendHoldAndStatsVerbs runs the verbs against a server and checks
+// what they print and their exit codes.
+func TestSuspendHoldAndStatsVerbs(t *testing.T) {
+	e := testEnv(t, api.Options{})
+	addr := e.HTTP.URL
+	if _, err := e.Client(t, "").Submit(context.Background(), scheduler.Request{ID: "web", Spec: driver.Spec{Image: "x", Resources: driver.Resources{Memory: 64 * driver.MiB}}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "web to run", func() bool {
+		in, err := e.Plane.Instance(context.Background(), "web")
+		return err == nil && in.Phase == reconciler.Running
+	})
+	phase := func() reconciler.Phase {
+		in, err := e.Plane.Instance(context.Background(), "web")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return in.Phase
+	}
+	for _, c := range []struct {
+		args  []string
+		code  int
+		phase reconciler.Phase
+	}{
+		{[]string{"suspend", "web"}, exitOK, reconciler.Suspended},
+		{[]string{"pause", "web"}, exitOK, reconciler.Suspended},
+		{[]string{"resume", "web"}, exitOK, reconciler.Running},
+		{[]string{"resume", "web"}, exitConflict, reconciler.Running},
+		{[]string{"unpause", "web"}, exitConflict, reconciler.Running},
+		{[]string{"suspend", "nosuch"}, exitNotFound, reconciler.Running},
+		{[]string{"hold", "web", "--for", "0s"}, exitInvalid, reconciler.Running},
+		{[]string{"hold", "web", "--for", "1000h"}, exitInvalid, reconciler.Running},
+		{[]string{"hold", "nosuch", "--for", "2h"}, exitNotFound, reconciler.Running},
+		{[]string{"hold", "web", "--for", "2h"}, exitOK, reconciler.Held},
+		{[]string{"suspend", "web"}, exitInvalid, reconciler.Held},
+	} {
+		code, out, errOut := berth(t, addr, c.args...)
+		if code != c.code {
+			t.Errorf("berth %v: exit %d (%s), want %d", c.args, code, errOut, c.code)
+		}
+		if code == exitOK && strings.TrimSpace(out) != "web" {
+			t.Errorf("berth %v: printed %q, want the reference", c.args, out)
+		}
+		if got := phase(); got != c.phase {
+			t.Errorf("after berth %v: web is %s, want %s", c.args, got, c.phase)
+		}
+	}
+	code, out, errOut := berth(t, addr, "ps", "--phase", "held", "-q")
+	if code != exitOK || strings.TrimSpace(out) != "web" {
+		t.Errorf("ps --phase held: exit %d %q %s", code, out, errOut)
+	}
+
+	code, out, errOut = berth(t, addr, "stats", "--no-stream", "--json", "web")
+	var st api.Stats
+	if code != exitOK || json.Unmarshal([]byte(out), &st) != nil || st.ID != "web" || st.MemoryLimitBytes != int64(64*driver.MiB) || st.Time.IsZero() {
+		t.Errorf("stats --no-stream --json: exit %d %q %s", code, out, errOut)
+	}
+	code, out, errOut = berth(t, addr, "stats", "--no-stream", "web")
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); code != exitOK || len(lines) != 2 || !strings.HasPrefix(lines[0], "NAME") || !strings.HasPrefix(lines[1], "web ") {
+		t.Errorf("stats --no-stream: exit %d, want a header and a row:\n%s%s", code, out, errOut)
+	}
+	if code, _, _ := berth(t, addr, "stats", "--no-stream", "nosuch"); code != exitNotFound {
+		t.Errorf("stats of an unknown instance: exit %d, want %d", code, exitNotFound)
+	}
+	// A stream ends with the command's context: two rows, then Ctrl-C.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w := &rowsThenCancel{rows: 3, cancel: cancel}
+	var errb bytes.Buffer
+	if code := run(ctx, []string{"--addr", addr, "stats", "web"}, w, &errb); code != exitOK || w.n < 3 {
+		t.Errorf("stats, interrupted: exit %d after %d lines (%s), want 0 after a header and two rows", code, w.n, errb.String())
+	}
+}
+
+// TestVerbsOnABackEndThatCannotExit6: suspend and stats on a back-end
+// without the capability exit 6, naming the provider.
+func TestVerbsOnABackEndThatCannotExit6(t *testing.T) {
+	e := apitest.StartBare(t, memory.New(memory.Options{}), map[string]any{"nodes": 1}, api.Options{})
+	t.Setenv(EnvToken, e.Token)
+	if _, err := e.Client(t, "").Submit(context.Background(), scheduler.Request{ID: "web", Spec: driver.Spec{Image: "x"}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "web to run", func() bool {
+		in, err := e.Plane.Instance(context.Background(), "web")
+		return err == nil && in.Phase == reconciler.Running
+	})
+	for _, args := range [][]string{{"suspend", "web"}, {"stats", "--no-stream", "web"}, {"stats", "web"}} {
+		if code, _, errOut := berth(t, e.HTTP.URL, args...); code != exitUnsupported || !strings.Contains(errOut, `"plain"`) {
+			t.Errorf("berth %v: exit %d %q, want %d naming the provider", args, code, errOut, exitUnsupported)
+		}
+	}
+}
+
+// rowsThenCancel counts the lines written to it and cancels once it has
+// seen rows of them.
+type rowsThenCancel struct {
+	mu     sync.Mutex
+	n      int
+	rows   int
+	cancel context.CancelFunc
+}
+
+func (w *rowsThenCancel) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.n += bytes.Count(p, []byte("\n"))
+	if w.n >= w.rows {
+		w.cancel()
+	}
+	return len(p), nil
+}
+
+// waitFor polls cond until it holds; the limit only guards against a hung
+// test.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -33,6 +33,9 @@ func clientCommands(c *cli) []*cobra.Command {
 		changeCmd(c, "stop", "Stop instances gracefully"),
 		changeCmd(c, "start", "Start stopped instances"),
 		changeCmd(c, "restart", "Restart instances"),
+		changeCmd(c, "suspend", "Pause running instances: they keep their node and memory but use no cpu"),
+		changeCmd(c, "resume", "Continue suspended instances"),
+		holdCmd(c), statsCmd(c),
 		killCmd(c), rmCmd(c), resizeCmd(c), whyCmd(c),
 	}
 	for _, cmd := range withRefs {
@@ -635,15 +638,111 @@ func changeCmd(c *cli, verb, short string) *cobra.Command {
 					_, err = cl.Start(cmd.Context(), ref)
 				case "restart":
 					_, err = cl.Restart(cmd.Context(), ref, grace)
+				case "suspend":
+					_, err = cl.Suspend(cmd.Context(), ref)
+				case "resume":
+					_, err = cl.Resume(cmd.Context(), ref)
 				}
 				return err
 			})
 		},
 	}
-	if verb != "start" {
+	switch verb {
+	case "suspend":
+		cmd.Aliases = []string{"pause"}
+	case "resume":
+		cmd.Aliases = []string{"unpause"}
+	}
+	if verb == "stop" || verb == "restart" {
 		cmd.Flags().VarP((*seconds)(&grace), "time", "t", "seconds (or a duration such as 1m) before the instance is forced down (default: the back-end's)")
 	}
 	return cmd
+}
+
+func holdCmd(c *cli) *cobra.Command {
+	var d time.Duration
+	cmd := &cobra.Command{
+		Use:   "hold REF... --for DURATION",
+		Short: "Keep running instances for a while, then delete them (holding again moves the expiry)",
+		Args:  nArgs(1, -1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !cmd.Flags().Changed("for") {
+				return usagef("hold needs --for, such as --for 2h")
+			}
+			return c.eachRef(args, func(cl *client.Client, ref string) error {
+				_, err := cl.Hold(cmd.Context(), ref, d)
+				return err
+			})
+		},
+	}
+	cmd.Flags().DurationVar(&d, "for", 0, "how long to keep them before they are deleted, such as 2h or 90m (at most 720h)")
+	return cmd
+}
+
+func statsCmd(c *cli) *cobra.Command {
+	var noStream, asJSON bool
+	cmd := &cobra.Command{
+		Use:   "stats REF",
+		Short: "Show an instance's measured cpu and memory use, a line a second until interrupted",
+		Args:  nArgs(1, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			p := &statsPrinter{w: c.stdout, json: asJSON}
+			if noStream {
+				st, err := cl.Stats(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				return p.print(*st)
+			}
+			err = cl.StreamStats(cmd.Context(), args[0], p.print)
+			if err != nil && cmd.Context().Err() != nil {
+				return nil
+			}
+			return err
+		},
+	}
+	cmd.Flags().BoolVar(&noStream, "no-stream", false, "print one measurement and return")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object per measurement")
+	return cmd
+}
+
+// statsPrinter prints measurements: a header, then a row each, or one
+// JSON object per line.
+type statsPrinter struct {
+	w       io.Writer
+	json    bool
+	started bool
+}
+
+const statsRow = "%-20s  %-10s  %6s  %9s  %10s  %12s  %s\n"
+
+func (p *statsPrinter) print(st api.Stats) error {
+	if p.json {
+		return json.NewEncoder(p.w).Encode(st)
+	}
+	if !p.started {
+		p.started = true
+		fmt.Fprintf(p.w, statsRow, "NAME", "PHASE", "CPUS", "CPU LIMIT", "MEMORY", "MEMORY LIMIT", "TIME")
+	}
+	name := st.Name
+	if name == "" {
+		name = st.ID
+	}
+	_, err := fmt.Fprintf(p.w, statsRow, truncate(name, 20), st.Phase, st.CPUs, limit(st.CPULimit),
+		driver.Bytes(st.MemoryBytes).Human(), limitBytes(st.MemoryLimitBytes), st.Time.Local().Format(time.TimeOnly))
+	return err
+}
+
+// limitBytes writes a memory limit for people, ∞ for none.
+func limitBytes(n int64) string {
+	if n == 0 {
+		return "∞"
+	}
+	return driver.Bytes(n).Human()
 }
 
 // eachRef calls fn for every reference in refs, printing each reference

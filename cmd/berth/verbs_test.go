@@ -128,6 +128,9 @@ func TestExitCodes(t *testing.T) {
 		{&api.Error{Code: "invalid", Field: "cpus"}, 4},
 		{&api.Error{Code: "already_exists", Field: "id"}, 5},
 		{&api.Error{Code: "quota_exceeded"}, 5},
+		{&api.Error{Code: "not_suspended"}, 5},
+		{fmt.Errorf("resume: %w", driver.ErrNotSuspended), 5},
+		{&api.Error{Code: "invalid", Field: "for"}, 4},
 		{&api.Error{Code: "unsupported"}, 6},
 		{fmt.Errorf("%w: dial", driver.ErrRetryable), 7},
 		{reported{&api.Error{Code: "not_found"}}, 3},
@@ -140,7 +143,9 @@ func TestExitCodes(t *testing.T) {
 }
 
 func TestUsageErrorsExit2(t *testing.T) {
-	for _, args := range [][]string{{"no-such-verb"}, {"logs"}, {"ps", "--bogus"}, {"inspect"}, {"resize", "x"}} {
+	for _, args := range [][]string{{"no-such-verb"}, {"logs"}, {"ps", "--bogus"}, {"inspect"}, {"resize", "x"},
+		{"suspend"}, {"resume"}, {"suspend", "x", "-t", "3"}, {"hold", "x"}, {"hold", "--for", "2h"}, {"hold", "x", "--for", "soon"},
+		{"stats"}, {"stats", "a", "b"}, {"stats", "x", "--bogus"}} {
 		var out, errb bytes.Buffer
 		if code := run(context.Background(), args, &out, &errb); code != exitUsage {
 			t.Errorf("berth %v: exit %d, want 2 (%s)", args, code, errb.String())
