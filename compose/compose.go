@@ -9,8 +9,6 @@ package compose
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -113,7 +111,7 @@ func translate(p *types.Project) (*Project, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := scheduler.Group{ID: groupID(p.Name)}
+	g := scheduler.Group{ID: scheduler.NewGroupID(p.Name)}
 	var es driver.FieldErrors
 	for _, name := range slices.Sorted(maps.Keys(p.Services)) {
 		svc := p.Services[name]
@@ -293,14 +291,6 @@ func startupOrder(p *types.Project) (map[string]int, error) {
 		}
 	}
 	return order, nil
-}
-
-// groupID is the project's name with a fresh suffix.
-func groupID(project string) string {
-	var b [3]byte
-	_, _ = rand.Read(b[:])
-	id := project + "-" + hex.EncodeToString(b[:])
-	return id
 }
 
 // ErrNoProject is returned when no instance carries the project's label.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/driver/drivertest"
 	"github.com/berth-dev/berth/drivers/sim"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/reconciler"
@@ -1134,4 +1135,64 @@ func TestQueuePolicyOrdersWaitingGroups(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestNodeSetByPoolLabels asks for three instances of a pool's label by
+// name alone: the ready one is handed out, the other two are launched with
+// the label's spec on the pool's provider. Unknown pools and labels are
+// refused naming the field.
+func TestNodeSetByPoolLabels(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, prov := newSim(t, 2, nil)
+		cfg := config(memory.New(memory.Options{}), prov)
+		cfg.Pools = []control.Pool{{Name: "ci", Provider: "sim", Labels: []control.Label{
+			{Name: "sleeper", Spec: driver.Spec{Image: "sleeper:1", Resources: driver.Resources{CPU: driver.CPUs(0.25), Memory: 64 * driver.MiB}}, MinReady: 1},
+		}}}
+		p, _ := start(t, cfg)
+		ctx := context.Background()
+		ready := func() []control.Instance {
+			list, _ := p.Instances(ctx, control.Filter{Pool: "ci", Phases: []reconciler.Phase{reconciler.Running}})
+			return slices.DeleteFunc(list, func(in control.Instance) bool { return in.Owner != "" })
+		}
+		waitFor(t, "a ready instance", func() bool { return len(ready()) == 1 })
+		warm := ready()[0].ID
+
+		for _, bad := range []struct {
+			g    scheduler.Group
+			path string
+		}{
+			{scheduler.Group{ID: "x", Kind: scheduler.KindNodeSet, Pool: "nope", Services: []scheduler.Service{{Request: scheduler.Request{Spec: driver.Spec{Name: "sleeper"}}}}}, "pool"},
+			{scheduler.Group{ID: "x", Kind: scheduler.KindNodeSet, Pool: "ci", Services: []scheduler.Service{{Request: scheduler.Request{Spec: driver.Spec{Name: "waker"}}}}}, "services[0].name"},
+			{scheduler.Group{ID: "x", Pool: "ci", Services: []scheduler.Service{{Request: scheduler.Request{Spec: driver.Spec{Name: "sleeper", Image: "x"}}}}}, "pool"},
+		} {
+			if _, err := p.SubmitGroup(ctx, bad.g, "zuul"); !drivertest.HasField(err, bad.path) {
+				t.Errorf("pool %q, service %q: %v, want an error naming %s", bad.g.Pool, bad.g.Services[0].Name, err, bad.path)
+			}
+		}
+
+		g := scheduler.Group{ID: "job", Kind: scheduler.KindNodeSet, Pool: "ci", Services: []scheduler.Service{
+			{Request: scheduler.Request{Spec: driver.Spec{Name: "sleeper"}, Count: 3}},
+		}}
+		ans, err := p.SubmitGroup(ctx, g, "zuul")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ans.Instances) != 3 || ans.Instances[0].Instance.ID != warm {
+			t.Fatalf("node set got %v, want the warm %s first and two more", placedIDs(ans.Instances), warm)
+		}
+		for _, pl := range ans.Instances {
+			in := waitPhase(t, p, pl.Instance.ID, reconciler.Running)
+			if in.Spec == nil || in.Spec.Image != "sleeper:1" || in.Spec.CPU != driver.CPUs(0.25) || in.Provider != "sim" || in.Owner != "zuul" || in.Group != "job" {
+				t.Fatalf("%s: spec %+v on %s, owner %q, group %q", in.ID, in.Spec, in.Provider, in.Owner, in.Group)
+			}
+		}
+	})
+}
+
+func placedIDs(ps []control.Placed) []string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, p.Instance.ID)
+	}
+	return out
 }

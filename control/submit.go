@@ -251,6 +251,9 @@ func (s *state) unreserveNames(recs []*reconciler.Instance) {
 
 // submitGroup is Plane.SubmitGroup.
 func (s *state) submitGroup(ctx context.Context, g scheduler.Group, owner string) (*GroupAnswer, error) {
+	if err := s.fromPool(&g); err != nil {
+		return nil, err
+	}
 	if err := g.Validate(); err != nil {
 		return nil, err
 	}
@@ -327,7 +330,7 @@ func (s *state) reuse(ctx context.Context, g *scheduler.Group, owner string) ([]
 	for _, sv := range g.Services {
 		need := sv.N()
 		ready := s.snapshot(func(in *reconciler.Instance) bool {
-			return in.Pool != "" && in.Label == sv.Name && in.Owner == "" && in.Group == "" &&
+			return in.Pool != "" && (g.Pool == "" || in.Pool == g.Pool) && in.Label == sv.Name && in.Owner == "" && in.Group == "" &&
 				in.Phase == reconciler.Running && (g.Provider == "" || in.Provider == g.Provider)
 		})
 		for _, in := range ready {
@@ -354,6 +357,48 @@ func (s *state) reuse(ctx context.Context, g *scheduler.Group, owner string) ([]
 	}
 	g.Services = rest
 	return out, nil
+}
+
+// fromPool fills in a node set that names a pool: its provider is the
+// pool's, and each service names one of the pool's labels and, when it
+// gives no image, takes that label's spec. A service that gives its own
+// spec keeps it. Every service counts against the pool's quotas.
+func (s *state) fromPool(g *scheduler.Group) error {
+	if g.Pool == "" || g.Kind != scheduler.KindNodeSet {
+		return nil // Validate says what is wrong with a pool outside a node set
+	}
+	i := slices.IndexFunc(s.cfg.Pools, func(p Pool) bool { return p.Name == g.Pool })
+	if i < 0 {
+		names := make([]string, len(s.cfg.Pools))
+		for k, p := range s.cfg.Pools {
+			names[k] = p.Name
+		}
+		return &driver.FieldError{Path: "pool", Reason: fmt.Sprintf("unknown pool %q; known: %v", g.Pool, names)}
+	}
+	pool := &s.cfg.Pools[i]
+	if g.Provider != "" && g.Provider != pool.Provider {
+		return &driver.FieldError{Path: "provider", Reason: fmt.Sprintf("%q: pool %q is on provider %q", g.Provider, pool.Name, pool.Provider)}
+	}
+	g.Provider = pool.Provider
+	g.Services = slices.Clone(g.Services)
+	for k := range g.Services {
+		sv := &g.Services[k]
+		j := slices.IndexFunc(pool.Labels, func(l Label) bool { return l.Name == sv.Name })
+		if j < 0 {
+			labels := make([]string, len(pool.Labels))
+			for n, l := range pool.Labels {
+				labels[n] = l.Name
+			}
+			return &driver.FieldError{Path: fmt.Sprintf("services[%d].name", k), Reason: fmt.Sprintf("pool %q has no label %q; its labels: %v", pool.Name, sv.Name, labels)}
+		}
+		if sv.Image == "" && sv.Kind == "" {
+			name := sv.Name
+			sv.Spec = pool.Labels[j].Spec // as the pool's own requests take it
+			sv.Name = name
+		}
+		sv.Pool = pool.Name
+	}
+	return nil
 }
 
 // assign gives a ready pool instance to owner and group, if it is still

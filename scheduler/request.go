@@ -1,6 +1,8 @@
 package scheduler
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"slices"
 	"strconv"
@@ -234,12 +236,25 @@ type Group struct {
 	// Provider restricts every service to one provider. A node set with no
 	// provider goes to the first provider (in name order) where it fits whole.
 	Provider string `json:"provider,omitempty"`
+	// Pool, for a node set, names the pool whose labels its services name:
+	// a service with no image takes its label's spec, the pool's provider
+	// is the group's, and ready instances of the pool's labels are handed
+	// out first.
+	Pool string `json:"pool,omitempty"`
 	// Services are the group's parts. In a node set each is one label: its
 	// Name is the label and its count is 1 unless set.
 	Services []Service `json:"services"`
 	// Owner is whose instances these are, for the quotas that cover them;
 	// set by the control plane, not part of a group's JSON.
 	Owner string `json:"-"`
+}
+
+// NewGroupID returns prefix, a dash and a fresh random suffix: an id for a
+// group its submitter does not name.
+func NewGroupID(prefix string) string {
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return prefix + "-" + hex.EncodeToString(b[:])
 }
 
 // Service is one part of a group.
@@ -299,11 +314,22 @@ func (g *Group) Validate() error {
 	if len(g.Services) == 0 {
 		es.Add("services", "a group needs at least one service")
 	}
+	if g.Pool != "" && g.Kind != KindNodeSet {
+		es.Add("pool", "%q: only a node set (kind nodeset) takes its labels from a pool", g.Pool)
+	}
 	names := map[string]int{}
 	for i := range g.Services {
 		s := &g.Services[i]
 		p := fmt.Sprintf("services[%d].", i)
-		s.validate(&es, p)
+		if g.Pool != "" && g.Kind == KindNodeSet && s.Image == "" && s.Kind == "" {
+			// The spec is the pool's label's, filled in by the control
+			// plane, which validates the group again then.
+			if s.Count < 0 || s.Count > MaxCount {
+				es.Add(p+"count", "%d: want 1 to %d (0 means 1)", s.Count, MaxCount)
+			}
+		} else {
+			s.validate(&es, p)
+		}
 		if s.Essential != nil && (*s.Essential < 0 || *s.Essential > s.N()) {
 			es.Add(p+"essential", "%d: want 0 to count (%d)", *s.Essential, s.N())
 		}

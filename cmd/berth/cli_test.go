@@ -337,3 +337,43 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+func TestRunPoolLabel(t *testing.T) {
+	e := apitest.StartWith(t, memory.New(memory.Options{}), map[string]any{"nodes": 2}, api.Options{}, func(c *control.Config) {
+		c.Pools = []control.Pool{{Name: "ci", Provider: c.Providers[0].Name(), Labels: []control.Label{
+			{Name: "sleeper", Spec: driver.Spec{Image: "sleeper:1", Resources: driver.Resources{CPU: driver.CPUs(0.25)}}},
+		}}}
+	})
+	t.Setenv(EnvToken, e.Token)
+	addr := e.HTTP.URL
+	code, out, errOut := berth(t, addr, "run", "--pool", "ci", "--label", "sleeper", "--count", "2", "--name", "job")
+	if code != 0 || strings.Count(out, "job.sleeper-") != 2 {
+		t.Fatalf("run --pool: exit %d, out %q, err %q", code, out, errOut)
+	}
+	list, err := e.Client(t, e.Token).Instances(context.Background(), control.Filter{Group: "job"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 2 {
+		t.Fatalf("group job holds %d instances, want 2", len(list))
+	}
+	for _, in := range list {
+		if in.Phase != reconciler.Running || in.Spec == nil || in.Spec.Image != "sleeper:1" {
+			t.Fatalf("%s: %s, spec %+v", in.ID, in.Phase, in.Spec)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"run", "--pool", "ci", "--label", "waker"}, 4},              // refused by the server: invalid
+		{[]string{"run", "--pool", "ci", "--label", "sleeper", "busybox"}, 2}, // an image with --pool
+		{[]string{"run", "--pool", "ci", "--label", "sleeper", "--cpus", "1"}, 2},
+		{[]string{"run", "--pool", "ci"}, 2},
+		{[]string{"run", "--pool", "ci", "--label", "a=b"}, 2},
+	} {
+		if code, _, errOut := berth(t, addr, tc.args...); code != tc.code || errOut == "" {
+			t.Errorf("%v: exit %d (%q), want %d with a message", tc.args, code, errOut, tc.code)
+		}
+	}
+}

@@ -326,12 +326,23 @@ func parsePort(s string) (driver.Port, error) {
 func runCmd(c *cli) *cobra.Command {
 	var s specFlags
 	var asJSON, rm, detach bool
+	var pool string
 	cmd := &cobra.Command{
 		Use:   "run [flags] [IMAGE] [-- COMMAND [ARG...]]",
 		Short: "Submit a request and print where its instances were placed",
 		Example: `  berth run --name hello -- sh -c 'echo hello; sleep 60'
-  berth run --name web --cpus 0.5 --memory 256Mi -p 8080:80 nginx:alpine`,
+  berth run --name web --cpus 0.5 --memory 256Mi -p 8080:80 nginx:alpine
+  berth run --pool ci --label sleeper --count 3     # a node set of a pool's label`,
 		RunE: func(cmd *cobra.Command, args []string) (err error) {
+			if cmd.Flags().Changed("count") && s.count < 1 {
+				return usagef("--count %d: want 1 or more", s.count)
+			}
+			if rm && detach {
+				return usagef("--rm waits for the instances to end: it does not go with --detach")
+			}
+			if pool != "" {
+				return c.runPool(cmd, &s, pool, args, asJSON, detach)
+			}
 			req, err := s.request(cmd, args)
 			if err != nil {
 				return err
@@ -339,12 +350,6 @@ func runCmd(c *cli) *cobra.Command {
 			cl, err := c.client()
 			if err != nil {
 				return err
-			}
-			if cmd.Flags().Changed("count") && s.count < 1 {
-				return usagef("--count %d: want 1 or more", s.count)
-			}
-			if rm && detach {
-				return usagef("--rm waits for the instances to end: it does not go with --detach")
 			}
 			ans, err := cl.Submit(cmd.Context(), req)
 			if err != nil {
@@ -357,40 +362,89 @@ func runCmd(c *cli) *cobra.Command {
 				if err := printJSON(c.stdout, ans); err != nil {
 					return err
 				}
-			} else {
-				tw := table(c.stdout, "ID", "NAME", "PHASE", "NODE", "ADDRESS", "MESSAGE")
-				for _, p := range ans.Instances {
-					node, addr := "", ""
-					if p.Node != nil {
-						node, addr = p.Node.ID, p.Node.Address
-					}
-					row(tw, p.Instance.ID, p.Instance.Name, p.Instance.Phase, node, addr, p.Instance.Message)
-				}
-				if err := tw.Flush(); err != nil {
-					return err
-				}
+			} else if err := c.placedTable(ans.Instances); err != nil {
+				return err
 			}
 			if detach {
 				return nil
 			}
-			return c.waitRunning(cmd.Context(), cl, ans.Request, len(ans.Instances))
+			return c.waitRunning(cmd.Context(), cl, control.Filter{Request: ans.Request}, len(ans.Instances))
 		},
 	}
 	s.register(cmd)
+	cmd.Flags().StringVar(&pool, "pool", "", "ask the pool for --count instances of its --label NAME (ready ones first), as a node set; no image or spec flags")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the answer (instances and their nodes) as JSON")
 	cmd.Flags().BoolVar(&rm, "rm", false, "wait until the instances end, then remove them (also on Ctrl-C)")
 	cmd.Flags().BoolVarP(&detach, "detach", "d", false, "return once the request is accepted, without waiting for its instances to run")
 	return cmd
 }
 
+// placedTable prints placed instances with their nodes.
+func (c *cli) placedTable(ps []control.Placed) error {
+	tw := table(c.stdout, "ID", "NAME", "PHASE", "NODE", "ADDRESS", "MESSAGE")
+	for _, p := range ps {
+		node, addr := "", ""
+		if p.Node != nil {
+			node, addr = p.Node.ID, p.Node.Address
+		}
+		row(tw, p.Instance.ID, p.Instance.Name, p.Instance.Phase, node, addr, p.Instance.Message)
+	}
+	return tw.Flush()
+}
+
+// runPool is run --pool: a node set of --count instances of the pool's
+// label, named by --name (default "<label>-<random>"), the spec the
+// label's.
+func (c *cli) runPool(cmd *cobra.Command, s *specFlags, pool string, args []string, asJSON, detach bool) error {
+	if len(args) > 0 {
+		return usagef("--pool takes the spec of the pool's label: give no image or command")
+	}
+	fl := cmd.Flags()
+	for _, name := range []string{"cpus", "memory", "kind", "type", "restart", "provider", "workdir", "user", "group", "entrypoint", "strategy", "env", "publish", "volume", "constraint", "affinity", "priority"} {
+		if fl.Changed(name) {
+			return usagef("--%s: --pool takes the spec of the pool's label", name)
+		}
+	}
+	if len(s.labels) != 1 || strings.Contains(s.labels[0], "=") {
+		return usagef("--pool needs one --label naming a label of the pool")
+	}
+	id := s.name
+	if id == "" {
+		id = scheduler.NewGroupID(s.labels[0])
+	}
+	g := scheduler.Group{ID: id, Kind: scheduler.KindNodeSet, Pool: pool, Services: []scheduler.Service{
+		{Request: scheduler.Request{Spec: driver.Spec{Name: s.labels[0]}, Count: max(s.count, 1)}},
+	}}
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	ans, err := cl.SubmitGroup(cmd.Context(), g)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		if err := printJSON(c.stdout, ans); err != nil {
+			return err
+		}
+	} else if err := c.placedTable(ans.Instances); err != nil {
+		return err
+	}
+	if detach {
+		return nil
+	}
+	return c.waitRunning(cmd.Context(), cl, control.Filter{Group: id}, len(ans.Instances))
+}
+
 // waitRunning waits until every one of the n instances of request runs (or
 // has ended by itself with exit code 0), and fails naming the first that
 // failed, ended with another code, or is deleted. While instances wait for
 // room it says why on stderr, once per reason.
-func (c *cli) waitRunning(ctx context.Context, cl *client.Client, request string, n int) error {
+func (c *cli) waitRunning(ctx context.Context, cl *client.Client, f control.Filter, n int) error {
 	said := map[string]bool{}
+	f.All = true
 	for {
-		list, err := cl.Instances(ctx, control.Filter{Request: request, All: true})
+		list, err := cl.Instances(ctx, f)
 		if err != nil {
 			return err
 		}
