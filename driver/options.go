@@ -1,12 +1,10 @@
 package driver
 
 import (
-	"bytes"
 	"encoding"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"reflect"
 	"slices"
 	"strconv"
@@ -159,7 +157,7 @@ func setOption(field reflect.Value, val any) error {
 	if err != nil {
 		return fmt.Errorf("cannot encode value: %v", err)
 	}
-	if err := strictJSON(b, ptr.Interface()); err != nil {
+	if err := DecodeJSON(b, ptr.Interface(), ""); err != nil {
 		return fmt.Errorf("want %s, got %s: %v", typeName(t), describe(val), jsonReason(err))
 	}
 	field.Set(ptr.Elem())
@@ -223,33 +221,22 @@ func parseText(ptr reflect.Value, s string) error {
 		}
 		ptr.Elem().Set(m)
 	default:
-		if err := strictJSON([]byte(s), ptr.Interface()); err != nil {
+		if err := DecodeJSON([]byte(s), ptr.Interface(), ""); err != nil {
 			return fmt.Errorf("want JSON for %s: %v", t, jsonReason(err))
 		}
 	}
 	return nil
 }
 
-// strictJSON decodes b into v, rejecting unknown fields and trailing data.
-func strictJSON(b []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return errors.New("trailing data after the value")
-	}
-	return nil
-}
-
+// jsonReason says what DecodeJSON found wrong, with the path inside the
+// value when there is one.
 func jsonReason(err error) string {
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) {
-		if te.Field != "" {
-			return fmt.Sprintf("field %s: want %s, got %s", te.Field, te.Type, te.Value)
-		}
-		return fmt.Sprintf("want %s, got %s", te.Type, te.Value)
+	var fe *FieldError
+	if errors.As(err, &fe) && fe.Path != "" {
+		return fe.Path + ": " + fe.Reason
+	}
+	if fe != nil {
+		return fe.Reason
 	}
 	return err.Error()
 }

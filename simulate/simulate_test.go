@@ -175,8 +175,18 @@ func TestDecodeErrors(t *testing.T) {
 		}
 	}
 	_, err := Decode(strings.NewReader(`{"nodes": [{"count": 1, "cpus": 1, "memory": 1}], "requests": [{"image": "x", "colour": 1}]}`))
-	if !errors.Is(err, driver.ErrInvalid) || !strings.Contains(err.Error(), `"colour"`) {
-		t.Errorf("unknown field: %v, want ErrInvalid naming colour", err)
+	if !errors.Is(err, driver.ErrInvalid) || !drivertest.HasField(err, "requests[0].colour") {
+		t.Errorf("unknown field: %v, want ErrInvalid naming requests[0].colour", err)
+	}
+	for _, tt := range []struct{ in, path string }{
+		{`{"nodes": [{"count": 1, "cpus": 1, "memory": 1}], "requests": [{"image": "x", "count": "two"}]}`, "requests[0].count"},
+		{`{"nodes": [{"count": 1, "cpus": 1, "memory": 1}], "nodes": []}`, "nodes"},
+		{`{"nodes": [{"count": 1, "cpus": 1, "memory": 1}]} {}`, "workload"},
+		{``, "workload"},
+	} {
+		if _, err := Decode(strings.NewReader(tt.in)); !drivertest.HasField(err, tt.path) {
+			t.Errorf("%q: %v, want an error naming %s", tt.in, err, tt.path)
+		}
 	}
 	if _, err := Builtin("w9", 0); !errors.Is(err, driver.ErrInvalid) {
 		t.Errorf("unknown builtin: %v", err)

@@ -4,8 +4,6 @@
 package simulate
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -100,19 +98,9 @@ func Decode(r io.Reader) (*Workload, error) {
 	if err != nil {
 		return nil, err
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
 	var w Workload
-	if err := dec.Decode(&w); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			return nil, &driver.FieldError{Path: te.Field, Reason: fmt.Sprintf("want %s, got %s", te.Type, te.Value)}
-		}
-		// Unknown fields: the decoder's message names the field.
-		return nil, fmt.Errorf("%w: workload: %v", driver.ErrInvalid, err)
-	}
-	if dec.More() {
-		return nil, fmt.Errorf("%w: workload: trailing data after the object", driver.ErrInvalid)
+	if err := driver.DecodeJSON(data, &w, "workload"); err != nil {
+		return nil, err
 	}
 	if err := w.Validate(); err != nil {
 		return nil, err

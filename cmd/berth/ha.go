@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -332,9 +333,11 @@ func (m members) list(w http.ResponseWriter, r *http.Request) {
 
 func (m members) add(w http.ResponseWriter, r *http.Request) {
 	var body api.MemberRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4<<10))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&body); err != nil || body.PeerURL == "" {
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 4<<10))
+	if err == nil {
+		err = driver.DecodeJSON(data, &body, "body")
+	}
+	if err != nil || body.PeerURL == "" {
 		api.WriteError(w, &driver.FieldError{Path: "peer_url", Reason: `want {"peer_url": "http(s)://HOST:PORT"}`})
 		return
 	}
