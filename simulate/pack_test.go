@@ -175,3 +175,34 @@ func TestWorkloadGroupErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestAdvisedReplay(t *testing.T) {
+	// 40 requests reserve 2 cpus and use a tenth of one; 20 more use about
+	// what they reserve. As given they need 100 cpus: 25 nodes of 4. With
+	// the advised sizes the idle ones ask for 0.12 cpu and the cluster
+	// needs far fewer nodes.
+	w, err := Decode(strings.NewReader(`{"name": "idle",
+		"nodes": [{"count": 40, "cpus": 4, "memory": "16Gi"}],
+		"requests": [
+			{"image": "idle", "type": "batch", "cpus": 2, "memory": 1024, "repeat": 40, "used": {"cpus": 0.1, "memory": 200}},
+			{"image": "busy", "type": "batch", "cpus": 1, "memory": 1024, "repeat": 20, "used": {"cpus": 0.95, "memory": 1000}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	given := run(t, w, Options{})
+	aw, resized := w.Advised(scheduler.AdviceOptions{})
+	advised := run(t, aw, Options{})
+	t.Logf("as given %d nodes, advised %d nodes, %d requests resized", given.NodesUsed, advised.NodesUsed, resized)
+	if resized != 40 {
+		t.Fatalf("%d requests resized, want the 40 idle ones", resized)
+	}
+	if given.NodesUsed != 25 || advised.NodesUsed >= given.NodesUsed/2 {
+		t.Fatalf("nodes used: as given %d (want 25), advised %d (want under half)", given.NodesUsed, advised.NodesUsed)
+	}
+	if w.Requests[0].CPU != driver.CPUs(2) {
+		t.Fatalf("Advised changed the workload it was given: %s", w.Requests[0].CPU)
+	}
+	if _, err := Decode(strings.NewReader(`{"nodes": [{"count": 1, "cpus": 1, "memory": 1}], "requests": [{"image": "x", "used": {"cpus": -1}}]}`)); !drivertest.HasField(err, "requests[0].used.cpus") {
+		t.Fatalf("negative use: %v", err)
+	}
+}

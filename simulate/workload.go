@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/berth-dev/berth/driver"
@@ -79,6 +80,32 @@ type Item struct {
 	// Preplaced instances exist before the run: they are reserved
 	// round-robin over the nodes, not scheduled.
 	Preplaced bool `json:"preplaced,omitempty"`
+	// Used is what each instance was measured to use (cpus, memory), for a
+	// replay with advised sizes (Workload.Advised); it does not change a
+	// replay as given.
+	Used *driver.Resources `json:"used,omitempty"`
+}
+
+// Advised returns a copy of w where every request whose measured use
+// (Used) is far from what it reserves asks for the size scheduler.Advise
+// suggests instead, and how many requests were resized.
+func (w *Workload) Advised(opt scheduler.AdviceOptions) (*Workload, int) {
+	out := *w
+	out.Requests = slices.Clone(w.Requests)
+	resized := 0
+	for i := range out.Requests {
+		it := &out.Requests[i]
+		if it.Used == nil {
+			continue
+		}
+		a, far := scheduler.Advise(it.Resources, []driver.Usage{{CPU: it.Used.CPU, Memory: it.Used.Memory}}, opt)
+		if !far {
+			continue
+		}
+		it.CPU, it.Memory = a.Suggested.CPU, a.Suggested.Memory
+		resized += max(it.Repeat, 1)
+	}
+	return &out, resized
 }
 
 // Load reads a workload from a JSON file. Unknown fields are errors; every
@@ -155,6 +182,16 @@ func (w *Workload) Validate() error {
 		}
 		if it.Essential != nil && (*it.Essential < 0 || *it.Essential > it.N()) {
 			add(p+"essential", "%d: want 0 to count (%d)", *it.Essential, it.N())
+		}
+		if it.Used != nil {
+			if err := driver.ValidateResources(p+"used.", *it.Used); err != nil {
+				var fes driver.FieldErrors
+				if errors.As(err, &fes) {
+					for _, e := range fes {
+						add(e.Path, "%s", e.Reason)
+					}
+				}
+			}
 		}
 		if it.Preplaced && it.Essential != nil {
 			add(p+"essential", "a preplaced item is reserved, not placed as a gang")

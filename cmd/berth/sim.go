@@ -33,6 +33,7 @@ func newSimCmd() *cobra.Command {
 		path       string
 		storeKind  string
 		asJSON     bool
+		advised    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "sim --workload w1|w2|w3|w5|FILE [--full [--store memory|bolt]]",
@@ -58,7 +59,8 @@ Built-in workloads:
 
 FILE is a JSON workload: {"nodes": [{"count", "cpus", "memory", "labels", ...}],
 "requests": [{"image", "cpus", "memory", "constraints", "count", "repeat",
-"arrival", "interval", "duration", "essential", "preplaced", ...}]}.
+"arrival", "interval", "duration", "essential", "preplaced", "used", ...}],
+"groups": [{"id", "services", "repeat", "arrival", "duration", ...}]}.
 See docs/sim.md for how to read the output to size a cluster.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -140,11 +142,33 @@ See docs/sim.md for how to read the output to size a cluster.`,
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				return enc.Encode(res)
+			if !advised {
+				if asJSON {
+					return json.NewEncoder(cmd.OutOrStdout()).Encode(res)
+				}
+				printSimSummary(cmd.OutOrStdout(), res)
+				return nil
 			}
-			printSimSummary(cmd.OutOrStdout(), res)
+			aw, resized := w.Advised(scheduler.AdviceOptions{})
+			opt.Progress = nil
+			ares, err := simulate.Run(cmd.Context(), aw, opt)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(struct {
+					AsGiven *simulate.Result `json:"as_given"`
+					Advised *simulate.Result `json:"advised"`
+					Resized int              `json:"resized"`
+				}{res, ares, resized})
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintln(out, "as given:")
+			printSimSummary(out, res)
+			fmt.Fprintln(out, "with the advised sizes:")
+			printSimSummary(out, ares)
+			fmt.Fprintf(out, "advised    %s requests resized; nodes used at peak %s -> %s, unplaced %s -> %s\n", groupDigits(int64(resized)),
+				groupDigits(int64(res.NodesUsed)), groupDigits(int64(ares.NodesUsed)), groupDigits(int64(res.Unplaced)), groupDigits(int64(ares.Unplaced)))
 			return nil
 		},
 	}
@@ -160,6 +184,7 @@ See docs/sim.md for how to read the output to size a cluster.`,
 	f.StringVar(&path, "path", string(simulate.PathScheduler), "what the requests go through: scheduler (the scheduler alone) or full (the whole control plane)")
 	f.StringVar(&storeKind, "store", simulate.StoreMemory, "the control plane's store with --full: memory, or bolt (a temporary bbolt file, removed after)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object with the results")
+	f.BoolVar(&advised, "advised", false, "replay also with the sizes `berth advise` would suggest for the requests that give their measured use (\"used\"), and compare")
 	return cmd
 }
 

@@ -87,3 +87,36 @@ func TestSimFullUsage(t *testing.T) {
 		}
 	}
 }
+
+func TestSimAdvised(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "idle.json")
+	if err := os.WriteFile(path, []byte(`{"name": "idle",
+		"nodes": [{"count": 20, "cpus": 4, "memory": "16Gi"}],
+		"requests": [{"image": "idle", "type": "batch", "cpus": 2, "memory": 1024, "repeat": 20, "used": {"cpus": 0.05, "memory": 100}}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"sim", "--workload", path, "--advised", "--json"}, &out, &errb); code != exitOK {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var res struct {
+		AsGiven struct {
+			NodesUsed int `json:"nodes_used"`
+		} `json:"as_given"`
+		Advised struct {
+			NodesUsed int `json:"nodes_used"`
+			Placed    int `json:"placed"`
+		} `json:"advised"`
+		Resized int `json:"resized"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		t.Fatalf("%v in %s", err, out.String())
+	}
+	if res.Resized != 20 || res.AsGiven.NodesUsed != 10 || res.Advised.NodesUsed != 1 || res.Advised.Placed != 20 {
+		t.Fatalf("advised replay: %s", out.String())
+	}
+	out.Reset()
+	if code := run(context.Background(), []string{"sim", "--workload", path, "--advised"}, &out, &errb); code != exitOK || !strings.Contains(out.String(), "nodes used at peak 10 -> 1") {
+		t.Fatalf("exit %d: %s", code, out.String())
+	}
+}
