@@ -97,6 +97,12 @@ func TestServerRejectsBadConfig(t *testing.T) {
 			[]string{"etcd-election-timeout", "five heartbeats"}},
 		{"a lease without etcd", []string{"--dev", "--data-dir", filepath.Join(dir, "d10"), "--leader-lease", "5s"}, 2,
 			[]string{"--leader-lease", "etcd"}},
+		{"a Docker advertise URL without etcd", []string{"--dev", "--data-dir", filepath.Join(dir, "d12"), "--docker-advertise-url", "http://127.0.0.1:2375"}, 2,
+			[]string{"--docker-advertise-url", "etcd"}},
+		{"a bad Docker advertise URL", []string{"--dev", "--data-dir", filepath.Join(dir, "d13"), "--etcd-name", "a", "--etcd-peer-url", "http://127.0.0.1:2380", "--docker-advertise-url", "ftp://x"}, 2,
+			[]string{"docker-advertise-url", "http(s)://HOST:PORT"}},
+		{"a Docker endpoint on a unix socket on etcd", []string{"--dev", "--data-dir", filepath.Join(dir, "d14"), "--etcd-name", "a", "--etcd-peer-url", "http://127.0.0.1:2380", "--docker-listen", filepath.Join(dir, "d.sock")}, 2,
+			[]string{"--docker-listen", "TCP", "--docker-advertise-url"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -44,6 +44,8 @@ type Info struct {
 	Name string `json:"name"`
 	// Address is the URL of its API.
 	Address string `json:"address"`
+	// Docker is the URL of its Docker endpoint, when it serves one.
+	Docker string `json:"docker,omitempty"`
 }
 
 // Config configures Run.

@@ -15,17 +15,17 @@ import (
 
 	"github.com/berth-dev/berth/api"
 	"github.com/berth-dev/berth/config"
-	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/dockerapi"
 )
 
 // dockerEndpoint is the Docker Engine API listener of berth server
 // --docker-listen.
 type dockerEndpoint struct {
-	srv  *dockerapi.Server
-	http *http.Server
-	ln   net.Listener
-	done chan error
+	// close ends the streams of the endpoint's handler.
+	close func()
+	http  *http.Server
+	ln    net.Listener
+	done  chan error
 }
 
 // dockerTLS are the --docker-tls-* flags: the endpoint's certificate and
@@ -62,22 +62,33 @@ func (t dockerTLS) config() (*tls.Config, error) {
 	return cfg, nil
 }
 
+// dockerOptions are the Docker endpoint's options for tlsCfg: the same
+// tokens as the REST API (auth), or a client certificate tlsCfg verifies
+// whose common name names one; with no auth every request is refused.
+func dockerOptions(tlsCfg *tls.Config, tokenStreams int, auth dockerapi.Authenticator, maxBody int64, log *slog.Logger) dockerapi.Options {
+	certs := tlsCfg != nil && tlsCfg.ClientAuth == tls.RequireAndVerifyClientCert
+	return dockerapi.Options{Authenticator: auth, ClientCerts: certs, MaxBodySize: maxBody, TokenStreams: tokenStreams, Logger: log, ServerVersion: api.BuildVersion()}
+}
+
+// unixPath returns the socket path of a --docker-listen address that names
+// a unix socket (unix://PATH, or any address with a '/').
+func unixPath(addr string) (string, bool) {
+	if path, ok := strings.CutPrefix(addr, "unix://"); ok {
+		return path, true
+	}
+	return addr, strings.Contains(addr, "/")
+}
+
 // listenDocker listens on addr, a host:port or a unix socket path (made
-// 0600: only this user reaches it), with TLS when tlsCfg is set. Requests
-// need the same tokens as the REST API (auth), or a client certificate
-// tlsCfg verifies whose common name names one; with no auth every request
-// is refused.
+// 0600: only this user reaches it), with TLS when tlsCfg is set, and serves
+// h there; closeH ends h's streams at shutdown.
 //
 // A TCP address off this host without TLS is refused unless insecure, as
 // the REST API's listener is: tokens would cross the network in clear.
-func listenDocker(addr string, tlsCfg *tls.Config, insecure bool, to config.Timeouts, tokenStreams int, plane *control.Plane, auth dockerapi.Authenticator, maxBody int64, log *slog.Logger) (*dockerEndpoint, error) {
+func listenDocker(addr string, tlsCfg *tls.Config, insecure bool, to config.Timeouts, h http.Handler, closeH func(), log *slog.Logger) (*dockerEndpoint, error) {
 	network := "tcp"
-	path, isUnix := strings.CutPrefix(addr, "unix://")
-	if isUnix || strings.Contains(addr, "/") {
+	if path, isUnix := unixPath(addr); isUnix {
 		network = "unix"
-		if !isUnix {
-			path = addr
-		}
 		if fi, err := os.Lstat(path); err == nil {
 			if fi.Mode().Type() != fs.ModeSocket {
 				return nil, fmt.Errorf("--docker-listen %s: the path exists and is not a socket", addr)
@@ -111,19 +122,14 @@ func listenDocker(addr string, tlsCfg *tls.Config, insecure bool, to config.Time
 			return nil, fmt.Errorf("--docker-listen: %w", err)
 		}
 	}
-	certs := tlsCfg != nil && tlsCfg.ClientAuth == tls.RequireAndVerifyClientCert
 	if tlsCfg != nil {
 		ln = tls.NewListener(ln, tlsCfg)
 	}
-	srv := dockerapi.New(plane, dockerapi.Options{Authenticator: auth, ClientCerts: certs, MaxBodySize: maxBody, TokenStreams: tokenStreams, Logger: log, ServerVersion: api.BuildVersion()})
-	e := &dockerEndpoint{srv: srv, ln: ln, done: make(chan error, 1),
+	e := &dockerEndpoint{close: closeH, ln: ln, done: make(chan error, 1),
 		// The REST API's bounds; streams lift the write deadline.
-		http: &http.Server{Handler: srv, ReadHeaderTimeout: to.ReadHeader, ReadTimeout: to.Read, WriteTimeout: to.Write,
+		http: &http.Server{Handler: h, ReadHeaderTimeout: to.ReadHeader, ReadTimeout: to.Read, WriteTimeout: to.Write,
 			IdleTimeout: to.Idle, MaxHeaderBytes: 64 << 10, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}}
 	go func() { e.done <- e.http.Serve(ln) }()
-	if auth == nil {
-		log.Warn("the Docker endpoint has no token authentication and refuses every request", "addr", ln.Addr().String())
-	}
 	log.Info("docker endpoint listening", "addr", ln.Addr().String())
 	return e, nil
 }
@@ -134,7 +140,7 @@ func (e *dockerEndpoint) shutdown(ctx context.Context, log *slog.Logger) {
 	if e == nil {
 		return
 	}
-	e.srv.Close()
+	e.close()
 	if err := e.http.Shutdown(ctx); err != nil {
 		log.Error("docker endpoint shutdown", "error", err)
 		_ = e.http.Close()

@@ -25,6 +25,7 @@ import (
 
 	"github.com/berth-dev/berth/api"
 	"github.com/berth-dev/berth/auth"
+	"github.com/berth-dev/berth/dockerapi"
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/leader"
 	"github.com/berth-dev/berth/metrics"
@@ -47,6 +48,7 @@ type haFlags struct {
 	peerCA                 string
 	lease                  time.Duration
 	advertise              string
+	dockerAdvertise        string
 	leaderCA               string
 	maxTxnOps, maxReqBytes int
 	heartbeat, election    time.Duration
@@ -70,6 +72,7 @@ func (h *haFlags) register(fl *pflag.FlagSet) {
 	fl.DurationVar(&h.election, "etcd-election-timeout", time.Second, "the members' Raft election timeout (the same on every member; failover takes about this plus the leader lease)")
 	fl.DurationVar(&h.lease, "leader-lease", leader.DefaultTTL, "how long a leader that stops answering keeps the lead (whole seconds)")
 	fl.StringVar(&h.advertise, "advertise-url", "", "URL at which the other servers reach this server's API, to forward to the leader (default: from --listen)")
+	fl.StringVar(&h.dockerAdvertise, "docker-advertise-url", "", "URL at which the other servers reach this server's Docker endpoint, to forward docker requests to the leader (default: from --docker-listen)")
 	fl.StringVar(&h.leaderCA, "leader-ca", "", "CA trusted for the other servers' API certificates when forwarding to the leader (default: the system's)")
 	fl.IntVar(&h.maxTxnOps, "etcd-max-txn-ops", etcd.DefaultMaxTxnOps, "the external etcd cluster's --max-txn-ops")
 	fl.IntVar(&h.maxReqBytes, "etcd-max-request-bytes", etcd.DefaultMaxRequestBytes, "the external etcd cluster's --max-request-bytes")
@@ -128,6 +131,11 @@ func (h *haFlags) check(insecure bool) error {
 	if h.advertise != "" {
 		if u, err := url.Parse(h.advertise); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" && u.Path != "/" {
 			es.Add("advertise-url", "%q: want http(s)://HOST:PORT", h.advertise)
+		}
+	}
+	if h.dockerAdvertise != "" {
+		if u, err := url.Parse(h.dockerAdvertise); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" && u.Path != "/" {
+			es.Add("docker-advertise-url", "%q: want http(s)://HOST:PORT", h.dockerAdvertise)
 		}
 	}
 	if h.prefix != "" && !strings.HasPrefix(h.prefix, "/") {
@@ -204,6 +212,29 @@ func (h *haFlags) advertiseURL(ln net.Addr, withTLS bool) (string, error) {
 	return scheme + "://" + net.JoinHostPort(host, port), nil
 }
 
+// dockerAdvertiseURL is the URL the other servers reach this one's Docker
+// endpoint at, listening on ln.
+func (h *haFlags) dockerAdvertiseURL(ln net.Addr, withTLS bool) (string, error) {
+	if h.dockerAdvertise != "" {
+		return strings.TrimSuffix(h.dockerAdvertise, "/"), nil
+	}
+	if ln.Network() != "tcp" {
+		return "", usagef("--docker-listen %s: on etcd the Docker endpoint listens on TCP, where the other servers can forward docker requests to it (or give --docker-advertise-url)", ln)
+	}
+	host, port, err := net.SplitHostPort(ln.String())
+	if err != nil {
+		return "", err
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		return "", usagef("--docker-listen %s binds every interface: say with --docker-advertise-url where the other servers reach this one", ln)
+	}
+	scheme := "http"
+	if withTLS {
+		scheme = "https"
+	}
+	return scheme + "://" + net.JoinHostPort(host, port), nil
+}
+
 // frontDoor routes the API of a server in a highly available cluster: to
 // this server's own handlers while it leads, else to the leader.
 type frontDoor struct {
@@ -212,6 +243,10 @@ type frontDoor struct {
 	current atomic.Pointer[leader.Info]  // the leader, as last seen
 	proxy   *httputil.ReverseProxy
 	log     *slog.Logger
+	// docker is this server's Docker endpoint while it leads;
+	// dockerProxy forwards to the leader's otherwise.
+	docker      atomic.Pointer[dockerapi.Server]
+	dockerProxy *httputil.ReverseProxy
 }
 
 func newFrontDoor(self leader.Info, leaderCA string, log *slog.Logger) (*frontDoor, error) {
@@ -243,7 +278,60 @@ func newFrontDoor(self leader.Info, leaderCA string, log *slog.Logger) (*frontDo
 			writeUnavailable(w, "the leader ("+r.Context().Value(leaderKey{}).(leader.Info).Address+") did not answer: "+err.Error())
 		},
 	}
+	// Docker requests go to the leader's Docker endpoint; attach's
+	// upgraded connections pass through (ReverseProxy splices them).
+	fd.dockerProxy = &httputil.ReverseProxy{
+		Transport:     tr,
+		FlushInterval: -1,
+		Rewrite: func(r *httputil.ProxyRequest) {
+			in := r.In.Context().Value(leaderKey{}).(leader.Info)
+			u, _ := url.Parse(in.Docker)
+			r.SetURL(u)
+			r.SetXForwarded()
+			r.Out.Header.Set("Berth-Forwarded-By", fd.self.Name)
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			fd.log.Warn("forwarding a docker request to the leader", "err", err)
+			writeDockerUnavailable(w, "the leader's Docker endpoint ("+r.Context().Value(leaderKey{}).(leader.Info).Docker+") did not answer: "+err.Error())
+		},
+	}
 	return fd, nil
+}
+
+// leadDocker serves the Docker endpoint with s while this server leads;
+// nil hands it back to forwarding.
+func (fd *frontDoor) leadDocker(s *dockerapi.Server) { fd.docker.Store(s) }
+
+// dockerDoor is a frontDoor's Docker endpoint.
+type dockerDoor struct{ fd *frontDoor }
+
+func dockerDoorOf(fd *frontDoor) http.Handler { return dockerDoor{fd} }
+
+func (d dockerDoor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	fd := d.fd
+	if s := fd.docker.Load(); s != nil {
+		s.ServeHTTP(w, r)
+		return
+	}
+	in := fd.current.Load()
+	switch {
+	case in == nil || in.Name == fd.self.Name || r.Header.Get("Berth-Forwarded-By") != "":
+		writeDockerUnavailable(w, "no Berth server leads right now; try again in a few seconds")
+		return
+	case in.Docker == "":
+		writeDockerUnavailable(w, "the leader ("+in.Name+") serves no Docker endpoint: start it with --docker-listen")
+		return
+	}
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
+	fd.dockerProxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), leaderKey{}, *in)))
+}
+
+// writeDockerUnavailable answers 503 in the Engine API's error shape.
+func writeDockerUnavailable(w http.ResponseWriter, msg string) {
+	w.Header().Set("Retry-After", "1")
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusServiceUnavailable)
+	_ = json.NewEncoder(w).Encode(map[string]string{"message": msg})
 }
 
 type leaderKey struct{}

@@ -26,6 +26,7 @@ import (
 	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/config"
 	"github.com/berth-dev/berth/control"
+	"github.com/berth-dev/berth/dockerapi"
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/leader"
 	"github.com/berth-dev/berth/metrics"
@@ -242,7 +243,7 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 		return err
 	}
 	if !f.ha.enabled() {
-		for _, name := range []string{"leader-lease", "advertise-url", "leader-ca", "etcd-prefix", "etcd-cacert", "etcd-cert", "etcd-key", "etcd-max-txn-ops", "etcd-max-request-bytes", "etcd-initial-cluster-state", "etcd-heartbeat-interval", "etcd-election-timeout"} {
+		for _, name := range []string{"leader-lease", "advertise-url", "docker-advertise-url", "leader-ca", "etcd-prefix", "etcd-cacert", "etcd-cert", "etcd-key", "etcd-max-txn-ops", "etcd-max-request-bytes", "etcd-initial-cluster-state", "etcd-heartbeat-interval", "etcd-election-timeout"} {
 			if cmd.Flags().Changed(name) {
 				return usagef("--%s is for servers on etcd: add --etcd-name or --etcd-endpoints", name)
 			}
@@ -279,10 +280,19 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 		st     store.Store
 		client *clientv3.Client
 	)
-	if f.ha.enabled() {
-		if f.dockerListen != "" {
-			return usagef("--docker-listen is not served by a server on etcd yet: run the Docker endpoint on a server with the embedded store")
+	var dockerTLSConfig *tls.Config
+	if f.dockerListen != "" {
+		if dockerTLSConfig, err = f.dockerTLS.config(); err != nil {
+			return err
 		}
+		if _, isUnix := unixPath(f.dockerListen); isUnix && f.ha.enabled() && f.ha.dockerAdvertise == "" {
+			return usagef("--docker-listen %s: on etcd the Docker endpoint listens on TCP, where the other servers can forward docker requests to it (or give --docker-advertise-url)", f.dockerListen)
+		}
+		if f.ha.enabled() && dockerTLSConfig != nil && dockerTLSConfig.ClientAuth == tls.RequireAndVerifyClientCert {
+			return usagef("--docker-tls-ca: a server on etcd forwards the Docker endpoint's requests to the leader, and client certificates do not pass through; authenticate the docker CLI with tokens")
+		}
+	}
+	if f.ha.enabled() {
 		c, member, opts, err := f.ha.openEtcd(ctx, cfg.DataDir, cfg.Insecure, m)
 		if err != nil {
 			return err
@@ -376,16 +386,24 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", guard.Protect(auth.Read, m.Handler()))
 	var (
-		single *front
-		door   *frontDoor
-		runAll func(ctx context.Context) error
+		single   *front
+		door     *frontDoor
+		runAll   func(ctx context.Context) error
+		dockerEP *dockerEndpoint
 	)
+	dockerOpts := dockerOptions(dockerTLSConfig, cfg.MaxStreams, tokens, int64(cfg.MaxBodySize), log)
 	if !f.ha.enabled() {
 		if single, err = newFront(ctx, planeCfg); err != nil {
 			return err
 		}
 		mux.Handle("/", single.mux)
 		runAll = func(ctx context.Context) error { return run(ctx, single) }
+		if f.dockerListen != "" {
+			ds := dockerapi.New(single.plane, dockerOpts)
+			if dockerEP, err = listenDocker(f.dockerListen, dockerTLSConfig, cfg.Insecure, cfg.Timeouts, ds, ds.Close, log); err != nil {
+				return err
+			}
+		}
 	} else {
 		addr, err := f.ha.advertiseURL(ln.Addr(), tlsConfig != nil)
 		if err != nil {
@@ -397,6 +415,16 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 		}
 		if door, err = newFrontDoor(self, f.ha.leaderCA, log); err != nil {
 			return err
+		}
+		if f.dockerListen != "" {
+			if dockerEP, err = listenDocker(f.dockerListen, dockerTLSConfig, cfg.Insecure, cfg.Timeouts, dockerDoorOf(door), func() {}, log); err != nil {
+				return err
+			}
+			if self.Docker, err = f.ha.dockerAdvertiseURL(dockerEP.ln.Addr(), dockerTLSConfig != nil); err != nil {
+				dockerEP.shutdown(ctx, log)
+				return err
+			}
+			door.self = self
 		}
 		mux.Handle("GET /v1/health", guard.CheckHost(http.HandlerFunc(door.health)))
 		members{c: client}.routes(mux, guard)
@@ -420,6 +448,14 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 				}
 				door.lead(fr.mux)
 				defer door.lead(nil)
+				if dockerEP != nil {
+					ds := dockerapi.New(fr.plane, dockerOpts)
+					door.leadDocker(ds)
+					defer func() {
+						door.leadDocker(nil)
+						ds.Close()
+					}()
+				}
 				return run(tctx, fr)
 			})
 		}
@@ -441,19 +477,6 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 	go func() { planeDone <- runAll(planeCtx) }()
 	serveDone := make(chan error, 1)
 	go func() { serveDone <- httpServer.Serve(ln) }()
-	var dockerEP *dockerEndpoint
-	if f.dockerListen != "" {
-		tlsCfg, err := f.dockerTLS.config()
-		if err == nil {
-			dockerEP, err = listenDocker(f.dockerListen, tlsCfg, cfg.Insecure, cfg.Timeouts, cfg.MaxStreams, single.plane, tokens, int64(cfg.MaxBodySize), log)
-		}
-		if err != nil {
-			_ = httpServer.Close()
-			stopPlane()
-			<-planeDone
-			return err
-		}
-	}
 
 	stacks := make(chan os.Signal, 1)
 	signal.Notify(stacks, syscall.SIGUSR2)

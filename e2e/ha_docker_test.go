@@ -1,0 +1,92 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/berth-dev/berth/drivers/docker/dockertest"
+	"github.com/berth-dev/berth/store/etcd/etcdtest"
+)
+
+// TestDockerEndpointHighAvailability: three servers on etcd each serve the
+// Docker endpoint; the docker CLI pointed at a follower runs a container
+// (the follower forwards to the leader), another follower lists it and
+// streams its logs, and after the leader is killed a survivor still
+// answers for it.
+func TestDockerEndpointHighAvailability(t *testing.T) {
+	if testing.Short() {
+		t.Skip("three servers: skipped in -short mode")
+	}
+	if _, err := exec.LookPath("docker"); err != nil {
+		t.Fatal("this test needs the docker CLI: ", err)
+	}
+	unlock, err := dockertest.LockMainEngine()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	ctx := context.Background()
+	cli, err := dockertest.Connect(ctx, dockertest.MainHost)
+	if err != nil {
+		t.Fatal("this test needs the machine's Docker Engine: ", err)
+	}
+	defer cli.Close()
+	image := "berth-test/ha-docker:" + dockertest.RandomID()
+	if err := dockertest.BuildHello(ctx, cli, image); err != nil {
+		t.Fatal(err)
+	}
+	defer dockertest.RemoveImages(context.Background(), cli, image)
+
+	h := newHACluster(t)
+	var dockerAddr [3]string
+	for i := range h.args {
+		dockerAddr[i] = fmt.Sprintf("127.0.0.1:%d", etcdtest.FreePort(t))
+		h.args[i] = append(h.args[i], "--docker-listen", dockerAddr[i])
+	}
+	h.start(0, 1, 2)
+	lead := h.leader(0, 1, 2)
+	f1, f2 := (lead+1)%3, (lead+2)%3
+	cfg := t.TempDir()
+	if err := os.WriteFile(filepath.Join(cfg, "config.json"), []byte(`{"HttpHeaders": {"Authorization": "Bearer `+h.token+`"}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	docker := func(i int, args ...string) (string, error) {
+		cmd := exec.Command("docker", args...)
+		cmd.Env = append(os.Environ(), "DOCKER_HOST=tcp://"+dockerAddr[i], "DOCKER_CONFIG="+cfg)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	name := h.name + "-web"
+	if out, err := docker(f1, "run", "-d", "--name", name, image); err != nil {
+		t.Fatalf("docker run -d through the follower %s: %v: %s", memberNames[f1], err, out)
+	}
+	waitFor(t, "the container listed through the other follower", func() bool {
+		out, err := docker(f2, "ps", "--format", "{{.Names}} {{.State}}")
+		return err == nil && strings.Contains(out, name+" running")
+	})
+	if out, err := docker(f2, "logs", name); err != nil || !strings.Contains(out, "hello") {
+		t.Fatalf("docker logs through the follower %s: %v: %q", memberNames[f2], err, out)
+	}
+
+	h.servers[lead].kill9(t)
+	lead = h.leader(f1, f2)
+	t.Logf("after the kill: %s leads", memberNames[lead])
+	for _, i := range []int{f1, f2} {
+		waitFor(t, "the container listed through "+memberNames[i]+" after the kill", func() bool {
+			out, err := docker(i, "ps", "--format", "{{.Names}}")
+			return err == nil && strings.Contains(out, name)
+		})
+	}
+	if out, err := docker(f1, "rm", "-f", name); err != nil {
+		t.Fatalf("docker rm -f: %v: %s", err, out)
+	}
+	waitFor(t, "the container gone from the engine", func() bool {
+		out, err := exec.Command("docker", "ps", "-a", "--filter", "name="+name, "--format", "{{.Names}}").CombinedOutput()
+		return err == nil && strings.TrimSpace(string(out)) == ""
+	})
+}
