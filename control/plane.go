@@ -116,6 +116,12 @@ type Pool struct {
 	// MaxInstances caps the pool's instances in every phase that holds a
 	// back-end resource; 0 means no cap.
 	MaxInstances int `json:"max_instances,omitempty" yaml:"max_instances"`
+	// QueuePolicy, when set, orders the groups of this pool (those all of
+	// whose services belong to it: node sets naming it) that wait to be
+	// placed whole, in a queue of their own; empty leaves them in the
+	// server's queue (Config.QueuePolicy). A pass over the queues takes
+	// the highest priority class first across all of them.
+	QueuePolicy scheduler.Policy `json:"queue_policy,omitempty" yaml:"queue_policy"`
 }
 
 // Label is one kind of instance a pool provides.

@@ -173,8 +173,8 @@ func TestSchedulersNeverDoubleBook(t *testing.T) {
 	})
 }
 
-// TestSchedulerKnobsChecked: New refuses a scheduler count out of range,
-// naming the field.
+// TestSchedulerKnobsChecked: New refuses a scheduler count out of range
+// and a pool's unknown queue policy, naming the field.
 func TestSchedulerKnobsChecked(t *testing.T) {
 	_, prov := newSim(t, 1, nil)
 	for _, tc := range []struct {
@@ -183,6 +183,9 @@ func TestSchedulerKnobsChecked(t *testing.T) {
 	}{
 		{func(c *control.Config) { c.Schedulers = -1 }, "schedulers"},
 		{func(c *control.Config) { c.Schedulers = control.MaxSchedulers + 1 }, "schedulers"},
+		{func(c *control.Config) {
+			c.Pools = []control.Pool{{Name: "ci", Provider: "sim", QueuePolicy: "lifo"}}
+		}, "pools[0].queue_policy"},
 	} {
 		cfg := config(newMemory(), prov)
 		tc.tune(&cfg)

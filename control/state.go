@@ -246,8 +246,7 @@ func newState(ctx context.Context, cfg Config) (*state, error) {
 	}
 	slices.Sort(s.provNames)
 	s.lists = s.newListings()
-	s.gang.ids = map[string]bool{}
-	s.gang.q.Policy = cfg.QueuePolicy
+	s.gang.init(cfg.QueuePolicy, cfg.Pools)
 	if err := s.load(ctx); err != nil {
 		return nil, err
 	}
