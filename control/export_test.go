@@ -2,11 +2,10 @@ package control
 
 import "context"
 
-// PlaceOnce reads every provider's nodes again and runs one placement
-// round in the caller's goroutine, shared by the configured schedulers as
-// the placer shares it. It needs no Run: what it places is stored
-// creating, and the creates wait for Run.
-func (p *Plane) PlaceOnce(ctx context.Context) {
-	p.refreshNodes(ctx)
-	p.placePending(ctx, p.snapshots())
-}
+// RefreshNodes reads every provider's nodes again.
+func (p *Plane) RefreshNodes(ctx context.Context) { p.refreshNodes(ctx) }
+
+// PlaceOnce runs one placement round in the caller's goroutine, shared by
+// the configured schedulers as the placer shares it. It needs no Run:
+// what it places is stored creating, and the creates wait for Run.
+func (p *Plane) PlaceOnce(ctx context.Context) { p.placePending(ctx, p.snapshots()) }

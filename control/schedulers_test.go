@@ -57,6 +57,7 @@ func TestSchedulersCountConflicts(t *testing.T) {
 					t.Fatal(err)
 				}
 				time.Sleep(10 * time.Millisecond) // past the provider's state cache
+				p.RefreshNodes(ctx)
 				p.PlaceOnce(ctx)
 
 				placed := 0
