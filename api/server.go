@@ -173,6 +173,7 @@ func (s *Server) routes() {
 	h("GET /v1/events", auth.Read, s.events)
 	h("GET /v1/nodes", auth.Read, s.nodes)
 	h("GET /v1/providers", auth.Read, s.providers)
+	h("GET /v1/scheduler", auth.Read, s.scheduler)
 	h("GET /v1/images", auth.Read, s.images)
 	h("POST /v1/images/preload", auth.Admin, s.preload)
 	h("GET /v1/quotas", auth.Read, s.quotas)
@@ -1031,6 +1032,14 @@ func (s *Server) providers(w http.ResponseWriter, r *http.Request) error {
 		list = []control.ProviderView{}
 	}
 	return writeJSON(w, http.StatusOK, list)
+}
+
+func (s *Server) scheduler(w http.ResponseWriter, r *http.Request) error {
+	st, err := s.plane.Scheduler(r.Context())
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, st)
 }
 
 func (s *Server) images(w http.ResponseWriter, r *http.Request) error {

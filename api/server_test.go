@@ -293,6 +293,15 @@ func TestReadEndpoints(t *testing.T) {
 	if err != nil || len(list) != 0 {
 		t.Fatalf("plan stored something: %v %d", err, len(list))
 	}
+	if st, err := e.client.Scheduler(ctx); err != nil || st.Schedulers != 1 || st.Committed != 0 || st.Nodes != 4 {
+		t.Fatalf("scheduler: %v %+v, want 1 scheduler, nothing committed, 4 nodes", err, st)
+	}
+	if _, err := e.client.Submit(ctx, scheduler.Request{ID: "counted", Spec: driver.Spec{Image: "x"}}); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := e.client.Scheduler(ctx); err != nil || st.Committed != 1 || st.Conflicts != 0 || st.Instances != 1 {
+		t.Fatalf("scheduler after a submission: %v %+v, want 1 placement and 1 instance", err, st)
+	}
 }
 
 func TestEventsStream(t *testing.T) {

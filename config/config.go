@@ -75,6 +75,10 @@ type Config struct {
 	// priority class: fifo (the default), size (smallest first) or
 	// dynsize (smallest first, with aging).
 	QueuePolicy scheduler.Policy `yaml:"queue_policy"`
+	// Schedulers is how many schedulers share a placement round of the
+	// waiting instances, with optimistic commits (control.Config); 0 means
+	// 1.
+	Schedulers int `yaml:"schedulers"`
 
 	// TLS serves the API over TLS, and with ClientCA asks for client
 	// certificates.
@@ -368,6 +372,7 @@ func (c *Config) validate(es *driver.FieldErrors) {
 			es.Add(fe.Path, "%s", fe.Reason)
 		}
 	}
+	checkRange(es, "schedulers", c.Schedulers, 0, control.MaxSchedulers)
 	checkRange(es, "shutdown_timeout", c.ShutdownTimeout, 0, time.Hour)
 	r := c.Reconcile
 	// Zero takes control's default; anything else must be in range: a

@@ -173,6 +173,10 @@ func TestBadFiles(t *testing.T) {
 		{"negative gc_percent", "gc_percent: -1\n", "gc_percent"},
 		{"huge gc_percent", "gc_percent: 20000\n", "gc_percent"},
 		{"bad queue_policy", "queue_policy: lifo\n", "queue_policy"},
+		{"bad pool queue_policy", "providers:\n  - {name: a, driver: cfgtest}\npools:\n  - {name: p, provider: a, queue_policy: lifo}\n", "pools[0].queue_policy"},
+		{"negative schedulers", "schedulers: -1\n", "schedulers"},
+		{"too many schedulers", "schedulers: 65\n", "schedulers"},
+		{"schedulers not a number", "schedulers: many\n", "schedulers"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -121,6 +121,82 @@ func BenchmarkEndToEnd(b *testing.B) {
 	}
 }
 
+// BenchmarkPlaceRound measures the placer's round over 4,000 waiting
+// single-instance requests (half a cpu each) on a 1,000-node sim cluster
+// of 4-cpu nodes: for each request, the plan, the ledger's commit and the
+// store transaction that records it. Services spread, so schedulers
+// sharing the round rarely meet; batch work packs, so they all aim at the
+// same nodes and conflict. The requests are submitted while every node is
+// offline, which keeps them waiting; the round starts once the nodes are
+// back and Run is not running, so nothing else competes. It reports
+// placements per second of the rounds alone and the conflicts per round,
+// for one scheduler and for several sharing the round.
+func BenchmarkPlaceRound(b *testing.B) {
+	for _, typ := range []driver.WorkloadType{driver.TypeService, driver.TypeBatch} {
+		for _, k := range []int{1, 2, 4} {
+			b.Run(fmt.Sprintf("%s/schedulers=%d", typ, k), func(b *testing.B) {
+				benchPlaceRound(b, 1000, 4000, typ, k)
+			})
+		}
+	}
+}
+
+func benchPlaceRound(b *testing.B, nodes, requests int, typ driver.WorkloadType, k int) {
+	ctx := context.Background()
+	var took time.Duration
+	var placed int
+	var conflicts uint64
+	for range b.N {
+		b.StopTimer()
+		s, prov := newSim(&testing.T{}, nodes, nil)
+		names := make([]string, 0, nodes)
+		for _, n := range simNodes(&testing.T{}, s) {
+			names = append(names, n.Name)
+			if err := s.SetNodeStatus(n.Name, driver.NodeOffline, "bench"); err != nil {
+				b.Fatal(err)
+			}
+		}
+		cfg := config(newMemory(), prov)
+		cfg.Schedulers = k
+		p, err := control.New(ctx, cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i := range requests {
+			r := req(fmt.Sprintf("r%d", i), 1)
+			r.Type = typ
+			if _, err := p.Submit(ctx, r, ""); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for _, n := range names {
+			if err := s.SetNodeStatus(n, driver.NodeOnline, ""); err != nil {
+				b.Fatal(err)
+			}
+		}
+		time.Sleep(5 * time.Millisecond) // past the provider's state cache
+		p.RefreshNodes(ctx)
+		b.StartTimer()
+		t0 := time.Now()
+		p.PlaceOnce(ctx)
+		took += time.Since(t0)
+		b.StopTimer()
+		st, err := p.Scheduler(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		c, _ := p.Counts(ctx)
+		if c[reconciler.Pending] != 0 {
+			b.Fatalf("%d instances still pending after the round", c[reconciler.Pending])
+		}
+		placed += requests
+		conflicts += st.Conflicts
+		_ = prov.Close(ctx)
+	}
+	b.ReportMetric(float64(placed)/took.Seconds(), "placements/s")
+	b.ReportMetric(float64(conflicts)/float64(b.N), "conflicts/round")
+}
+
 // benchWorkers is the reconciler's worker count in the benchmarks.
 var benchWorkers = func() int {
 	if n, err := strconv.Atoi(os.Getenv("BERTH_BENCH_WORKERS")); err == nil {

@@ -71,6 +71,7 @@ type recorder struct {
 	failed    map[string]int
 	quotas    int
 	leaks     int
+	conflicts int
 }
 
 func (r *recorder) Scheduled(time.Duration, bool) { r.mu.Lock(); r.scheduled++; r.mu.Unlock() }
@@ -86,6 +87,7 @@ func (r *recorder) Launched(p string, err error) {
 }
 func (r *recorder) QuotaUse(control.QuotaUse) { r.mu.Lock(); r.quotas++; r.mu.Unlock() }
 func (r *recorder) LeakFound(string)          { r.mu.Lock(); r.leaks++; r.mu.Unlock() }
+func (r *recorder) Conflicts(n int)           { r.mu.Lock(); r.conflicts += n; r.mu.Unlock() }
 
 func (r *recorder) get(fn func()) { r.mu.Lock(); defer r.mu.Unlock(); fn() }
 

@@ -29,7 +29,13 @@
 //     ledger of what every node and every quota holds. Quotas, nodes a
 //     launch just failed on, nodes that refused an instance are typed
 //     scheduler filters (scheduler.Quota, scheduler.Avoid) with their
-//     rejection reasons; the gang queue places groups all or none.
+//     rejection reasons; the gang queue places groups all or none, in the
+//     server's queue or in the queue of the pool they belong to. The
+//     placer's round may be shared by several schedulers
+//     (Config.Schedulers): each plans on a scheduler.Snapshot of its own
+//     and commits optimistically; the Cluster re-checks every placement
+//     and counts the ones it refuses as conflicts, which are planned
+//     again.
 //   - The runtime (run.go, sync.go, watch.go, gc.go): while Run runs,
 //     workers perform the reconciler's actions (create, delete, stop...),
 //     a writer stores their outcomes in batches, the placer places what
@@ -47,6 +53,11 @@
 // then the gang queue's lock, then the records' lock, then the scheduler
 // cluster's own; the runtime's locks are leaves. The store is called with
 // no lock held but the stripes of the instances being changed.
+//
+// The placer's schedulers add no lock: each owns its snapshot, its
+// commits take the cluster's lock inside Snapshot.Commit (last in the
+// order), and what it places is stored through commit like every other
+// change, under the instance's stripe.
 //
 // # One request, from the API to a running instance
 //

@@ -12,12 +12,71 @@ import (
 )
 
 // gang holds the groups whose essential instances wait to be placed all or
-// none: the scheduler's queue (priority classes, the configured policy,
-// backfill) and the ids of the queued groups, whose pending instances the
-// one-by-one placer leaves alone.
+// none: the scheduler's queues (priority classes, a policy, backfill) and
+// the ids of the queued groups, whose pending instances the one-by-one
+// placer leaves alone. A group all of whose services belong to a pool
+// that sets its own queue policy waits in that pool's queue; every other
+// group in the server's (Config.QueuePolicy).
 type gang struct {
-	q   scheduler.Queue
-	ids map[string]bool
+	q     scheduler.Queue
+	pools map[string]*scheduler.Queue
+	// order is the server's queue, then the pools' in configured order:
+	// the order in which a pass takes the queues' groups of one priority
+	// class (scheduler.Cluster.ScheduleQueues).
+	order []*scheduler.Queue
+	ids   map[string]bool
+}
+
+// init makes the server's queue with policy and one queue for each pool
+// that sets a policy of its own.
+func (g *gang) init(policy scheduler.Policy, pools []Pool) {
+	g.q.Policy = policy
+	g.ids = map[string]bool{}
+	g.pools = map[string]*scheduler.Queue{}
+	g.order = []*scheduler.Queue{&g.q}
+	for _, p := range pools {
+		if p.QueuePolicy != "" {
+			q := &scheduler.Queue{Policy: p.QueuePolicy}
+			g.pools[p.Name] = q
+			g.order = append(g.order, q)
+		}
+	}
+}
+
+// queueOf returns the queue group gr waits in.
+func (g *gang) queueOf(gr *scheduler.Group) *scheduler.Queue {
+	if q, ok := g.pools[groupPool(gr)]; ok {
+		return q
+	}
+	return &g.q
+}
+
+// len returns how many groups wait in all the queues.
+func (g *gang) len() int {
+	n := 0
+	for _, q := range g.order {
+		n += q.Len()
+	}
+	return n
+}
+
+// groupPool returns the pool every service of g belongs to, or "" when
+// they do not all belong to one. A service's pool is its own (set from
+// a node set's pool when it is submitted), else the group's (a group
+// loaded from the store keeps only that).
+func groupPool(g *scheduler.Group) string {
+	pool := ""
+	for k := range g.Services {
+		p := g.Services[k].Pool
+		if p == "" {
+			p = g.Pool
+		}
+		if p == "" || (k > 0 && p != pool) {
+			return ""
+		}
+		pool = p
+	}
+	return pool
 }
 
 func essentialMissing(p *scheduler.Plan) bool {
@@ -36,7 +95,7 @@ func (s *state) queueGroup(g *scheduler.Group, now time.Time) {
 	if s.gang.ids[g.ID] {
 		return
 	}
-	if err := s.gang.q.Push(g, now); err != nil {
+	if err := s.gang.queueOf(g).Push(g, now); err != nil {
 		s.log.Warn("gang queue", "group", g.ID, "err", err)
 		return
 	}
@@ -92,15 +151,16 @@ func (s *state) loadGroups(ctx context.Context) error {
 	return nil
 }
 
-// placeGroups makes one pass over the gang queue and stores what it placed.
+// placeGroups makes one pass over the gang queues and stores what it
+// placed.
 func (s *state) placeGroups(ctx context.Context) {
 	s.gangMu.Lock()
-	if s.gang.q.Len() == 0 {
+	if s.gang.len() == 0 {
 		s.gangMu.Unlock()
 		return
 	}
 	start := time.Now()
-	done, err := s.cluster.c.Schedule(&s.gang.q, s.now())
+	done, err := s.cluster.c.ScheduleQueues(s.gang.order, s.now())
 	if s.cfg.Metrics != nil {
 		s.cfg.Metrics.Scheduled(time.Since(start), len(done) > 0)
 	}

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/berth-dev/berth/driver"
@@ -165,9 +166,12 @@ func (s *state) kickPlacer() {
 
 // placer places pending instances, highest priority first and oldest first
 // within a priority, whenever something changed and at least every second.
+// With Config.Schedulers above one it keeps one scheduler.Snapshot per
+// scheduler for its rounds (see placePending).
 func (s *state) placer(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
+	snaps := s.snapshots()
 	for {
 		var done chan struct{}
 		select {
@@ -177,15 +181,44 @@ func (s *state) placer(ctx context.Context) {
 		case <-t.C:
 		case done = <-s.placeNow:
 		}
-		s.placePending(ctx)
+		s.placePending(ctx, snaps)
 		if done != nil {
 			close(done)
 		}
 	}
 }
 
+// snapshots returns a snapshot of the scheduler's ledger for each of the
+// placer's schedulers, or none when there is one (it places through the
+// ledger itself). Each plans with a seed of its own.
+func (s *state) snapshots() []*scheduler.Snapshot {
+	if s.cfg.Schedulers <= 1 {
+		return nil
+	}
+	snaps := make([]*scheduler.Snapshot, s.cfg.Schedulers)
+	for k := range snaps {
+		snaps[k] = s.cluster.c.Snapshot(scheduler.Options{Seed: uint64(k) + 1})
+	}
+	return snaps
+}
+
+// placeFunc places one request on the scheduler's ledger: Cluster.Place,
+// or a snapshot's optimistic Place (see optimistic).
+type placeFunc func(r *scheduler.Request) (*scheduler.Plan, error)
+
 // placePending tries once to place every pending instance that is due.
-func (s *state) placePending(ctx context.Context) {
+//
+// Without snapshots the round is one scheduler placing through
+// Cluster.Place, which plans and reserves under the cluster's lock. With
+// snapshots (Config.Schedulers above one) the pending instances are shared
+// out by request and each share is placed by a goroutine of its own,
+// planning on its snapshot and committing through Snapshot.Place: the
+// cluster re-checks every placement, and one another scheduler got to
+// first is a conflict, planned again on a refreshed snapshot (at most
+// scheduler.MaxRounds times); what is still unplaced then stays pending
+// for the next round. Priority orders each share, not the round as a
+// whole. Every snapshot is refreshed before any share starts.
+func (s *state) placePending(ctx context.Context, snaps []*scheduler.Snapshot) {
 	s.placeGroups(ctx)
 	now := s.now()
 	pending := s.pendingSnapshot(func(in *reconciler.Instance) bool {
@@ -196,6 +229,64 @@ func (s *state) placePending(ctx context.Context) {
 	if s.cfg.Metrics != nil {
 		s.cfg.Metrics.QueueDepth(len(pending))
 	}
+	if len(snaps) == 0 {
+		s.placeShare(ctx, pending, s.cluster.c.Place)
+		return
+	}
+	shares := shareOut(pending, len(snaps))
+	for _, snap := range snaps {
+		snap.Refresh()
+	}
+	var wg sync.WaitGroup
+	for k, share := range shares {
+		if len(share) == 0 {
+			continue
+		}
+		place := s.optimistic(snaps[k])
+		wg.Go(func() { s.placeShare(ctx, share, place) })
+	}
+	wg.Wait()
+}
+
+// shareOut splits pending, in its order, into n shares: every instance of
+// one request in the same share (their plans see each other), each
+// request to the share holding the fewest instances so far.
+func shareOut(pending []reconciler.Instance, n int) [][]reconciler.Instance {
+	shares := make([][]reconciler.Instance, n)
+	of := map[string]int{}
+	for _, in := range pending {
+		key := in.Request
+		if key == "" {
+			key = "\x00" + in.ID
+		}
+		k, ok := of[key]
+		if !ok {
+			for j := range shares {
+				if len(shares[j]) < len(shares[k]) {
+					k = j
+				}
+			}
+			of[key] = k
+		}
+		shares[k] = append(shares[k], in)
+	}
+	return shares
+}
+
+// optimistic places through snap: plans on it and commits with
+// Snapshot.Place, counting the conflicts (Metrics.Conflicts).
+func (s *state) optimistic(snap *scheduler.Snapshot) placeFunc {
+	return func(r *scheduler.Request) (*scheduler.Plan, error) {
+		plan, conflicts, err := snap.Place(r)
+		if conflicts > 0 && s.cfg.Metrics != nil {
+			s.cfg.Metrics.Conflicts(conflicts)
+		}
+		return plan, err
+	}
+}
+
+// placeShare places the instances of pending in order with place.
+func (s *state) placeShare(ctx context.Context, pending []reconciler.Instance, place placeFunc) {
 	// An instance that does not fit tells why its siblings will not
 	// either: the instances of one request ask for the same, and this round
 	// only ever takes capacity away. Siblings with exclusions of their own
@@ -209,7 +300,7 @@ func (s *state) placePending(ctx context.Context) {
 			s.unplaceable(ctx, in, why)
 			continue
 		}
-		if why := s.placeOne(ctx, in); why != "" && len(in.Exclude) == 0 && in.Request != "" {
+		if why := s.placeOne(ctx, in, place); why != "" && len(in.Exclude) == 0 && in.Request != "" {
 			declined[in.Request] = why
 		}
 	}
@@ -249,17 +340,17 @@ func (s *state) requestFor(in *reconciler.Instance) scheduler.Request {
 // placeOne places one pending instance and stores the placement (the
 // cluster's reservation is released again if the store refuses it), or
 // records why it cannot be placed and returns that reason.
-func (s *state) placeOne(ctx context.Context, in reconciler.Instance) string {
+func (s *state) placeOne(ctx context.Context, in reconciler.Instance, place placeFunc) string {
 	r := s.requestFor(&in)
 	start := time.Now()
-	plan, err := s.cluster.c.Place(&r)
+	plan, err := place(&r)
 	if err == nil && len(plan.Placements) == 0 && len(in.Excluded(s.now())) > 0 {
 		// Exclusions steer, they never strand: when no other node fits, a
 		// healthy excluded node beats waiting for the exclusions to expire.
 		all := in
 		all.Exclude = nil
 		r = s.requestFor(&all)
-		plan, err = s.cluster.c.Place(&r)
+		plan, err = place(&r)
 	}
 	if s.cfg.Metrics != nil {
 		s.cfg.Metrics.Scheduled(time.Since(start), err == nil && len(plan.Placements) == 1)

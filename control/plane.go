@@ -57,6 +57,14 @@ type Config struct {
 	// QueuePolicy orders the groups waiting to be placed whole within a
 	// priority class: fifo (default), size or dynsize (Zoe).
 	QueuePolicy scheduler.Policy
+	// Schedulers is how many schedulers share a placement round of the
+	// pending instances, each planning on its own snapshot of the
+	// scheduler's ledger and committing optimistically: the ledger
+	// re-checks every placement and refuses one whose room another
+	// scheduler took first (a conflict, planned again). One (the default)
+	// places through the ledger under its lock, where no conflict can
+	// happen. At most MaxSchedulers.
+	Schedulers int
 	// Writers is how many goroutines store the outcomes of operations,
 	// each committing up to 512 in one transaction. Default 2.
 	Writers int
@@ -75,6 +83,9 @@ type Config struct {
 	MaxRetained int
 }
 
+// MaxSchedulers bounds Config.Schedulers.
+const MaxSchedulers = 64
+
 // Metrics receives the plane's measurements. Implementations must be safe
 // for concurrent use and must not block.
 type Metrics interface {
@@ -89,6 +100,10 @@ type Metrics interface {
 	QuotaUse(q QuotaUse)
 	// LeakFound records one leaked resource deleted from a provider.
 	LeakFound(provider string)
+	// Conflicts records n placements the scheduler's ledger refused
+	// because another scheduler had taken the room first
+	// (Config.Schedulers); they are planned again.
+	Conflicts(n int)
 }
 
 // Pool is a Nodepool pool: named labels, each a spec kept warm on one
@@ -101,6 +116,12 @@ type Pool struct {
 	// MaxInstances caps the pool's instances in every phase that holds a
 	// back-end resource; 0 means no cap.
 	MaxInstances int `json:"max_instances,omitempty" yaml:"max_instances"`
+	// QueuePolicy, when set, orders the groups of this pool (those all of
+	// whose services belong to it: node sets naming it) that wait to be
+	// placed whole, in a queue of their own; empty leaves them in the
+	// server's queue (Config.QueuePolicy). A pass over the queues takes
+	// the highest priority class first across all of them.
+	QueuePolicy scheduler.Policy `json:"queue_policy,omitempty" yaml:"queue_policy"`
 }
 
 // Label is one kind of instance a pool provides.
@@ -447,6 +468,24 @@ func (p *Plane) Preload(ctx context.Context, providerName, image string, nodes [
 // hold with an expiry). Holding again moves the expiry.
 func (p *Plane) Hold(ctx context.Context, ref string, until time.Time) error {
 	return p.hold(ctx, ref, until)
+}
+
+// SchedulerStats counts what the scheduler's ledger approved since the
+// plane was made.
+type SchedulerStats struct {
+	// Schedulers is how many schedulers share a placement round
+	// (Config.Schedulers).
+	Schedulers int `json:"schedulers"`
+	// Committed counts placements accepted, Conflicts placements refused
+	// because another scheduler had taken the room first; Instances is
+	// how many reservations the ledger holds, Nodes how many nodes it
+	// knows.
+	scheduler.Stats
+}
+
+// Scheduler returns the scheduler's counters.
+func (p *Plane) Scheduler(ctx context.Context) (SchedulerStats, error) {
+	return SchedulerStats{Schedulers: p.cfg.Schedulers, Stats: p.cluster.c.Stats()}, nil
 }
 
 // Quotas returns every configured quota with its current use.

@@ -1137,6 +1137,65 @@ func TestQueuePolicyOrdersWaitingGroups(t *testing.T) {
 	}
 }
 
+// TestPoolQueuePolicy fills the one node and queues two groups of 3 and
+// 2 cpus, then frees the node, under a server whose queue is fifo and a
+// pool "ci" whose own queue is size. Node sets of the pool wait in its
+// queue: the smaller is placed though it came second. Groups of no pool
+// wait in the server's: the first come is placed.
+func TestPoolQueuePolicy(t *testing.T) {
+	spec := func(cpus float64) driver.Spec {
+		return driver.Spec{Image: "busybox", Type: driver.TypeBatch, Resources: driver.Resources{CPU: driver.CPUs(cpus)}}
+	}
+	nodeSet := func(id string, _ float64) scheduler.Group {
+		return scheduler.Group{ID: id, Kind: scheduler.KindNodeSet, Pool: "ci", Services: []scheduler.Service{{Request: scheduler.Request{Spec: driver.Spec{Name: id}}}}}
+	}
+	plain := func(id string, cpus float64) scheduler.Group {
+		sp := spec(cpus)
+		sp.Name = id
+		return scheduler.Group{ID: id, Services: []scheduler.Service{{Request: scheduler.Request{Spec: sp}}}}
+	}
+	for _, tc := range []struct {
+		name          string
+		group         func(id string, cpus float64) scheduler.Group
+		placed, waits string
+	}{
+		{"pool size", nodeSet, "two.two", "three.three"},
+		{"server fifo", plain, "three.three", "two.two"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				_, prov := newSim(t, 1, nil)
+				cfg := config(memory.New(memory.Options{}), prov)
+				cfg.QueuePolicy = scheduler.PolicyFIFO
+				cfg.Pools = []control.Pool{{Name: "ci", Provider: "sim", QueuePolicy: scheduler.PolicySize, Labels: []control.Label{
+					{Name: "three", Spec: spec(3)}, {Name: "two", Spec: spec(2)},
+				}}}
+				p, _ := start(t, cfg)
+				ctx := context.Background()
+				full := req("full", 1)
+				full.CPU = driver.CPUs(4)
+				if _, err := p.Submit(ctx, full, ""); err != nil {
+					t.Fatal(err)
+				}
+				waitPhase(t, p, "full", reconciler.Running)
+				for _, g := range []scheduler.Group{tc.group("three", 3), tc.group("two", 2)} {
+					if _, err := p.SubmitGroup(ctx, g, "zuul"); err != nil {
+						t.Fatal(err)
+					}
+					time.Sleep(time.Second)
+				}
+				if err := p.Delete(ctx, "full"); err != nil {
+					t.Fatal(err)
+				}
+				waitPhase(t, p, tc.placed, reconciler.Running)
+				if ph := phaseOf(t, p, tc.waits); ph != reconciler.Pending {
+					t.Fatalf("%s is %s, want pending", tc.waits, ph)
+				}
+			})
+		})
+	}
+}
+
 // TestNodeSetByPoolLabels asks for three instances of a pool's label by
 // name alone: the ready one is handed out, the other two are launched with
 // the label's spec on the pool's provider. Unknown pools and labels are

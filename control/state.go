@@ -86,7 +86,8 @@ const stripes = 256
 //     its methods);
 //
 // rtMu and the runtime's mu are leaves: nothing else is taken while one
-// is held. The store is called with no lock of this list held but the
+// is held. The placer's schedulers (Config.Schedulers) hold none of
+// these between placements: each plans on a snapshot it alone uses. The store is called with no lock of this list held but the
 // stripes of the instances being changed.
 type state struct {
 	cfg       Config
@@ -184,8 +185,14 @@ func newState(ctx context.Context, cfg Config) (*state, error) {
 	if err := cfg.QueuePolicy.Check("queue_policy"); errors.As(err, &fe) {
 		es = append(es, fe)
 	}
+	if cfg.Schedulers < 0 || cfg.Schedulers > MaxSchedulers {
+		es = append(es, &driver.FieldError{Path: "schedulers", Reason: fmt.Sprintf("%d: want 1 to %d, or 0 for the default (1)", cfg.Schedulers, MaxSchedulers)})
+	}
 	if err := es.Err(); err != nil {
 		return nil, fmt.Errorf("control: %w", err)
+	}
+	if cfg.Schedulers == 0 {
+		cfg.Schedulers = 1
 	}
 	if cfg.Cluster == "" {
 		cfg.Cluster = "berth"
@@ -239,8 +246,7 @@ func newState(ctx context.Context, cfg Config) (*state, error) {
 	}
 	slices.Sort(s.provNames)
 	s.lists = s.newListings()
-	s.gang.ids = map[string]bool{}
-	s.gang.q.Policy = cfg.QueuePolicy
+	s.gang.init(cfg.QueuePolicy, cfg.Pools)
 	if err := s.load(ctx); err != nil {
 		return nil, err
 	}

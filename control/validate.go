@@ -31,6 +31,7 @@ func CheckPools(pools []Pool, quotas []Quota, providers func(string) bool) drive
 		if p.MaxInstances < 0 {
 			es.Add(f+".max_instances", "must not be negative")
 		}
+		es.AddErr(f, p.QueuePolicy.Check("queue_policy"))
 		labels := map[string]bool{}
 		for j, l := range p.Labels {
 			lf := fmt.Sprintf("%s.labels[%d]", f, j)

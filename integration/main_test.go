@@ -372,6 +372,7 @@ func (m *metrics) Launched(_ string, err error) {
 	}
 }
 func (m *metrics) QuotaUse(control.QuotaUse) {}
+func (m *metrics) Conflicts(int)             {}
 func (m *metrics) LeakFound(provider string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

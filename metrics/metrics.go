@@ -23,6 +23,7 @@ type Metrics struct {
 	reg *prometheus.Registry
 
 	schedule    *prometheus.HistogramVec
+	conflicts   prometheus.Counter
 	queueDepth  prometheus.Gauge
 	launches    *prometheus.CounterVec
 	failures    *prometheus.CounterVec
@@ -50,6 +51,10 @@ func New() *Metrics {
 			Help:    "Time taken by one placement decision.",
 			Buckets: prometheus.ExponentialBuckets(10e-6, 2.5, 14),
 		}, []string{"placed"}),
+		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "berth_schedule_conflicts_total",
+			Help: "Placements the scheduler's ledger refused because another scheduler had taken the room first (planned again).",
+		}),
 		queueDepth: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "berth_queue_depth",
 			Help: "Instances waiting for placement.",
@@ -114,7 +119,7 @@ func New() *Metrics {
 			Buckets: prometheus.ExponentialBuckets(100e-6, 3, 12),
 		}, []string{"op", "outcome"}),
 	}
-	m.reg.MustRegister(m.schedule, m.queueDepth, m.launches, m.failures, m.quotaUsed, m.quotaLimit,
+	m.reg.MustRegister(m.schedule, m.conflicts, m.queueDepth, m.launches, m.failures, m.quotaUsed, m.quotaLimit,
 		m.leaks, m.breaker, m.transitions, m.calls, m.callTime, m.requests, m.leading, m.terms, m.fenced, m.storeTime,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -191,6 +196,9 @@ func (m *Metrics) QuotaUse(q control.QuotaUse) {
 
 // LeakFound implements control.Metrics.
 func (m *Metrics) LeakFound(provider string) { m.leaks.WithLabelValues(provider).Inc() }
+
+// Conflicts implements control.Metrics.
+func (m *Metrics) Conflicts(n int) { m.conflicts.Add(float64(n)) }
 
 // Call implements provider.Observer.
 func (m *Metrics) Call(provider, op string, d time.Duration, err error) {

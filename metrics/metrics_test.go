@@ -28,6 +28,8 @@ func TestMetricsAreExported(t *testing.T) {
 	m.Launched("sim", nil)
 	m.Launched("sim", fmt.Errorf("create: %w", driver.ErrQuotaExceeded))
 	m.LeakFound("docker")
+	m.Conflicts(2)
+	m.Conflicts(1)
 	m.QuotaUse(control.QuotaUse{Quota: control.Quota{Owner: "alice", Instances: 10, CPU: 4000}, UsedInstances: 3, UsedCPU: 1500})
 	m.Call("sim", "create", 2*time.Millisecond, nil)
 	m.Call("sim", "get", 0, driver.ErrNotFound)
@@ -40,6 +42,7 @@ func TestMetricsAreExported(t *testing.T) {
 		`berth_launches_total{provider="sim"} 2`,
 		`berth_launch_failures_total{kind="quota_exceeded",provider="sim"} 1`,
 		`berth_leaks_deleted_total{provider="docker"} 1`,
+		`berth_schedule_conflicts_total 3`,
 		`berth_quota_used{name="alice",resource="cpus",scope="owner"} 1.5`,
 		`berth_quota_used{name="alice",resource="instances",scope="owner"} 3`,
 		`berth_quota_limit{name="alice",resource="instances",scope="owner"} 10`,

@@ -168,6 +168,44 @@ func TestQueueBackfill(t *testing.T) {
 	}
 }
 
+// TestScheduleQueues passes over a fifo and a size queue on a node with
+// room for 4 cpus: the urgent group of the second queue goes first (its
+// class is higher), then each queue in its own order, the first queue's
+// class-0 groups before the second's.
+func TestScheduleQueues(t *testing.T) {
+	now := time.Unix(1000, 0)
+	c := newTestCluster(t, "p", mkNodes("n", 1, 4, 8, nil))
+	fifo, size := &Queue{Policy: PolicyFIFO}, &Queue{Policy: PolicySize}
+	for _, x := range []struct {
+		q    *Queue
+		id   string
+		cpus float64
+		prio int
+	}{
+		{fifo, "f-big", 2, 0}, {fifo, "f-small", 1, 0},
+		{size, "s-big", 3, 0}, {size, "s-small", 0.5, 0}, {size, "s-urgent", 0.5, 1},
+	} {
+		if err := x.q.Push(&Group{ID: x.id, Priority: x.prio, Services: []Service{svc("x", x.cpus, 1, nil)}}, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done, err := c.ScheduleQueues([]*Queue{fifo, size}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, d := range done {
+		ids = append(ids, d.Group.ID)
+	}
+	// 0.5 + 2 + 1 + 0.5 = 4 cpus; s-big no longer fits.
+	if want := []string{"s-urgent", "f-big", "f-small", "s-small"}; !slices.Equal(ids, want) {
+		t.Fatalf("placed %v, want %v", ids, want)
+	}
+	if fifo.Len() != 0 || size.Len() != 1 {
+		t.Fatalf("left: fifo %d, size %d; want 0 and 1", fifo.Len(), size.Len())
+	}
+}
+
 func TestQueueOrder(t *testing.T) {
 	t0 := time.Unix(0, 0)
 	total := driver.Resources{CPU: driver.CPUs(100), Memory: 100 * driver.GiB}

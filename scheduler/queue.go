@@ -173,9 +173,39 @@ type Scheduled struct {
 // already allocated, which drops that group from the queue and returns its
 // error (joined with any others).
 func (c *Cluster) Schedule(q *Queue, now time.Time) ([]Scheduled, error) {
+	return c.ScheduleQueues([]*Queue{q}, now)
+}
+
+// ScheduleQueues makes one pass over several queues, as Schedule does over
+// one: priority classes go first across the queues, highest first; within
+// a class each queue keeps its own order (its policy) and the queues take
+// their turns in the order given, the first queue's groups of a class
+// before the second's. A Strict queue stops at its first group that does
+// not fit; the others go on.
+func (c *Cluster) ScheduleQueues(qs []*Queue, now time.Time) ([]Scheduled, error) {
+	total := c.totalCapacity()
+	orders := make([][]*QueueItem, len(qs))
+	for k, q := range qs {
+		orders[k] = q.Order(now, total)
+	}
 	var out []Scheduled
 	var errs []error
-	for _, it := range q.Order(now, c.totalCapacity()) {
+	for {
+		// The queue whose next group has the highest class.
+		k := -1
+		for j := range orders {
+			if len(orders[j]) == 0 {
+				continue
+			}
+			if k < 0 || groupPriority(orders[j][0].Group) > groupPriority(orders[k][0].Group) {
+				k = j
+			}
+		}
+		if k < 0 {
+			break
+		}
+		it, q := orders[k][0], qs[k]
+		orders[k] = orders[k][1:]
 		plan, err := c.PlaceGroup(it.Group)
 		if err != nil {
 			q.Remove(it.Group.ID)
@@ -184,7 +214,7 @@ func (c *Cluster) Schedule(q *Queue, now time.Time) ([]Scheduled, error) {
 		}
 		if c.essentialMissing(plan) {
 			if q.Strict {
-				break
+				orders[k] = nil
 			}
 			continue
 		}

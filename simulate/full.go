@@ -144,6 +144,7 @@ func (m *planeMetrics) Scheduled(time.Duration, bool) {}
 func (m *planeMetrics) QueueDepth(int)                {}
 func (m *planeMetrics) QuotaUse(control.QuotaUse)     {}
 func (m *planeMetrics) LeakFound(string)              {}
+func (m *planeMetrics) Conflicts(int)                 {}
 func (m *planeMetrics) Launched(_ string, err error) {
 	if errors.Is(err, driver.ErrInsufficientCapacity) {
 		m.refused.Add(1)

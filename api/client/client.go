@@ -592,6 +592,13 @@ func (c *Client) Preload(ctx context.Context, provider, image string, nodes []st
 	return err
 }
 
+// Scheduler returns the scheduler's counters: the schedulers sharing a
+// placement round, the placements committed and the conflicts.
+func (c *Client) Scheduler(ctx context.Context) (control.SchedulerStats, error) {
+	var out control.SchedulerStats
+	return out, c.call(ctx, http.MethodGet, "/v1/scheduler", nil, nil, &out)
+}
+
 // Quotas returns every quota with its use.
 func (c *Client) Quotas(ctx context.Context) ([]control.QuotaUse, error) {
 	var out []control.QuotaUse

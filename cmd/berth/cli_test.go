@@ -377,3 +377,30 @@ func TestRunPoolLabel(t *testing.T) {
 		}
 	}
 }
+
+// TestProvidersShowSchedulerCounts: berth providers prints the
+// scheduler's counts under the table, and --json the list alone.
+func TestProvidersShowSchedulerCounts(t *testing.T) {
+	addr := testServer(t)
+	code, out, errOut := berth(t, addr, "providers")
+	if code != 0 || !strings.Contains(out, "schedulers: 1, placements committed: 0, conflicts: 0") {
+		t.Fatalf("providers: exit %d, %q %q", code, out, errOut)
+	}
+	code, out, _ = berth(t, addr, "providers", "--json")
+	var list []control.ProviderView
+	if err := json.Unmarshal([]byte(out), &list); code != 0 || err != nil || len(list) != 1 {
+		t.Fatalf("providers --json: exit %d, %v: %q", code, err, out)
+	}
+}
+
+// TestServerRefusesBadSchedulers: --schedulers out of range is invalid
+// (exit 4) naming the key, before the server opens anything.
+func TestServerRefusesBadSchedulers(t *testing.T) {
+	for _, k := range []string{"-1", "65"} {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), []string{"server", "--dev", "--data-dir", t.TempDir(), "--schedulers", k}, &out, &errb)
+		if code != 4 || !strings.Contains(errb.String(), "schedulers") {
+			t.Errorf("--schedulers %s: exit %d, %q; want 4 naming schedulers", k, code, errb.String())
+		}
+	}
+}

@@ -50,13 +50,15 @@ type serverFlags struct {
 	cluster    string
 	// queuePolicy is --queue-policy.
 	queuePolicy string
-	memLimit    string
-	gcPercent   int
-	tlsCert     string
-	tlsKey      string
-	clientCA    string
-	insecure    bool
-	origins     []string
+	// schedulers is --schedulers.
+	schedulers int
+	memLimit   string
+	gcPercent  int
+	tlsCert    string
+	tlsKey     string
+	clientCA   string
+	insecure   bool
+	origins    []string
 	// driverOpts holds the generated --<driver>-<option> flags.
 	driverOpts map[string]*string
 	// dockerListen is the Docker Engine API's address (--docker-listen).
@@ -99,6 +101,7 @@ goroutine's stack to the log.`,
 	fl.StringVar(&f.logLevel, "log-level", "", "log level: debug, info, warn or error")
 	fl.StringVar(&f.cluster, "cluster", "", "name of this Berth installation, written on every back-end resource")
 	fl.StringVar(&f.queuePolicy, "queue-policy", "", "order of the groups waiting to be placed whole within a priority class: fifo (default), size or dynsize")
+	fl.IntVar(&f.schedulers, "schedulers", 0, fmt.Sprintf("schedulers sharing each placement round of the waiting instances, with optimistic commits: 1 (default) to %d", control.MaxSchedulers))
 	fl.StringVar(&f.memLimit, "memory-limit", "", "soft memory limit of the server, e.g. 3Gi (as GOMEMLIMIT; default: the runtime's)")
 	fl.StringVar(&f.tlsCert, "tls-cert", "", "PEM file of the server's TLS certificate (with --tls-key)")
 	fl.StringVar(&f.tlsKey, "tls-key", "", "PEM file of the server's TLS key")
@@ -156,6 +159,9 @@ func (f *serverFlags) load(cmd *cobra.Command) (*config.Config, error) {
 	set("cluster", &cfg.Cluster, f.cluster)
 	if cmd.Flags().Changed("queue-policy") {
 		cfg.QueuePolicy = scheduler.Policy(f.queuePolicy)
+	}
+	if cmd.Flags().Changed("schedulers") {
+		cfg.Schedulers = f.schedulers
 	}
 	set("tls-cert", &cfg.TLS.Cert, f.tlsCert)
 	set("tls-key", &cfg.TLS.Key, f.tlsKey)
@@ -333,7 +339,7 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 	}
 	planeCfg := control.Config{
 		Store: st, Providers: providers, Cluster: cfg.Cluster, Pools: cfg.Pools, Quotas: cfg.Quotas, QueuePolicy: cfg.QueuePolicy,
-		Logger: log, Metrics: m,
+		Schedulers: cfg.Schedulers, Logger: log, Metrics: m,
 	}
 	cfg.Reconcile.Apply(&planeCfg)
 	apiOpts := api.Options{

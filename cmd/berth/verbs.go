@@ -913,7 +913,7 @@ func nodesCmd(c *cli) *cobra.Command {
 }
 
 func providersCmd(c *cli) *cobra.Command {
-	return listCmd(c, &cobra.Command{Use: "providers", Short: "List providers with their health and circuit breaker state"},
+	cmd := listCmd(c, &cobra.Command{Use: "providers", Short: "List providers with their health and circuit breaker state, and the scheduler's counts"},
 		[]string{"NAME", "DRIVER", "BREAKER", "FAILURES", "NODES", "CAPABILITIES", "ERROR"},
 		func(ctx context.Context, cl *client.Client) ([]control.ProviderView, error) { return cl.Providers(ctx) },
 		func(p control.ProviderView) []any {
@@ -923,6 +923,26 @@ func providersCmd(c *cli) *cobra.Command {
 			}
 			return []any{p.Name, p.Driver, p.Health.Breaker, p.Health.ConsecutiveFailures, p.Nodes, strings.Join(p.Capabilities, ","), truncate(errText, 60)}
 		})
+	list := cmd.RunE
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if err := list(cmd, args); err != nil {
+			return err
+		}
+		if asJSON, _ := cmd.Flags().GetBool("json"); asJSON {
+			return nil
+		}
+		cl, err := c.client()
+		if err != nil {
+			return err
+		}
+		st, err := cl.Scheduler(cmd.Context())
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(c.stdout, "\nschedulers: %d, placements committed: %d, conflicts: %d\n", st.Schedulers, st.Committed, st.Conflicts)
+		return nil
+	}
+	return cmd
 }
 
 func imagesCmd(c *cli) *cobra.Command { return clusterImagesCmd(c) }
