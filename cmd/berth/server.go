@@ -323,7 +323,7 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 	}
 	planeCfg := control.Config{
 		Store: st, Providers: providers, Cluster: cfg.Cluster, Pools: cfg.Pools, Quotas: cfg.Quotas, QueuePolicy: cfg.QueuePolicy,
-		Logger: log, Metrics: m,
+		Overcommit: cfg.Overcommit(), Logger: log, Metrics: m,
 	}
 	cfg.Reconcile.Apply(&planeCfg)
 	apiOpts := api.Options{
