@@ -43,7 +43,8 @@ func (p *Plane) UsageHistory(ctx context.Context, ref string) ([]driver.Usage, e
 const UsageSamples = 64
 
 // Usage collection bounds: the Usage calls in flight at once, and the
-// longest one call may take (never longer than the interval).
+// longest one call may take. A round's calls all end before the next
+// round is due: the interval runs from the end of a round.
 const (
 	usageWorkers     = 8
 	usageCallTimeout = 5 * time.Second
@@ -183,7 +184,6 @@ func (s *state) targets(p *provider.Provider) []target {
 func (s *state) measure(ctx context.Context, p *provider.Provider) {
 	targets := s.targets(p)
 	got := make([]*driver.Usage, len(targets))
-	timeout := min(usageCallTimeout, s.cfg.UsageInterval)
 	sem := make(chan struct{}, usageWorkers)
 	var wg sync.WaitGroup
 	var unsupported atomic.Bool
@@ -203,7 +203,7 @@ loop:
 		}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			cctx, cancel := context.WithTimeout(ctx, timeout)
+			cctx, cancel := context.WithTimeout(ctx, usageCallTimeout)
 			u, err := p.Usage(cctx, targets[k].backendID)
 			cancel()
 			switch {
