@@ -180,7 +180,9 @@ func (s *state) targets(p *provider.Provider) []target {
 
 // measure takes one sample of every instance of p that has a back-end
 // resource, usageWorkers at a time, then sets the measured use of each of
-// p's nodes.
+// p's nodes. The instances counted on each node are read again after the
+// samples are taken, so that one placed meanwhile counts at its
+// reservation.
 func (s *state) measure(ctx context.Context, p *provider.Provider) {
 	targets := s.targets(p)
 	got := make([]*driver.Usage, len(targets))
@@ -222,15 +224,24 @@ loop:
 	if ctx.Err() != nil {
 		return
 	}
+	// Samples by instance and back-end resource: an instance placed
+	// again meanwhile is not counted by its old copy's sample.
+	sampled := make(map[[2]string]*driver.Usage, len(targets))
+	for k, t := range targets {
+		if got[k] != nil {
+			sampled[[2]string{t.id, t.backendID}] = got[k]
+		}
+	}
 	now := s.now()
 	sums := map[string]NodeUsage{}
+	counted := s.targets(p)
 	s.meter.usageMu.Lock()
-	for k, t := range targets {
+	for _, t := range counted {
 		key := reconciler.NodeID(p.Name(), t.node)
 		n := sums[key]
 		n.Instances++
 		n.Time = now
-		if u := got[k]; u != nil {
+		if u := sampled[[2]string{t.id, t.backendID}]; u != nil && t.backendID != "" {
 			sample := driver.Usage{CPU: max(u.CPU, 0), Memory: max(u.Memory, 0), Time: u.Time}
 			if sample.Time.IsZero() {
 				sample.Time = now
@@ -272,6 +283,10 @@ loop:
 	for key, n := range sums {
 		_, node := splitNodeID(key)
 		s.setMeasured(p.Name(), node, n)
+	}
+	if o := s.cfg.Overcommit[p.Name()]; o.Usage() {
+		// Idle nodes may take what waits now.
+		s.kickPlacer()
 	}
 }
 
