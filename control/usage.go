@@ -64,24 +64,41 @@ type NodeUsage struct {
 	Time      time.Time `json:"time"`
 }
 
-// ring is one instance's recent samples, the oldest overwritten first.
+// sample is one measurement, kept small: a ring holds UsageSamples of
+// them for every running instance.
+type sample struct {
+	at, cpu, mem int64 // unix nanoseconds, MilliCPU, bytes
+}
+
+// ring is one instance's recent samples, the oldest overwritten first. It
+// grows to UsageSamples as samples come.
 type ring struct {
-	buf [UsageSamples]driver.Usage
+	buf []sample
 	n   int // samples ever written
 }
 
 func (r *ring) add(u driver.Usage) {
-	r.buf[r.n%UsageSamples] = u
+	s := sample{at: u.Time.UnixNano(), cpu: int64(u.CPU), mem: int64(u.Memory)}
+	if len(r.buf) < UsageSamples {
+		r.buf = append(r.buf, s)
+	} else {
+		r.buf[r.n%UsageSamples] = s
+	}
 	r.n++
 }
 
 // all returns the samples kept, oldest first.
 func (r *ring) all() []driver.Usage {
-	if r.n <= UsageSamples {
-		return slices.Clone(r.buf[:r.n])
+	out := make([]driver.Usage, 0, len(r.buf))
+	k := 0
+	if r.n > len(r.buf) {
+		k = r.n % len(r.buf)
 	}
-	k := r.n % UsageSamples
-	return append(slices.Clone(r.buf[k:]), r.buf[:k]...)
+	for j := range r.buf {
+		s := r.buf[(k+j)%len(r.buf)]
+		out = append(out, driver.Usage{CPU: driver.MilliCPU(s.cpu), Memory: driver.Bytes(s.mem), Time: time.Unix(0, s.at)})
+	}
+	return out
 }
 
 // meter is the usage loop's memory: the recent samples of every measured
