@@ -146,6 +146,9 @@ type Reconcile struct {
 	ExcludeFor    time.Duration `yaml:"exclude_for"`
 	Retention     time.Duration `yaml:"retention"`
 	MaxRetained   int           `yaml:"max_retained"`
+	// UsageInterval is how often running instances are measured (for
+	// the nodes view and the usage overcommit policy); 0 means 10s.
+	UsageInterval time.Duration `yaml:"usage_interval"`
 }
 
 // Apply copies r into cfg.
@@ -153,6 +156,7 @@ func (r Reconcile) Apply(cfg *control.Config) {
 	cfg.LaunchTimeout, cfg.MaxAttempts, cfg.RetryBackoff = r.LaunchTimeout, r.MaxAttempts, r.RetryBackoff
 	cfg.LeakSightings, cfg.SyncInterval, cfg.Workers = r.LeakSightings, r.SyncInterval, r.Workers
 	cfg.ExcludeFor, cfg.Retention, cfg.MaxRetained = r.ExcludeFor, r.Retention, r.MaxRetained
+	cfg.UsageInterval = r.UsageInterval
 }
 
 // Log configures the server's slog output.
@@ -173,6 +177,10 @@ type Provider struct {
 	Breaker   Breaker        `yaml:"breaker"`
 	// Timeout bounds each call to the back-end; 0 means the provider default.
 	Timeout time.Duration `yaml:"timeout"`
+	// Overcommit is how the provider's nodes admit instances: by
+	// reservations (the default) or by measured usage
+	// (scheduler.Overcommit).
+	Overcommit scheduler.Overcommit `yaml:"overcommit"`
 
 	// Decoded holds Options after driver.Definition.Decode (set by Load).
 	Decoded any `yaml:"-"`
@@ -386,6 +394,7 @@ func (c *Config) validate(es *driver.FieldErrors) {
 	checkRange(es, "reconcile.exclude_for", r.ExcludeFor, 0, 24*time.Hour, time.Second)
 	checkRange(es, "reconcile.retention", r.Retention, 0, 30*24*time.Hour, time.Second)
 	checkRange(es, "reconcile.max_retained", r.MaxRetained, 0, 1_000_000)
+	checkRange(es, "reconcile.usage_interval", r.UsageInterval, 0, time.Hour, time.Second)
 	providers := map[string]bool{}
 	for i := range c.Providers {
 		p := &c.Providers[i]
@@ -415,6 +424,7 @@ func (c *Config) validate(es *driver.FieldErrors) {
 				es.Add(f+".rate_limit."+v.name, "must not be negative")
 			}
 		}
+		*es = append(*es, p.Overcommit.Check(f+".overcommit")...)
 		if p.Breaker.Failures < 0 {
 			es.Add(f+".breaker.failures", "must not be negative")
 		}
@@ -439,6 +449,18 @@ func checkRange[T int | float64 | time.Duration | driver.Bytes](es *driver.Field
 	case len(least) > 0 && v != 0 && v < least[0]:
 		es.Add(key, "%v: want 0 (the default) or %v to %v", v, least[0], hi)
 	}
+}
+
+// Overcommit returns the overcommit policy of every provider that sets
+// one, by name (control.Config.Overcommit).
+func (c *Config) Overcommit() map[string]scheduler.Overcommit {
+	out := map[string]scheduler.Overcommit{}
+	for _, p := range c.Providers {
+		if p.Overcommit != (scheduler.Overcommit{}) {
+			out[p.Name] = p.Overcommit
+		}
+	}
+	return out
 }
 
 // ProviderNames returns the configured provider names, sorted.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/scheduler"
 )
 
 // testOptions is the options struct of the "cfgtest" driver registered below,
@@ -60,6 +61,7 @@ providers:
     options: {nodes: 3, wait: 2s, labels: {zone: z1}, memory: 2Gi}
     rate_limit: {reads: 10, read_burst: 20, writes: 5}
     breaker: {failures: 5, open_for: 30s}
+    overcommit: {policy: usage, ratio: 2, headroom: 0.1}
   - name: b
     driver: cfgtest
 pools:
@@ -92,6 +94,9 @@ func TestLoadGood(t *testing.T) {
 	}
 	if cfg.Providers[0].Breaker.OpenFor != 30*time.Second || cfg.Providers[0].RateLimit.ReadBurst != 20 {
 		t.Errorf("provider: %+v", cfg.Providers[0])
+	}
+	if oc := cfg.Overcommit(); len(oc) != 1 || oc["a"] != (scheduler.Overcommit{Policy: "usage", Ratio: 2, Headroom: 0.1}) {
+		t.Errorf("overcommit: %+v", oc)
 	}
 	if d := cfg.Providers[1].Decoded.(*testOptions); d.Nodes != 1 {
 		t.Errorf("defaults lost: %+v", d)
@@ -177,6 +182,18 @@ func TestBadFiles(t *testing.T) {
 		{"negative schedulers", "schedulers: -1\n", "schedulers"},
 		{"too many schedulers", "schedulers: 65\n", "schedulers"},
 		{"schedulers not a number", "schedulers: many\n", "schedulers"},
+		{"unknown overcommit policy", "providers:\n  - {name: a, driver: cfgtest, overcommit: {policy: greedy}}\n", "providers[0].overcommit.policy"},
+		{"unknown overcommit key", "providers:\n  - {name: a, driver: cfgtest, overcommit: {policy: usage, rate: 2}}\n", "providers[0].overcommit.rate"},
+		{"overcommit ratio below one", "providers:\n  - {name: a, driver: cfgtest, overcommit: {policy: usage, ratio: 0.5}}\n", "providers[0].overcommit.ratio"},
+		{"overcommit ratio too high", "providers:\n  - {name: a, driver: cfgtest, overcommit: {policy: usage, ratio: 11}}\n", "providers[0].overcommit.ratio"},
+		{"overcommit ratio not a number", "providers:\n  - {name: a, driver: cfgtest, overcommit: {policy: usage, ratio: lots}}\n", "providers[0].overcommit.ratio"},
+		{"overcommit headroom of one", "providers:\n  - {name: a, driver: cfgtest, overcommit: {policy: usage, headroom: 1}}\n", "providers[0].overcommit.headroom"},
+		{"negative overcommit headroom", "providers:\n  - {name: a, driver: cfgtest, overcommit: {policy: usage, headroom: -0.1}}\n", "providers[0].overcommit.headroom"},
+		{"ratio without the usage policy", "providers:\n  - {name: a, driver: cfgtest, overcommit: {ratio: 2}}\n", "providers[0].overcommit.ratio"},
+		{"headroom without the usage policy", "providers:\n  - {name: a, driver: cfgtest, overcommit: {policy: reservations, headroom: 0.1}}\n", "providers[0].overcommit.headroom"},
+		{"negative reconcile.usage_interval", "reconcile: {usage_interval: -1s}\n", "reconcile.usage_interval"},
+		{"tiny reconcile.usage_interval", "reconcile: {usage_interval: 10ms}\n", "reconcile.usage_interval"},
+		{"huge reconcile.usage_interval", "reconcile: {usage_interval: 2h}\n", "reconcile.usage_interval"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

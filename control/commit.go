@@ -164,6 +164,7 @@ func (s *state) commit(ctx context.Context, t *txn) (ok bool, rev int64, err err
 	}
 	for _, id := range t.release {
 		s.cluster.release(id)
+		s.meter.drop(id)
 	}
 	if len(t.reserve) > 0 {
 		if err := s.cluster.c.Reserve(t.reserve...); err != nil {

@@ -40,8 +40,12 @@
 //     workers perform the reconciler's actions (create, delete, stop...),
 //     a writer stores their outcomes in batches, the placer places what
 //     waits, sync compares the back-ends with the records (lost instances,
-//     leaks), the store watch takes other writers' changes, and the
-//     collector removes old deleted records.
+//     leaks), the store watch takes other writers' changes, the
+//     collector removes old deleted records, and the usage loop (usage.go)
+//     measures the running instances, keeps their recent samples in memory
+//     and hands each node's measured use to the scheduler, where a
+//     provider under the usage policy (scheduler.Overcommit) admits
+//     instances by it.
 //
 // The lifecycle of one instance is reconciler.Machine.Step, a pure function
 // of the record, an event and the time; this package only feeds it events
@@ -51,8 +55,9 @@
 //
 // The lock order is written on state (state.go): the per-instance stripes,
 // then the gang queue's lock, then the records' lock, then the scheduler
-// cluster's own; the runtime's locks are leaves. The store is called with
-// no lock held but the stripes of the instances being changed.
+// cluster's own; the runtime's locks and the usage meter's are leaves. The
+// store is called with no lock held but the stripes of the instances being
+// changed.
 //
 // The placer's schedulers add no lock: each owns its snapshot, its
 // commits take the cluster's lock inside Snapshot.Commit (last in the

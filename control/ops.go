@@ -382,9 +382,12 @@ func (s *state) nodes(ctx context.Context) ([]NodeView, error) {
 			continue
 		}
 		for _, n := range ps.Nodes {
-			v := NodeView{Provider: name, Node: n}
+			v := NodeView{Provider: name, Node: n, Overcommit: scheduler.PolicyReservations}
 			if u, ok := held[key{name, n.Name}]; ok {
-				v.Berth, v.BerthCount = u.Berth, u.BerthInstances
+				v.Berth, v.BerthCount, v.Overcommit = u.Berth, u.BerthInstances, u.Policy
+			}
+			if m, ok := s.meter.node(name, n.Name); ok {
+				v.Measured = &m
 			}
 			out = append(out, v)
 		}

@@ -41,6 +41,12 @@ func newCluster(s *state) *cluster {
 		// newState checked them.
 		s.log.Error("quotas", "err", err)
 	}
+	for name, o := range s.cfg.Overcommit {
+		if err := c.c.SetOvercommit(name, o); err != nil {
+			// newState checked them.
+			s.log.Error("overcommit", "provider", name, "err", err)
+		}
+	}
 	return c
 }
 

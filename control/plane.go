@@ -81,6 +81,14 @@ type Config struct {
 	// MaxRetained caps the deleted instances kept for Retention: beyond
 	// it the oldest are removed first. Default 10000.
 	MaxRetained int
+	// UsageInterval is how often the instances of every provider that can
+	// measure them (driver.UsageReporter) are measured: the samples are
+	// kept in memory (Plane.UsageHistory) and each node's sum goes to the
+	// scheduler. Default 10s.
+	UsageInterval time.Duration
+	// Overcommit is the overcommit policy of each provider, by name; a
+	// provider not named keeps the default (admission by reservations).
+	Overcommit map[string]scheduler.Overcommit
 }
 
 // MaxSchedulers bounds Config.Schedulers.
@@ -256,6 +264,13 @@ type NodeView struct {
 	// node, and Count their number.
 	Berth      driver.Resources `json:"berth_reserved"`
 	BerthCount int              `json:"berth_instances"`
+	// Measured is what Berth's instances on the node were last measured
+	// using; nil until the usage loop has measured the node.
+	Measured *NodeUsage `json:"measured,omitempty"`
+	// Overcommit names the policy that admits instances on the node:
+	// "reservations", or "usage, ratio R, headroom H"
+	// (scheduler.Overcommit).
+	Overcommit string `json:"overcommit"`
 }
 
 // ProviderView describes one provider.
@@ -447,7 +462,8 @@ func (p *Plane) Events(ctx context.Context, since int64, fn func(Event)) error {
 	return p.events(ctx, since, fn)
 }
 
-// Nodes returns every provider's nodes with Berth's reservations on them.
+// Nodes returns every provider's nodes with Berth's reservations on them,
+// their measured use and their overcommit policy.
 func (p *Plane) Nodes(ctx context.Context) ([]NodeView, error) { return p.nodes(ctx) }
 
 // Providers describes every provider: driver, capabilities, health.

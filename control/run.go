@@ -173,6 +173,7 @@ func (s *state) run(ctx context.Context) error {
 	wg.Go(func() { s.placer(ctx) })
 	wg.Go(func() { s.syncLoop(ctx, rt) })
 	wg.Go(func() { s.collector(ctx) })
+	wg.Go(func() { s.usageLoop(ctx) })
 	wg.Wait()
 	// Operations still in flight ended with ctx; the next Run resumes
 	// them.
@@ -249,6 +250,7 @@ func (s *state) perform(in reconciler.Instance, acts []reconciler.Action, direct
 		switch a.Kind {
 		case reconciler.Release:
 			s.cluster.release(in.ID)
+			s.meter.drop(in.ID)
 			s.kickPlacer()
 		case reconciler.Place:
 			s.kickPlacer()

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -85,9 +86,10 @@ const stripes = 256
 //  4. the scheduler cluster's own lock (inside scheduler.Cluster, taken by
 //     its methods);
 //
-// rtMu and the runtime's mu are leaves: nothing else is taken while one
-// is held. The placer's schedulers (Config.Schedulers) hold none of
-// these between placements: each plans on a snapshot it alone uses. The store is called with no lock of this list held but the
+// rtMu, the runtime's mu and usageMu (meter) are leaves: nothing else is
+// taken while one is held. The placer's schedulers (Config.Schedulers)
+// hold none of these between placements: each plans on a snapshot it alone
+// uses. The store is called with no lock of this list held but the
 // stripes of the instances being changed.
 type state struct {
 	cfg       Config
@@ -108,6 +110,9 @@ type state struct {
 	runtimeRef
 
 	lists listings // shared listings of tagged resources, per provider
+
+	// meter is the usage loop's samples and node sums, in memory only.
+	meter meter
 
 	// clusterID is written on every back-end resource (driver.TagCluster);
 	// set once by loadIdentity.
@@ -188,6 +193,14 @@ func newState(ctx context.Context, cfg Config) (*state, error) {
 	if cfg.Schedulers < 0 || cfg.Schedulers > MaxSchedulers {
 		es = append(es, &driver.FieldError{Path: "schedulers", Reason: fmt.Sprintf("%d: want 1 to %d, or 0 for the default (1)", cfg.Schedulers, MaxSchedulers)})
 	}
+	for _, name := range slices.Sorted(maps.Keys(cfg.Overcommit)) {
+		path := "overcommit[" + name + "]"
+		if _, ok := provs[name]; !ok {
+			es = append(es, &driver.FieldError{Path: path, Reason: fmt.Sprintf("no provider named %q", name)})
+		}
+		o := cfg.Overcommit[name]
+		es = append(es, o.Check(path)...)
+	}
 	if err := es.Err(); err != nil {
 		return nil, fmt.Errorf("control: %w", err)
 	}
@@ -221,6 +234,9 @@ func newState(ctx context.Context, cfg Config) (*state, error) {
 	if cfg.MaxRetained <= 0 {
 		cfg.MaxRetained = 10000
 	}
+	if cfg.UsageInterval <= 0 {
+		cfg.UsageInterval = 10 * time.Second
+	}
 	s := &state{
 		cfg:   cfg,
 		st:    cfg.Store,
@@ -246,6 +262,7 @@ func newState(ctx context.Context, cfg Config) (*state, error) {
 	}
 	slices.Sort(s.provNames)
 	s.lists = s.newListings()
+	s.meter.rings, s.meter.nodes = map[string]*ring{}, map[string]NodeUsage{}
 	s.gang.init(cfg.QueuePolicy, cfg.Pools)
 	if err := s.load(ctx); err != nil {
 		return nil, err

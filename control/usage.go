@@ -2,8 +2,16 @@ package control
 
 import (
 	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/reconciler"
 )
 
 // Usage measures the instance's live cpu and memory use through its
@@ -15,4 +23,321 @@ func (p *Plane) Usage(ctx context.Context, ref string) (*driver.Usage, error) {
 		return nil, err
 	}
 	return prov.Usage(ctx, in.BackendID)
+}
+
+// UsageHistory returns the recent samples of the instance's usage that the
+// usage loop collected (Config.UsageInterval), oldest first, at most
+// UsageSamples of them; none when its provider cannot measure or the
+// loop has not measured it yet. Samples are kept in memory only: a
+// restarted plane starts afresh.
+func (p *Plane) UsageHistory(ctx context.Context, ref string) ([]driver.Usage, error) {
+	in, err := p.find(ref)
+	if err != nil {
+		return nil, err
+	}
+	return p.meter.samples(in.ID), nil
+}
+
+// UsageSamples is how many samples of each instance's usage the plane
+// keeps.
+const UsageSamples = 64
+
+// Usage collection bounds: the Usage calls in flight at once, and the
+// longest one call may take. A round's calls all end before the next
+// round is due: the interval runs from the end of a round.
+const (
+	usageWorkers     = 8
+	usageCallTimeout = 5 * time.Second
+)
+
+// NodeUsage is what the instances on a node were measured using in the
+// latest round of the usage loop: the sum of the latest sample of each,
+// an instance without a sample of that round (not running yet, or its
+// measurement failed) counted at its reservation.
+type NodeUsage struct {
+	CPU         driver.MilliCPU `json:"cpus"`
+	MemoryBytes int64           `json:"memory_bytes"`
+	// Instances is how many instances were counted, Sampled how many of
+	// them by a sample rather than their reservation.
+	Instances int       `json:"instances"`
+	Sampled   int       `json:"sampled"`
+	Time      time.Time `json:"time"`
+}
+
+// sample is one measurement, kept small: a ring holds UsageSamples of
+// them for every running instance.
+type sample struct {
+	at, cpu, mem int64 // unix nanoseconds, MilliCPU, bytes
+}
+
+// ring is one instance's recent samples, the oldest overwritten first. It
+// grows to UsageSamples as samples come.
+type ring struct {
+	buf []sample
+	n   int // samples ever written
+}
+
+func (r *ring) add(u driver.Usage) {
+	s := sample{at: u.Time.UnixNano(), cpu: int64(u.CPU), mem: int64(u.Memory)}
+	if len(r.buf) < UsageSamples {
+		r.buf = append(r.buf, s)
+	} else {
+		r.buf[r.n%UsageSamples] = s
+	}
+	r.n++
+}
+
+// all returns the samples kept, oldest first.
+func (r *ring) all() []driver.Usage {
+	out := make([]driver.Usage, 0, len(r.buf))
+	k := 0
+	if r.n > len(r.buf) {
+		k = r.n % len(r.buf)
+	}
+	for j := range r.buf {
+		s := r.buf[(k+j)%len(r.buf)]
+		out = append(out, driver.Usage{CPU: driver.MilliCPU(s.cpu), Memory: driver.Bytes(s.mem), Time: time.Unix(0, s.at)})
+	}
+	return out
+}
+
+// meter is the usage loop's memory: the recent samples of every measured
+// instance and the latest measured use of every node. It is never stored:
+// samples are cheap to take again. usageMu guards it.
+type meter struct {
+	usageMu sync.Mutex
+	rings   map[string]*ring     // by instance id
+	nodes   map[string]NodeUsage // by provider/node
+}
+
+// samples returns instance id's samples, oldest first.
+func (m *meter) samples(id string) []driver.Usage {
+	m.usageMu.Lock()
+	defer m.usageMu.Unlock()
+	if r := m.rings[id]; r != nil {
+		return r.all()
+	}
+	return []driver.Usage{}
+}
+
+// drop forgets instance id's samples (it was deleted).
+func (m *meter) drop(id string) {
+	m.usageMu.Lock()
+	defer m.usageMu.Unlock()
+	delete(m.rings, id)
+}
+
+// node returns the latest measured use of provider's node.
+func (m *meter) node(prov, node string) (NodeUsage, bool) {
+	m.usageMu.Lock()
+	defer m.usageMu.Unlock()
+	u, ok := m.nodes[reconciler.NodeID(prov, node)]
+	return u, ok
+}
+
+// usageLoop measures, every UsageInterval, the instances of every provider
+// that can measure them (driver.UsageReporter), keeps the samples and
+// hands each node's sum to the scheduler (scheduler.Cluster.SetMeasured),
+// where providers under the usage policy admit instances by it.
+func (s *state) usageLoop(ctx context.Context) {
+	var provs []*provider.Provider
+	for _, name := range s.provNames {
+		if p := s.provs[name]; slices.Contains(p.Capabilities(), driver.CapUsage) {
+			provs = append(provs, p)
+		}
+	}
+	if len(provs) == 0 {
+		return
+	}
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, p := range provs {
+			if ctx.Err() != nil {
+				return
+			}
+			s.measure(ctx, p)
+		}
+		s.forgetGone()
+		t.Reset(s.cfg.UsageInterval)
+	}
+}
+
+// target is one instance the usage loop counts on a node.
+type target struct {
+	id, backendID, node string
+	res                 driver.Resources
+}
+
+// targets returns the instances on p's nodes: those that hold a node.
+func (s *state) targets(p *provider.Provider) []target {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []target
+	for _, in := range s.recs {
+		if in.Provider != p.Name() || !in.Phase.HoldsNode() {
+			continue
+		}
+		t := target{id: in.ID, node: in.Node}
+		if in.Spec != nil {
+			t.res = in.Spec.Resources
+		}
+		if in.Phase != reconciler.Deleting {
+			t.backendID = in.BackendID
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+// measure takes one sample of every instance of p that has a back-end
+// resource, usageWorkers at a time, then sets the measured use of each of
+// p's nodes. The instances counted on each node are read again after the
+// samples are taken, so that one placed meanwhile counts at its
+// reservation.
+func (s *state) measure(ctx context.Context, p *provider.Provider) {
+	targets := s.targets(p)
+	got := make([]*driver.Usage, len(targets))
+	sem := make(chan struct{}, usageWorkers)
+	var wg sync.WaitGroup
+	var unsupported atomic.Bool
+loop:
+	for k := range targets {
+		if targets[k].backendID == "" {
+			continue
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			break loop
+		}
+		if unsupported.Load() {
+			<-sem
+			break
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			cctx, cancel := context.WithTimeout(ctx, usageCallTimeout)
+			u, err := p.Usage(cctx, targets[k].backendID)
+			cancel()
+			switch {
+			case err == nil:
+				got[k] = u
+			case errors.Is(err, driver.ErrUnsupported):
+				// Asked of a back-end that cannot measure after all: the
+				// rest of this round would fail alike.
+				unsupported.Store(true)
+			case ctx.Err() == nil && !errors.Is(err, driver.ErrNotFound):
+				s.log.Debug("usage", "provider", p.Name(), "instance", targets[k].id, "err", err)
+			}
+		})
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return
+	}
+	// Samples by instance and back-end resource: an instance placed
+	// again meanwhile is not counted by its old copy's sample.
+	sampled := make(map[[2]string]*driver.Usage, len(targets))
+	for k, t := range targets {
+		if got[k] != nil {
+			sampled[[2]string{t.id, t.backendID}] = got[k]
+		}
+	}
+	now := s.now()
+	sums := map[string]NodeUsage{}
+	counted := s.targets(p)
+	s.meter.usageMu.Lock()
+	for _, t := range counted {
+		key := reconciler.NodeID(p.Name(), t.node)
+		n := sums[key]
+		n.Instances++
+		n.Time = now
+		if u := sampled[[2]string{t.id, t.backendID}]; u != nil && t.backendID != "" {
+			sample := driver.Usage{CPU: max(u.CPU, 0), Memory: max(u.Memory, 0), Time: u.Time}
+			if sample.Time.IsZero() {
+				sample.Time = now
+			}
+			r := s.meter.rings[t.id]
+			if r == nil {
+				r = &ring{}
+				s.meter.rings[t.id] = r
+			}
+			r.add(sample)
+			n.CPU += sample.CPU
+			n.MemoryBytes += int64(sample.Memory)
+			n.Sampled++
+		} else {
+			n.CPU += t.res.CPU
+			n.MemoryBytes += int64(t.res.Memory)
+		}
+		sums[key] = n
+	}
+	var cleared []string
+	for key := range s.meter.nodes {
+		if prov, _ := splitNodeID(key); prov == p.Name() {
+			if _, ok := sums[key]; !ok {
+				cleared = append(cleared, key)
+				delete(s.meter.nodes, key)
+			}
+		}
+	}
+	for key, n := range sums {
+		s.meter.nodes[key] = n
+	}
+	s.meter.usageMu.Unlock()
+	// The scheduler's lock is taken with the meter's released: the
+	// meter's lock is a leaf.
+	for _, key := range cleared {
+		_, node := splitNodeID(key)
+		s.setMeasured(p.Name(), node, NodeUsage{})
+	}
+	for key, n := range sums {
+		_, node := splitNodeID(key)
+		s.setMeasured(p.Name(), node, n)
+	}
+	if o := s.cfg.Overcommit[p.Name()]; o.Usage() {
+		// Idle nodes may take what waits now.
+		s.kickPlacer()
+	}
+}
+
+func (s *state) setMeasured(prov, node string, n NodeUsage) {
+	err := s.cluster.c.SetMeasured(prov, node, driver.Resources{CPU: n.CPU, Memory: driver.Bytes(n.MemoryBytes)})
+	if err != nil && !errors.Is(err, driver.ErrNotFound) {
+		s.log.Warn("measured usage", "provider", prov, "node", node, "err", err)
+	}
+}
+
+// forgetGone drops the samples of instances that no longer hold a node
+// (deleted, or deleted by another writer).
+func (s *state) forgetGone() {
+	s.meter.usageMu.Lock()
+	ids := make([]string, 0, len(s.meter.rings))
+	for id := range s.meter.rings {
+		ids = append(ids, id)
+	}
+	s.meter.usageMu.Unlock()
+	var gone []string
+	s.mu.RLock()
+	for _, id := range ids {
+		if in := s.recs[id]; in == nil || !in.Phase.HoldsNode() {
+			gone = append(gone, id)
+		}
+	}
+	s.mu.RUnlock()
+	for _, id := range gone {
+		s.meter.drop(id)
+	}
+}
+
+// splitNodeID splits reconciler.NodeID's provider/node.
+func splitNodeID(key string) (prov, node string) {
+	prov, node, _ = strings.Cut(key, "/")
+	return prov, node
 }

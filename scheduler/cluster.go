@@ -35,7 +35,8 @@ const (
 // larger of what its back-end reports (driver.Node.Reserved, Instances) and
 // what Berth allocated there: the back-end's figure is taken to include
 // Berth's own instances that already run. A host port is taken when the
-// back-end reports it bound or Berth allocated it.
+// back-end reports it bound or Berth allocated it. A provider may admit
+// cpu and memory by measured usage instead (SetOvercommit, SetMeasured).
 type Cluster struct {
 	mu      sync.Mutex
 	st      state
@@ -44,6 +45,7 @@ type Cluster struct {
 	removed []bool
 	provs   []string
 	caps    map[string][]string
+	oc      map[string]Overcommit // usage policies by provider
 	gen     uint64
 	allocs  map[string]*alloc
 	elastic map[*alloc]struct{} // the elastic ones among allocs
@@ -87,7 +89,7 @@ func WithOptions(o Options) ClusterOption {
 // NewCluster returns an empty cluster; add nodes with UpdateNodes.
 func NewCluster(opts ...ClusterOption) *Cluster {
 	c := &Cluster{
-		caps: map[string][]string{}, allocs: map[string]*alloc{}, elastic: map[*alloc]struct{}{},
+		caps: map[string][]string{}, oc: map[string]Overcommit{}, allocs: map[string]*alloc{}, elastic: map[*alloc]struct{}{},
 		portMin: DefaultPortMin, portMax: DefaultPortMax,
 	}
 	for _, o := range opts {
@@ -101,7 +103,7 @@ func NewCluster(opts ...ClusterOption) *Cluster {
 
 func (c *Cluster) rebuildLocked() {
 	c.gen++
-	t := buildTopo(c.gen, slices.Clone(c.provs), slices.Clone(c.provOf), c.nodes, slices.Clone(c.removed), c.caps)
+	t := buildTopo(c.gen, slices.Clone(c.provs), slices.Clone(c.provOf), c.nodes, slices.Clone(c.removed), c.caps, c.oc)
 	c.st.rebuild(t)
 	// A new topology makes every snapshot copy everything; start the log
 	// afresh.
@@ -546,7 +548,8 @@ func (c *Cluster) Stats() Stats {
 }
 
 // Overbooked independently re-adds every allocation and returns the nodes
-// where Berth allocated more than the capacity of some resource, or more
+// where Berth allocated more than the capacity of some resource (for cpu
+// and memory under the usage policy, more than the ratio allows), or more
 // instances than the node's cap, or one host port twice. Reserve may
 // legitimately produce such nodes (what runs, runs); Place and Commit never
 // do.
@@ -579,6 +582,10 @@ func (c *Cluster) Overbooked() []string {
 	for i, x := range per {
 		n := &c.nodes[i]
 		capLeft := n.Capacity
+		if oc := c.st.t.policyOf(i); oc != nil {
+			capLeft.CPU = driver.MilliCPU(oc.ratioLimit(int64(capLeft.CPU)))
+			capLeft.Memory = driver.Bytes(oc.ratioLimit(int64(capLeft.Memory)))
+		}
 		if !x.res.Fits(capLeft) || (n.MaxInstances > 0 && x.n > n.MaxInstances) || x.dup {
 			out = append(out, c.provs[c.provOf[i]]+"/"+n.Name)
 		}
@@ -600,6 +607,12 @@ type NodeUse struct {
 	// BerthInstances how many they are.
 	Berth          driver.Resources `json:"berth"`
 	BerthInstances int              `json:"berth_instances"`
+	// Measured is the cpu and memory the node's instances were last
+	// measured using (SetMeasured).
+	Measured driver.Resources `json:"measured"`
+	// Policy names the overcommit policy that admits instances here
+	// (Overcommit.String); Free is counted by it.
+	Policy string `json:"policy"`
 }
 
 // Nodes returns every node that is not removed, in index order.
@@ -628,8 +641,14 @@ func (c *Cluster) Nodes() []NodeUse {
 				}
 			}
 		}
+		policy := PolicyReservations
+		if oc := t.policyOf(int32(i)); oc != nil {
+			policy = oc.String()
+		}
+		m := &c.st.meas[i]
 		out = append(out, NodeUse{
-			Berth: berth, BerthInstances: int(sm.inst),
+			Berth: berth, BerthInstances: int(sm.inst), Policy: policy,
+			Measured: driver.Resources{CPU: driver.MilliCPU(m.used[resCPU]), Memory: driver.Bytes(m.used[resMem])},
 			Provider: t.providers[t.prov[i]], Name: t.names[i], Status: t.status[i],
 			Capacity: t.capacity[i],
 			Free: driver.Resources{

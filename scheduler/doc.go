@@ -2,7 +2,8 @@
 // every provider (driver.Node readings) plus Berth's own allocations go in,
 // with a Request or a Group; a Plan (instance → node) comes out and, for
 // whatever cannot be placed, how many nodes each filter rejected and why
-// ("4,812 nodes: not enough memory; 188: constraint disk==ssd").
+// ("4,812 nodes: not enough memory (reservations); 188: constraint
+// disk==ssd").
 //
 // # The cluster
 //
@@ -37,6 +38,19 @@
 // replicas of a service on the same node. Heavily used candidate lists are
 // indexed by free capacity so that binpack and spread look at a few nodes
 // instead of all of them.
+//
+// # Overcommit
+//
+// By default a node admits an instance when its reservations plus the
+// instance's fit its capacity. A provider may instead admit cpu and memory
+// by measured usage (SetOvercommit with PolicyUsage): the control plane
+// hands in what each node's instances were measured using (SetMeasured),
+// and a node takes an instance when measured use plus a headroom plus the
+// instance's reservation fit the capacity and the reservations stay within
+// a ratio of it. The policy is folded into each node's free amounts, so the
+// scan, the free-capacity index and Commit's recheck all apply it, and a
+// rejection names the rule that refused ("not enough cpu (usage, ratio
+// 2)").
 //
 // Groups are Zoe applications or Nodepool node sets: essential instances
 // are placed all or none, elastic ones best effort, and elastic instances

@@ -321,7 +321,7 @@ func (p *planner) dynReason(c *compiled, i int32, local map[int32]int32) string 
 	case failCap:
 		return "instance cap reached"
 	case failRes:
-		return "not enough " + resNames[arg]
+		return "not enough " + resNames[arg] + " (" + p.st.refusal(i, arg, c.need[arg]) + ")"
 	case failOther:
 		return "not enough " + c.otherKeys[arg]
 	case failPort:

@@ -113,7 +113,7 @@ func TestReasonsSummary(t *testing.T) {
 	}
 	// b and web-1 fail the constraint, a and e are too small, c drains, d is
 	// offline; said provider by provider (e is p2's).
-	want := "provider p1: 2 nodes: constraint disk==ssd; 1: node draining; 1: node offline; 1: not enough memory; provider p2: 1 node: not enough memory"
+	want := "provider p1: 2 nodes: constraint disk==ssd; 1: node draining; 1: node offline; 1: not enough memory (reservations); provider p2: 1 node: not enough memory (reservations)"
 	if s := got.String(); s != want {
 		t.Errorf("summary = %q, want %q", s, want)
 	}

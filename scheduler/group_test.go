@@ -34,7 +34,7 @@ func TestGangAllOrNone(t *testing.T) {
 	if len(p.Placements) != 0 {
 		t.Fatalf("gang placed in part: %v", nodesOf(p))
 	}
-	if len(p.Unplaced) != 2 || p.Unplaced[1].Reasons.String() != "2 nodes: not enough cpu" {
+	if len(p.Unplaced) != 2 || p.Unplaced[1].Reasons.String() != "2 nodes: not enough cpu (reservations)" {
 		t.Fatalf("unplaced %+v", p.Unplaced)
 	}
 	if f := freeCPU(c); f != driver.CPUs(8) {

@@ -38,7 +38,7 @@ func TestSoftConstraintRelaxed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(p.Placements) != 0 || p.Unplaced[0].Reasons.String() != "1 node: constraint disk==ssd; 1: not enough cpu" {
+	if len(p.Placements) != 0 || p.Unplaced[0].Reasons.String() != "1 node: constraint disk==ssd; 1: not enough cpu (reservations)" {
 		t.Fatalf("hard constraint: %+v %s", nodesOf(p), p.Unplaced[0].Reasons)
 	}
 }

@@ -24,10 +24,11 @@ type ReasonCount struct {
 }
 
 // String summarises the reasons, most common first:
-// "4,812 nodes: not enough memory; 188: constraint disk==ssd". With nodes of
-// several providers it says them provider by provider ("provider docker: 3
-// nodes: not enough cpu; provider local: 1 node: provider lacks capability
-// kind:container"). With no nodes at all it says "no nodes".
+// "4,812 nodes: not enough memory (reservations); 188: constraint
+// disk==ssd". With nodes of several providers it says them provider by
+// provider ("provider docker: 3 nodes: not enough cpu (reservations);
+// provider local: 1 node: provider lacks capability kind:container"). With
+// no nodes at all it says "no nodes".
 func (r Reasons) String() string {
 	if len(r.Counts) == 0 {
 		if r.Nodes == 0 {

@@ -86,13 +86,16 @@ type topo struct {
 	providers []string
 	provIdx   map[string]int32
 	provCaps  []uint32 // bit per knownCaps entry
-	status    []driver.NodeStatus
-	removed   []bool
-	capacity  []driver.Resources
-	ext       []driver.Resources // Node.Reserved as reported
-	extInst   []int32
-	maxInst   []int32
-	addr      []string
+	// oc is the overcommit policy per provider, nil for the default; oc
+	// itself is nil when every provider has the default.
+	oc       []*Overcommit
+	status   []driver.NodeStatus
+	removed  []bool
+	capacity []driver.Resources
+	ext      []driver.Resources // Node.Reserved as reported
+	extInst  []int32
+	maxInst  []int32
+	addr     []string
 
 	labelKey map[string]int32 // label or attribute key -> column
 	labelCol [][]int32        // column -> node -> value id (0: absent)
@@ -145,7 +148,7 @@ func (t *topo) hasImage(i int32, image string) bool {
 }
 
 // buildTopo builds the static picture from the latest record of every node.
-func buildTopo(gen uint64, provs []string, provOf []int32, nodes []driver.Node, removed []bool, caps map[string][]string) *topo {
+func buildTopo(gen uint64, provs []string, provOf []int32, nodes []driver.Node, removed []bool, caps map[string][]string, oc map[string]Overcommit) *topo {
 	n := len(nodes)
 	t := &topo{
 		gen: gen, names: make([]string, n), index: make(map[nodeKey]int32, n),
@@ -163,6 +166,12 @@ func buildTopo(gen uint64, provs []string, provOf []int32, nodes []driver.Node, 
 			bits |= capBit(c)
 		}
 		t.provCaps = append(t.provCaps, bits)
+		if o, ok := oc[p]; ok && o.Usage() {
+			if t.oc == nil {
+				t.oc = make([]*Overcommit, len(provs))
+			}
+			t.oc[i] = &o
+		}
 	}
 	valIdx := []map[string]int32{}
 	setLabel := func(i int, k, v string) {
@@ -255,7 +264,10 @@ type state struct {
 	sum   []sums
 	extra []*nodeExtra
 	lists []*cell // allocations per node (for affinity and release)
-	ver   []uint64
+	// meas is what was measured on each node; only nodes under the usage
+	// policy read it.
+	meas []measure
+	ver  []uint64
 	// grids index candidate lists by free capacity (index.go).
 	grids  []*grid
 	gridOf map[*candList]*grid
@@ -278,17 +290,24 @@ func resVec(r driver.Resources) [nRes]int64 {
 
 // recompute refreshes node i's hot entry from capacity, reported use and
 // Berth's allocations: the node counts as using, per resource, the larger of
-// what the back-end reports and what Berth allocated.
+// what the back-end reports and what Berth allocated. Under the usage
+// policy (Overcommit) cpu and memory are free by its two limits instead,
+// so that every check of the hot entry (the scan, the free-capacity index,
+// Commit) applies the policy.
 func (s *state) recompute(i int32) {
 	t := s.t
 	c := resVec(t.capacity[i])
 	e := resVec(t.ext[i])
 	h := &s.hot[i]
 	sm := &s.sum[i]
+	oc := t.policyOf(i)
 	for r := range nRes {
-		used := max(e[r], sm.res[r])
-		s.totUsed[r] += used - (c[r] - h.free[r])
-		h.free[r] = c[r] - used
+		free := c[r] - max(e[r], sm.res[r])
+		if oc != nil && r < nMeasured {
+			free = oc.free(c[r], max(e[r], sm.res[r]), s.meas[i].load(r))
+		}
+		s.totUsed[r] += h.free[r] - free
+		h.free[r] = free
 	}
 	h.inst = max(t.extInst[i], sm.inst)
 	h.maxInst = t.maxInst[i]
@@ -316,6 +335,7 @@ func (s *state) rebuild(t *topo) {
 		s.extra = append(s.extra, nil)
 		s.lists = append(s.lists, nil)
 		s.ver = append(s.ver, 0)
+		s.meas = append(s.meas, measure{})
 	}
 	s.totCap, s.totUsed = [nRes]int64{}, [nRes]int64{}
 	s.dropGrids()
@@ -363,6 +383,10 @@ func (s *state) apply(a *alloc) {
 		sm.res[r] += v[r]
 	}
 	sm.inst++
+	m := &s.meas[i]
+	for r := range nMeasured {
+		m.pend[r] += v[r]
+	}
 	s.touch(i)
 	s.countQuotas(a, 1)
 	s.lists[i] = &cell{a: a, next: s.lists[i]}
@@ -410,6 +434,12 @@ func (s *state) unapply(a *alloc) {
 		sm.res[r] -= v[r]
 	}
 	sm.inst--
+	// An instance placed before the last measurement is in its figure,
+	// not in pend: pend never goes below zero.
+	m := &s.meas[i]
+	for r := range nMeasured {
+		m.pend[r] = max(m.pend[r]-v[r], 0)
+	}
 	s.touch(i)
 	s.countQuotas(a, -1)
 	// Rebuild the list up to a, sharing the rest.
@@ -457,6 +487,7 @@ func (s *state) copyFrom(o *state) {
 	s.extra = append(s.extra[:0], o.extra...)
 	s.lists = append(s.lists[:0], o.lists...)
 	s.ver = append(s.ver[:0], o.ver...)
+	s.meas = append(s.meas[:0], o.meas...)
 	s.dropGrids()
 	s.totCap, s.totUsed = o.totCap, o.totUsed
 	s.copyQuotas(o)
@@ -483,4 +514,5 @@ func (s *state) copyNode(o *state, i int32) {
 	s.extra[i] = o.extra[i]
 	s.lists[i] = o.lists[i]
 	s.ver[i] = o.ver[i]
+	s.meas[i] = o.meas[i]
 }

@@ -130,7 +130,7 @@ func TestW1OverflowReasons(t *testing.T) {
 	if res.Placed != 3000 || res.Unplaced != 47000 {
 		t.Fatalf("placed %d unplaced %d", res.Placed, res.Unplaced)
 	}
-	if res.UnplacedReason != "100 nodes: not enough cpu" {
+	if res.UnplacedReason != "100 nodes: not enough cpu (reservations)" {
 		t.Fatalf("reason %q", res.UnplacedReason)
 	}
 }

@@ -339,7 +339,7 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 	}
 	planeCfg := control.Config{
 		Store: st, Providers: providers, Cluster: cfg.Cluster, Pools: cfg.Pools, Quotas: cfg.Quotas, QueuePolicy: cfg.QueuePolicy,
-		Schedulers: cfg.Schedulers, Logger: log, Metrics: m,
+		Schedulers: cfg.Schedulers, Overcommit: cfg.Overcommit(), Logger: log, Metrics: m,
 	}
 	cfg.Reconcile.Apply(&planeCfg)
 	apiOpts := api.Options{

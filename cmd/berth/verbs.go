@@ -902,11 +902,16 @@ func resizeCmd(c *cli) *cobra.Command {
 
 func nodesCmd(c *cli) *cobra.Command {
 	var prov string
-	cmd := listCmd(c, &cobra.Command{Use: "nodes", Short: "List every provider's nodes with Berth's reservations"},
-		[]string{"PROVIDER", "NODE", "STATUS", "ADDRESS", "CPUS", "MEMORY", "BERTH CPUS", "BERTH MEMORY", "INSTANCES"},
+	cmd := listCmd(c, &cobra.Command{Use: "nodes", Short: "List every provider's nodes with Berth's reservations and measured use"},
+		[]string{"PROVIDER", "NODE", "STATUS", "ADDRESS", "CPUS", "MEMORY", "BERTH CPUS", "BERTH MEMORY", "USED CPUS", "USED MEMORY", "INSTANCES", "OVERCOMMIT"},
 		func(ctx context.Context, cl *client.Client) ([]control.NodeView, error) { return cl.Nodes(ctx, prov) },
 		func(n control.NodeView) []any {
-			return []any{n.Provider, n.Name, n.Status, n.Address, n.Capacity.CPU, n.Capacity.Memory, n.Berth.CPU, n.Berth.Memory, n.BerthCount}
+			var usedCPU, usedMem any = "", ""
+			if m := n.Measured; m != nil {
+				usedCPU, usedMem = m.CPU, driver.Bytes(m.MemoryBytes)
+			}
+			return []any{n.Provider, n.Name, n.Status, n.Address, n.Capacity.CPU, n.Capacity.Memory, n.Berth.CPU, n.Berth.Memory,
+				usedCPU, usedMem, n.BerthCount, n.Overcommit}
 		})
 	cmd.Flags().StringVar(&prov, "provider", "", "only this provider")
 	return cmd

@@ -38,7 +38,8 @@
 // fail_permanent, fail_quota; hang_rate makes a create that never finishes
 // until its context ends, then reports ErrTimeout and leaves a failed
 // instance to delete), and lack of room (ErrInsufficientCapacity: cpus,
-// memory, disk, GPUs, other resources, max_instances, host ports). The
+// memory, disk, GPUs, other resources, max_instances, host ports; with
+// overcommit a node admits that multiple of its cpus and memory). The
 // instance holds its resources from Create until its delete finishes; a
 // stopped instance keeps them.
 //

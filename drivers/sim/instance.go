@@ -318,7 +318,12 @@ func (s *Sim) Create(ctx context.Context, nodeName string, spec *driver.Spec) (d
 	case u < o.FailRetryable+o.FailPermanent+o.FailQuota+o.HangRate:
 		hang = true
 	}
-	if !spec.Resources.Add(n.reserved).Fits(p.Resources) {
+	admits := p.Resources
+	if f := s.opts.Overcommit; f > 1 {
+		admits.CPU = driver.MilliCPU(f * float64(admits.CPU))
+		admits.Memory = driver.Bytes(f * float64(admits.Memory))
+	}
+	if !spec.Resources.Add(n.reserved).Fits(admits) {
 		return fail(driver.Errorf(driver.ErrInsufficientCapacity, "sim: node %s: %+v reserved of %+v, cannot add %+v", nodeName, n.reserved, p.Resources, spec.Resources))
 	}
 	if p.MaxInstances > 0 && n.instances >= p.MaxInstances {

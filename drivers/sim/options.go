@@ -46,6 +46,9 @@ type Options struct {
 	Pools []Pool `option:"pools" help:"node groups as a JSON list of {count, name_prefix, cpus, memory, disk, gpus, other, max_instances, labels, zones, racks, images}; replaces nodes and shape"`
 
 	StrictImages bool `option:"strict_images" help:"fail a create permanently when its image is not present on the node, as in a cluster without a registry; otherwise the image is fetched on first use"`
+	// Overcommit lets a node hold reservations beyond its capacity, as an
+	// engine that does not hold instances to their reservations does.
+	Overcommit float64 `option:"overcommit" help:"cpu and memory a node admits in reservations, as a multiple of its capacity (1 to 10; 0 means 1)"`
 
 	CreateLatency time.Duration `option:"create_latency" help:"how long a create takes before the instance runs"`
 	DeleteLatency time.Duration `option:"delete_latency" help:"how long a delete takes before the instance is gone"`
@@ -133,6 +136,9 @@ func (o *Options) Validate() error {
 		if d.v < 0 {
 			es.Add(d.key, "%s: must not be negative", d.v)
 		}
+	}
+	if o.Overcommit != 0 && !(o.Overcommit >= 1 && o.Overcommit <= 10) {
+		es.Add("overcommit", "%v: want 1 to 10, or 0 for 1", o.Overcommit)
 	}
 	if o.CallLog < 0 {
 		es.Add("call_log", "%d: must not be negative", o.CallLog)

@@ -110,7 +110,7 @@ func TestRegistered(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"nodes", "shape", "pools", "create_latency", "delete_latency", "latency_jitter", "seed",
-		"fail_retryable", "fail_permanent", "fail_quota", "hang_rate", "offline_rate", "flap", "strict_images", "call_log"} {
+		"fail_retryable", "fail_permanent", "fail_quota", "hang_rate", "offline_rate", "flap", "strict_images", "overcommit", "call_log"} {
 		if !names[want] {
 			t.Errorf("option %s is not declared", want)
 		}
@@ -146,6 +146,7 @@ func TestOptionErrors(t *testing.T) {
 		{"negative latency", map[string]any{"create_latency": "-1s"}, "create_latency"},
 		{"latency not a duration", map[string]any{"delete_latency": 5}, "delete_latency"},
 		{"negative call log", map[string]any{"call_log": -1}, "call_log"},
+		{"overcommit below one", map[string]any{"overcommit": 0.5}, "overcommit"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
