@@ -172,6 +172,7 @@ func (s *Server) routes() {
 	h("GET /v1/instances/{ref}/stats", auth.Read, s.stats)
 	h("GET /v1/events", auth.Read, s.events)
 	h("GET /v1/nodes", auth.Read, s.nodes)
+	h("GET /v1/advice", auth.Read, s.advice)
 	h("GET /v1/providers", auth.Read, s.providers)
 	h("GET /v1/scheduler", auth.Read, s.scheduler)
 	h("GET /v1/images", auth.Read, s.images)
@@ -531,6 +532,30 @@ func (s *Server) instances(w http.ResponseWriter, r *http.Request) error {
 		w.Header().Set("Link", fmt.Sprintf("<%s?%s>; rel=\"next\"", r.URL.EscapedPath(), q.Encode()))
 	}
 	return writeJSON(w, http.StatusOK, list)
+}
+
+// advice answers the right sizes of the running instances the caller sees
+// (the instance filters of GET /v1/instances but paging and phase).
+func (s *Server) advice(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	if err := onlyParams(q, "provider", "node", "namespace", "pool", "group", "request", "name"); err != nil {
+		return err
+	}
+	f := control.Filter{Provider: q.Get("provider"), Node: q.Get("node"), Owner: q.Get("namespace"), Pool: q.Get("pool"),
+		Group: q.Get("group"), Request: q.Get("request"), Name: q.Get("name")}
+	if c := caller(r); !c.All() {
+		if f.Owner != "" && !c.Sees(f.Owner) {
+			return writeJSON(w, http.StatusOK, control.AdviceAnswer{Instances: []control.InstanceAdvice{}, Groups: []control.GroupAdvice{}})
+		}
+		if f.Owner == "" {
+			f.Owners = c.Namespaces
+		}
+	}
+	ans, err := s.plane.Advice(r.Context(), f, scheduler.AdviceOptions{})
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, ans)
 }
 
 func (s *Server) instance(w http.ResponseWriter, r *http.Request) error {

@@ -281,6 +281,13 @@ func TestReadEndpoints(t *testing.T) {
 	if _, err := e.client.Quotas(ctx); err != nil {
 		t.Fatal(err)
 	}
+	if adv, err := e.client.Advice(ctx, control.Filter{}); err != nil || adv.Instances == nil || adv.Groups == nil {
+		t.Fatalf("advice: %+v %v", adv, err)
+	}
+	if _, err := e.client.Advice(ctx, control.Filter{Phases: []control.Phase{control.Phase("running")}}); err != nil {
+		t.Fatalf("advice ignores the phase filter: %v", err)
+	}
+
 	plan, err := e.client.Plan(ctx, scheduler.Request{Spec: driver.Spec{Image: "x", Resources: driver.Resources{CPU: driver.CPUs(1)}}, Count: 2})
 	if err != nil || len(plan.Placements) != 2 {
 		t.Fatalf("plan: %v %+v", err, plan)

@@ -49,14 +49,14 @@ func (o AdviceOptions) withDefaults() AdviceOptions {
 type Advice struct {
 	// Reserved is what the instance reserves; Used the chosen percentile
 	// of its measured use; Suggested what it should reserve.
-	Reserved  driver.Resources `json:"reserved"`
-	Used      driver.Resources `json:"used"`
-	Suggested driver.Resources `json:"suggested"`
+	Reserved  driver.Resources
+	Used      driver.Resources
+	Suggested driver.Resources
 	// Samples is how many measurements the advice rests on.
-	Samples int `json:"samples"`
+	Samples int
 	// Saves is what the cluster gets back (negative: what it must add,
 	// for an instance that uses more than it reserves).
-	Saves driver.Resources `json:"saves"`
+	Saves driver.Resources
 }
 
 // Advise compares reserved with the measured use in samples and returns a

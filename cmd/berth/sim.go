@@ -62,7 +62,7 @@ FILE is a JSON workload: {"nodes": [{"count", "cpus", "memory", "labels", ...}],
 "arrival", "interval", "duration", "essential", "preplaced", "used", ...}],
 "groups": [{"id", "services", "repeat", "arrival", "duration", ...}]}.
 See docs/sim.md for how to read the output to size a cluster.`,
-		Args: cobra.NoArgs,
+		Args: nArgs(0, 0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if workload == "" {
 				return usagef("--workload is required: one of %s or a JSON file", strings.Join(simulate.Builtins, ", "))

@@ -42,7 +42,7 @@ func clientCommands(c *cli) []*cobra.Command {
 		cmd.ValidArgsFunction = c.completeInstances
 	}
 	return append(withRefs, runCmd(c), planCmd(c), psCmd(c),
-		nodesCmd(c), providersCmd(c), imagesCmd(c), preloadCmd(c), eventsCmd(c), driversCmd(c), quotasCmd(c))
+		nodesCmd(c), adviseCmd(c), providersCmd(c), imagesCmd(c), preloadCmd(c), eventsCmd(c), driversCmd(c), quotasCmd(c))
 }
 
 // completeInstances offers the names of the server's instances for shell
@@ -914,6 +914,54 @@ func nodesCmd(c *cli) *cobra.Command {
 				usedCPU, usedMem, n.BerthCount, n.Overcommit}
 		})
 	cmd.Flags().StringVar(&prov, "provider", "", "only this provider")
+	return cmd
+}
+
+func adviseCmd(c *cli) *cobra.Command {
+	var f control.Filter
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "advise [--provider P] [--group G] [--namespace NS] [--json]",
+		Short: "List running instances whose reservation is far from their measured use, with a suggested size",
+		Long: `Advise compares what each running instance reserves with what it was measured
+to use (the 95th percentile of the recent samples, plus 20 %) and lists those
+reserving twice what they use, or half: with the size to reserve instead, the
+sums per group, and what the cluster would get back in all.`,
+		Args: nArgs(0, 0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			ans, err := cl.Advice(cmd.Context(), f)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(c.stdout, ans)
+			}
+			mem := func(s control.Size) string { return driver.Bytes(s.MemoryBytes).Human() }
+			tw := table(c.stdout, "INSTANCE", "GROUP", "NODE", "RESERVED", "USED (P95)", "SUGGESTED", "SAMPLES")
+			for _, a := range ans.Instances {
+				row(tw, a.Instance, a.Group, a.Provider+"/"+a.Node, fmt.Sprintf("%s cpus, %s", a.Reserved.CPUs, mem(a.Reserved)),
+					fmt.Sprintf("%s cpus, %s", a.Used.CPUs, mem(a.Used)), fmt.Sprintf("%s cpus, %s", a.Suggested.CPUs, mem(a.Suggested)), a.Samples)
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			for _, g := range ans.Groups {
+				fmt.Fprintf(c.stdout, "group %s: %d instances reserve %s cpus, %s; suggested %s cpus, %s\n", g.Group, g.Instances,
+					g.Reserved.CPUs, mem(g.Reserved), g.Suggested.CPUs, mem(g.Suggested))
+			}
+			fmt.Fprintf(c.stdout, "the cluster would get back %s cpus and %s\n", ans.Saves.CPUs, mem(ans.Saves))
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.Provider, "provider", "", "only this provider")
+	fl.StringVar(&f.Group, "group", "", "only this group")
+	fl.StringVar(&f.Owner, "namespace", "", "only this namespace (of those the token sees)")
+	fl.BoolVar(&asJSON, "json", false, "print the answer as JSON")
 	return cmd
 }
 
