@@ -160,7 +160,8 @@ type LogReader interface {
 // first attach with stdin ends it) and the output goes on. Attach reads
 // stdin in a goroutine that may outlive the call until stdin's Read
 // returns: the caller closes what stdin reads from once Attach returns.
-// An instance that is not running is ErrPermanent.
+// Attaching to an instance that has ended gives what Replay replays, and
+// returns.
 //
 // ResizeTTY sets the size of the instance's terminal; an instance made
 // without Spec.TTY is ErrInvalid.
