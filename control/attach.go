@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"io"
+	"slices"
 
 	"github.com/berth-dev/berth/driver"
 )
@@ -35,4 +36,19 @@ func (p *Plane) ResizeTTY(ctx context.Context, ref string, size driver.TTYSize) 
 		return &driver.FieldError{Path: "tty", Reason: "instance " + in.ID + " has no terminal: run it with one (-t)"}
 	}
 	return prov.ResizeTTY(ctx, in.BackendID, size)
+}
+
+// CanAttach reports whether the provider of the instance can attach to
+// its streams (driver.Attacher), so that a caller may refuse before it
+// commits to a stream. An instance not placed yet has no provider: false.
+func (p *Plane) CanAttach(ref string) (bool, error) {
+	in, err := p.find(ref)
+	if err != nil || in.Provider == "" {
+		return false, err
+	}
+	prov, err := p.provider(in.Provider)
+	if err != nil {
+		return false, err
+	}
+	return slices.Contains(prov.Capabilities(), driver.CapAttach), nil
 }

@@ -52,7 +52,7 @@ func TestAttachTTY(t *testing.T) {
 	leakCheck(t)
 	d := openTest(t, testOptions(DefaultHost))
 	spec := helloSpec()
-	spec.Command = []string{"tty"}
+	spec.Command = []string{"size"}
 	spec.Stdin, spec.TTY = true, true
 	spec.Tags = map[string]string{"berth.test.run": randomID()}
 	inst := create(t, d, "e1", spec)

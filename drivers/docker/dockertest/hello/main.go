@@ -7,9 +7,9 @@
 // check: it exits 1 when HELLO_UNHEALTHY=1, else 0. "hello echo ARGS..."
 // prints ARGS, as echo does, and exits 0. "hello cat" copies stdin to
 // stdout, as cat does, and exits 0 at its end. "hello tty" prints "tty
-// true" or "tty false" (whether stdin is a terminal), then, for each line
-// it reads, "size ROWSxCOLS" of the terminal, and exits 0 at the end of
-// stdin.
+// true" or "tty false" (whether stdin is a terminal) and exits 0; "hello
+// size" prints the same, then, for each line it reads, "size ROWSxCOLS" of
+// the terminal, and exits 0 at the end of stdin.
 package main
 
 import (
@@ -44,8 +44,11 @@ func main() {
 		}
 		os.Exit(0)
 	}
-	if len(os.Args) > 1 && os.Args[1] == "tty" {
+	if len(os.Args) > 1 && (os.Args[1] == "tty" || os.Args[1] == "size") {
 		fmt.Printf("tty %v\n", term.IsTerminal(0))
+		if os.Args[1] == "tty" {
+			os.Exit(0)
+		}
 		sc := bufio.NewScanner(os.Stdin)
 		for sc.Scan() {
 			cols, rows, err := term.GetSize(0)
