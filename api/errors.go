@@ -64,6 +64,9 @@ const (
 	CodeCompacted = "compacted"
 	CodeCanceled  = "canceled"
 	CodeInternal  = "internal"
+	// CodeUpgradeRequired: the route is a two-way stream the request did
+	// not ask to upgrade to (see AttachProtocol).
+	CodeUpgradeRequired = "upgrade_required"
 )
 
 // codes maps each driver sentinel to its code and HTTP status, in the order

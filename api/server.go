@@ -170,6 +170,7 @@ func (s *Server) routes() {
 	h("POST /v1/instances/{ref}/hold", auth.Operate, s.hold)
 	h("GET /v1/instances/{ref}/logs", auth.Read, s.logs)
 	h("GET /v1/instances/{ref}/stats", auth.Read, s.stats)
+	h("POST /v1/instances/{ref}/attach", auth.Operate, s.attach)
 	h("GET /v1/events", auth.Read, s.events)
 	h("GET /v1/nodes", auth.Read, s.nodes)
 	h("GET /v1/advice", auth.Read, s.advice)

@@ -67,8 +67,7 @@ func translate(name string, cr *container.CreateRequest) (scheduler.Request, boo
 			refused = append(refused, what)
 		}
 	}
-	refuse(c.Tty, "-t/--tty (Berth cannot attach a terminal)")
-	refuse(c.OpenStdin || c.AttachStdin, "-i/--interactive (Berth does not forward stdin)")
+	refuse(c.AttachStdin && !c.OpenStdin, "attaching stdin without opening it")
 	refuse(c.Healthcheck != nil && len(c.Healthcheck.Test) > 0, "--health-cmd")
 	refuse(c.StopSignal != "", "--stop-signal")
 	refuse(c.StopTimeout != nil, "--stop-timeout")
@@ -114,6 +113,7 @@ func translate(name string, cr *container.CreateRequest) (scheduler.Request, boo
 		Entrypoint: c.Entrypoint, Command: c.Cmd, WorkingDir: c.WorkingDir,
 		Hostname: c.Hostname, Domainname: c.Domainname,
 		Cpuset: hc.CpusetCpus, MemoryReservation: driver.Bytes(hc.MemoryReservation),
+		Stdin: c.OpenStdin, TTY: c.Tty,
 	}
 	// --user USER[:GROUP], as the engine reads it.
 	spec.User, spec.Group, _ = strings.Cut(c.User, ":")
@@ -383,9 +383,12 @@ func (s *Server) submit(ctx context.Context, id string, c *created) error {
 	}
 	_, err := s.plane.Submit(ctx, c.req, c.owner)
 	s.mu.Lock()
-	if err == nil {
+	if err == nil || c.autoRemove {
+		// As the Engine, a --rm container that fails to start is
+		// removed.
 		delete(s.created, id)
-	} else {
+	}
+	if err != nil {
 		delete(s.autoRm, id)
 	}
 	s.mu.Unlock()
@@ -596,6 +599,7 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request) error {
 	if c.created != nil {
 		s.mu.Lock()
 		delete(s.created, c.id)
+		delete(s.sizes, c.id)
 		s.mu.Unlock()
 		w.WriteHeader(http.StatusNoContent)
 		return nil
@@ -606,6 +610,9 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request) error {
 	if err := s.plane.Delete(r.Context(), c.id); err != nil {
 		return err
 	}
+	s.mu.Lock()
+	delete(s.sizes, c.id)
+	s.mu.Unlock()
 	// As the Engine, answer once the container is gone; a removal that
 	// takes longer goes on (ps shows it "Removal In Progress").
 	ctx, cancel := context.WithTimeout(r.Context(), removeWait)

@@ -110,13 +110,16 @@ type Server struct {
 
 	tokenStreams int
 
-	// mu guards created, autoRm, attached and open. Lock order: mu is a
+	// mu guards created, autoRm, attached, sizes and open. Lock order: mu is a
 	// leaf, never held while calling the plane.
 	mu       sync.Mutex
 	open     map[string]int      // open streams, by token accessor
 	created  map[string]*created // containers created, not yet started, by id
 	autoRm   map[string]struct{} // started containers to remove when they end
 	attached map[string]int      // open attach streams, by container id
+	// sizes are the terminal sizes clients asked for, by container id,
+	// kept while the container may not run yet (bounded by MaxCreated).
+	sizes map[string]driver.TTYSize
 }
 
 // New returns the Engine API server for plane.
@@ -125,6 +128,7 @@ func New(plane *control.Plane, opts Options) *Server {
 		plane: plane, auth: opts.Authenticator, certs: opts.ClientCerts, log: opts.Logger, version: opts.ServerVersion, name: opts.Name,
 		maxBody: opts.MaxBodySize, maxNew: opts.MaxCreated, mux: http.NewServeMux(),
 		created: map[string]*created{}, autoRm: map[string]struct{}{}, attached: map[string]int{}, open: map[string]int{},
+		sizes:        map[string]driver.TTYSize{},
 		tokenStreams: opts.TokenStreams,
 	}
 	if s.log == nil {
@@ -184,6 +188,7 @@ func (s *Server) routes() {
 	h("DELETE /containers/{id}", s.remove)
 	h("POST /containers/{id}/wait", s.wait)
 	h("POST /containers/{id}/attach", s.attach)
+	h("POST /containers/{id}/resize", s.resize)
 	h("GET /containers/{id}/logs", s.logs)
 	h("GET /containers/{id}/stats", s.stats)
 

@@ -145,24 +145,47 @@ func (s *Server) wait(w http.ResponseWriter, r *http.Request) error {
 	}
 }
 
-// attach streams a container's output from its start over a hijacked
-// connection, in the multiplexed framing (Berth never allocates a
-// terminal). It attaches to containers not started yet, as docker run
-// does; a running container's output is read with logs.
+// attach connects to a container over a hijacked connection, as the
+// Engine API does: the raw stream for a container with a terminal, the
+// multiplexed framing otherwise. A container made with stdin or a terminal
+// (docker run -i, -t), and any started one whose provider can attach, is
+// attached through its provider, with input when asked for and the
+// container has it open; a container made here and not started yet has
+// its output from its start (docker run attaches, then starts). A plain
+// container of a provider that cannot attach has its output followed from
+// its start through its logs.
 func (s *Server) attach(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
-	if b, _ := strconv.ParseBool(q.Get("stdin")); b {
-		return unsupported("attaching stdin: Berth does not forward input to containers")
-	}
+	withStdin, _ := strconv.ParseBool(q.Get("stdin"))
 	stdout, _ := strconv.ParseBool(q.Get("stdout"))
 	stderr, _ := strconv.ParseBool(q.Get("stderr"))
 	logs, _ := strconv.ParseBool(q.Get("logs"))
+	if v := q.Get("detachKeys"); v != "" {
+		return unsupported("--detach-keys: Berth detaches with the back-end's keys")
+	}
 	c, err := s.find(r, r.PathValue("id"))
 	if err != nil {
 		return err
 	}
-	if c.created == nil && !logs {
-		return unsupported("docker attach to a started container: Berth attaches only to containers it has not started yet (docker run); follow the output with docker logs -f")
+	spec := c.in.Spec
+	if c.created != nil {
+		spec = &c.created.req.Spec
+	}
+	if spec == nil {
+		spec = &driver.Spec{}
+	}
+	// As the Engine, input to a container without it is dropped.
+	withStdin = withStdin && spec.Stdin
+	viaProvider := spec.Stdin || spec.TTY
+	if c.created == nil && !viaProvider {
+		can, err := s.plane.CanAttach(c.id)
+		if err != nil {
+			return err
+		}
+		if !can && !logs {
+			return unsupported("docker attach to a started container of a provider that cannot attach: follow the output with docker logs -f")
+		}
+		viaProvider = can
 	}
 	release, err := s.acquire(w, r)
 	if err != nil {
@@ -178,6 +201,7 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) error {
 		s.mu.Lock()
 		if s.attached[c.id]--; s.attached[c.id] <= 0 {
 			delete(s.attached, c.id)
+			delete(s.sizes, c.id)
 		}
 		s.mu.Unlock()
 	}()
@@ -201,15 +225,26 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) error {
 	ctx, cancel := s.until(context.Background())
 	defer cancel()
 	// The client closes its side when it goes; a half-close (EOF) is not
-	// going away, a read error is.
+	// going away, a read error is. With input, what the client sends is
+	// the container's stdin, and its half-close the end of it.
+	var stdin io.Reader
+	pr, pw := io.Pipe()
+	defer pr.Close()
 	go func() {
-		_, err := io.Copy(io.Discard, conn)
+		dst := io.Writer(io.Discard)
+		if withStdin {
+			dst = pw
+		}
+		_, err := io.Copy(dst, brw.Reader)
 		if err != nil {
 			cancel()
 		}
+		pw.CloseWithError(err)
 	}()
+	if withStdin {
+		stdin = pr
+	}
 	// Wait for the back-end resource to exist.
-	var in control.Instance
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -217,7 +252,7 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) error {
 		_, stillCreated := s.created[c.id]
 		s.mu.Unlock()
 		if !stillCreated {
-			in, err = s.plane.Instance(ctx, c.id)
+			in, err := s.plane.Instance(ctx, c.id)
 			if err != nil || in.Phase == reconciler.Failed || in.Phase == reconciler.Deleted || in.Phase == reconciler.Deleting {
 				return nil
 			}
@@ -231,19 +266,102 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) error {
 		case <-t.C:
 		}
 	}
-	mw := &muxWriter{w: conn}
 	var out, errw io.Writer = io.Discard, io.Discard
-	if stdout {
-		out = muxStream{mw, streamStdout}
+	if spec.TTY {
+		// One stream, raw.
+		if stdout || stderr {
+			out, errw = conn, conn
+		}
+	} else {
+		mw := &muxWriter{w: conn}
+		if stdout {
+			out = muxStream{mw, streamStdout}
+		}
+		if stderr {
+			errw = muxStream{mw, streamStderr}
+		}
 	}
-	if stderr {
-		errw = muxStream{mw, streamStderr}
+	if viaProvider {
+		if spec.TTY {
+			s.applySize(ctx, c.id)
+		}
+		err = s.plane.Attach(ctx, c.id, driver.AttachOptions{Replay: c.created != nil || logs}, stdin, out, errw)
+	} else {
+		err = s.plane.Logs(ctx, c.id, driver.LogOptions{Stdout: stdout, Stderr: stderr, Follow: true}, out, errw)
 	}
-	err = s.plane.Logs(ctx, c.id, driver.LogOptions{Stdout: stdout, Stderr: stderr, Follow: true}, out, errw)
 	if err != nil && ctx.Err() == nil {
 		s.log.Warn("dockerapi: attach", "container", c.id, "error", err)
 	}
 	return nil
+}
+
+// resize sets the size of a container's terminal (the docker CLI sends it
+// after start and on every change of its window). A container not running
+// yet keeps the size until its attach applies it.
+func (s *Server) resize(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	var size driver.TTYSize
+	for _, p := range []struct {
+		name string
+		v    *uint16
+	}{{"h", &size.Rows}, {"w", &size.Cols}} {
+		n, err := strconv.ParseUint(q.Get(p.name), 10, 16)
+		if err != nil {
+			return badRequest("%s=%q: want a number of characters up to 65535", p.name, q.Get(p.name))
+		}
+		*p.v = uint16(n)
+	}
+	c, err := s.find(r, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	spec := c.in.Spec
+	if c.created != nil {
+		spec = &c.created.req.Spec
+	}
+	if spec == nil || !spec.TTY {
+		return &httpError{http.StatusConflict, "container " + c.id + " has no terminal (run it with -t)"}
+	}
+	if size.Rows == 0 || size.Cols == 0 {
+		// The CLI sends 0x0 when it cannot read its own window.
+		w.WriteHeader(http.StatusOK)
+		return nil
+	}
+	// Kept first, then applied when the container runs: either this
+	// request sees it running, or its attach, which looks later, sees the
+	// size.
+	s.mu.Lock()
+	if _, ok := s.sizes[c.id]; ok || len(s.sizes) < s.maxNew {
+		s.sizes[c.id] = size
+	}
+	s.mu.Unlock()
+	if c.created == nil {
+		in, err := s.plane.Instance(r.Context(), c.id)
+		if err != nil {
+			return err
+		}
+		if in.BackendID != "" && in.Phase != reconciler.Creating && in.Phase != reconciler.Scheduled && !ended(in) {
+			if err := s.plane.ResizeTTY(r.Context(), c.id, size); err != nil {
+				return err
+			}
+		}
+	}
+	w.WriteHeader(http.StatusOK)
+	return nil
+}
+
+// applySize gives the container id the terminal size its client asked for
+// before it ran, if any.
+func (s *Server) applySize(ctx context.Context, id string) {
+	s.mu.Lock()
+	size, ok := s.sizes[id]
+	s.mu.Unlock()
+	if !ok {
+		return
+	}
+	if err := s.plane.ResizeTTY(ctx, id, size); err != nil && ctx.Err() == nil {
+		s.log.Warn("dockerapi: resize", "container", id, "error", err)
+	}
 }
 
 // logs streams a container's output in the multiplexed framing.

@@ -355,6 +355,8 @@ func inspectOf(in control.Instance, autoRemove bool) inspectResponse {
 			Hostname: spec.Hostname, Domainname: spec.Domainname, Env: env, Cmd: spec.Command,
 			Entrypoint: spec.Entrypoint, Image: spec.Image, WorkingDir: spec.WorkingDir, Labels: labels,
 			ExposedPorts: exposed,
+			Tty:          spec.TTY, OpenStdin: spec.Stdin, StdinOnce: spec.Stdin, AttachStdin: spec.Stdin,
+			AttachStdout: true, AttachStderr: true,
 		},
 	}}
 	if in.Node != "" {

@@ -12,7 +12,7 @@
 // delete, get, find by name, list by tags, close. Everything else is an
 // optional interface discovered by type assertion (ImageLister, Preloader,
 // Resizer, Starter, Stopper, Restarter, Killer, Suspender, LogReader,
-// EventWatcher, UsageReporter, ConsoleReader). Each one's doc comment states
+// Attacher, EventWatcher, UsageReporter, ConsoleReader). Each one's doc comment states
 // the fallback that package provider applies when a driver lacks it.
 //
 // # Non-blocking operations

@@ -148,6 +148,46 @@ type LogReader interface {
 	Logs(ctx context.Context, id string, opts LogOptions, stdout, stderr io.Writer) error
 }
 
+// Attacher connects to the standard streams of an instance made with
+// Spec.Stdin or Spec.TTY.
+//
+// Attach copies the instance's output to stdout and stderr (with a
+// terminal, everything comes on stdout) and, when stdin is not nil, stdin
+// to the instance's input, until the output ends (the instance ended) or
+// ctx ends. It returns nil when the output ended and ctx's error when ctx
+// ended. When stdin reaches its end the instance's input is closed (the
+// instance reads end of file: the input of Spec.Stdin is open until the
+// first attach with stdin ends it) and the output goes on. Attach reads
+// stdin in a goroutine that may outlive the call until stdin's Read
+// returns: the caller closes what stdin reads from once Attach returns.
+// Attaching to an instance that has ended gives what Replay replays, and
+// returns.
+//
+// ResizeTTY sets the size of the instance's terminal; an instance made
+// without Spec.TTY is ErrInvalid.
+//
+// Fallback: ErrUnsupported; such a driver never has the features CapStdin
+// and CapTTY (Features drops them), so placement never sends it a spec that
+// asks for either.
+type Attacher interface {
+	Attach(ctx context.Context, id string, opts AttachOptions, stdin io.Reader, stdout, stderr io.Writer) error
+	ResizeTTY(ctx context.Context, id string, size TTYSize) error
+}
+
+// AttachOptions qualify an Attach.
+type AttachOptions struct {
+	// Replay writes what the instance wrote before the attach ahead of
+	// what it writes next, as far as the back-end keeps it (an instance
+	// that started before the caller could attach loses nothing).
+	Replay bool
+}
+
+// TTYSize is a terminal's size in characters.
+type TTYSize struct {
+	Rows uint16 `json:"rows"`
+	Cols uint16 `json:"cols"`
+}
+
 // EventWatcher calls fn for every change in the back-end until ctx ends, and
 // returns ctx's error then, or the error that broke the stream.
 // Fallback: the caller polls List and reports the differences.
@@ -205,6 +245,7 @@ const (
 	CapEvents  = "events"
 	CapUsage   = "usage"
 	CapConsole = "console"
+	CapAttach  = "attach"
 )
 
 // Features: what a back-end can run, as declared by a FeatureReporter and
@@ -227,25 +268,31 @@ const (
 	CapGPUs = "gpus"
 	// CapRunAsUser: the instance runs as spec's user and group.
 	CapRunAsUser = "run-as-user"
+	// CapStdin: the instance's standard input is kept open and an
+	// Attacher forwards to it.
+	CapStdin = "stdin"
+	// CapTTY: the instance runs on a terminal an Attacher connects to.
+	CapTTY = "tty"
 )
 
 // AllFeatures are every feature, the fallback of a driver that declares
 // none.
 var AllFeatures = []string{CapKindContainer, CapKindProcess, CapKindVM, CapKindBareMetal,
-	CapRestartPolicy, CapVolumes, CapHostPorts, CapGPUs, CapRunAsUser}
+	CapRestartPolicy, CapVolumes, CapHostPorts, CapGPUs, CapRunAsUser, CapStdin, CapTTY}
 
 // FeatureReporter declares the kinds and features (CapKind..., CapVolumes
 // ...) the driver can run. Placement never sends it a spec needing one it
 // lacks.
 // Fallback: every feature (AllFeatures); the driver then refuses at create
-// what it cannot run.
+// what it cannot run. CapStdin and CapTTY count only for an Attacher,
+// declared or not: without Attach nobody could reach the streams.
 type FeatureReporter interface {
 	Features() []string
 }
 
 // SpecFeatures returns the features spec needs of a back-end: its kind,
-// and each of restart policy, volumes, host ports, GPUs and a user when it
-// asks for them.
+// and each of restart policy, volumes, host ports, GPUs, a user, stdin and
+// a terminal when it asks for them.
 func SpecFeatures(spec *Spec) []string {
 	f := []string{"kind:" + string(spec.KindOrDefault())}
 	if n := spec.RestartPolicy.Name; n != "" && n != "no" {
@@ -263,6 +310,12 @@ func SpecFeatures(spec *Spec) []string {
 	if spec.User != "" {
 		f = append(f, CapRunAsUser)
 	}
+	if spec.Stdin {
+		f = append(f, CapStdin)
+	}
+	if spec.TTY {
+		f = append(f, CapTTY)
+	}
 	return f
 }
 
@@ -279,6 +332,10 @@ func FeatureField(f string) string {
 		return "gpus"
 	case CapRunAsUser:
 		return "user"
+	case CapStdin:
+		return "stdin"
+	case CapTTY:
+		return "tty"
 	}
 	return "kind"
 }
@@ -292,7 +349,9 @@ func Capabilities(d Driver) []string {
 			caps = append(caps, name)
 		}
 	}
-	_, ok := d.(ConsoleReader)
+	_, ok := d.(Attacher)
+	add(ok, CapAttach)
+	_, ok = d.(ConsoleReader)
 	add(ok, CapConsole)
 	_, ok = d.(EventWatcher)
 	add(ok, CapEvents)
@@ -320,13 +379,18 @@ func Capabilities(d Driver) []string {
 }
 
 // Features returns the sorted kinds and features d declares
-// (FeatureReporter), or AllFeatures when it declares none.
+// (FeatureReporter), or AllFeatures when it declares none; CapStdin and
+// CapTTY only when d is an Attacher.
 func Features(d Driver) []string {
-	fr, ok := d.(FeatureReporter)
-	if !ok {
-		return slices.Clone(AllFeatures)
+	var f []string
+	if fr, ok := d.(FeatureReporter); ok {
+		f = slices.Clone(fr.Features())
+	} else {
+		f = slices.Clone(AllFeatures)
 	}
-	f := slices.Clone(fr.Features())
+	if _, ok := d.(Attacher); !ok {
+		f = slices.DeleteFunc(f, func(c string) bool { return c == CapStdin || c == CapTTY })
+	}
 	slices.Sort(f)
 	return slices.Compact(f)
 }

@@ -91,3 +91,49 @@ func TestPartialListError(t *testing.T) {
 		t.Errorf("text %q, want %q", err, want)
 	}
 }
+
+type attachOnly struct{ driver.Driver }
+
+func (attachOnly) Attach(context.Context, string, driver.AttachOptions, io.Reader, io.Writer, io.Writer) error {
+	return nil
+}
+func (attachOnly) ResizeTTY(context.Context, string, driver.TTYSize) error { return nil }
+
+type declares struct {
+	driver.Driver
+	f []string
+}
+
+func (d declares) Features() []string { return d.f }
+
+func TestFeaturesStdinNeedsAttach(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		d         driver.Driver
+		stdin     bool
+		hasAttach bool
+	}{
+		{"no features declared, no attach", struct{ driver.Driver }{}, false, false},
+		{"no features declared, attach", attachOnly{}, true, true},
+		{"stdin declared, no attach", declares{f: []string{driver.CapKindContainer, driver.CapStdin, driver.CapTTY}}, false, false},
+		{"stdin not declared", declares{f: []string{driver.CapKindContainer}}, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := driver.Features(tc.d)
+			if got := slices.Contains(f, driver.CapStdin) && slices.Contains(f, driver.CapTTY); got != tc.stdin {
+				t.Errorf("Features = %v: stdin and tty %v, want %v", f, got, tc.stdin)
+			}
+			if got := slices.Contains(driver.Capabilities(tc.d), driver.CapAttach); got != tc.hasAttach {
+				t.Errorf("Capabilities attach %v, want %v", got, tc.hasAttach)
+			}
+		})
+	}
+	spec := &driver.Spec{Image: "x", Stdin: true, TTY: true}
+	need := driver.SpecFeatures(spec)
+	if !slices.Contains(need, driver.CapStdin) || !slices.Contains(need, driver.CapTTY) {
+		t.Errorf("SpecFeatures(stdin, tty) = %v", need)
+	}
+	if driver.FeatureField(driver.CapStdin) != "stdin" || driver.FeatureField(driver.CapTTY) != "tty" {
+		t.Errorf("FeatureField names %q and %q", driver.FeatureField(driver.CapStdin), driver.FeatureField(driver.CapTTY))
+	}
+}

@@ -112,6 +112,14 @@ type Spec struct {
 
 	RestartPolicy RestartPolicy `json:"restart_policy,omitzero"`
 
+	// Stdin keeps the instance's standard input open, for an Attacher to
+	// forward to, until the first attach that forwards input ends it
+	// (docker run -i). TTY runs the instance on a terminal (docker run
+	// -t). A back-end that cannot refuses the spec (features CapStdin and
+	// CapTTY).
+	Stdin bool `json:"stdin,omitempty"`
+	TTY   bool `json:"tty,omitempty"`
+
 	// Tags are Berth's own key/values (see TagManaged); drivers store them so
 	// that List can find the instance again after a restart.
 	Tags map[string]string `json:"tags,omitempty"`
@@ -226,6 +234,14 @@ func (s *Spec) Validate() error {
 	for k := range s.Env {
 		if !envKey.MatchString(k) {
 			es.Add("env."+k, "not a valid variable name")
+		}
+	}
+	if k := s.kindOrDefault(); k == KindVM || k == KindBareMetal {
+		if s.Stdin {
+			es.Add("stdin", "a %s has no standard input: use its console", k)
+		}
+		if s.TTY {
+			es.Add("tty", "a %s has no terminal of its own: use its console", k)
 		}
 	}
 	if s.Group != "" && s.User == "" {

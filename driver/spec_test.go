@@ -58,6 +58,8 @@ func TestSpecValidate(t *testing.T) {
 		path   string
 	}{
 		{"bad name", func(s *driver.Spec) { s.Name = "-web" }, "name"},
+		{"stdin on a vm", func(s *driver.Spec) { s.Kind, s.Stdin = driver.KindVM, true }, "stdin"},
+		{"tty on bare metal", func(s *driver.Spec) { s.Kind, s.TTY = driver.KindBareMetal, true }, "tty"},
 		{"long name", func(s *driver.Spec) { s.Name = strings.Repeat("a", driver.MaxNameLength+1) }, "name"},
 		{"no image", func(s *driver.Spec) { s.Image = "" }, "image"},
 		{"image with space", func(s *driver.Spec) { s.Image = "a b" }, "image"},

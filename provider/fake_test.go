@@ -337,7 +337,25 @@ func (f full) Watch(ctx context.Context, fn func(driver.Event)) error {
 	return ctx.Err()
 }
 
+// Attach echoes stdin to stdout, as cat would, and ends with stdin.
+func (f full) Attach(ctx context.Context, id string, opts driver.AttachOptions, stdin io.Reader, stdout, stderr io.Writer) error {
+	if err := f.enter(ctx, "attach"); err != nil {
+		return err
+	}
+	if stdin == nil {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	_, err := io.Copy(stdout, stdin)
+	return err
+}
+
+func (f full) ResizeTTY(ctx context.Context, id string, size driver.TTYSize) error {
+	return f.enter(ctx, fmt.Sprintf("resize-tty(%dx%d)", size.Rows, size.Cols))
+}
+
 var (
+	_ driver.Attacher      = full{}
 	_ driver.Driver        = (*fake)(nil)
 	_ driver.Starter       = lifecycle{}
 	_ driver.Stopper       = lifecycle{}

@@ -249,6 +249,39 @@ func (p *Provider) Logs(ctx context.Context, id string, opts driver.LogOptions, 
 	return err
 }
 
+// Attach connects to an instance's standard streams (driver.Attacher):
+// output to stdout and stderr, stdin (when not nil) to its input, until the
+// output ends or ctx ends. It spends one read and is not bounded by
+// CallTimeout, as Logs with Follow; its outcome reaches the breaker when
+// it ends.
+// Fallback: ErrUnsupported.
+func (p *Provider) Attach(ctx context.Context, id string, opts driver.AttachOptions, stdin io.Reader, stdout, stderr io.Writer) error {
+	a, ok := p.d.(driver.Attacher)
+	if !ok {
+		return p.unsupported("attach", "the driver cannot attach to instances", "instance", id)
+	}
+	_, err := call(ctx, p, callOpts{op: "attach", budget: readBudget, long: true, attrs: []any{"instance", id}},
+		func(ctx context.Context) (struct{}, error) {
+			return struct{}{}, a.Attach(ctx, id, opts, stdin, stdout, stderr)
+		})
+	return err
+}
+
+// ResizeTTY sets the size of an instance's terminal. It spends one change
+// and is bounded by CallTimeout; a size with no rows or no columns is
+// ErrInvalid without calling the driver.
+// Fallback: ErrUnsupported.
+func (p *Provider) ResizeTTY(ctx context.Context, id string, size driver.TTYSize) error {
+	a, ok := p.d.(driver.Attacher)
+	if !ok {
+		return p.unsupported("resize-tty", "the driver cannot attach to instances", "instance", id)
+	}
+	if size.Rows == 0 || size.Cols == 0 {
+		return p.invalid("resize-tty", &driver.FieldError{Path: "size", Reason: fmt.Sprintf("%dx%d: want at least one row and one column", size.Rows, size.Cols)}, "instance", id)
+	}
+	return p.write1(ctx, "resize-tty", id, func(ctx context.Context) error { return a.ResizeTTY(ctx, id, size) })
+}
+
 // Usage measures one instance's live usage.
 // Fallback: ErrUnsupported; node usage is in State's InUse.
 func (p *Provider) Usage(ctx context.Context, id string) (*driver.Usage, error) {

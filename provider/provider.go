@@ -38,21 +38,23 @@ type Config struct {
 	// metric and provider-made error.
 	Name string
 	// ReadRate is how many reads per second reach the back-end: State, Get,
-	// Find, List, Images, Logs, Usage, Console and Operation.Advance. 0 means
+	// Find, List, Images, Logs, Attach, Usage, Console and
+	// Operation.Advance. 0 means
 	// unlimited.
 	ReadRate float64
 	// ReadBurst is how many reads may go at once above ReadRate; 0 means 1
 	// when ReadRate is set.
 	ReadBurst int
 	// WriteRate is how many changes per second reach the back-end: Create,
-	// Delete, Start, Stop, Restart, Kill, Suspend, Resume, Resize, Preload. 0
+	// Delete, Start, Stop, Restart, Kill, Suspend, Resume, Resize,
+	// ResizeTTY, Preload. 0
 	// means unlimited.
 	WriteRate float64
 	// WriteBurst is as ReadBurst, for changes.
 	WriteBurst int
 	// CallTimeout bounds each synchronous call and each Operation.Advance.
 	// It is not applied to Create and Delete (whose ctx bounds the whole
-	// operation), Logs with Follow, Watch or Preload. Default 30s.
+	// operation), Logs with Follow, Attach, Watch or Preload. Default 30s.
 	CallTimeout time.Duration
 	// BreakerFailures is how many consecutive failures open the breaker.
 	// Default 5.
@@ -344,7 +346,7 @@ type callOpts struct {
 	// refusing, it returns a *deferred instead of waiting or failing.
 	advance bool
 	// long marks a call that may run for minutes (Watch, Logs follow,
-	// Preload): it does not hold the breaker's half-open trial slot and its
+	// Attach, Preload): it does not hold the breaker's half-open trial slot and its
 	// outcome is recorded when it ends.
 	long bool
 	// quiet leaves the success log to the caller.

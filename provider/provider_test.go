@@ -545,6 +545,47 @@ func TestLogsFollowIsNotTimed(t *testing.T) {
 	}
 }
 
+// TestAttachIsLongAndResizeChecked: Attach is a stream, not bounded by
+// CallTimeout, as a Logs follow; ResizeTTY refuses an empty size itself.
+func TestAttachIsLongAndResizeChecked(t *testing.T) {
+	ctx := noDeadline(t)
+	f := newFake()
+	f.put(driver.Instance{ID: "i-1", State: driver.StateRunning})
+	p := newProvider(t, full{lifecycle{f}}, provider.Config{CallTimeout: time.Minute})
+	var out, errb bytes.Buffer
+	if err := p.Attach(ctx, "i-1", driver.AttachOptions{Replay: true}, strings.NewReader("hello\n"), &out, &errb); err != nil {
+		t.Fatal(err)
+	}
+	if out.String() != "hello\n" {
+		t.Fatalf("attach output %q", out.String())
+	}
+	if f.hadDeadline("attach") {
+		t.Fatal("Attach must not be timed")
+	}
+	fctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := p.Attach(fctx, "i-1", driver.AttachOptions{}, nil, &out, &errb); !errors.Is(err, context.Canceled) {
+		t.Fatalf("attach ended by its caller: %v", err)
+	}
+	if h := p.Health(); h.ConsecutiveFailures != 0 {
+		t.Fatalf("ending an attach counted as a failure: %+v", h)
+	}
+	if err := p.ResizeTTY(ctx, "i-1", driver.TTYSize{Rows: 40, Cols: 120}); err != nil {
+		t.Fatal(err)
+	}
+	if !f.hadDeadline("resize-tty(40x120)") {
+		t.Fatal("ResizeTTY must be timed")
+	}
+	n := len(f.callLog())
+	var fe *driver.FieldError
+	if err := p.ResizeTTY(ctx, "i-1", driver.TTYSize{Cols: 80}); !errors.As(err, &fe) || fe.Path != "size" || !errors.Is(err, driver.ErrInvalid) {
+		t.Fatalf("resize to no rows: %v", err)
+	}
+	if len(f.callLog()) != n {
+		t.Fatalf("an invalid size reached the driver: %v", f.callLog())
+	}
+}
+
 func TestStateIsSharedAndCached(t *testing.T) {
 	ctx := testCtx(t)
 	f := newFake()
@@ -736,13 +777,15 @@ func TestFallbacks(t *testing.T) {
 		p := newProvider(t, f, provider.Config{})
 		var o bytes.Buffer
 		for name, err := range map[string]error{
-			"start":   p.Start(ctx, "i-1"),
-			"stop":    p.Stop(ctx, "i-1", 0),
-			"suspend": p.Suspend(ctx, "i-1"),
-			"resume":  p.Resume(ctx, "i-1"),
-			"resize":  p.Resize(ctx, "i-1", driver.Resources{CPU: 500}),
-			"logs":    p.Logs(ctx, "i-1", driver.LogOptions{Stdout: true}, &o, &o),
-			"usage":   func() error { _, err := p.Usage(ctx, "i-1"); return err }(),
+			"start":      p.Start(ctx, "i-1"),
+			"stop":       p.Stop(ctx, "i-1", 0),
+			"suspend":    p.Suspend(ctx, "i-1"),
+			"resume":     p.Resume(ctx, "i-1"),
+			"resize":     p.Resize(ctx, "i-1", driver.Resources{CPU: 500}),
+			"logs":       p.Logs(ctx, "i-1", driver.LogOptions{Stdout: true}, &o, &o),
+			"attach":     p.Attach(ctx, "i-1", driver.AttachOptions{}, strings.NewReader("x"), &o, &o),
+			"resize-tty": p.ResizeTTY(ctx, "i-1", driver.TTYSize{Rows: 24, Cols: 80}),
+			"usage":      func() error { _, err := p.Usage(ctx, "i-1"); return err }(),
 		} {
 			if !errors.Is(err, driver.ErrUnsupported) {
 				t.Errorf("%s: err = %v, want ErrUnsupported", name, err)

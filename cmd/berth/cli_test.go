@@ -299,10 +299,29 @@ func TestVerbsOnABackEndThatCannotExit6(t *testing.T) {
 		in, err := e.Plane.Instance(context.Background(), "web")
 		return err == nil && in.Phase == reconciler.Running
 	})
-	for _, args := range [][]string{{"suspend", "web"}, {"stats", "--no-stream", "web"}, {"stats", "web"}} {
+	for _, args := range [][]string{{"suspend", "web"}, {"stats", "--no-stream", "web"}, {"stats", "web"}, {"attach", "web"}} {
 		if code, _, errOut := berth(t, e.HTTP.URL, args...); code != exitUnsupported || !strings.Contains(errOut, `"plain"`) {
 			t.Errorf("berth %v: exit %d %q, want %d naming the provider", args, code, errOut, exitUnsupported)
 		}
+	}
+}
+
+// TestRunInteractiveNeedsAnAttacher: run -i and -t on a back-end that
+// cannot attach are refused at submit, naming the field; -i does not go
+// with --count.
+func TestRunInteractiveNeedsAnAttacher(t *testing.T) {
+	addr := testServer(t)
+	for _, tc := range []struct{ flag, field string }{{"-i", "stdin"}, {"-t", "tty"}, {"-it", "stdin"}} {
+		code, _, errOut := berth(t, addr, "run", tc.flag, "--rm", "x", "--", "cat")
+		if code != exitUnsupported || !strings.Contains(errOut, tc.field+": no provider can run this") {
+			t.Errorf("run %s: exit %d %q, want %d naming %s", tc.flag, code, errOut, exitUnsupported, tc.field)
+		}
+	}
+	if code, _, errOut := berth(t, addr, "run", "-i", "--count", "2", "x"); code != exitUsage {
+		t.Errorf("run -i --count 2: exit %d %q, want %d", code, errOut, exitUsage)
+	}
+	if code, _, _ := berth(t, addr, "attach", "nosuch"); code != exitNotFound {
+		t.Errorf("attach to an unknown instance: exit %d, want %d", code, exitNotFound)
 	}
 }
 

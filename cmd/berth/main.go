@@ -79,8 +79,16 @@ func usagef(format string, args ...any) error { return usageError{fmt.Errorf(for
 
 // run executes the command line args and returns the exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return runIn(ctx, args, nil, stdout, stderr)
+}
+
+// runIn is run with stdin as the input (nil: the process's).
+func runIn(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root := newRoot(stdout, stderr)
 	root.SetArgs(args)
+	if stdin != nil {
+		root.SetIn(stdin)
+	}
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return exitOK

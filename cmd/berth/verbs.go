@@ -35,7 +35,7 @@ func clientCommands(c *cli) []*cobra.Command {
 		changeCmd(c, "restart", "Restart instances"),
 		changeCmd(c, "suspend", "Pause running instances: they keep their node and memory but use no cpu"),
 		changeCmd(c, "resume", "Continue suspended instances"),
-		holdCmd(c), statsCmd(c),
+		holdCmd(c), statsCmd(c), attachCmd(c),
 		killCmd(c), rmCmd(c), resizeCmd(c), whyCmd(c),
 	}
 	for _, cmd := range withRefs {
@@ -325,20 +325,28 @@ func parsePort(s string) (driver.Port, error) {
 
 func runCmd(c *cli) *cobra.Command {
 	var s specFlags
-	var asJSON, rm, detach bool
+	var asJSON, rm, detach, interactive, tty bool
 	var pool string
 	cmd := &cobra.Command{
 		Use:   "run [flags] [IMAGE] [-- COMMAND [ARG...]]",
 		Short: "Submit a request and print where its instances were placed",
 		Example: `  berth run --name hello -- sh -c 'echo hello; sleep 60'
   berth run --name web --cpus 0.5 --memory 256Mi -p 8080:80 nginx:alpine
-  berth run --pool ci --label sleeper --count 3     # a node set of a pool's label`,
+  berth run --pool ci --label sleeper --count 3     # a node set of a pool's label
+  echo hello | berth run -i --rm alpine -- cat       # input through the API
+  berth run -it --rm alpine -- sh                    # a shell on a terminal`,
 		RunE: func(cmd *cobra.Command, args []string) (err error) {
 			if cmd.Flags().Changed("count") && s.count < 1 {
 				return usagef("--count %d: want 1 or more", s.count)
 			}
 			if rm && detach {
 				return usagef("--rm waits for the instances to end: it does not go with --detach")
+			}
+			attached := (interactive || tty) && !detach
+			if interactive || tty {
+				if pool != "" || s.count > 1 {
+					return usagef("-i and -t attach to one instance: they go with neither --pool nor --count")
+				}
 			}
 			if pool != "" {
 				return c.runPool(cmd, &s, pool, args, asJSON, detach)
@@ -347,6 +355,7 @@ func runCmd(c *cli) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			req.Stdin, req.TTY = interactive, tty
 			cl, err := c.client()
 			if err != nil {
 				return err
@@ -357,6 +366,30 @@ func runCmd(c *cli) *cobra.Command {
 			}
 			if rm {
 				defer func() { err = errors.Join(err, c.removeWhenEnded(cmd.Context(), cl, ans)) }()
+			}
+			if attached {
+				if asJSON {
+					if err := printJSON(c.stdout, ans); err != nil {
+						return err
+					}
+				}
+				id := ans.Instances[0].Instance.ID
+				if err := c.attach(cmd.Context(), cmd, cl, id, interactive, tty, true); err != nil {
+					return err
+				}
+				if rm {
+					return nil // removeWhenEnded says how it ended
+				}
+				in, err := waitEnded(cmd.Context(), cl, id)
+				switch {
+				case err != nil:
+					return err
+				case in.Phase == reconciler.Failed:
+					return fmt.Errorf("instance %s failed: %s", in.ID, in.Message)
+				case in.Observed != nil && in.Observed.ExitCode != nil && *in.Observed.ExitCode != 0:
+					return fmt.Errorf("instance %s exited with code %d", in.ID, *in.Observed.ExitCode)
+				}
+				return nil
 			}
 			if asJSON {
 				if err := printJSON(c.stdout, ans); err != nil {
@@ -376,6 +409,8 @@ func runCmd(c *cli) *cobra.Command {
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the answer (instances and their nodes) as JSON")
 	cmd.Flags().BoolVar(&rm, "rm", false, "wait until the instances end, then remove them (also on Ctrl-C)")
 	cmd.Flags().BoolVarP(&detach, "detach", "d", false, "return once the request is accepted, without waiting for its instances to run")
+	cmd.Flags().BoolVarP(&interactive, "interactive", "i", false, "send this input to the instance until its end, and print its output until it ends (keep its input open with -d)")
+	cmd.Flags().BoolVarP(&tty, "tty", "t", false, "run the instance on a terminal; with -i on a terminal, this one is raw and its size follows")
 	return cmd
 }
 

@@ -205,6 +205,11 @@ func (d *Driver) containerOptions(spec *driver.Spec) (client.ContainerCreateOpti
 		Hostname:   spec.Hostname,
 		Domainname: spec.Domainname,
 		Labels:     labels,
+		// As docker run -i makes it: input open until the first attach
+		// that forwards it ends.
+		OpenStdin: spec.Stdin,
+		StdinOnce: spec.Stdin,
+		Tty:       spec.TTY,
 	}
 	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
 		cfg.Env = append(cfg.Env, k+"="+spec.Env[k])
@@ -359,9 +364,10 @@ func (d *Driver) Delete(ctx context.Context, id string) (driver.Operation, error
 }
 
 // Features are what an engine runs: containers, with restart policies,
-// volumes, published ports and a user.
+// volumes, published ports, a user, stdin and a terminal.
 func (d *Driver) Features() []string {
-	return []string{driver.CapKindContainer, driver.CapRestartPolicy, driver.CapVolumes, driver.CapHostPorts, driver.CapRunAsUser}
+	return []string{driver.CapKindContainer, driver.CapRestartPolicy, driver.CapVolumes, driver.CapHostPorts, driver.CapRunAsUser,
+		driver.CapStdin, driver.CapTTY}
 }
 
 // CheckSpec refuses at submit the spec fields no engine can honour.

@@ -5,17 +5,25 @@
 // exits 0. HELLO_EXIT=<n> makes it exit with code n at once instead;
 // HELLO_BURN=1 keeps one cpu busy meanwhile. "hello health" is a health
 // check: it exits 1 when HELLO_UNHEALTHY=1, else 0. "hello echo ARGS..."
-// prints ARGS, as echo does, and exits 0.
+// prints ARGS, as echo does, and exits 0. "hello cat" copies stdin to
+// stdout, as cat does, and exits 0 at its end. "hello tty" prints "tty
+// true" or "tty false" (whether stdin is a terminal) and exits 0; "hello
+// size" prints the same, then, for each line it reads, "size ROWSxCOLS" of
+// the terminal, and exits 0 at the end of stdin.
 package main
 
 import (
+	"bufio"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
+
+	"golang.org/x/term"
 )
 
 func main() {
@@ -27,6 +35,29 @@ func main() {
 	}
 	if len(os.Args) > 1 && os.Args[1] == "echo" {
 		fmt.Println(strings.Join(os.Args[2:], " "))
+		os.Exit(0)
+	}
+	if len(os.Args) > 1 && os.Args[1] == "cat" {
+		if _, err := io.Copy(os.Stdout, os.Stdin); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	if len(os.Args) > 1 && (os.Args[1] == "tty" || os.Args[1] == "size") {
+		fmt.Printf("tty %v\n", term.IsTerminal(0))
+		if os.Args[1] == "tty" {
+			os.Exit(0)
+		}
+		sc := bufio.NewScanner(os.Stdin)
+		for sc.Scan() {
+			cols, rows, err := term.GetSize(0)
+			if err != nil {
+				fmt.Printf("size: %v\n", err)
+				continue
+			}
+			fmt.Printf("size %dx%d\n", rows, cols)
+		}
 		os.Exit(0)
 	}
 	sig := make(chan os.Signal, 1)
