@@ -50,10 +50,18 @@ const (
 	usageCallTimeout = 5 * time.Second
 )
 
-// NodeUsage is what the instances on a node were measured using in the
-// latest round of the usage loop: the sum of the latest sample of each,
-// an instance without a sample of that round (not running yet, or its
-// measurement failed) counted at its reservation.
+// UsagePerRound bounds the instances of one provider the usage loop
+// measures in a round: beyond it, each round takes the next ones in id
+// order, so that a provider with many instances costs the same per round
+// and each instance is measured every ceil(n / UsagePerRound) rounds. A
+// node's measured use counts each instance at its latest sample, however
+// old.
+const UsagePerRound = 2000
+
+// NodeUsage is what the instances on a node were measured using, as of
+// the latest round of the usage loop: the sum of the latest sample of
+// each (see UsagePerRound), an instance without one (not running yet, not
+// measured yet, or its measurements failed) counted at its reservation.
 type NodeUsage struct {
 	CPU         driver.MilliCPU `json:"cpus"`
 	MemoryBytes int64           `json:"memory_bytes"`
@@ -75,7 +83,13 @@ type sample struct {
 type ring struct {
 	buf []sample
 	n   int // samples ever written
+	// backend is the back-end resource the samples are of: an instance
+	// placed again starts afresh.
+	backend string
 }
+
+// latest returns the newest sample.
+func (r *ring) latest() sample { return r.buf[(r.n-1)%len(r.buf)] }
 
 func (r *ring) add(u driver.Usage) {
 	s := sample{at: u.Time.UnixNano(), cpu: int64(u.CPU), mem: int64(u.Memory)}
@@ -151,6 +165,8 @@ func (s *state) usageLoop(ctx context.Context) {
 	}
 	t := time.NewTimer(0)
 	defer t.Stop()
+	// next is, by provider, the id the next round starts measuring from.
+	next := map[string]string{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -161,7 +177,7 @@ func (s *state) usageLoop(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			s.measure(ctx, p)
+			next[p.Name()] = s.measure(ctx, p, next[p.Name()])
 		}
 		s.forgetGone()
 		t.Reset(s.cfg.UsageInterval)
@@ -195,13 +211,39 @@ func (s *state) targets(p *provider.Provider) []target {
 	return out
 }
 
-// measure takes one sample of every instance of p that has a back-end
-// resource, usageWorkers at a time, then sets the measured use of each of
-// p's nodes. The instances counted on each node are read again after the
-// samples are taken, so that one placed meanwhile counts at its
-// reservation.
-func (s *state) measure(ctx context.Context, p *provider.Provider) {
-	targets := s.targets(p)
+// batch returns up to UsagePerRound instances of p with a back-end
+// resource, in id order from the id from (wrapping around), and the id to
+// start from next time.
+func (s *state) batch(p *provider.Provider, from string) ([]target, string) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []target
+	next := ""
+	take := func(id string) bool {
+		if len(out) == UsagePerRound {
+			next = id
+			return false
+		}
+		in := s.recs[id]
+		if in.Provider == p.Name() && in.Phase.HoldsNode() && in.Phase != reconciler.Deleting && in.BackendID != "" {
+			out = append(out, target{id: in.ID, backendID: in.BackendID, node: in.Node})
+		}
+		return true
+	}
+	s.ids.AscendGreaterOrEqual(from, take)
+	if next == "" && from != "" {
+		s.ids.AscendLessThan(from, take)
+	}
+	return out, next
+}
+
+// measure takes one sample of a batch of p's instances (from the id from,
+// see batch), usageWorkers at a time, then sets the measured use of each
+// of p's nodes, and returns where the next batch starts. The instances
+// counted on each node are read again after the samples are taken, so that
+// one placed meanwhile counts at its reservation.
+func (s *state) measure(ctx context.Context, p *provider.Provider, from string) string {
+	targets, next := s.batch(p, from)
 	got := make([]*driver.Usage, len(targets))
 	sem := make(chan struct{}, usageWorkers)
 	var wg sync.WaitGroup
@@ -239,17 +281,27 @@ loop:
 	}
 	wg.Wait()
 	if ctx.Err() != nil {
-		return
-	}
-	// Samples by instance and back-end resource: an instance placed
-	// again meanwhile is not counted by its old copy's sample.
-	sampled := make(map[[2]string]*driver.Usage, len(targets))
-	for k, t := range targets {
-		if got[k] != nil {
-			sampled[[2]string{t.id, t.backendID}] = got[k]
-		}
+		return from
 	}
 	now := s.now()
+	s.meter.usageMu.Lock()
+	for k, t := range targets {
+		u := got[k]
+		if u == nil {
+			continue
+		}
+		sample := driver.Usage{CPU: max(u.CPU, 0), Memory: max(u.Memory, 0), Time: u.Time}
+		if sample.Time.IsZero() {
+			sample.Time = now
+		}
+		r := s.meter.rings[t.id]
+		if r == nil || r.backend != t.backendID {
+			r = &ring{backend: t.backendID}
+			s.meter.rings[t.id] = r
+		}
+		r.add(sample)
+	}
+	s.meter.usageMu.Unlock()
 	sums := map[string]NodeUsage{}
 	counted := s.targets(p)
 	s.meter.usageMu.Lock()
@@ -258,19 +310,12 @@ loop:
 		n := sums[key]
 		n.Instances++
 		n.Time = now
-		if u := sampled[[2]string{t.id, t.backendID}]; u != nil && t.backendID != "" {
-			sample := driver.Usage{CPU: max(u.CPU, 0), Memory: max(u.Memory, 0), Time: u.Time}
-			if sample.Time.IsZero() {
-				sample.Time = now
-			}
-			r := s.meter.rings[t.id]
-			if r == nil {
-				r = &ring{}
-				s.meter.rings[t.id] = r
-			}
-			r.add(sample)
-			n.CPU += sample.CPU
-			n.MemoryBytes += int64(sample.Memory)
+		// An instance counts at its latest sample of the copy it runs
+		// as now (a copy placed again starts afresh).
+		if r := s.meter.rings[t.id]; r != nil && t.backendID != "" && r.backend == t.backendID {
+			l := r.latest()
+			n.CPU += driver.MilliCPU(l.cpu)
+			n.MemoryBytes += l.mem
 			n.Sampled++
 		} else {
 			n.CPU += t.res.CPU
@@ -305,6 +350,7 @@ loop:
 		// Idle nodes may take what waits now.
 		s.kickPlacer()
 	}
+	return next
 }
 
 func (s *state) setMeasured(prov, node string, n NodeUsage) {

@@ -146,3 +146,43 @@ func TestBadOvercommitIsRefused(t *testing.T) {
 		}
 	})
 }
+
+// TestUsageRoundsAreBounded: with more instances than a round measures,
+// a round asks for UsagePerRound of them, the next rounds for the rest in
+// turn, and the node's measured use counts every instance by its latest
+// sample once each has one.
+func TestUsageRoundsAreBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d, prov := newSteady(t, driver.MilliCPU(1))
+		cfg := config(memory.New(memory.Options{}), prov)
+		cfg.UsageInterval = 100 * time.Millisecond
+		p, _ := start(t, cfg)
+		ctx := context.Background()
+		n := control.UsagePerRound + 500
+		r := req("many", n)
+		r.CPU, r.Memory = 1, driver.MiB
+		if _, err := p.Submit(ctx, r, ""); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "every instance running", func() bool {
+			c, err := p.Counts(ctx)
+			return err == nil && c[reconciler.Running] == n
+		})
+		// In the bubble a sleep ends with every other goroutine blocked,
+		// so no round is half done; rounds are 100 ms apart, sleeps 10 ms:
+		// the calls that come between two sleeps are one round's.
+		time.Sleep(10 * time.Millisecond)
+		before := d.calls.Load()
+		for d.calls.Load() == before {
+			time.Sleep(10 * time.Millisecond)
+		}
+		synctest.Wait()
+		if got := d.calls.Load() - before; got > control.UsagePerRound {
+			t.Fatalf("one round asked for %d samples, want at most %d", got, control.UsagePerRound)
+		}
+		waitFor(t, "every instance measured", func() bool {
+			nodes, err := p.Nodes(ctx)
+			return err == nil && len(nodes) == 1 && nodes[0].Measured != nil && nodes[0].Measured.Sampled == n
+		})
+	})
+}
