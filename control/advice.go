@@ -62,6 +62,9 @@ type AdviceAnswer struct {
 // Instances without samples (a back-end that cannot measure, or not
 // measured yet) are left out. f's paging fields are ignored.
 func (p *Plane) Advice(ctx context.Context, f Filter, opt scheduler.AdviceOptions) (*AdviceAnswer, error) {
+	if err := p.refuse(); err != nil {
+		return nil, err
+	}
 	f.Limit, f.After, f.All = 0, "", false
 	f.Phases = []reconciler.Phase{reconciler.Running, reconciler.Held, reconciler.Suspended}
 	list, err := p.Instances(ctx, f)

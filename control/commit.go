@@ -75,6 +75,9 @@ func (t *txn) empty() bool {
 // to the placer before commit returns, and the placer must find their
 // requests then.
 func (s *state) commit(ctx context.Context, t *txn) (ok bool, rev int64, err error) {
+	if err := s.refuse(); err != nil {
+		return false, 0, err
+	}
 	if t.empty() {
 		for _, id := range t.release {
 			s.cluster.release(id)

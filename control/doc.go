@@ -46,6 +46,11 @@
 //     and hands each node's measured use to the scheduler, where a
 //     provider under the usage policy (scheduler.Overcommit) admits
 //     instances by it.
+//   - The read-only plane (follow.go, Config.ReadOnly), for a server that
+//     does not lead: New writes nothing and calls no provider, Run only
+//     follows the store's changes of instances and requests into the
+//     records and the scheduler's ledger, and every method that would
+//     write or reach a back-end returns ErrReadOnly (commit refuses too).
 //
 // The lifecycle of one instance is reconciler.Machine.Step, a pure function
 // of the record, an event and the time; this package only feeds it events

@@ -51,6 +51,11 @@ func (s *state) loadIdentity(ctx context.Context) error {
 		if !errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("control: read the cluster id: %w", err)
 		}
+		if s.cfg.ReadOnly {
+			// The plane that writes makes it; a read-only plane tags
+			// nothing.
+			return nil
+		}
 		rec := clusterRecord{ID: newClusterID(), Name: s.cfg.Cluster, Created: s.now().UTC()}
 		if len(s.recs) > 0 {
 			rec.ID, rec.Legacy = s.cfg.Cluster, true

@@ -101,6 +101,9 @@ func (s *state) hold(ctx context.Context, ref string, until time.Time) error {
 // live returns the instance named ref with its provider, refusing
 // instances that have no back-end resource.
 func (s *state) live(ref string) (reconciler.Instance, *provider.Provider, error) {
+	if err := s.refuse(); err != nil {
+		return reconciler.Instance{}, nil, err
+	}
 	in, err := s.find(ref)
 	if err != nil {
 		return in, nil, err
@@ -187,6 +190,9 @@ func (s *state) suspend(ctx context.Context, ref string) error {
 
 // resume is Plane.Resume.
 func (s *state) resume(ctx context.Context, ref string) error {
+	if err := s.refuse(); err != nil {
+		return err
+	}
 	in, err := s.find(ref)
 	if err != nil {
 		return err
@@ -238,6 +244,9 @@ func (s *state) kill(ctx context.Context, ref, signal string) error {
 // back-end applies the new limits, then the record and the scheduler's
 // reservation follow.
 func (s *state) resize(ctx context.Context, ref string, r driver.Resources) error {
+	if err := s.refuse(); err != nil {
+		return err
+	}
 	if err := driver.ValidateResources("", r); err != nil {
 		return err
 	}
@@ -337,7 +346,7 @@ func (s *state) events(ctx context.Context, since int64, fn func(Event)) error {
 			in := &reconciler.Instance{ID: strings.TrimPrefix(key, PrefixInstances)}
 			if !out.Deleted {
 				var err error
-				if in, err = decodeRecord(ev.KV, s.requestSpec); err != nil {
+				if in, err = decodeRecord(ev.KV, s.specOf(ctx, false)); err != nil {
 					continue
 				}
 			}

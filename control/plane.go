@@ -89,6 +89,16 @@ type Config struct {
 	// Overcommit is the overcommit policy of each provider, by name; a
 	// provider not named keeps the default (admission by reservations).
 	Overcommit map[string]scheduler.Overcommit
+	// ReadOnly makes a plane that only reads, for a server that does not
+	// lead: New loads the state and writes nothing (the cluster's id must
+	// be stored already to be known) nor calls a provider, and Run
+	// follows the store's changes of instances and requests without
+	// acting on them. Every method that would change state or reach a
+	// back-end (submissions, plans, operations on instances, logs, nodes,
+	// providers, images, usage) returns ErrReadOnly; the reads of the
+	// records (Instances, Instance, Counts, Group, Events, Quotas) answer
+	// from the copy, as of Followed.
+	ReadOnly bool
 }
 
 // MaxSchedulers bounds Config.Schedulers.
@@ -304,7 +314,8 @@ func New(ctx context.Context, cfg Config) (*Plane, error) {
 
 // Run drives the reconciler until ctx ends: it launches and deletes
 // instances, retries pending ones, watches the providers' nodes, adopts what
-// already exists and deletes leaks. It returns ctx's error after every
+// already exists and deletes leaks. A read-only plane (Config.ReadOnly)
+// only follows the store's changes. It returns ctx's error after every
 // goroutine it started has ended.
 func (p *Plane) Run(ctx context.Context) error { return p.run(ctx) }
 
@@ -312,6 +323,9 @@ func (p *Plane) Run(ctx context.Context) error { return p.run(ctx) }
 // in a round that starts after PlaceRound is called, and returns when that
 // round is over. It needs Run: without it, it waits until ctx ends.
 func (p *Plane) PlaceRound(ctx context.Context) error {
+	if err := p.refuse(); err != nil {
+		return err
+	}
 	done := make(chan struct{})
 	select {
 	case p.placeNow <- done:
@@ -346,6 +360,9 @@ func (p *Plane) PlaceRound(ctx context.Context) error {
 // request is kept (see Config.Retention). Names are reusable once their
 // holder is deleted or being deleted.
 func (p *Plane) Submit(ctx context.Context, req scheduler.Request, owner string) (*Answer, error) {
+	if err := p.refuse(); err != nil {
+		return nil, err
+	}
 	ans, err := p.submit(ctx, req, owner)
 	if ans != nil {
 		for i := range ans.Instances {
@@ -364,6 +381,9 @@ func (p *Plane) Submit(ctx context.Context, req scheduler.Request, owner string)
 // quota. Members whose node goes offline are placed again, restart policy
 // or not; Group tells whether the group is degraded meanwhile.
 func (p *Plane) SubmitGroup(ctx context.Context, g scheduler.Group, owner string) (*GroupAnswer, error) {
+	if err := p.refuse(); err != nil {
+		return nil, err
+	}
 	ans, err := p.submitGroup(ctx, g, owner)
 	if ans != nil {
 		for i := range ans.Instances {
@@ -376,6 +396,9 @@ func (p *Plane) SubmitGroup(ctx context.Context, g scheduler.Group, owner string
 // Plan is a dry run of Submit: where req's instances would go now and why
 // the rest could not be placed. Nothing is stored.
 func (p *Plane) Plan(ctx context.Context, req scheduler.Request) (*PlanAnswer, error) {
+	if err := p.refuse(); err != nil {
+		return nil, err
+	}
 	return p.plan(ctx, req)
 }
 
@@ -414,7 +437,12 @@ func own(in *Instance) {
 
 // Delete marks the instance for deletion and returns; the reconciler
 // removes it from its back-end. Deleting a deleted instance is no error.
-func (p *Plane) Delete(ctx context.Context, ref string) error { return p.delete(ctx, ref) }
+func (p *Plane) Delete(ctx context.Context, ref string) error {
+	if err := p.refuse(); err != nil {
+		return err
+	}
+	return p.delete(ctx, ref)
+}
 
 // Stop stops the instance gracefully (a forced stop after grace).
 func (p *Plane) Stop(ctx context.Context, ref string, grace time.Duration) error {
@@ -452,6 +480,9 @@ func (p *Plane) Resize(ctx context.Context, ref string, r driver.Resources) erro
 
 // Logs copies the instance's output to stdout and stderr.
 func (p *Plane) Logs(ctx context.Context, ref string, opts driver.LogOptions, stdout, stderr io.Writer) error {
+	if err := p.refuse(); err != nil {
+		return err
+	}
 	return p.logs(ctx, ref, opts, stdout, stderr)
 }
 
@@ -464,10 +495,20 @@ func (p *Plane) Events(ctx context.Context, since int64, fn func(Event)) error {
 
 // Nodes returns every provider's nodes with Berth's reservations on them,
 // their measured use and their overcommit policy.
-func (p *Plane) Nodes(ctx context.Context) ([]NodeView, error) { return p.nodes(ctx) }
+func (p *Plane) Nodes(ctx context.Context) ([]NodeView, error) {
+	if err := p.refuse(); err != nil {
+		return nil, err
+	}
+	return p.nodes(ctx)
+}
 
 // Providers describes every provider: driver, capabilities, health.
-func (p *Plane) Providers(ctx context.Context) ([]ProviderView, error) { return p.providers(ctx) }
+func (p *Plane) Providers(ctx context.Context) ([]ProviderView, error) {
+	if err := p.refuse(); err != nil {
+		return nil, err
+	}
+	return p.providers(ctx)
+}
 
 // Images lists the images present on a node of a provider.
 func (p *Plane) Images(ctx context.Context, providerName, node string) ([]driver.Image, error) {
@@ -483,6 +524,9 @@ func (p *Plane) Preload(ctx context.Context, providerName, image string, nodes [
 // Hold keeps a running instance until until, then deletes it (Nodepool's
 // hold with an expiry). Holding again moves the expiry.
 func (p *Plane) Hold(ctx context.Context, ref string, until time.Time) error {
+	if err := p.refuse(); err != nil {
+		return err
+	}
 	return p.hold(ctx, ref, until)
 }
 

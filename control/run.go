@@ -126,6 +126,16 @@ func (s *state) run(ctx context.Context) error {
 		return errors.New("control: Run is already running")
 	}
 	s.running = true
+	if s.cfg.ReadOnly {
+		s.rtMu.Unlock()
+		defer func() {
+			s.rtMu.Lock()
+			s.running = false
+			s.rtMu.Unlock()
+		}()
+		s.followStore(ctx)
+		return ctx.Err()
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	rt := &runtime{
 		wake:  make(chan struct{}, 1),

@@ -113,6 +113,8 @@ type state struct {
 
 	// meter is the usage loop's samples and node sums, in memory only.
 	meter meter
+	// follow is a read-only plane's progress along the store's changes.
+	follow follower
 
 	// clusterID is written on every back-end resource (driver.TagCluster);
 	// set once by loadIdentity.
@@ -272,6 +274,12 @@ func newState(ctx context.Context, cfg Config) (*state, error) {
 	}
 	if err := s.loadIdentity(ctx); err != nil {
 		return nil, err
+	}
+	if cfg.ReadOnly {
+		// Nothing is written and no provider is called: the nodes are
+		// the leader's to read.
+		s.cluster = newCluster(s)
+		return s, nil
 	}
 	if orphans := s.orphanRequests(); len(orphans) > 0 {
 		if _, _, err := s.commit(ctx, &txn{dropReqs: orphans}); err != nil {
@@ -678,6 +686,9 @@ func (s *state) tags(in *reconciler.Instance) map[string]string {
 // provider returns the named provider or an ErrNotFound naming the known
 // ones.
 func (s *state) provider(name string) (*provider.Provider, error) {
+	if err := s.refuse(); err != nil {
+		return nil, err
+	}
 	p, ok := s.provs[name]
 	if !ok {
 		return nil, driver.Errorf(driver.ErrNotFound, "provider %q (known: %s)", name, strings.Join(s.provNames, ", "))

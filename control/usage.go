@@ -31,6 +31,9 @@ func (p *Plane) Usage(ctx context.Context, ref string) (*driver.Usage, error) {
 // loop has not measured it yet. Samples are kept in memory only: a
 // restarted plane starts afresh.
 func (p *Plane) UsageHistory(ctx context.Context, ref string) ([]driver.Usage, error) {
+	if err := p.refuse(); err != nil {
+		return nil, err
+	}
 	in, err := p.find(ref)
 	if err != nil {
 		return nil, err

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -25,6 +26,7 @@ import (
 
 	"github.com/berth-dev/berth/api"
 	"github.com/berth-dev/berth/auth"
+	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/dockerapi"
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/leader"
@@ -236,10 +238,12 @@ func (h *haFlags) dockerAdvertiseURL(ln net.Addr, withTLS bool) (string, error) 
 }
 
 // frontDoor routes the API of a server in a highly available cluster: to
-// this server's own handlers while it leads, else to the leader.
+// this server's own handlers while it leads; else the reads its read-only
+// plane answers to that plane, and the rest to the leader.
 type frontDoor struct {
 	self    leader.Info
 	leading atomic.Pointer[http.Handler] // set while this server leads
+	reads   atomic.Pointer[localReads]   // set while a read-only plane follows the store
 	current atomic.Pointer[leader.Info]  // the leader, as last seen
 	proxy   *httputil.ReverseProxy
 	log     *slog.Logger
@@ -359,6 +363,12 @@ func (fd *frontDoor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		(*h).ServeHTTP(w, r)
 		return
 	}
+	if lr := fd.reads.Load(); lr != nil {
+		if _, pattern := lr.mux.Handler(r); pattern != "" {
+			lr.mux.ServeHTTP(w, r)
+			return
+		}
+	}
 	in := fd.current.Load()
 	if in == nil || in.Name == fd.self.Name || r.Header.Get("Berth-Forwarded-By") != "" {
 		// No leader, or one that is this server in name only (it is
@@ -378,6 +388,8 @@ func (fd *frontDoor) health(w http.ResponseWriter, r *http.Request) {
 	out := map[string]any{"status": "ok", "role": "follower", "name": fd.self.Name}
 	if fd.leading.Load() != nil {
 		out["role"] = "leader"
+	} else if lr := fd.reads.Load(); lr != nil {
+		out["reads"] = map[string]any{"served": "locally", "revision": lr.plane.Followed()}
 	}
 	if in := fd.current.Load(); in != nil {
 		out["leader"] = in
@@ -458,4 +470,106 @@ func (m members) remove(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// readRoutes are the API routes a follower answers from its read-only
+// plane: they read only the records the store's watch feeds it (or the
+// store itself). The rest (nodes, providers, logs, stats, plans...) need
+// the back-ends or the leader's memory, and are forwarded.
+var readRoutes = []string{
+	"GET /v1/instances",
+	"GET /v1/instances/{ref}",
+	"GET /v1/groups/{id}",
+	"GET /v1/events",
+	"GET /v1/quotas",
+}
+
+// localReads serves readRoutes from a read-only plane. Every answer says
+// which server gave it (Berth-Served-By) and the store revision its copy
+// reflected then (Berth-Revision): it may be behind the leader's by the
+// watch's delay.
+type localReads struct {
+	plane *control.Plane
+	api   *api.Server
+	mux   *http.ServeMux
+}
+
+func newLocalReads(self string, plane *control.Plane, apiServer *api.Server, wrap func(http.Handler) http.Handler) *localReads {
+	lr := &localReads{plane: plane, api: apiServer, mux: http.NewServeMux()}
+	h := wrap(apiServer)
+	for _, route := range readRoutes {
+		lr.mux.Handle(route, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Berth-Served-By", self)
+			w.Header().Set("Berth-Revision", strconv.FormatInt(plane.Followed(), 10))
+			h.ServeHTTP(w, r)
+		}))
+	}
+	return lr
+}
+
+// followerReads runs a read-only plane while this server does not lead
+// and hands its reads to the front door: start when the server follows,
+// stop when it leads. stop waits for every goroutine start began.
+type followerReads struct {
+	fd   *frontDoor
+	open func(ctx context.Context) (*localReads, error)
+	log  *slog.Logger
+
+	mu   sync.Mutex
+	halt func() // ends the running plane and waits; nil when none runs
+}
+
+// start runs a read-only plane until stop (or ctx ends), making it again
+// after a failure.
+func (f *followerReads) start(ctx context.Context) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.halt != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f.run(ctx)
+	}()
+	f.halt = func() {
+		cancel()
+		<-done
+	}
+}
+
+// stop ends the read-only plane; its reads go to the leader again.
+func (f *followerReads) stop() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.halt != nil {
+		f.halt()
+		f.halt = nil
+	}
+}
+
+func (f *followerReads) run(ctx context.Context) {
+	for ctx.Err() == nil {
+		lr, err := f.open(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				f.log.Warn("read-only plane: reads go to the leader meanwhile", "err", err)
+				t := time.NewTimer(time.Second)
+				select {
+				case <-ctx.Done():
+				case <-t.C:
+				}
+				t.Stop()
+			}
+			continue
+		}
+		f.fd.reads.Store(lr)
+		err = lr.plane.Run(ctx)
+		f.fd.reads.Store(nil)
+		lr.api.CloseStreams()
+		if ctx.Err() == nil {
+			f.log.Warn("read-only plane stopped", "err", err)
+		}
+	}
 }

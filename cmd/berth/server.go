@@ -437,8 +437,21 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 		// The Host check happens here too: forwarding rewrites Host to the
 		// leader's, which would hide a rebinding page's name from the leader.
 		mux.Handle("/", guard.CheckHost(door))
+		// While this server follows, a read-only plane answers the reads
+		// it can from its copy of the state.
+		reads := &followerReads{fd: door, log: log, open: func(ctx context.Context) (*localReads, error) {
+			pc := planeCfg
+			pc.ReadOnly = true
+			plane, err := control.New(ctx, pc)
+			if err != nil {
+				return nil, err
+			}
+			return newLocalReads(self.Name, plane, api.New(plane, apiOpts), func(h http.Handler) http.Handler { return timed(m, h) }), nil
+		}}
 		runAll = func(ctx context.Context) error {
 			go leader.Watch(ctx, client, f.ha.prefix, door.seen)
+			reads.start(ctx)
+			defer reads.stop()
 			return leader.Run(ctx, leader.Config{
 				Client: client, Prefix: f.ha.prefix, Self: self, TTL: f.ha.lease, Logger: log, Changed: m.Leading,
 			}, func(tctx context.Context, term leader.Term, deposed func()) error {
@@ -453,6 +466,10 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 					return err
 				}
 				door.lead(fr.mux)
+				// Leading, the full plane answers every request; deposed,
+				// the reads are served from a read-only copy again.
+				reads.stop()
+				defer reads.start(ctx)
 				defer door.lead(nil)
 				if dockerEP != nil {
 					ds := dockerapi.New(fr.plane, dockerOpts)

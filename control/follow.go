@@ -1,0 +1,219 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/reconciler"
+	"github.com/berth-dev/berth/store"
+)
+
+// ErrReadOnly is what every method of a read-only plane (Config.ReadOnly)
+// that would change state or reach a back-end returns. It matches
+// driver.ErrRetryable: the leader answers the same request.
+var ErrReadOnly = fmt.Errorf("%w: this server does not lead: it only serves reads from its copy of the state; send the request to the leader", driver.ErrRetryable)
+
+// refuse returns ErrReadOnly when the plane only reads.
+func (s *state) refuse() error {
+	if s.cfg.ReadOnly {
+		return ErrReadOnly
+	}
+	return nil
+}
+
+// follower is what a read-only plane keeps while it follows the store.
+type follower struct {
+	// rev is the store revision the records reflect: every change of
+	// instances and requests up to it is in memory.
+	rev atomic.Int64
+}
+
+// Followed returns the store revision the plane's records reflect: every
+// change of instances and requests up to it is in memory. A read-only
+// plane (Config.ReadOnly) moves it forward as Run follows the store's
+// watch; any other plane reports the revision it loaded.
+func (p *Plane) Followed() int64 {
+	if r := p.follow.rev.Load(); r > 0 {
+		return r
+	}
+	return p.loadRev
+}
+
+// ReadOnly reports whether the plane only reads (Config.ReadOnly).
+func (p *Plane) ReadOnly() bool { return p.cfg.ReadOnly }
+
+// followStore is Run for a read-only plane: it follows every change of
+// instances and requests in the store, keeping the records and the
+// scheduler's ledger (what quotas report) in step, until ctx ends. It
+// acts on nothing and writes nothing.
+func (s *state) followStore(ctx context.Context) {
+	from := s.loadRev + 1
+	for ctx.Err() == nil {
+		w, err := s.st.Watch(ctx, "/berth/", from)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("store watch", "err", err)
+				sleep(ctx, time.Second)
+			}
+			continue
+		}
+		for ev := range w.Events() {
+			from = ev.KV.ModRevision + 1
+			s.followed(ctx, ev)
+			s.follow.rev.Store(ev.KV.ModRevision)
+		}
+		switch err := w.Err(); {
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, store.ErrCompacted):
+			// Too far behind: read everything again.
+			if rev, err := s.refollow(ctx); err == nil {
+				from = rev + 1
+				s.follow.rev.Store(rev)
+			}
+		default:
+			s.log.Warn("store watch ended", "err", err)
+			sleep(ctx, time.Second)
+		}
+	}
+}
+
+// followed applies one watched change of a request or an instance.
+func (s *state) followed(ctx context.Context, ev store.Event) {
+	key := ev.KV.Key
+	switch {
+	case strings.HasPrefix(key, PrefixRequests):
+		id := strings.TrimPrefix(key, PrefixRequests)
+		if ev.Type == store.EventDelete {
+			s.mu.Lock()
+			delete(s.requests, id)
+			s.mu.Unlock()
+			return
+		}
+		r, err := decodeRequest(ev.KV)
+		if err != nil {
+			s.log.Warn("store watch", "key", key, "err", err)
+			return
+		}
+		s.mu.Lock()
+		if _, known := s.requests[id]; !known {
+			s.requests[id] = r
+		}
+		s.mu.Unlock()
+	case strings.HasPrefix(key, PrefixInstances):
+		id := strings.TrimPrefix(key, PrefixInstances)
+		if ev.Type == store.EventDelete {
+			s.mu.Lock()
+			old, ok := s.recs[id]
+			if ok && old.Revision < ev.KV.ModRevision {
+				s.dropLocked(old)
+			}
+			s.mu.Unlock()
+			if ok {
+				s.cluster.release(id)
+			}
+			return
+		}
+		in, err := decodeRecord(ev.KV, s.specOf(ctx, true))
+		if err != nil {
+			s.log.Warn("store watch", "key", key, "err", err)
+			return
+		}
+		s.mu.Lock()
+		cur, ok := s.recs[id]
+		newer := !ok || cur.Revision < in.Revision
+		if newer {
+			s.putLocked(in)
+		}
+		s.mu.Unlock()
+		if newer {
+			s.cluster.release(id)
+			if in.Phase.HoldsNode() {
+				if err := s.cluster.c.Reserve(allocationOf(in)); err != nil {
+					s.log.Warn("reserve", "instance", id, "err", err)
+				}
+			}
+		}
+	}
+}
+
+// specOf returns the spec of the instances of a request, read from the
+// store when memory does not hold the request yet (a read-only plane may
+// see an instance before its request: they are written in one
+// transaction, the instance first). keep keeps a request so read in
+// memory, for the goroutine that follows the store only.
+func (s *state) specOf(ctx context.Context, keep bool) func(string) *driver.Spec {
+	return func(id string) *driver.Spec {
+		if spec := s.requestSpec(id); spec != nil || !s.cfg.ReadOnly || id == "" {
+			return spec
+		}
+		kv, err := s.st.Get(ctx, PrefixRequests+id)
+		if err != nil {
+			return nil
+		}
+		r, err := decodeRequest(kv)
+		if err != nil {
+			return nil
+		}
+		if !keep {
+			return r.spec
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if cur, known := s.requests[id]; known {
+			return cur.spec
+		}
+		s.requests[id] = r
+		return r.spec
+	}
+}
+
+// decodeRequest reads a request stored under PrefixRequests.
+func decodeRequest(kv store.KV) (*storedRequest, error) {
+	var r storedRequest
+	if err := json.Unmarshal(kv.Value, &r); err != nil {
+		return nil, fmt.Errorf("control: decode %s: %w", kv.Key, err)
+	}
+	r.spec = r.instanceSpec()
+	return &r, nil
+}
+
+// refollow reads every request and instance again after the watch fell
+// too far behind, and forgets the instances the store no longer holds.
+func (s *state) refollow(ctx context.Context) (int64, error) {
+	kvs, _, err := s.st.List(ctx, PrefixRequests)
+	if err != nil {
+		return 0, err
+	}
+	for _, kv := range kvs {
+		s.followed(ctx, store.Event{Type: store.EventPut, KV: kv})
+	}
+	kvs, rev, err := s.st.List(ctx, PrefixInstances)
+	if err != nil {
+		return 0, err
+	}
+	seen := make(map[string]bool, len(kvs))
+	for _, kv := range kvs {
+		seen[strings.TrimPrefix(kv.Key, PrefixInstances)] = true
+		s.followed(ctx, store.Event{Type: store.EventPut, KV: kv})
+	}
+	var gone []*reconciler.Instance
+	s.mu.Lock()
+	for id, in := range s.recs {
+		if !seen[id] && in.Revision <= rev {
+			gone = append(gone, in)
+			s.dropLocked(in)
+		}
+	}
+	s.mu.Unlock()
+	for _, in := range gone {
+		s.cluster.release(in.ID)
+	}
+	return rev, nil
+}

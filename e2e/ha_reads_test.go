@@ -1,0 +1,122 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth/control"
+	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/scheduler"
+)
+
+// TestFollowersServeReads runs three servers on etcd with the sim
+// back-end: a follower answers GET /v1/instances from its own copy of
+// the state (saying so in Berth-Served-By), still forwards a write to the
+// leader, and once the leader is killed the follower elected in its place
+// takes writes.
+func TestFollowersServeReads(t *testing.T) {
+	h := newHACluster(t)
+	body := "cluster: " + h.name + "\nproviders:\n  - name: sim\n    driver: sim\n    options: {nodes: 3}\n"
+	if err := os.WriteFile(h.cfg, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h.start(0, 1, 2)
+	l := h.leader(0, 1, 2)
+	var followers []int
+	for i := range 3 {
+		if i != l {
+			followers = append(followers, i)
+		}
+	}
+	f := followers[0]
+
+	submit := func(through int, id string) {
+		t.Helper()
+		r := scheduler.Request{ID: id, Spec: driver.Spec{Image: "busybox", Resources: driver.Resources{Memory: 8 * driver.MiB}}}
+		waitFor(t, "submitting "+id+" through "+memberNames[through], func() bool {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_, err := h.client(through).Submit(ctx, r)
+			return err == nil || errors.Is(err, driver.ErrAlreadyExists)
+		})
+	}
+	// readLocally waits until server i answers GET /v1/instances itself
+	// with the instance id in it.
+	readLocally := func(i int, id string) {
+		t.Helper()
+		waitFor(t, memberNames[i]+" to list "+id+" from its own copy", func() bool {
+			req, err := http.NewRequest(http.MethodGet, "http://"+h.servers[i].addr+"/v1/instances", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Authorization", "Bearer "+h.token)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return false
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != http.StatusOK || resp.Header.Get("Berth-Served-By") != memberNames[i] || resp.Header.Get("Berth-Revision") == "" {
+				return false
+			}
+			var list []control.Instance
+			if err := json.Unmarshal(b, &list); err != nil {
+				t.Fatalf("GET /v1/instances on %s: %v: %s", memberNames[i], err, b)
+			}
+			return slices.ContainsFunc(list, func(in control.Instance) bool { return in.ID == id })
+		})
+	}
+
+	submit(l, "through-leader")
+	readLocally(f, "through-leader")
+
+	// A write on a follower goes to the leader, and the follower then
+	// reads it back from its copy.
+	submit(f, "through-follower")
+	readLocally(f, "through-follower")
+	readLocally(followers[1], "through-follower")
+
+	// A route the follower does not answer itself is still forwarded.
+	req, err := http.NewRequest(http.MethodGet, "http://"+h.servers[f].addr+"/v1/nodes", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+h.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Berth-Served-By") != "" {
+		t.Fatalf("GET /v1/nodes on a follower: %s, served by %q", resp.Status, resp.Header.Get("Berth-Served-By"))
+	}
+
+	h.servers[l].kill9(t)
+	nl := h.leader(followers...)
+	submit(nl, "after-failover")
+	other := followers[0]
+	if other == nl {
+		other = followers[1]
+	}
+	submit(other, "after-failover-forwarded")
+	readLocally(other, "after-failover")
+	readLocally(other, "after-failover-forwarded")
+	// The new leader answers from its full plane, not a read-only copy.
+	waitFor(t, "the new leader to answer from its own plane", func() bool {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+h.servers[nl].addr+"/v1/instances/after-failover", nil)
+		req.Header.Set("Authorization", "Bearer "+h.token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK && resp.Header.Get("Berth-Served-By") == ""
+	})
+}
