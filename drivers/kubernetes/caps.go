@@ -197,7 +197,9 @@ func podEvent(oldPod, newPod *corev1.Pod) (driver.Event, bool) {
 	e := driver.Event{Instance: string(newPod.UID), Node: newPod.Spec.NodeName, Tags: tagsOf(newPod), Time: time.Now()}
 	inst := instance(newPod)
 	e.State = inst.State
-	ended := func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed }
+	ended := func(p *corev1.Pod) bool {
+		return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+	}
 	switch {
 	case oldPod.DeletionTimestamp == nil && newPod.DeletionTimestamp != nil:
 		e.Type = driver.EventStop
@@ -216,4 +218,3 @@ func podEvent(oldPod, newPod *corev1.Pod) (driver.Event, bool) {
 	}
 	return e, true
 }
-
