@@ -17,7 +17,7 @@ func open(t *testing.T, opts map[string]any) driver.Driver {
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw := map[string]any{"kubeconfig": cluster.Kubeconfig, "logs": false, "stop_grace": "1s", "node_selector": "pool=main"}
+	raw := map[string]any{"kubeconfig": cluster.Kubeconfig, "logs": false, "stop_grace": "1s", "force_after": "1s", "node_selector": "pool=main"}
 	for k, v := range opts {
 		raw[k] = v
 	}

@@ -16,10 +16,6 @@ import (
 	"github.com/berth-dev/berth/driver"
 )
 
-// forceAfter is how long past its grace period a deleted pod may linger
-// (its node gone, its kubelet silent) before Delete removes it by force.
-const forceAfter = 30 * time.Second
-
 // Create validates spec, maps it onto a pod and returns an operation that
 // creates the pod (with Berth's tags as labels and annotations, so a crash
 // at any later point leaves it findable by List), creates its config map
@@ -259,7 +255,7 @@ func (d *Driver) deleteAll(ctx context.Context, name string, pre *metav1.Precond
 
 // Delete deletes the pod (SIGTERM, then SIGKILL after stop_grace) with its
 // config map and secret, and waits until the informer shows it gone. A pod
-// still there forceAfter past its grace period (its node gone) is removed
+// still there force_after past its grace period (its node gone) is removed
 // by force. A pod that is already gone ends the operation with
 // ErrNotFound.
 func (d *Driver) Delete(ctx context.Context, id string) (driver.Operation, error) {
@@ -288,7 +284,7 @@ func (d *Driver) Delete(ctx context.Context, id string) (driver.Operation, error
 			if err != nil && !errors.Is(err, driver.ErrNotFound) && !errors.Is(err, driver.ErrTimeout) && !errors.Is(err, driver.ErrRetryable) {
 				err = fmt.Errorf("%w: %w", driver.ErrDeleteFailed, err)
 			}
-			deadline = time.Now().Add(time.Duration(grace)*time.Second + forceAfter)
+			deadline = time.Now().Add(time.Duration(grace)*time.Second + d.opts.ForceAfter)
 			return nil, err
 		}},
 		step{name: "wait until pod " + name + " is gone", check: func() (bool, *driver.Instance, error) {
@@ -301,7 +297,7 @@ func (d *Driver) Delete(ctx context.Context, id string) (driver.Operation, error
 			if force != nil && force.finished() && force.err != nil && !errors.Is(force.err, driver.ErrNotFound) {
 				err := force.err
 				force = nil
-				deadline = time.Now().Add(forceAfter)
+				deadline = time.Now().Add(d.opts.ForceAfter)
 				d.log.Warn("kubernetes: force delete", "pod", name, "error", err)
 			}
 			return false, nil, nil

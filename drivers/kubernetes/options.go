@@ -24,6 +24,7 @@ type Options struct {
 	Scheduler    string            `option:"scheduler_name" help:"the pod's schedulerName when bind is true: one no scheduler of the cluster answers to, so that only Berth binds the pod"`
 	Logs         bool              `option:"logs" help:"read instance output through pods/log; turn it off where nodes run no kubelet that serves logs (simulated nodes)"`
 	StopGrace    time.Duration     `option:"stop_grace" help:"the pod's termination grace period: how long a delete waits after SIGTERM before the kubelet kills it"`
+	ForceAfter   time.Duration     `option:"force_after" help:"how long past its grace period a deleted pod may stay (its node gone, its kubelet silent) before Delete removes it by force"`
 	CallTimeout  time.Duration     `option:"call_timeout" help:"the longest a single API request may take"`
 	SyncTimeout  time.Duration     `option:"sync_timeout" help:"how long Open waits for the first listing of nodes and pods"`
 	UserDataPath string            `option:"user_data_path" help:"file in the container that receives the spec's user data (from a secret)"`
@@ -39,6 +40,7 @@ func defaultOptions() *Options {
 		Scheduler:    "berth",
 		Logs:         true,
 		StopGrace:    10 * time.Second,
+		ForceAfter:   30 * time.Second,
 		CallTimeout:  30 * time.Second,
 		SyncTimeout:  time.Minute,
 		UserDataPath: "/berth/user-data",
@@ -74,6 +76,9 @@ func (o *Options) Validate() error {
 	}
 	if o.StopGrace < 0 {
 		es.Add("stop_grace", "%s: must not be negative", o.StopGrace)
+	}
+	if o.ForceAfter <= 0 {
+		es.Add("force_after", "%s: must be positive", o.ForceAfter)
 	}
 	if o.CallTimeout <= 0 {
 		es.Add("call_timeout", "%s: must be positive", o.CallTimeout)
