@@ -22,20 +22,27 @@ cache="${BERTH_K8S_BIN:-${BERTH_CACHE:-$HOME/.cache/berth}/k8s-$K8S_VERSION}"
 mkdir -p "$cache"
 log() { echo "k8s-servers: $*" >&2; }
 
+# moddir MODULE@VERSION downloads a module through the proxy and prints its
+# directory in the module cache. It runs outside any module, so that no
+# go.mod is touched.
+moddir() {
+	(cd / && GOFLAGS= GOWORK=off go mod download -json "$1") | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p'
+}
+
 build_apiserver() {
 	local src
 	src="$(mktemp -d "${TMPDIR:-/tmp}/berth-kube-apiserver.XXXXXX")"
 	trap 'rm -rf "$src"' RETURN
 	log "downloading k8s.io/kubernetes@$K8S_VERSION"
+	cd "$src"
 	local dir
-	dir="$(GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+	dir="$(moddir "k8s.io/kubernetes@$K8S_VERSION")"
 	if [ -z "$dir" ] || [ ! -d "$dir" ]; then
 		log "go mod download gave no module directory"
 		return 1
 	fi
 	cp -r "$dir/." "$src/"
 	chmod -R u+w "$src"
-	cd "$src"
 	rm -f go.work go.work.sum
 	# The staging modules come from the proxy at the matching release: drop
 	# each "=> ./staging/..." replacement and require the release instead of
@@ -58,12 +65,12 @@ fi
 
 if [ ! -x "$cache/kwok" ]; then
 	log "building kwok $KWOK_VERSION"
-	GOBIN="$cache" GOFLAGS=-mod=mod go install "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+	(cd / && GOBIN="$cache" GOFLAGS= GOWORK=off go install "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION")
 fi
 
 if [ ! -s "$cache/kwok-stages.yaml" ]; then
 	# KWOK's binary loads no stages by itself; kwokctl hands it these.
-	kdir="$(GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+	kdir="$(moddir "sigs.k8s.io/kwok@$KWOK_VERSION")"
 	out="$cache/kwok-stages.yaml.tmp"
 	: >"$out"
 	for f in stage/node/fast/node-initialize.yaml stage/pod/fast/pod-ready.yaml stage/pod/fast/pod-complete.yaml stage/pod/fast/pod-delete.yaml; do
