@@ -29,6 +29,7 @@ import (
 
 	// The back-ends Berth ships with; each registers itself.
 	_ "github.com/berth-dev/berth/drivers/docker"
+	_ "github.com/berth-dev/berth/drivers/kubernetes"
 	_ "github.com/berth-dev/berth/drivers/local"
 	_ "github.com/berth-dev/berth/drivers/sim"
 )

@@ -1,0 +1,546 @@
+// Package k8stest runs a real Kubernetes control plane for tests: an etcd
+// member (Berth's embedded one, in a child process), a kube-apiserver and
+// KWOK, which plays the kubelet of fake nodes (their pods turn Running
+// without any container). The binaries are built once by
+// .ci/k8s-servers.sh; BinDir says where they are.
+//
+// A test binary that uses it calls ServeEtcdIfAsked first thing in
+// TestMain: the etcd member runs in a copy of the test binary, so that its
+// goroutines stay out of the tests' leak checks.
+package k8stest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clientset "k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/berth-dev/berth/store/etcd"
+)
+
+// Version is the Kubernetes release the servers are built from.
+const Version = "v1.37.2"
+
+// envBin names the directory of the binaries; envEtcd asks a test binary
+// to be the etcd member instead of running tests.
+const (
+	envBin  = "BERTH_K8S_BIN"
+	envEtcd = "BERTH_K8STEST_ETCD"
+)
+
+// FrozenAnnotation on a node makes KWOK leave its status alone, so that a
+// test can make it NotReady.
+const FrozenAnnotation = "berth.test/frozen"
+
+// BinDir returns the directory holding kube-apiserver, kwok and
+// kwok-stages.yaml: $BERTH_K8S_BIN, else the default cache directory of
+// .ci/k8s-servers.sh. It fails, saying how to build them, when one is
+// missing.
+func BinDir() (string, error) {
+	dir := os.Getenv(envBin)
+	if dir == "" {
+		base := os.Getenv("BERTH_CACHE")
+		if base == "" {
+			home, err := os.UserHomeDir()
+			if err != nil {
+				return "", err
+			}
+			base = filepath.Join(home, ".cache", "berth")
+		}
+		dir = filepath.Join(base, "k8s-"+Version)
+	}
+	var missing []string
+	for _, f := range []string{"kube-apiserver", "kwok", "kwok-stages.yaml"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			missing = append(missing, f)
+		}
+	}
+	if len(missing) > 0 {
+		return "", fmt.Errorf("k8stest: %s missing from %s: build them with .ci/k8s-servers.sh (about 15 minutes the first time; "+
+			"it builds kube-apiserver %s and kwok from the Go module proxy), or point %s at a directory holding them",
+			strings.Join(missing, ", "), dir, Version, envBin)
+	}
+	return dir, nil
+}
+
+// ServeEtcdIfAsked runs an etcd member and exits, when this process was
+// started by Start to be one; otherwise it returns at once. The member
+// stops when its standard input closes (the parent is gone) or on SIGTERM.
+func ServeEtcdIfAsked() {
+	spec := os.Getenv(envEtcd)
+	if spec == "" {
+		return
+	}
+	parts := strings.Split(spec, "|")
+	if len(parts) != 3 {
+		fmt.Fprintln(os.Stderr, "k8stest: bad", envEtcd, spec)
+		os.Exit(2)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	m, err := etcd.StartMember(ctx, etcd.MemberConfig{Name: "k8stest", Dir: parts[0], ClientURL: parts[1], PeerURL: parts[2], SkipFsync: true})
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "k8stest: etcd:", err)
+		os.Exit(1)
+	}
+	fmt.Println("etcd ready")
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
+	gone := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		close(gone)
+	}()
+	select {
+	case <-stop:
+	case <-gone:
+	case err := <-m.Err():
+		fmt.Fprintln(os.Stderr, "k8stest: etcd:", err)
+	}
+	m.Close()
+	os.Exit(0)
+}
+
+// Cluster is a running control plane with KWOK.
+type Cluster struct {
+	// Kubeconfig is the path of a kubeconfig file for the cluster (admin).
+	Kubeconfig string
+	// Client is an admin client.
+	Client clientset.Interface
+	// Host is the API server's URL.
+	Host string
+
+	dir   string
+	procs []*proc
+}
+
+type proc struct {
+	name  string
+	cmd   *exec.Cmd
+	log   string
+	stdin io.Closer
+	done  chan struct{}
+}
+
+// Start starts etcd, kube-apiserver and KWOK with their files in dir (a
+// test's temporary directory) and waits until the API server is ready.
+// The caller must call Stop, also when Start fails halfway (Start stops
+// what it started then).
+func Start(ctx context.Context, dir string) (c *Cluster, err error) {
+	bin, err := BinDir()
+	if err != nil {
+		return nil, err
+	}
+	c = &Cluster{dir: dir}
+	defer func() {
+		if err != nil {
+			c.Stop()
+			c = nil
+		}
+	}()
+
+	// etcd, in a copy of this binary.
+	clientPort, peerPort := freePort(), freePort()
+	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", clientPort)
+	self, err := os.Executable()
+	if err != nil {
+		return c, err
+	}
+	ep, err := c.start("etcd", self, nil, []string{envEtcd + "=" + filepath.Join(dir, "etcd") + "|" + etcdURL + "|" + fmt.Sprintf("http://127.0.0.1:%d", peerPort)})
+	if err != nil {
+		return c, err
+	}
+	if err := waitLine(ctx, ep, "etcd ready"); err != nil {
+		return c, err
+	}
+
+	// Certificates, keys and the admin token.
+	certFile, keyFile, caPEM, err := servingCert(dir)
+	if err != nil {
+		return c, err
+	}
+	saKey := filepath.Join(dir, "sa.key")
+	if err := writeKey(saKey); err != nil {
+		return c, err
+	}
+	token := hexToken()
+	tokens := filepath.Join(dir, "tokens.csv")
+	if err := os.WriteFile(tokens, []byte(token+",admin,admin-uid,system:masters\n"), 0o600); err != nil {
+		return c, err
+	}
+	port := freePort()
+	c.Host = fmt.Sprintf("https://127.0.0.1:%d", port)
+	args := []string{
+		"--etcd-servers=" + etcdURL,
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(port),
+		"--tls-cert-file=" + certFile,
+		"--tls-private-key-file=" + keyFile,
+		"--cert-dir=" + filepath.Join(dir, "certs"),
+		"--service-account-issuer=https://kubernetes.default.svc",
+		"--service-account-key-file=" + saKey,
+		"--service-account-signing-key-file=" + saKey,
+		"--token-auth-file=" + tokens,
+		// Tests only: every authenticated request is allowed.
+		"--authorization-mode=AlwaysAllow",
+		"--anonymous-auth=false",
+		// No controller manager makes service account tokens.
+		"--disable-admission-plugins=ServiceAccount",
+		"--service-cluster-ip-range=10.96.0.0/16",
+		"--endpoint-reconciler-type=none",
+		"--enable-priority-and-fairness=false",
+		"--profiling=false",
+		"--v=0",
+	}
+	if _, err := c.start("kube-apiserver", filepath.Join(bin, "kube-apiserver"), args, nil); err != nil {
+		return c, err
+	}
+	if err := c.waitReady(ctx, caPEM, token); err != nil {
+		return c, err
+	}
+
+	c.Kubeconfig = filepath.Join(dir, "kubeconfig")
+	kc := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: k8stest
+  cluster:
+    server: %s
+    certificate-authority-data: %s
+users:
+- name: admin
+  user:
+    token: %s
+contexts:
+- name: k8stest
+  context: {cluster: k8stest, user: admin}
+current-context: k8stest
+`, c.Host, b64(caPEM), token)
+	if err := os.WriteFile(c.Kubeconfig, []byte(kc), 0o600); err != nil {
+		return c, err
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+	if err != nil {
+		return c, err
+	}
+	cfg.QPS, cfg.Burst = 500, 1000
+	c.Client, err = clientset.NewForConfig(cfg)
+	if err != nil {
+		return c, err
+	}
+
+	if _, err := c.start("kwok", filepath.Join(bin, "kwok"), []string{
+		"--kubeconfig=" + c.Kubeconfig,
+		"--config=" + filepath.Join(bin, "kwok-stages.yaml"),
+		"--manage-all-nodes=true",
+		"--disregard-status-with-annotation-selector=" + FrozenAnnotation + "=true",
+		"--node-ip=127.0.0.1",
+	}, nil); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+// start starts a child in its own process group, which dies with the test
+// process (Pdeathsig) and which Stop kills whole.
+func (c *Cluster) start(name, path string, args, env []string) (*bufio.Reader, error) {
+	logPath := filepath.Join(c.dir, name+".log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(path, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stderr = logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	var out io.ReadCloser
+	var stdin io.WriteCloser
+	if env != nil {
+		if out, err = cmd.StdoutPipe(); err != nil {
+			logFile.Close()
+			return nil, err
+		}
+		if stdin, err = cmd.StdinPipe(); err != nil {
+			logFile.Close()
+			return nil, err
+		}
+	} else {
+		cmd.Stdout = logFile
+	}
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("k8stest: start %s: %w", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, log: logPath, stdin: stdin, done: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		logFile.Close()
+		close(p.done)
+	}()
+	c.procs = append(c.procs, p)
+	if out != nil {
+		return bufio.NewReader(out), nil
+	}
+	return nil, nil
+}
+
+// waitLine waits until r gives line (the child is up) or ctx ends.
+func waitLine(ctx context.Context, r *bufio.Reader, line string) error {
+	got := make(chan error, 1)
+	go func() {
+		for {
+			s, err := r.ReadString('\n')
+			if strings.TrimSpace(s) == line {
+				got <- nil
+				_, _ = io.Copy(io.Discard, r)
+				return
+			}
+			if err != nil {
+				got <- fmt.Errorf("k8stest: the child ended before it said %q", line)
+				return
+			}
+		}
+	}()
+	select {
+	case err := <-got:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// waitReady polls /readyz until the API server answers ok.
+func (c *Cluster) waitReady(ctx context.Context, caPEM []byte, token string) error {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+	api := c.procs[len(c.procs)-1]
+	var last string
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.Host+"/readyz", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := hc.Do(req)
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = fmt.Sprintf("%s: %s", resp.Status, bytes.TrimSpace(body))
+		} else {
+			last = err.Error()
+		}
+		select {
+		case <-api.done:
+			return fmt.Errorf("k8stest: kube-apiserver exited: %s", tail(api.log))
+		case <-ctx.Done():
+			return fmt.Errorf("k8stest: kube-apiserver not ready (%s): %w; its log: %s", last, ctx.Err(), tail(api.log))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Stop kills KWOK, the API server and etcd, each with its process group,
+// and waits for them.
+func (c *Cluster) Stop() {
+	for i := len(c.procs) - 1; i >= 0; i-- {
+		p := c.procs[i]
+		if p.stdin != nil {
+			p.stdin.Close()
+		}
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+			<-p.done
+		}
+		// Whatever of the group outlived its leader.
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	}
+	c.procs = nil
+}
+
+// Logs returns the end of a child's log ("etcd", "kube-apiserver",
+// "kwok"), for failure messages.
+func (c *Cluster) Logs(name string) string { return tail(filepath.Join(c.dir, name+".log")) }
+
+func tail(path string) string {
+	b, _ := os.ReadFile(path)
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(b)
+}
+
+// NodeShape is what AddNodes gives each node.
+type NodeShape struct {
+	CPU    string // e.g. "4"
+	Memory string // e.g. "8Gi"
+	Pods   int    // default 110
+	GPUs   int
+	Labels map[string]string
+}
+
+// AddNodes creates n fake nodes named prefix-0, prefix-1... managed by
+// KWOK, and waits until each is Ready.
+func (c *Cluster) AddNodes(ctx context.Context, prefix string, n int, shape NodeShape) ([]string, error) {
+	if shape.Pods == 0 {
+		shape.Pods = 110
+	}
+	res := corev1.ResourceList{
+		corev1.ResourceCPU:              resource.MustParse(shape.CPU),
+		corev1.ResourceMemory:           resource.MustParse(shape.Memory),
+		corev1.ResourcePods:             *resource.NewQuantity(int64(shape.Pods), resource.DecimalSI),
+		corev1.ResourceEphemeralStorage: resource.MustParse("100Gi"),
+	}
+	if shape.GPUs > 0 {
+		res["nvidia.com/gpu"] = *resource.NewQuantity(int64(shape.GPUs), resource.DecimalSI)
+	}
+	var names []string
+	for i := range n {
+		name := fmt.Sprintf("%s-%d", prefix, i)
+		labels := map[string]string{"type": "kwok", "kubernetes.io/hostname": name}
+		for k, v := range shape.Labels {
+			labels[k] = v
+		}
+		node := &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, Annotations: map[string]string{
+				"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"}},
+			Status: corev1.NodeStatus{Allocatable: res, Capacity: res},
+		}
+		if _, err := c.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return nil, err
+		}
+		names = append(names, name)
+	}
+	for _, name := range names {
+		if err := c.waitNode(ctx, name); err != nil {
+			return nil, err
+		}
+	}
+	return names, nil
+}
+
+func (c *Cluster) waitNode(ctx context.Context, name string) error {
+	for {
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err == nil {
+			for _, cond := range n.Status.Conditions {
+				if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+					return nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("k8stest: node %s never became Ready (last error %v); kwok's log: %s", name, err, c.Logs("kwok"))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// CreateNamespace makes a namespace (the cluster has no controller that
+// would delete one, so tests keep theirs).
+func (c *Cluster) CreateNamespace(ctx context.Context, name string) error {
+	_, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
+}
+
+func freePort() int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// servingCert writes a self-signed certificate for 127.0.0.1 and
+// localhost, and returns its files and its PEM (the clients' CA).
+func servingCert(dir string) (certFile, keyFile string, certPEM []byte, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return "", "", nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(time.Now().UnixNano()),
+		Subject:               pkix.Name{CommonName: "k8stest"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1")},
+		DNSNames:              []string{"localhost"},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return "", "", nil, err
+	}
+	certPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	certFile, keyFile = filepath.Join(dir, "serving.crt"), filepath.Join(dir, "serving.key")
+	if err := os.WriteFile(certFile, certPEM, 0o600); err != nil {
+		return "", "", nil, err
+	}
+	return certFile, keyFile, certPEM, writeKeyOf(keyFile, key)
+}
+
+// writeKey writes a new ECDSA key (the service accounts' signing key).
+func writeKey(path string) error {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	return writeKeyOf(path, key)
+}
+
+func writeKeyOf(path string, key *ecdsa.PrivateKey) error {
+	der, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600)
+}
+
+func hexToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%x", b)
+}
+
+func b64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
