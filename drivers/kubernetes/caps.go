@@ -10,8 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/berth-dev/berth/driver"
@@ -38,7 +36,7 @@ func (d *Driver) logs(ctx context.Context, id string, opts driver.LogOptions, st
 		tail := int64(opts.Tail)
 		lo.TailLines = &tail
 	}
-	rc, err := d.cs.CoreV1().Pods(p.Namespace).GetLogs(p.Name, lo).Stream(ctx)
+	rc, err := d.core.podLogs(ctx, p.Namespace, p.Name, lo)
 	if err != nil {
 		return classify(err, "logs of pod "+p.Name, false)
 	}
@@ -92,7 +90,7 @@ func (d *Driver) resize(ctx context.Context, id string, r driver.Resources) erro
 	}
 	cctx, cancel := d.callCtx(ctx)
 	defer cancel()
-	if _, err := d.cs.CoreV1().Pods(p.Namespace).Patch(cctx, p.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "resize"); err != nil {
+	if err := d.core.resizePod(cctx, p.Namespace, p.Name, patch); err != nil {
 		if apierrors.IsInvalid(err) && strings.Contains(err.Error(), "without support for resize") {
 			// The node's kubelet reports no container resources: it
 			// predates in-place resize (or is no kubelet at all).

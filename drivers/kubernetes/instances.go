@@ -50,14 +50,13 @@ func (d *Driver) Create(ctx context.Context, node string, spec *driver.Spec) (dr
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes: create %s: %w", name, err)
 	}
-	pods := d.cs.CoreV1().Pods(d.opts.Namespace)
 	var made *corev1.Pod  // set by the create step, read by the later ones
 	var createErr error   // the create step's failure
 	seen := false         // the informer has shown the pod
 	what := "pod " + name // for messages
 
 	steps := []step{{name: "create " + what, call: func(ctx context.Context) (*driver.Instance, error) {
-		p, err := pods.Create(ctx, pod, metav1.CreateOptions{})
+		p, err := d.core.createPod(ctx, d.opts.Namespace, pod)
 		if err != nil {
 			createErr = classify(err, "create "+what, true)
 			if errors.Is(createErr, driver.ErrAlreadyExists) {
@@ -70,13 +69,13 @@ func (d *Driver) Create(ctx context.Context, node string, spec *driver.Spec) (dr
 	}}}
 	if len(spec.ConfigFiles) > 0 {
 		steps = append(steps, step{name: "create the config map of " + what, call: func(ctx context.Context) (*driver.Instance, error) {
-			_, err := d.cs.CoreV1().ConfigMaps(d.opts.Namespace).Create(ctx, d.filesFor(spec, made), metav1.CreateOptions{})
+			err := d.core.createConfigMap(ctx, d.opts.Namespace, d.filesFor(spec, made))
 			return nil, classify(err, "create the config map of "+what, true)
 		}})
 	}
 	if spec.UserData != "" {
 		steps = append(steps, step{name: "create the secret of " + what, call: func(ctx context.Context) (*driver.Instance, error) {
-			_, err := d.cs.CoreV1().Secrets(d.opts.Namespace).Create(ctx, d.userDataFor(spec, made), metav1.CreateOptions{})
+			err := d.core.createSecret(ctx, d.opts.Namespace, d.userDataFor(spec, made))
 			return nil, classify(err, "create the secret of "+what, true)
 		}})
 	}
@@ -162,15 +161,15 @@ func (d *Driver) fits(node string, spec *driver.Spec) error {
 // another scheduler bound first is a placement conflict, which the caller
 // settles by placing the instance elsewhere: ErrInsufficientCapacity.
 func (d *Driver) bind(ctx context.Context, p *corev1.Pod, node string) error {
-	err := d.cs.CoreV1().Pods(p.Namespace).Bind(ctx, &corev1.Binding{
+	err := d.core.bindPod(ctx, p.Namespace, &corev1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID},
 		Target:     corev1.ObjectReference{Kind: "Node", Name: node},
-	}, metav1.CreateOptions{})
+	})
 	if err == nil {
 		return nil
 	}
 	if apierrors.IsConflict(err) {
-		cur, gerr := d.cs.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+		cur, gerr := d.core.getPod(ctx, p.Namespace, p.Name)
 		if gerr == nil && cur.UID == p.UID && cur.Spec.NodeName == node {
 			return nil // a bind that went through before
 		}
@@ -228,7 +227,7 @@ func started(p *corev1.Pod, what string) (bool, *driver.Instance, error) {
 // seconds) and its config map and secret when it has them. Their absence
 // is no error; the pod's is ErrNotFound.
 func (d *Driver) deleteAll(ctx context.Context, name string, pre *metav1.Preconditions, grace int64, files, userData bool) error {
-	err := d.cs.CoreV1().Pods(d.opts.Namespace).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &grace, Preconditions: pre})
+	err := d.core.deletePod(ctx, d.opts.Namespace, name, metav1.DeleteOptions{GracePeriodSeconds: &grace, Preconditions: pre})
 	if apierrors.IsConflict(err) && pre != nil {
 		// The uid precondition failed: the pod of that uid is gone and
 		// another of that name took its place.
@@ -239,13 +238,13 @@ func (d *Driver) deleteAll(ctx context.Context, name string, pre *metav1.Precond
 		return perr
 	}
 	if files {
-		err := d.cs.CoreV1().ConfigMaps(d.opts.Namespace).Delete(ctx, name+filesSuffix, metav1.DeleteOptions{})
+		err := d.core.deleteConfigMap(ctx, d.opts.Namespace, name+filesSuffix)
 		if err := classify(err, "delete config map "+name+filesSuffix, true); err != nil && !errors.Is(err, driver.ErrNotFound) {
 			return err
 		}
 	}
 	if userData {
-		err := d.cs.CoreV1().Secrets(d.opts.Namespace).Delete(ctx, name+userDataSuffix, metav1.DeleteOptions{})
+		err := d.core.deleteSecret(ctx, d.opts.Namespace, name+userDataSuffix)
 		if err := classify(err, "delete secret "+name+userDataSuffix, true); err != nil && !errors.Is(err, driver.ErrNotFound) {
 			return err
 		}

@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
-	clientset "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
@@ -33,7 +32,7 @@ func init() {
 type Driver struct {
 	opts    Options
 	log     *slog.Logger
-	cs      clientset.Interface
+	core    *core
 	http    *http.Client
 	nodeSel labels.Selector
 
@@ -66,7 +65,7 @@ func Open(ctx context.Context, opts *Options, env driver.Env) (driver.Driver, er
 	if err != nil {
 		return nil, err
 	}
-	return d.wrap(), nil
+	return d.wrap(ctx), nil
 }
 
 func open(ctx context.Context, opts *Options, env driver.Env) (driver.Driver, error) {
@@ -90,15 +89,15 @@ func New(ctx context.Context, opts *Options, env driver.Env) (*Driver, error) {
 	if err != nil {
 		return nil, &driver.FieldError{Path: "kubeconfig", Reason: err.Error()}
 	}
-	cs, err := clientset.NewForConfigAndClient(cfg, httpClient)
+	cc, err := newCore(cfg, httpClient)
 	if err != nil {
 		httpClient.CloseIdleConnections()
 		return nil, &driver.FieldError{Path: "kubeconfig", Reason: err.Error()}
 	}
 	sel, _ := labels.Parse(opts.NodeSelector)
-	d := &Driver{opts: *opts, log: env.Logger, cs: cs, http: httpClient, nodeSel: sel, calls: map[uint64]context.CancelFunc{}}
+	d := &Driver{opts: *opts, log: env.Logger, core: cc, http: httpClient, nodeSel: sel, calls: map[uint64]context.CancelFunc{}}
 
-	rc := cs.CoreV1().RESTClient()
+	rc := cc.rc
 	d.nodes = cache.NewSharedIndexInformer(cache.NewFilteredListWatchFromClient(rc, "nodes", "", func(o *metav1.ListOptions) {
 		o.LabelSelector = opts.NodeSelector
 	}), &corev1.Node{}, 0, cache.Indexers{})
@@ -162,9 +161,9 @@ func restConfig(opts *Options) (*rest.Config, error) {
 
 // wrap returns d with the optional capabilities the options and the server
 // allow.
-func (d *Driver) wrap() driver.Driver {
+func (d *Driver) wrap(ctx context.Context) driver.Driver {
 	logs := d.opts.Logs
-	resize := d.serverResizes()
+	resize := d.serverResizes(ctx)
 	switch {
 	case logs && resize:
 		return logsResizer{d}
@@ -193,8 +192,8 @@ func Unwrap(dd driver.Driver) *Driver {
 
 // serverResizes reports whether the server offers pods/resize (in-place
 // resize of a pod's resources).
-func (d *Driver) serverResizes() bool {
-	list, err := d.cs.Discovery().ServerResourcesForGroupVersion("v1")
+func (d *Driver) serverResizes(ctx context.Context) bool {
+	list, err := d.core.resources(ctx)
 	if err != nil {
 		d.log.Warn("kubernetes: the server's resources could not be listed; no resize", "error", err)
 		return false
