@@ -187,31 +187,9 @@ func (s *state) usageLoop(ctx context.Context) {
 	}
 }
 
-// target is one instance the usage loop counts on a node.
+// target is one instance the usage loop measures.
 type target struct {
 	id, backendID, node string
-	res                 driver.Resources
-}
-
-// targets returns the instances on p's nodes: those that hold a node.
-func (s *state) targets(p *provider.Provider) []target {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	var out []target
-	for _, in := range s.recs {
-		if in.Provider != p.Name() || !in.Phase.HoldsNode() {
-			continue
-		}
-		t := target{id: in.ID, node: in.Node}
-		if in.Spec != nil {
-			t.res = in.Spec.Resources
-		}
-		if in.Phase != reconciler.Deleting {
-			t.backendID = in.BackendID
-		}
-		out = append(out, t)
-	}
-	return out
 }
 
 // batch returns up to UsagePerRound instances of p with a back-end
@@ -305,26 +283,36 @@ loop:
 		r.add(sample)
 	}
 	s.meter.usageMu.Unlock()
-	sums := map[string]NodeUsage{}
-	counted := s.targets(p)
+	// Every instance on p's nodes counts, read afresh: one placed while
+	// the samples were taken counts at its reservation. The records are
+	// walked in place, with no copy of them: a provider may have millions.
+	byNode := map[string]NodeUsage{}
+	s.mu.RLock()
 	s.meter.usageMu.Lock()
-	for _, t := range counted {
-		key := reconciler.NodeID(p.Name(), t.node)
-		n := sums[key]
+	for _, in := range s.recs {
+		if in.Provider != p.Name() || !in.Phase.HoldsNode() {
+			continue
+		}
+		n := byNode[in.Node]
 		n.Instances++
 		n.Time = now
 		// An instance counts at its latest sample of the copy it runs
 		// as now (a copy placed again starts afresh).
-		if r := s.meter.rings[t.id]; r != nil && t.backendID != "" && r.backend == t.backendID {
+		if r := s.meter.rings[in.ID]; r != nil && in.BackendID != "" && in.Phase != reconciler.Deleting && r.backend == in.BackendID {
 			l := r.latest()
 			n.CPU += driver.MilliCPU(l.cpu)
 			n.MemoryBytes += l.mem
 			n.Sampled++
-		} else {
-			n.CPU += t.res.CPU
-			n.MemoryBytes += int64(t.res.Memory)
+		} else if in.Spec != nil {
+			n.CPU += in.Spec.CPU
+			n.MemoryBytes += int64(in.Spec.Memory)
 		}
-		sums[key] = n
+		byNode[in.Node] = n
+	}
+	s.mu.RUnlock()
+	sums := make(map[string]NodeUsage, len(byNode))
+	for node, n := range byNode {
+		sums[reconciler.NodeID(p.Name(), node)] = n
 	}
 	var cleared []string
 	for key := range s.meter.nodes {
