@@ -477,6 +477,10 @@ func (s *state) launchQueued(rt *runtime, id string) (time.Time, bool) {
 	return time.Time{}, false
 }
 
+// staleRetry is how long after a failed delete of a stale copy (its node
+// away, say) the instance's tick tries again.
+const staleRetry = 10 * time.Second
+
 // callTimeout bounds one synchronous back-end call made by a worker.
 const callTimeout = 30 * time.Second
 
@@ -892,8 +896,9 @@ func (s *state) workStale(ctx context.Context, rt *runtime, t *task) {
 			return
 		}
 		if err != nil {
-			// The node may still be away; the next tick tries again.
+			// The node may still be away: a tick tries again later.
 			rt.finish(t)
+			s.tickAt(rt, t.id, s.now().Add(staleRetry))
 			return
 		}
 	}
@@ -901,6 +906,7 @@ func (s *state) workStale(ctx context.Context, rt *runtime, t *task) {
 	switch {
 	case err != nil:
 		rt.finish(t)
+		s.tickAt(rt, t.id, s.now().Add(staleRetry))
 	case done:
 		s.log.Info("stale copy deleted", "instance", t.id, "provider", t.ref.Provider, "backend_id", t.ref.BackendID)
 		s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.StaleGone, Ref: t.ref}, true)

@@ -21,6 +21,7 @@ import (
 	"github.com/berth-dev/berth/driver"
 	_ "github.com/berth-dev/berth/drivers/docker" // registers the docker driver
 	"github.com/berth-dev/berth/drivers/docker/dockertest"
+	"github.com/berth-dev/berth/drivers/kubernetes/k8stest"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/reconciler"
 	"github.com/berth-dev/berth/store/bolt"
@@ -49,7 +50,11 @@ var quiet = func() *slog.Logger {
 	return slog.New(slog.DiscardHandler)
 }()
 
-func TestMain(m *testing.M) { os.Exit(runMain(m)) }
+func TestMain(m *testing.M) {
+	// The kubernetes test's etcd member runs in a copy of this binary.
+	k8stest.ServeEtcdIfAsked()
+	os.Exit(runMain(m))
+}
 
 func runMain(m *testing.M) int {
 	// These tests stop engines and launch many containers: they take the

@@ -466,7 +466,9 @@ func (m Machine) step(in *Instance, ev Event, now time.Time) []Action {
 		return nil
 	}
 	var acts []Action
-	if len(in.Stale) > 0 && (ev.Kind == Tick || ev.Kind == Resume) {
+	// Stale copies go on every tick, and as soon as the instance's new copy
+	// is up (its placement and launch need no tick of their own).
+	if len(in.Stale) > 0 && (ev.Kind == Tick || ev.Kind == Resume || ev.Kind == Created) {
 		acts = append(acts, Action{Kind: DeleteStale})
 	}
 	switch in.Phase {
