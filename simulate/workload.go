@@ -141,6 +141,20 @@ func (w *Workload) Validate() error {
 	add := func(path, format string, args ...any) {
 		es = append(es, &driver.FieldError{Path: path, Reason: fmt.Sprintf(format, args...)})
 	}
+	// replay checks the replay fields of a request or group at p.
+	replay := func(p string, repeat int, arrival, interval, duration float64) {
+		if repeat < 0 {
+			add(p+"repeat", "%d: must not be negative", repeat)
+		}
+		for _, f := range []struct {
+			name string
+			v    float64
+		}{{"arrival", arrival}, {"interval", interval}, {"duration", duration}} {
+			if f.v < 0 {
+				add(p+f.name, "%v: must not be negative", f.v)
+			}
+		}
+	}
 	if len(w.Nodes) == 0 {
 		add("nodes", "a workload needs at least one node pool")
 	}
@@ -168,18 +182,7 @@ func (w *Workload) Validate() error {
 				}
 			}
 		}
-		if it.Repeat < 0 {
-			add(p+"repeat", "%d: must not be negative", it.Repeat)
-		}
-		if it.Arrival < 0 {
-			add(p+"arrival", "%v: must not be negative", it.Arrival)
-		}
-		if it.Interval < 0 {
-			add(p+"interval", "%v: must not be negative", it.Interval)
-		}
-		if it.Duration < 0 {
-			add(p+"duration", "%v: must not be negative", it.Duration)
-		}
+		replay(p, it.Repeat, it.Arrival, it.Interval, it.Duration)
 		if it.Essential != nil && (*it.Essential < 0 || *it.Essential > it.N()) {
 			add(p+"essential", "%d: want 0 to count (%d)", *it.Essential, it.N())
 		}
@@ -219,18 +222,7 @@ func (w *Workload) Validate() error {
 			}
 			ids[g.ID] = i
 		}
-		if g.Repeat < 0 {
-			add(p+"repeat", "%d: must not be negative", g.Repeat)
-		}
-		if g.Arrival < 0 {
-			add(p+"arrival", "%v: must not be negative", g.Arrival)
-		}
-		if g.Interval < 0 {
-			add(p+"interval", "%v: must not be negative", g.Interval)
-		}
-		if g.Duration < 0 {
-			add(p+"duration", "%v: must not be negative", g.Duration)
-		}
+		replay(p, g.Repeat, g.Arrival, g.Interval, g.Duration)
 	}
 	return es.Err()
 }

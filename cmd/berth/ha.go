@@ -197,15 +197,26 @@ func (h *haFlags) member(dataDir string, insecure bool) etcd.MemberConfig {
 
 // advertiseURL is the URL the other servers reach this one's API at.
 func (h *haFlags) advertiseURL(ln net.Addr, withTLS bool) (string, error) {
-	if h.advertise != "" {
-		return strings.TrimSuffix(h.advertise, "/"), nil
+	return listenerURL(h.advertise, ln, withTLS, "--listen", "--advertise-url")
+}
+
+// listenerURL is advertise when given, else the URL of the TCP listener
+// ln; a listener on every interface says nothing of where it is reached,
+// and needs advertise (the flag advertiseFlag), as does one on a unix
+// socket.
+func listenerURL(advertise string, ln net.Addr, withTLS bool, listenFlag, advertiseFlag string) (string, error) {
+	if advertise != "" {
+		return strings.TrimSuffix(advertise, "/"), nil
+	}
+	if ln.Network() != "tcp" {
+		return "", usagef("%s %s: on etcd it listens on TCP, where the other servers can forward to it (or give %s)", listenFlag, ln, advertiseFlag)
 	}
 	host, port, err := net.SplitHostPort(ln.String())
 	if err != nil {
 		return "", err
 	}
 	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
-		return "", usagef("--listen %s binds every interface: say with --advertise-url where the other servers reach this one", ln)
+		return "", usagef("%s %s binds every interface: say with %s where the other servers reach this one", listenFlag, ln, advertiseFlag)
 	}
 	scheme := "http"
 	if withTLS {
@@ -217,24 +228,7 @@ func (h *haFlags) advertiseURL(ln net.Addr, withTLS bool) (string, error) {
 // dockerAdvertiseURL is the URL the other servers reach this one's Docker
 // endpoint at, listening on ln.
 func (h *haFlags) dockerAdvertiseURL(ln net.Addr, withTLS bool) (string, error) {
-	if h.dockerAdvertise != "" {
-		return strings.TrimSuffix(h.dockerAdvertise, "/"), nil
-	}
-	if ln.Network() != "tcp" {
-		return "", usagef("--docker-listen %s: on etcd the Docker endpoint listens on TCP, where the other servers can forward docker requests to it (or give --docker-advertise-url)", ln)
-	}
-	host, port, err := net.SplitHostPort(ln.String())
-	if err != nil {
-		return "", err
-	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
-		return "", usagef("--docker-listen %s binds every interface: say with --docker-advertise-url where the other servers reach this one", ln)
-	}
-	scheme := "http"
-	if withTLS {
-		scheme = "https"
-	}
-	return scheme + "://" + net.JoinHostPort(host, port), nil
+	return listenerURL(h.dockerAdvertise, ln, withTLS, "--docker-listen", "--docker-advertise-url")
 }
 
 // frontDoor routes the API of a server in a highly available cluster: to

@@ -391,17 +391,7 @@ func runCmd(c *cli) *cobra.Command {
 				}
 				return nil
 			}
-			if asJSON {
-				if err := printJSON(c.stdout, ans); err != nil {
-					return err
-				}
-			} else if err := c.placedTable(ans.Instances); err != nil {
-				return err
-			}
-			if detach {
-				return nil
-			}
-			return c.waitRunning(cmd.Context(), cl, control.Filter{Request: ans.Request}, len(ans.Instances))
+			return c.placed(cmd.Context(), cl, ans, ans.Instances, asJSON, detach, control.Filter{Request: ans.Request})
 		},
 	}
 	s.register(cmd)
@@ -412,6 +402,22 @@ func runCmd(c *cli) *cobra.Command {
 	cmd.Flags().BoolVarP(&interactive, "interactive", "i", false, "send this input to the instance until its end, and print its output until it ends (keep its input open with -d)")
 	cmd.Flags().BoolVarP(&tty, "tty", "t", false, "run the instance on a terminal; with -i on a terminal, this one is raw and its size follows")
 	return cmd
+}
+
+// placed prints a submission's answer (as JSON, or its placed instances
+// as a table) and, unless detach, waits until the instances f selects run.
+func (c *cli) placed(ctx context.Context, cl *client.Client, ans any, ps []control.Placed, asJSON, detach bool, f control.Filter) error {
+	if asJSON {
+		if err := printJSON(c.stdout, ans); err != nil {
+			return err
+		}
+	} else if err := c.placedTable(ps); err != nil {
+		return err
+	}
+	if detach {
+		return nil
+	}
+	return c.waitRunning(ctx, cl, f, len(ps))
 }
 
 // placedTable prints placed instances with their nodes.
@@ -458,17 +464,7 @@ func (c *cli) runPool(cmd *cobra.Command, s *specFlags, pool string, args []stri
 	if err != nil {
 		return err
 	}
-	if asJSON {
-		if err := printJSON(c.stdout, ans); err != nil {
-			return err
-		}
-	} else if err := c.placedTable(ans.Instances); err != nil {
-		return err
-	}
-	if detach {
-		return nil
-	}
-	return c.waitRunning(cmd.Context(), cl, control.Filter{Group: id}, len(ans.Instances))
+	return c.placed(cmd.Context(), cl, ans, ans.Instances, asJSON, detach, control.Filter{Group: id})
 }
 
 // waitRunning waits until every one of the n instances of request runs (or
