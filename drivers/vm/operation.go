@@ -37,6 +37,8 @@ type machine struct {
 	phase int // 0 steps, 1 cleanup, 2 final, 3 over
 	inst  *driver.Instance
 	err   error
+	// finalInst is what final read, set by its goroutine.
+	finalInst *driver.Instance
 }
 
 func (d *Driver) newMachine(ctx context.Context, id string, steps ...step) *machine {
@@ -73,9 +75,7 @@ func (m *machine) Advance(context.Context) (driver.Progress, error) {
 			case m.phase == 2 && m.final != nil:
 				m.cur = m.launch(func(ctx context.Context) error {
 					inst, err := m.final(ctx)
-					if err == nil {
-						m.inst = inst
-					}
+					m.finalInst = inst // read once the channel has answered
 					return err
 				})
 			default:
@@ -112,6 +112,9 @@ func (m *machine) Advance(context.Context) (driver.Progress, error) {
 			}
 			m.phase = 3
 		case 2:
+			if err == nil {
+				m.inst = m.finalInst
+			}
 			m.err = err
 			m.phase = 3
 		}

@@ -7,6 +7,7 @@ package vmtest
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
@@ -26,7 +27,9 @@ type Guest struct {
 const Cmdline = "console=ttyS0 quiet loglevel=1 panic=-1 rdinit=/init"
 
 // modules are what the init loads: the virtio disks and FAT.
-var modules = []string{"virtio_pci", "virtio_blk", "vfat", "nls_cp437", "nls_ascii"}
+// evdev and button turn the ACPI power button into an input event for acpid, so
+// that a stop is a clean power-off.
+var modules = []string{"virtio_pci", "virtio_blk", "vfat", "nls_cp437", "nls_ascii", "evdev", "button"}
 
 const initScript = `#!/bin/busybox sh
 /bin/busybox --install -s /bin
@@ -55,6 +58,10 @@ if [ -n "$found" ]; then
 		chmod "$mode" "$path"
 	done < /mnt/cidata/berth-files
 fi
+mkdir -p /etc/acpi/PWRF /var/run /var/log
+printf '#!/bin/sh\necho powering off > /dev/ttyS0\npoweroff -f\n' > /etc/acpi/PWRF/00000080
+chmod 755 /etc/acpi/PWRF/00000080
+acpid -c /etc/acpi -l /dev/null
 echo ready > /dev/ttyS0
 if [ -n "$found" ] && [ -s /mnt/cidata/user-data ]; then
 	sh /mnt/cidata/user-data > /dev/ttyS1 2> /dev/ttyS2 &
@@ -77,7 +84,8 @@ func Build(dir string) (*Guest, error) {
 	if _, err := os.Stat(busybox); err != nil {
 		return nil, errors.New("vmtest: no /bin/busybox (apt-get install busybox-static)")
 	}
-	g := &Guest{Kernel: kernel, Initrd: filepath.Join(dir, "initrd-"+version+".cpio"), Cmdline: Cmdline}
+	sum := sha256.Sum256([]byte(initScript + strings.Join(modules, ",")))
+	g := &Guest{Kernel: kernel, Initrd: filepath.Join(dir, fmt.Sprintf("initrd-%s-%x.cpio", version, sum[:4])), Cmdline: Cmdline}
 	if _, err := os.Stat(g.Initrd); err == nil {
 		return g, nil
 	}
