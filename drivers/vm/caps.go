@@ -336,3 +336,33 @@ func (d *Driver) Resume(ctx context.Context, id string) error {
 		return lv.DomainResume(dom)
 	})
 }
+
+// Kill: KILL (and any signal QEMU can only emulate by pulling the plug)
+// destroys the guest at once; TERM presses its ACPI power button. Other
+// signals have no meaning for a whole machine.
+func (d *Driver) Kill(ctx context.Context, id string, signal string) error {
+	sig, _, err := driver.ParseSignal(signal)
+	if err != nil {
+		return err
+	}
+	n, dom, _, err := d.lookup(ctx, id)
+	if err != nil {
+		return err
+	}
+	if sig != "KILL" && sig != "TERM" {
+		return driver.Errorf(driver.ErrUnsupported, "vm: signal %s: a guest takes only KILL (power off) and TERM (power button)", signal)
+	}
+	return d.call(ctx, n, "kill "+id, func(lv *libvirt.Libvirt) error {
+		state, _, err := lv.DomainGetState(dom, 0)
+		if err != nil {
+			return err
+		}
+		if st := libvirt.DomainState(state); st != libvirt.DomainRunning && st != libvirt.DomainPaused {
+			return driver.Errorf(driver.ErrPermanent, "vm: %s is not running", id)
+		}
+		if sig == "TERM" {
+			return lv.DomainShutdown(dom)
+		}
+		return lv.DomainDestroyFlags(dom, 0)
+	})
+}

@@ -134,8 +134,8 @@ func (d *Driver) define(ctx context.Context, p *plan, x string, res driver.Resou
 		return err
 	}
 	if free := r.capacity.Sub(r.reserved); !res.Fits(free) {
-		return driver.Errorf(driver.ErrInsufficientCapacity, "vm: node %s: %s cpus and %s memory are free, the guest needs %s and %s",
-			p.node.cfg.Name, max(free.CPU, 0), max(free.Memory, 0), res.CPU, res.Memory)
+		return driver.Errorf(driver.ErrInsufficientCapacity, "vm: node %s: %s cpus, %s memory and %s disk are free, the guest needs %s, %s and %s",
+			p.node.cfg.Name, max(free.CPU, 0), max(free.Memory, 0), max(free.Disk, 0), res.CPU, res.Memory, res.Disk)
 	}
 	return d.call(ctx, p.node, "define domain "+p.domName, func(lv *libvirt.Libvirt) error {
 		_, err := lv.DomainDefineXMLFlags(x, 0)

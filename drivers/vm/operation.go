@@ -20,8 +20,9 @@ type step struct {
 
 // machine is an operation made of steps, each run in its own goroutine
 // while Advance only looks at whether it has finished: Advance never
-// blocks. When a step fails, cleanup runs before the failure is reported,
-// so a failed create leaves nothing behind; final, when set, reads the
+// blocks. When a step fails, cleanup runs before the failure is reported
+// (unless the first step failed without acting), so a failed create leaves
+// nothing behind; final, when set, reads the
 // instance once every step is done.
 type machine struct {
 	d       *Driver
@@ -97,7 +98,8 @@ func (m *machine) Advance(context.Context) (driver.Progress, error) {
 				continue
 			}
 			m.err = classifyStep(m.steps[m.i].name, err)
-			if m.cleanup == nil {
+			// A first step that failed for sure made nothing to clean up.
+			if m.cleanup == nil || m.i == 0 && driver.ClassOf(m.err) != driver.ErrTimeout {
 				m.phase = 3
 				continue
 			}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
@@ -253,6 +254,7 @@ func (d *Driver) readNode(ctx context.Context, n *node) (reading, error) {
 		r.capacity = driver.Resources{
 			CPU:    driver.MilliCPU(float64(cpus) * 1000 * d.opts.CPUOvercommit),
 			Memory: driver.Bytes(mem) * driver.KiB,
+			Disk:   d.storageSize(),
 		}
 		doms, _, err := lv.ConnectListAllDomains(1, 0)
 		if err != nil {
@@ -276,6 +278,16 @@ func (d *Driver) readNode(ctx context.Context, n *node) (reading, error) {
 	return r, err
 }
 
+// storageSize is the size of the file system of storage_dir: the disk
+// capacity of every node, whose overlays all live there.
+func (d *Driver) storageSize() driver.Bytes {
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs(d.opts.StorageDir, &fs); err != nil {
+		return 0
+	}
+	return driver.Bytes(fs.Blocks) * driver.Bytes(fs.Bsize)
+}
+
 var (
 	_ driver.Driver          = (*Driver)(nil)
 	_ driver.FeatureReporter = (*Driver)(nil)
@@ -286,4 +298,5 @@ var (
 	_ driver.Stopper         = (*Driver)(nil)
 	_ driver.Suspender       = (*Driver)(nil)
 	_ driver.ImageLister     = (*Driver)(nil)
+	_ driver.Killer          = (*Driver)(nil)
 )

@@ -1,9 +1,13 @@
 package vm_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -267,5 +271,51 @@ func TestOptions(t *testing.T) {
 		if !errors.Is(err, driver.ErrInvalid) || !strings.Contains(err.Error(), key) {
 			t.Errorf("options %v: %v, want ErrInvalid naming %s", raw, err, key)
 		}
+	}
+}
+
+// TestDiskOverlay boots a guest whose image has a qcow2 disk: its root
+// disk is an overlay of the image, of the spec's size, and the image is
+// never written.
+func TestDiskOverlay(t *testing.T) {
+	o := options(t)
+	base := filepath.Join(filepath.Dir(o.StorageDir), "base.qcow2")
+	if out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", base, "16M").CombinedOutput(); err != nil {
+		t.Fatalf("qemu-img: %v: %s", err, out)
+	}
+	if err := os.Chmod(base, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.ReadFile(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := o.Images["guest"]
+	g.Disk = base
+	o.Images["guest-disk"] = g
+	d := open(t, o)
+	defer d.Close(context.Background())
+	inst := create(t, d, &driver.Spec{Name: "vm-disk", Kind: driver.KindVM, Image: "guest-disk", Tags: testTags(nil),
+		Resources: driver.Resources{CPU: 500, Memory: 96 * driver.MiB, Disk: 32 * driver.MiB},
+		UserData:  "cat /sys/block/vda/size\n"})
+	// vda is the 32 MiB root disk: 65536 sectors of 512 bytes.
+	waitLogs(t, d, inst.ID, "65536")
+	_, uuid, _ := strings.Cut(inst.ID, "/")
+	out, err := exec.Command("qemu-img", "info", "--output=json", "-U", filepath.Join(o.StorageDir, uuid, "root.qcow2")).Output()
+	if err != nil {
+		t.Fatalf("qemu-img info: %v", err)
+	}
+	var info struct {
+		BackingFilename string `json:"backing-filename"`
+		VirtualSize     int64  `json:"virtual-size"`
+	}
+	if err := json.Unmarshal(out, &info); err != nil {
+		t.Fatal(err)
+	}
+	if info.BackingFilename != base || info.VirtualSize != 32<<20 {
+		t.Errorf("overlay: backing %q size %d, want %q and 32 MiB", info.BackingFilename, info.VirtualSize, base)
+	}
+	if after, err := os.ReadFile(base); err != nil || !bytes.Equal(before, after) {
+		t.Errorf("the image changed under its guest (%v)", err)
 	}
 }
