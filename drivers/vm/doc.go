@@ -35,7 +35,8 @@
 // workload's standard output (stdout.log) and ttyS2 its standard error
 // (stderr.log). A create is done when the guest writes the ready line
 // (option ready_line, "ready" by default) alone on a line of its console.
-// Logs reads ttyS1 and ttyS2, Console reads ttyS0.
+// Logs reads ttyS1 and ttyS2, Console reads ttyS0. Stop presses the ACPI
+// power button and forces the power off after the grace period.
 //
 // # Errors
 //

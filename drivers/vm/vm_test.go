@@ -319,3 +319,26 @@ func TestDiskOverlay(t *testing.T) {
 		t.Errorf("the image changed under its guest (%v)", err)
 	}
 }
+
+// TestOptionsDecode reads flavors and images as the config file gives them.
+func TestOptionsDecode(t *testing.T) {
+	def, err := driver.Lookup("vm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := def.Decode(map[string]any{
+		"storage_dir": t.TempDir(),
+		"flavors":     map[string]any{"small": map[string]any{"cpus": 0.5, "memory": "64Mi", "disk": "1Gi"}},
+		"images":      `{"tiny": {"kernel": "/boot/k", "initrd": "/boot/i", "cmdline": "console=ttyS0"}}`,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := v.(*vm.Options)
+	if f := o.Flavors["small"]; f.CPU != 500 || f.Memory != 64*driver.MiB || f.Disk != driver.GiB {
+		t.Errorf("flavor small: %+v", f)
+	}
+	if im := o.Images["tiny"]; im.Kernel != "/boot/k" || im.Cmdline != "console=ttyS0" {
+		t.Errorf("image tiny: %+v", im)
+	}
+}
