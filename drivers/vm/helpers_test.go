@@ -3,6 +3,8 @@ package vm_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -97,12 +99,15 @@ func copyFile(t *testing.T, from, to string) {
 	}
 }
 
+// open opens a driver that is closed when the test ends, after the
+// cleanups registered later (the deletes of its instances).
 func open(t *testing.T, o vm.Options) *vm.Driver {
 	t.Helper()
 	d, err := vm.New(context.Background(), o, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { d.Close(context.Background()) })
 	return d
 }
 
@@ -114,4 +119,12 @@ func helloSpec() *driver.Spec {
 		Flavor:   "tiny",
 		UserData: "echo hello stdout\necho hello stderr >&2\n",
 	}
+}
+
+// uniq makes a name no earlier run used, so that a run cut short leaves
+// nothing that could stand in a later run's way.
+func uniq(name string) string {
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s-%x", name, b)
 }

@@ -83,9 +83,8 @@ func waitLogs(t *testing.T, d *vm.Driver, id string, want ...string) string {
 // data that prints it, and reads both back from the guest's serial ports.
 func TestConfigFilesAndUserData(t *testing.T) {
 	d := open(t, options(t))
-	defer d.Close(context.Background())
 	sp := &driver.Spec{
-		Name:        "vm-config",
+		Name:        uniq("vm-config"),
 		Kind:        driver.KindVM,
 		Image:       "guest",
 		Flavor:      "tiny",
@@ -115,9 +114,8 @@ func TestConfigFilesAndUserData(t *testing.T) {
 // TestSuspendResume pauses a guest and lets it run again.
 func TestSuspendResume(t *testing.T) {
 	d := open(t, options(t))
-	defer d.Close(context.Background())
 	ctx := context.Background()
-	inst := create(t, d, &driver.Spec{Name: "vm-suspend", Kind: driver.KindVM, Image: "guest", Flavor: "tiny", Tags: testTags(nil)})
+	inst := create(t, d, &driver.Spec{Name: uniq("vm-suspend"), Kind: driver.KindVM, Image: "guest", Flavor: "tiny", Tags: testTags(nil)})
 	if err := d.Resume(ctx, inst.ID); !errors.Is(err, driver.ErrNotSuspended) {
 		t.Errorf("Resume of a running guest: %v, want ErrNotSuspended", err)
 	}
@@ -143,19 +141,18 @@ func TestSuspendResume(t *testing.T) {
 func TestLeakListing(t *testing.T) {
 	o := options(t)
 	d := open(t, o)
-	defer d.Close(context.Background())
 	ctx := context.Background()
-	inst := create(t, d, &driver.Spec{Name: "vm-leak", Kind: driver.KindVM, Image: "guest", Flavor: "tiny",
-		Tags: testTags(map[string]string{"case": "leak"}), Labels: map[string]string{"team": "infra"}})
+	leak := uniq("leak")
+	inst := create(t, d, &driver.Spec{Name: uniq("vm-leak"), Kind: driver.KindVM, Image: "guest", Flavor: "tiny",
+		Tags: testTags(map[string]string{"case": leak}), Labels: map[string]string{"team": "infra"}})
 
 	// A driver opened afresh knows nothing but what libvirt keeps.
 	d2 := open(t, o)
-	defer d2.Close(ctx)
-	list, err := d2.List(ctx, map[string]string{driver.TagCluster: "vm-test", "case": "leak"})
+	list, err := d2.List(ctx, map[string]string{driver.TagCluster: "vm-test", "case": leak})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(list) != 1 || list[0].ID != inst.ID || list[0].Name != "vm-leak" || list[0].Labels["team"] != "infra" ||
+	if len(list) != 1 || list[0].ID != inst.ID || list[0].Name != inst.Name || list[0].Labels["team"] != "infra" ||
 		list[0].Tags[driver.TagInstance] != "i-1" {
 		t.Fatalf("List by tags from a new driver: %+v, want [%s] with its name, labels and tags", list, inst.ID)
 	}
@@ -186,7 +183,6 @@ func TestErrors(t *testing.T) {
 	o := options(t)
 	o.Images["gone"] = vm.Image{ImageFiles: vm.ImageFiles{Disk: "/nonexistent/disk.qcow2"}}
 	d := open(t, o)
-	defer d.Close(context.Background())
 	ctx := context.Background()
 	cases := []struct {
 		name string
@@ -232,7 +228,6 @@ func TestUnreachable(t *testing.T) {
 	o.Nodes = []vm.NodeConfig{{Name: "away", Socket: o.StorageDir + "/no-such-socket"}}
 	o.Images = map[string]vm.Image{"guest": {ImageFiles: vm.ImageFiles{Kernel: "/dev/null"}}}
 	d := open(t, o)
-	defer d.Close(context.Background())
 	ctx := context.Background()
 	st, err := d.State(ctx)
 	if err != nil || len(st.Nodes) != 1 || st.Nodes[0].Status != driver.NodeOffline {
@@ -294,8 +289,7 @@ func TestDiskOverlay(t *testing.T) {
 	g.Disk = base
 	o.Images["guest-disk"] = g
 	d := open(t, o)
-	defer d.Close(context.Background())
-	inst := create(t, d, &driver.Spec{Name: "vm-disk", Kind: driver.KindVM, Image: "guest-disk", Tags: testTags(nil),
+	inst := create(t, d, &driver.Spec{Name: uniq("vm-disk"), Kind: driver.KindVM, Image: "guest-disk", Tags: testTags(nil),
 		Resources: driver.Resources{CPU: 500, Memory: 96 * driver.MiB, Disk: 32 * driver.MiB},
 		UserData:  "cat /sys/block/vda/size\n"})
 	// vda is the 32 MiB root disk: 65536 sectors of 512 bytes.
