@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,9 +16,14 @@ import (
 	"github.com/berth-dev/berth/driver"
 )
 
-// Features: virtual machines, and nothing that would need the guest's
-// cooperation beyond its config drive.
-func (d *Driver) Features() []string { return []string{driver.CapKindVM} }
+// Features: virtual machines, and published ports with user-mode
+// networking.
+func (d *Driver) Features() []string {
+	if d.opts.Network == "user" {
+		return []string{driver.CapKindVM, driver.CapHostPorts}
+	}
+	return []string{driver.CapKindVM}
+}
 
 // CheckSpec refuses, naming each field, what no libvirt host of this
 // driver can honour.
@@ -30,8 +36,16 @@ func (d *Driver) CheckSpec(spec *driver.Spec) error {
 	if len(spec.SecurityGroups) > 0 {
 		refuse("security_groups", "libvirt hosts have no security groups")
 	}
-	if len(spec.Ports) > 0 {
-		refuse("ports", "published ports are not supported")
+	if len(spec.Ports) > 0 && d.opts.Network != "user" {
+		refuse("ports", "ports are forwarded only with user-mode networking (option network: user)")
+	}
+	for i, p := range spec.Ports {
+		if p.Protocol == "sctp" {
+			es.Add(fmt.Sprintf("ports[%d].protocol", i), "user-mode networking forwards tcp and udp only")
+		}
+		if p.HostIP != "" && net.ParseIP(p.HostIP) == nil {
+			es.Add(fmt.Sprintf("ports[%d].host_ip", i), "%q: not an IP address", p.HostIP)
+		}
 	}
 	if len(spec.Volumes) > 0 {
 		refuse("volumes", "volumes are not supported")

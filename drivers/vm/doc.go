@@ -51,8 +51,9 @@
 //   - a guest that stops before it is ready: ErrPermanent, with the last
 //     lines of its console.
 //
-// Security groups, published ports, volumes, GPUs, users, restart
-// policies, entry points, commands and environment variables are refused
-// at CheckSpec: a VM runs its image's own init, and user data is how it is
-// told what to do.
+// With user-mode networking (option network: user) the spec's ports are
+// forwarded from the host by QEMU. Security groups, ports on other
+// networks, volumes, GPUs, users, restart policies, entry points, commands
+// and environment variables are refused at CheckSpec: a VM runs its
+// image's own init, and user data is how it is told what to do.
 package vm

@@ -32,6 +32,15 @@ type meta struct {
 	Dir    string `xml:"dir"`
 	Tags   []kv   `xml:"tag"`
 	Labels []kv   `xml:"label"`
+	// Ports are the guest's ports forwarded from the host.
+	Ports []portXML `xml:"port"`
+}
+
+type portXML struct {
+	Proto  string `xml:"proto,attr"`
+	HostIP string `xml:"host_ip,attr,omitempty"`
+	Host   int    `xml:"host,attr"`
+	Guest  int    `xml:"guest,attr"`
 }
 
 type kv struct {
@@ -165,6 +174,19 @@ func (d *Driver) domainXML(p *plan) (string, error) {
 	switch d.opts.Network {
 	case "none":
 	case "user":
+		if len(m.Ports) > 0 {
+			// libvirt's user-mode interface forwards no ports (only its
+			// passt back-end does), so QEMU's own is set up directly,
+			// in a PCI slot far above those libvirt gives out.
+			netdev := "user,id=berthnet0"
+			for _, pt := range m.Ports {
+				netdev += fmt.Sprintf(",hostfwd=%s:%s:%d-:%d", pt.Proto, pt.HostIP, pt.Host, pt.Guest)
+			}
+			dom.QEMUCommandline = &libvirtxml.DomainQEMUCommandline{Args: []libvirtxml.DomainQEMUCommandlineArg{
+				{Value: "-netdev"}, {Value: netdev}, {Value: "-device"}, {Value: "virtio-net-pci,netdev=berthnet0,bus=pci.0,addr=0x1e"},
+			}}
+			break
+		}
 		dev.Interfaces = append(dev.Interfaces, libvirtxml.DomainInterface{
 			Source: &libvirtxml.DomainInterfaceSource{User: &libvirtxml.DomainInterfaceSourceUser{}},
 			Model:  &libvirtxml.DomainInterfaceModel{Type: "virtio"},
@@ -210,6 +232,9 @@ func instanceOf(n *node, dom libvirt.Domain, m *meta, state int32, reason int32)
 		Resources: m.resources(),
 		Labels:    fromKV(m.Labels),
 		Tags:      fromKV(m.Tags),
+	}
+	for _, pt := range m.Ports {
+		inst.Ports = append(inst.Ports, driver.PortMapping{ContainerPort: pt.Guest, HostPort: pt.Host, Protocol: pt.Proto, HostIP: pt.HostIP})
 	}
 	inst.Created, _ = time.Parse(time.RFC3339Nano, m.Created)
 	inst.State, inst.RawState = mapState(libvirt.DomainState(state), reason)

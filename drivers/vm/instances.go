@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -66,6 +67,9 @@ func (d *Driver) Create(ctx context.Context, nodeName string, spec *driver.Spec)
 			Tags: toKV(spec.Tags), Labels: toKV(spec.Labels),
 		},
 	}
+	if p.meta.Ports, err = hostPorts(spec.Ports); err != nil {
+		return nil, err
+	}
 	if p.domName == "" {
 		p.domName = "berth-" + us[:8]
 	}
@@ -125,6 +129,50 @@ func imageReady(f ImageFiles) error {
 	return nil
 }
 
+// hostPorts are the forwards of ports: a port without a host port gets a
+// free one of this host, one not published is bound to the loopback
+// address only.
+func hostPorts(ports []driver.Port) ([]portXML, error) {
+	var out []portXML
+	for i, p := range ports {
+		pt := portXML{Proto: p.Protocol, HostIP: p.HostIP, Host: p.HostPort, Guest: p.ContainerPort}
+		if pt.Proto == "" {
+			pt.Proto = "tcp"
+		}
+		if pt.HostIP == "" && !p.Publish {
+			pt.HostIP = "127.0.0.1"
+		}
+		if pt.Host == 0 {
+			port, err := freePort(pt.Proto, pt.HostIP)
+			if err != nil {
+				return nil, driver.Errorf(driver.ErrInsufficientCapacity, "vm: ports[%d]: no free host port: %v", i, err)
+			}
+			pt.Host = port
+		}
+		out = append(out, pt)
+	}
+	return out, nil
+}
+
+// freePort asks the kernel for a free port on ip.
+func freePort(proto, ip string) (int, error) {
+	addr := net.JoinHostPort(ip, "0")
+	if proto == "udp" {
+		c, err := net.ListenPacket("udp", addr)
+		if err != nil {
+			return 0, err
+		}
+		defer c.Close()
+		return c.LocalAddr().(*net.UDPAddr).Port, nil
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
 // define checks the node's room and defines the domain.
 func (d *Driver) define(ctx context.Context, p *plan, x string, res driver.Resources) error {
 	p.node.define.Lock()
@@ -132,6 +180,11 @@ func (d *Driver) define(ctx context.Context, p *plan, x string, res driver.Resou
 	r, err := d.readNode(ctx, p.node)
 	if err != nil {
 		return err
+	}
+	for _, pt := range p.meta.Ports {
+		if r.ports[pt.Host] {
+			return driver.Errorf(driver.ErrInsufficientCapacity, "vm: node %s: host port %d is forwarded to another guest", p.node.cfg.Name, pt.Host)
+		}
 	}
 	if free := r.capacity.Sub(r.reserved); !res.Fits(free) {
 		return driver.Errorf(driver.ErrInsufficientCapacity, "vm: node %s: %s cpus, %s memory and %s disk are free, the guest needs %s, %s and %s",

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -228,6 +229,10 @@ func (d *Driver) nodeState(ctx context.Context, n *node) driver.Node {
 		return out
 	}
 	out.Capacity, out.Reserved, out.Instances = r.capacity, r.reserved, r.domains
+	for p := range r.ports {
+		out.Ports = append(out.Ports, p)
+	}
+	slices.Sort(out.Ports)
 	for name, im := range d.opts.Images {
 		if imageReady(im.files(n.cfg.Name)) == nil {
 			out.Images = append(out.Images, name)
@@ -240,12 +245,13 @@ func (d *Driver) nodeState(ctx context.Context, n *node) driver.Node {
 type reading struct {
 	capacity, reserved driver.Resources
 	domains            int
+	ports              map[int]bool // host ports forwarded to Berth's guests
 }
 
 // readNode reads the node's capacity and what its domains hold: a Berth
 // domain what its metadata records, another its vCPUs and memory.
 func (d *Driver) readNode(ctx context.Context, n *node) (reading, error) {
-	var r reading
+	r := reading{ports: map[int]bool{}}
 	err := d.call(ctx, n, "read node", func(lv *libvirt.Libvirt) error {
 		_, mem, cpus, _, _, _, _, _, err := lv.NodeGetInfo()
 		if err != nil {
@@ -263,6 +269,9 @@ func (d *Driver) readNode(ctx context.Context, n *node) (reading, error) {
 		for _, dom := range doms {
 			if m, err := readMeta(lv, dom); err == nil {
 				r.reserved = r.reserved.Add(m.resources())
+				for _, pt := range m.Ports {
+					r.ports[pt.Host] = true
+				}
 				r.domains++
 				continue
 			}

@@ -5,9 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -334,5 +338,40 @@ func TestOptionsDecode(t *testing.T) {
 	}
 	if im := o.Images["tiny"]; im.Kernel != "/boot/k" || im.Cmdline != "console=ttyS0" {
 		t.Errorf("image tiny: %+v", im)
+	}
+}
+
+// TestPublishedPort reaches a server in the guest through a port the
+// driver forwards from the host with user-mode networking.
+func TestPublishedPort(t *testing.T) {
+	o := options(t)
+	o.Network = "user"
+	d := open(t, o)
+	inst := create(t, d, &driver.Spec{Name: uniq("vm-port"), Kind: driver.KindVM, Image: "guest", Flavor: "tiny", Tags: testTags(nil),
+		Ports:    []driver.Port{{ContainerPort: 8080}},
+		UserData: "while true; do echo hello from the guest | nc -l -p 8080; done\n"})
+	if len(inst.Ports) != 1 || inst.Ports[0].HostPort == 0 || inst.Ports[0].ContainerPort != 8080 || inst.Ports[0].HostIP != "127.0.0.1" {
+		t.Fatalf("ports %+v, want 8080 forwarded from a loopback port", inst.Ports)
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(inst.Ports[0].HostPort))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var got []byte
+	for !bytes.Contains(got, []byte("hello from the guest")) {
+		if ctx.Err() != nil {
+			t.Fatalf("%s never answered (last read %q)", addr, got)
+		}
+		// The host side accepts before the guest listens: try again.
+		c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		if err == nil {
+			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+			got, _ = io.ReadAll(c)
+			c.Close()
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	st, err := d.State(ctx)
+	if err != nil || len(st.Nodes) != 1 || !slices.Contains(st.Nodes[0].Ports, inst.Ports[0].HostPort) {
+		t.Errorf("State: %+v %v, want the forwarded port among the node's ports", st, err)
 	}
 }

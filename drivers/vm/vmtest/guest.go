@@ -1,8 +1,9 @@
 // Package vmtest builds the tiny guest the vm driver's tests boot: the
 // host's packaged Linux kernel and an initramfs holding busybox and an init
-// that reads the config drive, writes the config files, says "ready" on
-// its console (ttyS0), runs the user data as a script with its output on
-// ttyS1 and ttyS2, and idles.
+// that reads the config drive, writes the config files, sets up QEMU's
+// user-mode network when there is one, says "ready" on its console
+// (ttyS0), runs the user data as a script with its output on ttyS1 and
+// ttyS2, powers off on the ACPI power button, and idles.
 package vmtest
 
 import (
@@ -26,10 +27,10 @@ type Guest struct {
 // Cmdline is the kernel command line of the guest.
 const Cmdline = "console=ttyS0 quiet loglevel=1 panic=-1 rdinit=/init"
 
-// modules are what the init loads: the virtio disks and FAT.
+// modules are what the init loads: the virtio disks and network, FAT.
 // evdev and button turn the ACPI power button into an input event for acpid, so
 // that a stop is a clean power-off.
-var modules = []string{"virtio_pci", "virtio_blk", "vfat", "nls_cp437", "nls_ascii", "evdev", "button"}
+var modules = []string{"virtio_pci", "virtio_blk", "virtio_net", "vfat", "nls_cp437", "nls_ascii", "evdev", "button"}
 
 const initScript = `#!/bin/busybox sh
 /bin/busybox --install -s /bin
@@ -62,6 +63,13 @@ mkdir -p /etc/acpi/PWRF /var/run /var/log
 printf '#!/bin/sh\necho powering off > /dev/ttyS0\npoweroff -f\n' > /etc/acpi/PWRF/00000080
 chmod 755 /etc/acpi/PWRF/00000080
 acpid -c /etc/acpi -l /dev/null
+ip link set lo up
+if [ -e /sys/class/net/eth0 ]; then
+	# QEMU's user-mode network: the guest is 10.0.2.15, the host 10.0.2.2.
+	ip addr add 10.0.2.15/24 dev eth0
+	ip link set eth0 up
+	ip route add default via 10.0.2.2
+fi
 echo ready > /dev/ttyS0
 if [ -n "$found" ] && [ -s /mnt/cidata/user-data ]; then
 	sh /mnt/cidata/user-data > /dev/ttyS1 2> /dev/ttyS2 &
