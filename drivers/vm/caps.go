@@ -3,6 +3,7 @@ package vm
 import (
 	"bytes"
 	"context"
+	"encoding/xml"
 	"fmt"
 	"io"
 	"net"
@@ -378,5 +379,68 @@ func (d *Driver) Kill(ctx context.Context, id string, signal string) error {
 			return lv.DomainShutdown(dom)
 		}
 		return lv.DomainDestroyFlags(dom, 0)
+	})
+}
+
+// Resize changes a guest's memory within the maximum it was defined with
+// (option memory_headroom), live through its balloon, and its share of
+// CPUs as long as its number of vCPUs stays the same. The new sizes are
+// recorded in its metadata and count in the node's reservations.
+func (d *Driver) Resize(ctx context.Context, id string, r driver.Resources) error {
+	if err := driver.ValidateResources("", r); err != nil {
+		return fmt.Errorf("vm: resize: %w", err)
+	}
+	n, dom, m, err := d.lookup(ctx, id)
+	if err != nil {
+		return err
+	}
+	if r.Disk != 0 || r.GPUs != 0 || len(r.Other) > 0 {
+		return driver.Errorf(driver.ErrUnsupported, "vm: resize: only cpus and memory change")
+	}
+	old := m.resources()
+	want := old
+	if r.CPU != 0 {
+		want.CPU = r.CPU
+	}
+	if r.Memory != 0 {
+		want.Memory = r.Memory
+	}
+	if (want.CPU+999)/1000 != (old.CPU+999)/1000 {
+		return driver.Errorf(driver.ErrUnsupported, "vm: resize: %s cpus would change the number of vCPUs (%d), which needs a new guest", want.CPU, (old.CPU+999)/1000)
+	}
+	n.define.Lock()
+	defer n.define.Unlock()
+	rd, err := d.readNode(ctx, n)
+	if err != nil {
+		return err
+	}
+	if free := rd.capacity.Sub(rd.reserved).Add(old); !want.Fits(free) {
+		return driver.Errorf(driver.ErrInsufficientCapacity, "vm: node %s: %s cpus and %s memory are free for %s", n.cfg.Name, free.CPU, free.Memory, id)
+	}
+	m.CPU, m.Memory = int64(want.CPU), int64(want.Memory)
+	m.NS = ""
+	x, err := xml.Marshal(m)
+	if err != nil {
+		return err
+	}
+	return d.call(ctx, n, "resize "+id, func(lv *libvirt.Libvirt) error {
+		state, maxMem, _, _, _, err := lv.DomainGetInfo(dom)
+		if err != nil {
+			return err
+		}
+		if uint64(want.Memory/driver.KiB) > maxMem {
+			return driver.Errorf(driver.ErrUnsupported, "vm: resize: %s memory is above the guest's maximum %s (option memory_headroom)", want.Memory, driver.Bytes(maxMem)*driver.KiB)
+		}
+		memFlags, metaFlags := uint32(libvirt.DomainMemConfig), libvirt.DomainAffectConfig
+		if libvirt.DomainState(state) != libvirt.DomainShutoff {
+			memFlags |= uint32(libvirt.DomainMemLive)
+			metaFlags |= libvirt.DomainAffectLive
+		}
+		if want.Memory != old.Memory {
+			if err := lv.DomainSetMemoryFlags(dom, uint64(want.Memory/driver.KiB), memFlags); err != nil {
+				return err
+			}
+		}
+		return lv.DomainSetMetadata(dom, int32(libvirt.DomainMetadataElement), libvirt.OptString{string(x)}, libvirt.OptString{"berth"}, libvirt.OptString{metaNS}, metaFlags)
 	})
 }

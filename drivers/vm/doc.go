@@ -36,7 +36,8 @@
 // (stderr.log). A create is done when the guest writes the ready line
 // (option ready_line, "ready" by default) alone on a line of its console.
 // Logs reads ttyS1 and ttyS2, Console reads ttyS0. Stop presses the ACPI
-// power button and forces the power off after the grace period.
+// power button and forces the power off after the grace period. Resize
+// moves a guest's memory within memory_headroom through its balloon.
 //
 // # Errors
 //

@@ -123,12 +123,13 @@ func (d *Driver) domainXML(p *plan) (string, error) {
 		return "", err
 	}
 	dom := &libvirtxml.Domain{
-		Type:     d.opts.DomainType,
-		Name:     p.domName,
-		UUID:     uuidString(p.uuid),
-		Metadata: &libvirtxml.DomainMetadata{XML: string(mx)},
-		Memory:   &libvirtxml.DomainMemory{Value: uint(m.Memory / 1024), Unit: "KiB"},
-		VCPU:     &libvirtxml.DomainVCPU{Value: p.vcpus},
+		Type:          d.opts.DomainType,
+		Name:          p.domName,
+		UUID:          uuidString(p.uuid),
+		Metadata:      &libvirtxml.DomainMetadata{XML: string(mx)},
+		Memory:        &libvirtxml.DomainMemory{Value: uint(float64(m.Memory) * d.opts.MemoryHeadroom / 1024), Unit: "KiB"},
+		CurrentMemory: &libvirtxml.DomainCurrentMemory{Value: uint(m.Memory / 1024), Unit: "KiB"},
+		VCPU:          &libvirtxml.DomainVCPU{Value: p.vcpus},
 		OS: &libvirtxml.DomainOS{
 			Type: &libvirtxml.DomainOSType{Type: "hvm", Arch: "x86_64", Machine: d.opts.Machine},
 		},
@@ -197,7 +198,12 @@ func (d *Driver) domainXML(p *plan) (string, error) {
 			Model:  &libvirtxml.DomainInterfaceModel{Type: "virtio"},
 		})
 	}
+	// A guest resized within its headroom gives memory back through its
+	// balloon.
 	dev.MemBalloon = &libvirtxml.DomainMemBalloon{Model: "none"}
+	if d.opts.MemoryHeadroom > 1 {
+		dev.MemBalloon = &libvirtxml.DomainMemBalloon{Model: "virtio"}
+	}
 	return dom.Marshal()
 }
 

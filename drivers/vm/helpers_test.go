@@ -62,6 +62,7 @@ func options(t *testing.T) vm.Options {
 		o.DomainType = "qemu"
 	}
 	o.BootTimeout = 2 * time.Minute
+	o.MemoryHeadroom = 2
 	o.Images = map[string]vm.Image{"guest": {ImageFiles: vm.ImageFiles{Kernel: guest.Kernel, Initrd: initrd}, Cmdline: guest.Cmdline}}
 	o.Flavors = map[string]vm.Flavor{"tiny": {CPU: 500, Memory: 96 * driver.MiB}}
 	return o

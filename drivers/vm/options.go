@@ -26,6 +26,8 @@ type Options struct {
 	CallTimeout time.Duration `option:"call_timeout" help:"bound of each libvirt call and qemu-img run"`
 	// CPUOvercommit multiplies each host's CPUs in its capacity.
 	CPUOvercommit float64 `option:"cpu_overcommit" help:"host CPUs are counted this many times in capacity (1 to 64)"`
+	// MemoryHeadroom sizes a guest's maximum memory for Resize.
+	MemoryHeadroom float64 `option:"memory_headroom" help:"a guest's memory may be resized up to this many times what it was created with (1 to 16; above 1 the guest needs a virtio balloon driver)"`
 	// Machine and Emulator are passed to the domain XML when set.
 	Machine  string `option:"machine" help:"QEMU machine type (default: libvirt's)"`
 	Emulator string `option:"emulator" help:"path of the QEMU binary (default: libvirt's)"`
@@ -84,14 +86,15 @@ func (im Image) files(node string) ImageFiles {
 // networking, guests ready when they write "ready".
 func DefaultOptions() *Options {
 	return &Options{
-		Nodes:         []NodeConfig{{Name: "local", URI: "qemu:///system", Socket: DefaultSocket}},
-		StorageDir:    "/var/lib/berth/vm",
-		Network:       "user",
-		ReadyLine:     "ready",
-		BootTimeout:   5 * time.Minute,
-		CallTimeout:   time.Minute,
-		CPUOvercommit: 1,
-		DomainType:    "kvm",
+		Nodes:          []NodeConfig{{Name: "local", URI: "qemu:///system", Socket: DefaultSocket}},
+		StorageDir:     "/var/lib/berth/vm",
+		Network:        "user",
+		ReadyLine:      "ready",
+		BootTimeout:    5 * time.Minute,
+		CallTimeout:    time.Minute,
+		CPUOvercommit:  1,
+		DomainType:     "kvm",
+		MemoryHeadroom: 1,
 	}
 }
 
@@ -165,6 +168,9 @@ func (o *Options) Validate() error {
 	}
 	if o.CPUOvercommit < 1 || o.CPUOvercommit > 64 {
 		es.Add("cpu_overcommit", "%g: want 1 to 64", o.CPUOvercommit)
+	}
+	if o.MemoryHeadroom < 1 || o.MemoryHeadroom > 16 {
+		es.Add("memory_headroom", "%g: want 1 to 16", o.MemoryHeadroom)
 	}
 	if o.DomainType != "kvm" && o.DomainType != "qemu" {
 		es.Add("domain_type", "%q: want kvm or qemu", o.DomainType)

@@ -308,4 +308,5 @@ var (
 	_ driver.Suspender       = (*Driver)(nil)
 	_ driver.ImageLister     = (*Driver)(nil)
 	_ driver.Killer          = (*Driver)(nil)
+	_ driver.Resizer         = (*Driver)(nil)
 )

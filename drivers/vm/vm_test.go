@@ -375,3 +375,43 @@ func TestPublishedPort(t *testing.T) {
 		t.Errorf("State: %+v %v, want the forwarded port among the node's ports", st, err)
 	}
 }
+
+// TestResizeMemory grows a live guest's memory within its headroom and
+// watches the guest see it.
+func TestResizeMemory(t *testing.T) {
+	d := open(t, options(t))
+	ctx := context.Background()
+	inst := create(t, d, &driver.Spec{Name: uniq("vm-resize"), Kind: driver.KindVM, Image: "guest", Flavor: "tiny", Tags: testTags(nil),
+		UserData: "while true; do grep MemTotal /proc/meminfo; sleep 1; done\n"})
+	memTotal := func() int {
+		out := waitLogs(t, d, inst.ID, "MemTotal")
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		f := strings.Fields(lines[len(lines)-1])
+		if len(f) < 2 {
+			return 0
+		}
+		kib, _ := strconv.Atoi(f[1])
+		return kib
+	}
+	before := memTotal()
+	if err := d.Resize(ctx, inst.ID, driver.Resources{Memory: 160 * driver.MiB}); err != nil {
+		t.Fatalf("Resize: %v", err)
+	}
+	got, err := d.Get(ctx, inst.ID)
+	if err != nil || got.Resources.Memory != 160*driver.MiB || got.Resources.CPU != 500 {
+		t.Fatalf("Get after Resize: %+v %v, want 160Mi and the same cpus", got, err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for after := memTotal(); after < before+48*1024; after = memTotal() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the guest's MemTotal went from %d KiB to %d KiB, want about 64 MiB more", before, after)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if err := d.Resize(ctx, inst.ID, driver.Resources{Memory: 1 * driver.GiB}); !errors.Is(err, driver.ErrUnsupported) {
+		t.Errorf("Resize above the maximum: %v, want ErrUnsupported", err)
+	}
+	if err := d.Resize(ctx, inst.ID, driver.Resources{CPU: 2000}); !errors.Is(err, driver.ErrUnsupported) {
+		t.Errorf("Resize to another number of vCPUs: %v, want ErrUnsupported", err)
+	}
+}

@@ -27,10 +27,11 @@ type Guest struct {
 // Cmdline is the kernel command line of the guest.
 const Cmdline = "console=ttyS0 quiet loglevel=1 panic=-1 rdinit=/init"
 
-// modules are what the init loads: the virtio disks and network, FAT.
+// modules are what the init loads: the virtio disks, network and balloon,
+// FAT.
 // evdev and button turn the ACPI power button into an input event for acpid, so
 // that a stop is a clean power-off.
-var modules = []string{"virtio_pci", "virtio_blk", "virtio_net", "vfat", "nls_cp437", "nls_ascii", "evdev", "button"}
+var modules = []string{"virtio_pci", "virtio_blk", "virtio_net", "virtio_balloon", "vfat", "nls_cp437", "nls_ascii", "evdev", "button"}
 
 const initScript = `#!/bin/busybox sh
 /bin/busybox --install -s /bin
