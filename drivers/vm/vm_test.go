@@ -115,9 +115,12 @@ func TestConfigFilesAndUserData(t *testing.T) {
 	}
 }
 
-// TestSuspendResume pauses a guest and lets it run again.
+// TestSuspendResume pauses a guest (on libvirt's user-mode network) and
+// lets it run again.
 func TestSuspendResume(t *testing.T) {
-	d := open(t, options(t))
+	o := options(t)
+	o.Network = "user"
+	d := open(t, o)
 	ctx := context.Background()
 	inst := create(t, d, &driver.Spec{Name: uniq("vm-suspend"), Kind: driver.KindVM, Image: "guest", Flavor: "tiny", Tags: testTags(nil)})
 	if err := d.Resume(ctx, inst.ID); !errors.Is(err, driver.ErrNotSuspended) {
