@@ -32,6 +32,7 @@ import (
 	_ "github.com/berth-dev/berth/drivers/kubernetes"
 	_ "github.com/berth-dev/berth/drivers/local"
 	_ "github.com/berth-dev/berth/drivers/sim"
+	_ "github.com/berth-dev/berth/drivers/vm"
 )
 
 // Exit codes; see the package comment.

@@ -1,0 +1,207 @@
+package vm
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/berth-dev/berth/driver"
+)
+
+// DefaultSocket is the socket of the system libvirt daemon.
+const DefaultSocket = "/var/run/libvirt/libvirt-sock"
+
+// Options configure the driver.
+type Options struct {
+	Nodes      []NodeConfig      `option:"nodes" help:"the libvirt hosts as JSON: [{name, uri, socket}]; uri is qemu:///system (default) and socket the daemon's unix socket (default /var/run/libvirt/libvirt-sock)"`
+	StorageDir string            `option:"storage_dir" help:"directory for each instance's overlay, config drive and serial logs; must be readable by the QEMU user"`
+	Flavors    map[string]Flavor `option:"flavors" help:"named sizes as JSON: {name: {cpus, memory, disk}}"`
+	Images     map[string]Image  `option:"images" help:"registered images as JSON: {name: {disk, format, kernel, initrd, cmdline, nodes: {node: {disk, kernel, initrd}}}}"`
+	Network    string            `option:"network" help:"guest network: user (QEMU user-mode networking), none, or the name of a libvirt network"`
+	ReadyLine  string            `option:"ready_line" help:"the console line by which a guest says it is ready"`
+	// BootTimeout bounds the wait for the ready line.
+	BootTimeout time.Duration `option:"boot_timeout" help:"how long a guest may take to write its ready line"`
+	CallTimeout time.Duration `option:"call_timeout" help:"bound of each libvirt call and qemu-img run"`
+	// CPUOvercommit multiplies each host's CPUs in its capacity.
+	CPUOvercommit float64 `option:"cpu_overcommit" help:"host CPUs are counted this many times in capacity (1 to 64)"`
+	// MemoryHeadroom sizes a guest's maximum memory for Resize.
+	MemoryHeadroom float64 `option:"memory_headroom" help:"a guest's memory may be resized up to this many times what it was created with (1 to 16; above 1 the guest needs a virtio balloon driver)"`
+	// Machine and Emulator are passed to the domain XML when set.
+	Machine  string `option:"machine" help:"QEMU machine type (default: libvirt's)"`
+	Emulator string `option:"emulator" help:"path of the QEMU binary (default: libvirt's)"`
+	// DomainType is "kvm" or "qemu" (TCG, no hardware virtualization).
+	DomainType string `option:"domain_type" help:"libvirt domain type: kvm, or qemu for software emulation"`
+}
+
+// NodeConfig is one libvirt host.
+type NodeConfig struct {
+	Name   string `json:"name"`
+	URI    string `json:"uri,omitempty"`
+	Socket string `json:"socket,omitempty"`
+}
+
+// Flavor is a named size.
+type Flavor struct {
+	CPU    driver.MilliCPU `json:"cpus"`
+	Memory driver.Bytes    `json:"memory"`
+	Disk   driver.Bytes    `json:"disk,omitempty"`
+}
+
+// ImageFiles are the files of an image on one node.
+type ImageFiles struct {
+	// Disk is a qcow2 or raw disk file; the guest boots from an overlay of
+	// it.
+	Disk string `json:"disk,omitempty"`
+	// Format is the disk's format: qcow2 (default) or raw.
+	Format string `json:"format,omitempty"`
+	// Kernel and Initrd boot the guest directly, without a boot loader.
+	Kernel string `json:"kernel,omitempty"`
+	Initrd string `json:"initrd,omitempty"`
+}
+
+// Image is a registered image: its files, the same on every node unless
+// Nodes gives a node its own.
+type Image struct {
+	ImageFiles
+	// Cmdline is the kernel's command line for a direct kernel boot.
+	Cmdline string `json:"cmdline,omitempty"`
+	// Nodes overrides the files per node.
+	Nodes map[string]ImageFiles `json:"nodes,omitempty"`
+}
+
+// files returns the image's files on node.
+func (im Image) files(node string) ImageFiles {
+	if f, ok := im.Nodes[node]; ok {
+		if f.Format == "" {
+			f.Format = im.Format
+		}
+		return f
+	}
+	return im.ImageFiles
+}
+
+// DefaultOptions returns the defaults: the local system daemon, user-mode
+// networking, guests ready when they write "ready".
+func DefaultOptions() *Options {
+	return &Options{
+		Nodes:          []NodeConfig{{Name: "local", URI: "qemu:///system", Socket: DefaultSocket}},
+		StorageDir:     "/var/lib/berth/vm",
+		Network:        "user",
+		ReadyLine:      "ready",
+		BootTimeout:    5 * time.Minute,
+		CallTimeout:    time.Minute,
+		CPUOvercommit:  1,
+		DomainType:     "kvm",
+		MemoryHeadroom: 1,
+	}
+}
+
+// Validate checks what types cannot; every error names its key.
+func (o *Options) Validate() error {
+	var es driver.FieldErrors
+	if len(o.Nodes) == 0 {
+		es.Add("nodes", "at least one libvirt host is needed")
+	}
+	seen := map[string]bool{}
+	for i, n := range o.Nodes {
+		f := fmt.Sprintf("nodes[%d].", i)
+		if fe := driver.CheckName(f+"name", n.Name, driver.MaxNameLength); fe != nil {
+			es = append(es, fe)
+		} else if seen[n.Name] {
+			es.Add(f+"name", "%q appears twice", n.Name)
+		}
+		seen[n.Name] = true
+		if n.URI != "" && !strings.HasPrefix(n.URI, "qemu:///") && !strings.HasPrefix(n.URI, "qemu+unix:///") {
+			es.Add(f+"uri", "%q: want qemu:///system or qemu:///session (over the unix socket)", n.URI)
+		}
+		if n.Socket != "" && !filepath.IsAbs(n.Socket) {
+			es.Add(f+"socket", "%q: must be an absolute path", n.Socket)
+		}
+	}
+	if !filepath.IsAbs(o.StorageDir) {
+		es.Add("storage_dir", "%q: must be an absolute path", o.StorageDir)
+	}
+	for name, fl := range o.Flavors {
+		if fe := driver.CheckName("flavors", name, driver.MaxNameLength); fe != nil {
+			es = append(es, fe)
+		}
+		if fl.CPU <= 0 || fl.Memory <= 0 || fl.Disk < 0 {
+			es.Add("flavors."+name, "needs cpus and memory above 0 and a disk not below 0")
+		}
+	}
+	for _, name := range sortedKeys(o.Images) {
+		im := o.Images[name]
+		f := "images." + name
+		if name == "" || strings.ContainsAny(name, " \t\n") {
+			es.Add("images", "%q: not an image name", name)
+		}
+		for _, node := range sortedKeys(im.Nodes) {
+			if !seen[node] {
+				es.Add(f+".nodes."+node, "no such node")
+			}
+		}
+		all := []ImageFiles{im.ImageFiles}
+		for _, node := range sortedKeys(im.Nodes) {
+			all = append(all, im.files(node))
+		}
+		for _, files := range all {
+			checkFiles(&es, f, files)
+		}
+	}
+	switch o.Network {
+	case "user", "none":
+	default:
+		if fe := driver.CheckName("network", o.Network, 255); fe != nil {
+			es.Add("network", "%q: want user, none or a libvirt network's name", o.Network)
+		}
+	}
+	if strings.TrimSpace(o.ReadyLine) == "" || strings.ContainsAny(o.ReadyLine, "\r\n") {
+		es.Add("ready_line", "%q: want one non-empty line", o.ReadyLine)
+	}
+	if o.BootTimeout <= 0 {
+		es.Add("boot_timeout", "must be positive")
+	}
+	if o.CallTimeout <= 0 {
+		es.Add("call_timeout", "must be positive")
+	}
+	if o.CPUOvercommit < 1 || o.CPUOvercommit > 64 {
+		es.Add("cpu_overcommit", "%g: want 1 to 64", o.CPUOvercommit)
+	}
+	if o.MemoryHeadroom < 1 || o.MemoryHeadroom > 16 {
+		es.Add("memory_headroom", "%g: want 1 to 16", o.MemoryHeadroom)
+	}
+	if o.DomainType != "kvm" && o.DomainType != "qemu" {
+		es.Add("domain_type", "%q: want kvm or qemu", o.DomainType)
+	}
+	return es.Err()
+}
+
+func checkFiles(es *driver.FieldErrors, f string, files ImageFiles) {
+	if files.Disk == "" && files.Kernel == "" {
+		es.Add(f, "needs a disk or a kernel")
+	}
+	for _, p := range []struct{ key, path string }{{"disk", files.Disk}, {"kernel", files.Kernel}, {"initrd", files.Initrd}} {
+		if p.path != "" && !filepath.IsAbs(p.path) {
+			es.Add(f+"."+p.key, "%q: must be an absolute path", p.path)
+		}
+	}
+	if files.Initrd != "" && files.Kernel == "" {
+		es.Add(f+".initrd", "needs a kernel")
+	}
+	switch files.Format {
+	case "", "qcow2", "raw":
+	default:
+		es.Add(f+".format", "%q: want qcow2 or raw", files.Format)
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
