@@ -419,11 +419,38 @@ func (s *Server) removeWhenEnded(id string) {
 	if err != nil || in.Phase == reconciler.Deleted || in.Phase == reconciler.Deleting {
 		return
 	}
-	s.settle(ctx, id)
+	if in := s.settle(ctx, id); in.Observed != nil && in.Observed.ExitCode != nil {
+		s.keepExit(id, *in.Observed.ExitCode)
+	}
 	s.detached(ctx, id)
 	if err := s.plane.Delete(ctx, id); err != nil && !errors.Is(err, driver.ErrNotFound) {
 		s.log.Warn("dockerapi: --rm: delete", "instance", id, "error", err)
 	}
+}
+
+// maxExits bounds the exit codes of removed --rm containers kept.
+const maxExits = 1024
+
+// keepExit remembers the exit code of the --rm container id, removed next.
+func (s *Server) keepExit(id string, code int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.exits[id]; !ok {
+		s.exitOrder = append(s.exitOrder, id)
+	}
+	s.exits[id] = code
+	for len(s.exitOrder) > maxExits {
+		delete(s.exits, s.exitOrder[0])
+		s.exitOrder = s.exitOrder[1:]
+	}
+}
+
+// removedExit returns the exit code kept for the removed --rm container id.
+func (s *Server) removedExit(id string) (int, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	code, ok := s.exits[id]
+	return code, ok
 }
 
 // detached waits, up to settleTimeout, until no attach stream of id is

@@ -117,6 +117,11 @@ type Server struct {
 	created  map[string]*created // containers created, not yet started, by id
 	autoRm   map[string]struct{} // started containers to remove when they end
 	attached map[string]int      // open attach streams, by container id
+	// exits keeps the exit codes of the --rm containers removed lately
+	// (at most maxExits, oldest dropped first, in exitOrder), for a wait
+	// on condition "removed" that saw the container last while it ran.
+	exits     map[string]int
+	exitOrder []string
 	// sizes are the terminal sizes clients asked for, by container id,
 	// kept while the container may not run yet (bounded by MaxCreated).
 	sizes map[string]driver.TTYSize
@@ -127,7 +132,7 @@ func New(plane *control.Plane, opts Options) *Server {
 	s := &Server{
 		plane: plane, auth: opts.Authenticator, certs: opts.ClientCerts, log: opts.Logger, version: opts.ServerVersion, name: opts.Name,
 		maxBody: opts.MaxBodySize, maxNew: opts.MaxCreated, mux: http.NewServeMux(),
-		created: map[string]*created{}, autoRm: map[string]struct{}{}, attached: map[string]int{}, open: map[string]int{},
+		created: map[string]*created{}, autoRm: map[string]struct{}{}, attached: map[string]int{}, open: map[string]int{}, exits: map[string]int{},
 		sizes:        map[string]driver.TTYSize{},
 		tokenStreams: opts.TokenStreams,
 	}

@@ -128,6 +128,13 @@ func (s *Server) wait(w http.ResponseWriter, r *http.Request) error {
 			}
 			if done {
 				resp := container.WaitResponse{StatusCode: int64(exitCode(in))}
+				if cond == "removed" && (in.Observed == nil || in.Observed.ExitCode == nil) {
+					// Last seen running: it ended and was removed
+					// between two looks. --rm kept its exit code.
+					if code, ok := s.removedExit(c.id); ok {
+						resp.StatusCode = int64(code)
+					}
+				}
 				if in.Phase == reconciler.Failed {
 					resp.StatusCode = 125
 					resp.Error = &container.WaitExitError{Message: in.Message}
