@@ -574,8 +574,8 @@ func (d *Driver) Watch(ctx context.Context, fn func(driver.Event)) error {
 		d.mu.Unlock()
 		return driver.Errorf(driver.ErrPermanent, "watch: the driver is closed")
 	}
-	sub := d.nextCall
-	d.nextCall++
+	sub := d.nextSub
+	d.nextSub++
 	nodeEvents := make(chan driver.Event, 64)
 	d.subs[sub] = nodeEvents
 	d.mu.Unlock()

@@ -58,12 +58,11 @@ type Driver struct {
 	stopLoops context.CancelFunc
 	loops     sync.WaitGroup
 
-	mu       sync.Mutex
-	closed   bool
-	calls    map[uint64]context.CancelFunc // background calls of operations in flight
-	nextCall uint64
-	callWG   sync.WaitGroup
-	subs     map[uint64]chan driver.Event // node events for watchers
+	mu      sync.Mutex
+	closed  bool
+	calls   driver.Calls // background calls of operations in flight
+	nextSub uint64
+	subs    map[uint64]chan driver.Event // node events for watchers
 }
 
 // engine is one Docker Engine and what the driver knows of it.
@@ -113,7 +112,6 @@ func Open(ctx context.Context, opts *Options, env driver.Env) (*Driver, error) {
 		opts:   *opts,
 		log:    env.Logger,
 		byName: map[string]*engine{},
-		calls:  map[uint64]context.CancelFunc{},
 		subs:   map[uint64]chan driver.Event{},
 	}
 	for i, cfg := range opts.engines() {
@@ -204,9 +202,7 @@ func (d *Driver) Close(ctx context.Context) error {
 		return nil
 	}
 	d.closed = true
-	for _, cancel := range d.calls {
-		cancel()
-	}
+	d.calls.Cancel()
 	for id, ch := range d.subs {
 		close(ch)
 		delete(d.subs, id)
@@ -216,7 +212,7 @@ func (d *Driver) Close(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		d.loops.Wait()
-		d.callWG.Wait()
+		d.calls.Wait()
 		close(done)
 	}()
 	select {

@@ -32,12 +32,12 @@ type step struct {
 // container may be left, for List to find).
 type machine struct {
 	d     *Driver
-	start func(s step) *call // runs a step under the operation's context
+	start func(s step) *driver.Call // runs a step under the operation's context
 
 	mu       sync.Mutex
 	steps    []step
 	i        int
-	cur      *call
+	cur      *driver.Call
 	inst     *driver.Instance
 	cleanup  *cleanup
 	cleaning bool
@@ -53,56 +53,17 @@ type cleanup struct {
 	call func(ctx context.Context, failure error) error
 }
 
-// call is one background Engine API call.
-type call struct {
-	done chan struct{}
-	inst *driver.Instance
-	err  error
-}
-
-func (c *call) finished() bool {
-	select {
-	case <-c.done:
-		return true
-	default:
-		return false
-	}
-}
-
 // newMachine returns an operation bound to ctx, which bounds every step.
 func (d *Driver) newMachine(ctx context.Context, steps ...step) *machine {
 	m := &machine{d: d, steps: steps}
-	m.start = func(s step) *call { return d.launch(ctx, s) }
+	m.start = func(s step) *driver.Call { return d.launch(ctx, s) }
 	return m
 }
 
-// launch runs s in its own goroutine under ctx with the call timeout. Close
-// cancels it and waits for it.
-func (d *Driver) launch(ctx context.Context, s step) *call {
-	c := &call{done: make(chan struct{})}
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
-		c.err = driver.Errorf(driver.ErrTimeout, "%s: the driver was closed; the operation was abandoned", s.name)
-		close(c.done)
-		return c
-	}
-	id := d.nextCall
-	d.nextCall++
-	cctx, cancel := context.WithTimeout(ctx, d.opts.CallTimeout+s.extra)
-	d.calls[id] = cancel
-	d.callWG.Add(1)
-	d.mu.Unlock()
-	go func() {
-		defer d.callWG.Done()
-		c.inst, c.err = s.call(cctx)
-		d.mu.Lock()
-		delete(d.calls, id)
-		d.mu.Unlock()
-		cancel()
-		close(c.done)
-	}()
-	return c
+// launch runs s in the background under ctx with the call timeout (and the
+// step's extra time). Close cancels it and waits for it.
+func (d *Driver) launch(ctx context.Context, s step) *driver.Call {
+	return d.calls.Go(ctx, d.opts.CallTimeout+s.extra, s.name, s.call)
 }
 
 // Advance starts the next step or collects the finished one; it never
@@ -118,26 +79,26 @@ func (m *machine) Advance(ctx context.Context) (driver.Progress, error) {
 			}
 			m.cur = m.start(m.steps[m.i])
 		}
-		if !m.cur.finished() {
+		if !m.cur.Finished() {
 			return driver.Progress{Instance: m.inst, Wait: stepWait}, nil
 		}
 		c := m.cur
 		m.cur = nil
-		if c.inst != nil {
-			m.inst = c.inst
+		if c.Inst != nil {
+			m.inst = c.Inst
 		}
 		switch {
 		case m.cleaning:
-			m.err = settled(m.err, c.err)
-			if c.err != nil {
-				m.d.log.Warn("cleanup after a failed create", "instance", instID(m.inst), "error", c.err)
+			m.err = settled(m.err, c.Err)
+			if c.Err != nil {
+				m.d.log.Warn("cleanup after a failed create", "instance", instID(m.inst), "error", c.Err)
 			}
 			m.over = true
-		case c.err != nil:
-			m.err = c.err
+		case c.Err != nil:
+			m.err = c.Err
 			if cl := m.cleanup; cl != nil {
 				m.cleaning = true
-				failure := c.err
+				failure := c.Err
 				m.cur = m.start(step{name: cl.name, call: func(ctx context.Context) (*driver.Instance, error) {
 					return nil, cl.call(ctx, failure)
 				}})

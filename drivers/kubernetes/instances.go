@@ -271,8 +271,8 @@ func (d *Driver) Delete(ctx context.Context, id string) (driver.Operation, error
 	}
 	grace := int64((d.opts.StopGrace + time.Second - 1) / time.Second)
 	var deadline time.Time
-	var force *call
-	forceDelete := func() *call {
+	var force *driver.Call
+	forceDelete := func() *driver.Call {
 		return d.launch(ctx, "force delete pod "+name, func(ctx context.Context) (*driver.Instance, error) {
 			return nil, d.deleteAll(ctx, name, &metav1.Preconditions{UID: &uid}, 0, false, false)
 		})
@@ -293,8 +293,8 @@ func (d *Driver) Delete(ctx context.Context, id string) (driver.Operation, error
 			if force == nil && time.Now().After(deadline) {
 				force = forceDelete()
 			}
-			if force != nil && force.finished() && force.err != nil && !errors.Is(force.err, driver.ErrNotFound) {
-				err := force.err
+			if force != nil && force.Finished() && force.Err != nil && !errors.Is(force.Err, driver.ErrNotFound) {
+				err := force.Err
 				force = nil
 				deadline = time.Now().Add(d.opts.ForceAfter)
 				d.log.Warn("kubernetes: force delete", "pod", name, "error", err)

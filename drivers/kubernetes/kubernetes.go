@@ -43,11 +43,9 @@ type Driver struct {
 	stopInformers context.CancelFunc
 	informers     sync.WaitGroup
 
-	mu       sync.Mutex
-	closed   bool
-	calls    map[uint64]context.CancelFunc // background requests of operations in flight
-	nextCall uint64
-	callWG   sync.WaitGroup
+	mu     sync.Mutex
+	closed bool
+	calls  driver.Calls // background requests of operations in flight
 }
 
 // Index names of the pod informers.
@@ -95,7 +93,7 @@ func New(ctx context.Context, opts *Options, env driver.Env) (*Driver, error) {
 		return nil, &driver.FieldError{Path: "kubeconfig", Reason: err.Error()}
 	}
 	sel, _ := labels.Parse(opts.NodeSelector)
-	d := &Driver{opts: *opts, log: env.Logger, core: cc, http: httpClient, nodeSel: sel, calls: map[uint64]context.CancelFunc{}}
+	d := &Driver{opts: *opts, log: env.Logger, core: cc, http: httpClient, nodeSel: sel}
 
 	rc := cc.rc
 	d.nodes = cache.NewSharedIndexInformer(cache.NewFilteredListWatchFromClient(rc, "nodes", "", func(o *metav1.ListOptions) {
@@ -210,15 +208,13 @@ func (d *Driver) Close(ctx context.Context) error {
 		return nil
 	}
 	d.closed = true
-	for _, cancel := range d.calls {
-		cancel()
-	}
+	d.calls.Cancel()
 	d.mu.Unlock()
 	d.stopInformers()
 	done := make(chan struct{})
 	go func() {
 		d.informers.Wait()
-		d.callWG.Wait()
+		d.calls.Wait()
 		close(done)
 	}()
 	select {

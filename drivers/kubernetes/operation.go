@@ -33,17 +33,17 @@ type step struct {
 // outcome settles the error (see settled).
 type machine struct {
 	d     *Driver
-	start func(s step) *call // runs a request under the operation's context
-	ended func() error       // the operation's context's error
+	start func(s step) *driver.Call // runs a request under the operation's context
+	ended func() error              // the operation's context's error
 	// startCleanup runs a cleanup request: under the operation's context
 	// without its end, since what a create abandoned must still go.
-	startCleanup func(s step) *call
+	startCleanup func(s step) *driver.Call
 	cleanupBy    time.Time // when the cleanup gives up waiting
 
 	mu       sync.Mutex
 	steps    []step
 	i        int
-	cur      *call
+	cur      *driver.Call
 	inst     *driver.Instance
 	cleanup  []step
 	cleaning bool
@@ -52,57 +52,18 @@ type machine struct {
 	over     bool
 }
 
-// call is one background request.
-type call struct {
-	done chan struct{}
-	inst *driver.Instance
-	err  error
-}
-
-func (c *call) finished() bool {
-	select {
-	case <-c.done:
-		return true
-	default:
-		return false
-	}
-}
-
 // newMachine returns an operation bound to ctx, which bounds every step.
 func (d *Driver) newMachine(ctx context.Context, steps ...step) *machine {
 	m := &machine{d: d, steps: steps, ended: ctx.Err}
-	m.start = func(s step) *call { return d.launch(ctx, s.name, s.call) }
-	m.startCleanup = func(s step) *call { return d.launch(context.WithoutCancel(ctx), s.name, s.call) }
+	m.start = func(s step) *driver.Call { return d.launch(ctx, s.name, s.call) }
+	m.startCleanup = func(s step) *driver.Call { return d.launch(context.WithoutCancel(ctx), s.name, s.call) }
 	return m
 }
 
-// launch runs fn in its own goroutine under ctx with the call timeout.
-// Close cancels it and waits for it.
-func (d *Driver) launch(ctx context.Context, name string, fn func(ctx context.Context) (*driver.Instance, error)) *call {
-	c := &call{done: make(chan struct{})}
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
-		c.err = driver.Errorf(driver.ErrTimeout, "kubernetes: %s: the driver was closed; the operation was abandoned", name)
-		close(c.done)
-		return c
-	}
-	id := d.nextCall
-	d.nextCall++
-	cctx, cancel := context.WithTimeout(ctx, d.opts.CallTimeout)
-	d.calls[id] = cancel
-	d.callWG.Add(1)
-	d.mu.Unlock()
-	go func() {
-		defer d.callWG.Done()
-		c.inst, c.err = fn(cctx)
-		d.mu.Lock()
-		delete(d.calls, id)
-		d.mu.Unlock()
-		cancel()
-		close(c.done)
-	}()
-	return c
+// launch runs fn in the background under ctx with the call timeout. Close
+// cancels it and waits for it.
+func (d *Driver) launch(ctx context.Context, name string, fn func(ctx context.Context) (*driver.Instance, error)) *driver.Call {
+	return d.calls.Go(ctx, d.opts.CallTimeout, "kubernetes: "+name, fn)
 }
 
 // Advance runs the operation as far as it can without waiting.
@@ -142,10 +103,10 @@ func (m *machine) Advance(ctx context.Context) (driver.Progress, error) {
 					m.cur = m.start(s)
 				}
 			}
-			if !m.cur.finished() {
+			if !m.cur.Finished() {
 				return driver.Progress{Instance: m.inst, Wait: callWait}, nil
 			}
-			inst, err = m.cur.inst, m.cur.err
+			inst, err = m.cur.Inst, m.cur.Err
 			m.cur = nil
 			if inst != nil {
 				m.inst = inst

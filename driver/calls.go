@@ -1,0 +1,83 @@
+package driver
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Calls runs a driver's background calls: each in a goroutine of its own,
+// under its own deadline, so that an Operation's Advance only looks at
+// whether one has finished and never waits for the back-end. Cancel ends
+// the calls in flight and refuses new ones (a driver's Close); Wait waits
+// for them. The zero value is ready to use.
+type Calls struct {
+	mu      sync.Mutex
+	closed  bool
+	cancels map[uint64]context.CancelFunc
+	next    uint64
+	wg      sync.WaitGroup
+}
+
+// Call is one background call. Inst and Err are set once Finished.
+type Call struct {
+	done chan struct{}
+	Inst *Instance
+	Err  error
+}
+
+// Finished reports whether the call has returned.
+func (c *Call) Finished() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Go runs fn in its own goroutine under ctx and timeout. After Cancel it
+// runs nothing and returns a call finished with ErrTimeout naming what
+// (the operation is abandoned, and may or may not have taken effect).
+func (cs *Calls) Go(ctx context.Context, timeout time.Duration, what string, fn func(ctx context.Context) (*Instance, error)) *Call {
+	c := &Call{done: make(chan struct{})}
+	cs.mu.Lock()
+	if cs.closed {
+		cs.mu.Unlock()
+		c.Err = Errorf(ErrTimeout, "%s: the driver was closed; the operation was abandoned", what)
+		close(c.done)
+		return c
+	}
+	if cs.cancels == nil {
+		cs.cancels = map[uint64]context.CancelFunc{}
+	}
+	id := cs.next
+	cs.next++
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	cs.cancels[id] = cancel
+	cs.wg.Add(1)
+	cs.mu.Unlock()
+	go func() {
+		defer cs.wg.Done()
+		c.Inst, c.Err = fn(cctx)
+		cs.mu.Lock()
+		delete(cs.cancels, id)
+		cs.mu.Unlock()
+		cancel()
+		close(c.done)
+	}()
+	return c
+}
+
+// Cancel cancels every call in flight and makes Go refuse new ones.
+func (cs *Calls) Cancel() {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	cs.closed = true
+	for _, cancel := range cs.cancels {
+		cancel()
+	}
+}
+
+// Wait waits until every call has returned.
+func (cs *Calls) Wait() { cs.wg.Wait() }
