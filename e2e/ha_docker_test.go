@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -9,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/berth-dev/berth/drivers/docker/dockertest"
 	"github.com/berth-dev/berth/store/etcd/etcdtest"
 )
 
@@ -25,22 +23,7 @@ func TestDockerEndpointHighAvailability(t *testing.T) {
 	if _, err := exec.LookPath("docker"); err != nil {
 		t.Fatal("this test needs the docker CLI: ", err)
 	}
-	unlock, err := dockertest.LockMainEngine()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unlock()
-	ctx := context.Background()
-	cli, err := dockertest.Connect(ctx, dockertest.MainHost)
-	if err != nil {
-		t.Fatal("this test needs the machine's Docker Engine: ", err)
-	}
-	defer cli.Close()
-	image := "berth-test/ha-docker:" + dockertest.RandomID()
-	if err := dockertest.BuildHello(ctx, cli, image); err != nil {
-		t.Fatal(err)
-	}
-	defer dockertest.RemoveImages(context.Background(), cli, image)
+	_, image := engineFor(t, "ha-docker")
 
 	h := newHACluster(t)
 	var dockerAddr [3]string

@@ -303,22 +303,7 @@ func TestHighAvailability(t *testing.T) {
 		t.Skip("three servers and 300 containers: skipped in -short mode")
 	}
 	// 300 containers: the machine's engine is this test's alone meanwhile.
-	unlock, err := dockertest.LockMainEngine()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unlock()
-	ctx := context.Background()
-	cli, err := dockertest.Connect(ctx, dockertest.MainHost)
-	if err != nil {
-		t.Fatal("this test needs the machine's Docker Engine: ", err)
-	}
-	defer cli.Close()
-	image := "berth-test/ha-hello:" + dockertest.RandomID()
-	if err := dockertest.BuildHello(ctx, cli, image); err != nil {
-		t.Fatal(err)
-	}
-	defer dockertest.RemoveImages(context.Background(), cli, image)
+	cli, image := engineFor(t, "ha-hello")
 
 	h := newHACluster(t)
 	h.start(0, 1, 2)
@@ -407,4 +392,28 @@ func TestHighAvailability(t *testing.T) {
 	h.start(0, 1, 2)
 	lead = h.leader(0, 1, 2)
 	h.settled((lead+2)%3, 320, cli)
+}
+
+// engineFor takes the machine's engine for the test (in turn with the other
+// packages that load it), builds the test image under name, and returns a
+// client of the engine and the image; the test's end gives all of it back.
+func engineFor(t *testing.T, name string) (*docker.Client, string) {
+	t.Helper()
+	unlock, err := dockertest.LockMainEngine()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(unlock)
+	ctx := context.Background()
+	cli, err := dockertest.Connect(ctx, dockertest.MainHost)
+	if err != nil {
+		t.Fatal("this test needs the machine's Docker Engine: ", err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	image := "berth-test/" + name + ":" + dockertest.RandomID()
+	if err := dockertest.BuildHello(ctx, cli, image); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dockertest.RemoveImages(context.Background(), cli, image) })
+	return cli, image
 }
