@@ -536,14 +536,23 @@ func (s *Server) instances(w http.ResponseWriter, r *http.Request) error {
 }
 
 // advice answers the right sizes of the running instances the caller sees
-// (the instance filters of GET /v1/instances but paging and phase).
+// (the instance filters of GET /v1/instances but paging and phase): at
+// most limit of them (default the page size), those that give back the
+// most first, with the sums over all.
 func (s *Server) advice(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
-	if err := onlyParams(q, "provider", "node", "namespace", "pool", "group", "request", "name"); err != nil {
+	if err := onlyParams(q, "provider", "node", "namespace", "pool", "group", "request", "name", "limit"); err != nil {
 		return err
 	}
 	f := control.Filter{Provider: q.Get("provider"), Node: q.Get("node"), Owner: q.Get("namespace"), Pool: q.Get("pool"),
-		Group: q.Get("group"), Request: q.Get("request"), Name: q.Get("name")}
+		Group: q.Get("group"), Request: q.Get("request"), Name: q.Get("name"), Limit: s.pageSize}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxPageSize {
+			return &driver.FieldError{Path: "limit", Reason: fmt.Sprintf("%q: want an integer from 1 to %d", v, MaxPageSize)}
+		}
+		f.Limit = n
+	}
 	if c := caller(r); !c.All() {
 		if f.Owner != "" && !c.Sees(f.Owner) {
 			return writeJSON(w, http.StatusOK, control.AdviceAnswer{Instances: []control.InstanceAdvice{}, Groups: []control.GroupAdvice{}})

@@ -22,6 +22,7 @@ import (
 	"github.com/berth-dev/berth/api/client"
 	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/driver/drivertest"
 	"github.com/berth-dev/berth/reconciler"
 	"github.com/berth-dev/berth/scheduler"
 	"github.com/berth-dev/berth/store"
@@ -286,6 +287,9 @@ func TestReadEndpoints(t *testing.T) {
 	}
 	if _, err := e.client.Advice(ctx, control.Filter{Phases: []control.Phase{control.Phase("running")}}); err != nil {
 		t.Fatalf("advice ignores the phase filter: %v", err)
+	}
+	if _, err := e.client.Advice(ctx, control.Filter{Limit: api.MaxPageSize + 1}); !drivertest.HasField(err, "limit") {
+		t.Fatalf("advice beyond the largest page: %v, want an error naming limit", err)
 	}
 
 	plan, err := e.client.Plan(ctx, scheduler.Request{Spec: driver.Spec{Image: "x", Resources: driver.Resources{CPU: driver.CPUs(1)}}, Count: 2})

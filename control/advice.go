@@ -1,6 +1,7 @@
 package control
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"strings"
@@ -48,10 +49,13 @@ type GroupAdvice struct {
 	Saves     Size   `json:"saves"`
 }
 
-// AdviceAnswer is Plane.Advice's answer: the instances to resize, the
-// groups they belong to, and what the cluster would get back in all.
+// AdviceAnswer is Plane.Advice's answer: the instances to resize (at most
+// the filter's Limit, those that give back the most cpu first; Advised
+// counts them all), the groups they belong to, and what the cluster would
+// get back in all.
 type AdviceAnswer struct {
 	Instances []InstanceAdvice `json:"instances"`
+	Advised   int              `json:"advised"`
 	Groups    []GroupAdvice    `json:"groups"`
 	Saves     Size             `json:"saves"`
 }
@@ -60,11 +64,13 @@ type AdviceAnswer struct {
 // far from their measured use (scheduler.Advise over the samples the usage
 // loop keeps), with a suggested size each, sums by group and in all.
 // Instances without samples (a back-end that cannot measure, or not
-// measured yet) are left out. f's paging fields are ignored.
+// measured yet) are left out. f.Limit bounds the instances listed (0: no
+// bound); the sums cover them all. f.After is ignored.
 func (p *Plane) Advice(ctx context.Context, f Filter, opt scheduler.AdviceOptions) (*AdviceAnswer, error) {
 	if err := p.refuse(); err != nil {
 		return nil, err
 	}
+	limit := f.Limit
 	f.Limit, f.After, f.All = 0, "", false
 	f.Phases = []reconciler.Phase{reconciler.Running, reconciler.Held, reconciler.Suspended}
 	list, err := p.Instances(ctx, f)
@@ -100,6 +106,16 @@ func (p *Plane) Advice(ctx context.Context, f Filter, opt scheduler.AdviceOption
 		g.Reserved = add(g.Reserved, a.Reserved)
 		g.Suggested = add(g.Suggested, a.Suggested)
 		g.Saves = add(g.Saves, a.Saves)
+	}
+	ans.Advised = len(ans.Instances)
+	slices.SortFunc(ans.Instances, func(a, b InstanceAdvice) int {
+		if c := cmp.Compare(b.Saves.CPUs, a.Saves.CPUs); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Instance, b.Instance)
+	})
+	if limit > 0 && len(ans.Instances) > limit {
+		ans.Instances = ans.Instances[:limit]
 	}
 	for _, g := range groups {
 		ans.Groups = append(ans.Groups, *g)

@@ -68,6 +68,11 @@ func TestAdviceFromMeasuredUse(t *testing.T) {
 		if want := driver.CPUs(1.5-0.06) + 2*driver.CPUs(1-0.06); ans.Saves.CPUs != want {
 			t.Fatalf("the cluster gets back %s cpus, want %s", ans.Saves.CPUs, want)
 		}
+		// A limit bounds the list, largest savings first; the sums stay.
+		top, err := p.Advice(ctx, control.Filter{Limit: 1}, scheduler.AdviceOptions{})
+		if err != nil || len(top.Instances) != 1 || top.Instances[0].Instance != "big" || top.Advised != 3 || top.Saves != ans.Saves {
+			t.Fatalf("advice with limit 1: %+v %v", top, err)
+		}
 		mine, err := p.Advice(ctx, control.Filter{Owners: []string{"team"}}, scheduler.AdviceOptions{})
 		if err != nil || len(mine.Instances) != 1 || mine.Instances[0].Instance != "big" || len(mine.Groups) != 0 {
 			t.Fatalf("advice in namespace team: %+v %v", mine, err)

@@ -550,14 +550,17 @@ func (c *Client) Nodes(ctx context.Context, provider string) ([]control.NodeView
 	return out, c.call(ctx, http.MethodGet, "/v1/nodes", q, nil, &out)
 }
 
-// Advice returns the right sizes of the running instances f selects (its
-// paging and phase fields are not sent).
+// Advice returns the right sizes of the running instances f selects (at
+// most f.Limit listed; its After and phase fields are not sent).
 func (c *Client) Advice(ctx context.Context, f control.Filter) (*control.AdviceAnswer, error) {
 	q := url.Values{}
 	for k, v := range map[string]string{"provider": f.Provider, "node": f.Node, "namespace": f.Owner, "pool": f.Pool, "group": f.Group, "request": f.Request, "name": f.Name} {
 		if v != "" {
 			q.Set(k, v)
 		}
+	}
+	if f.Limit > 0 {
+		q.Set("limit", strconv.Itoa(f.Limit))
 	}
 	var out control.AdviceAnswer
 	return &out, c.call(ctx, http.MethodGet, "/v1/advice", q, nil, &out)

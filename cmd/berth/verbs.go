@@ -984,6 +984,9 @@ sums per group, and what the cluster would get back in all.`,
 				fmt.Fprintf(c.stdout, "group %s: %d instances reserve %s cpus, %s; suggested %s cpus, %s\n", g.Group, g.Instances,
 					g.Reserved.CPUs, mem(g.Reserved), g.Suggested.CPUs, mem(g.Suggested))
 			}
+			if ans.Advised > len(ans.Instances) {
+				fmt.Fprintf(c.stdout, "(the %d of %d that give back the most cpu)\n", len(ans.Instances), ans.Advised)
+			}
 			fmt.Fprintf(c.stdout, "the cluster would get back %s cpus and %s\n", ans.Saves.CPUs, mem(ans.Saves))
 			return nil
 		},
