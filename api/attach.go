@@ -273,6 +273,6 @@ func headerHas(h http.Header, key, token string) bool {
 }
 
 func mustJSON(v any) []byte {
-	b, _ := json.Marshal(v)
+	b, _ := driver.MarshalOutput(v)
 	return b
 }

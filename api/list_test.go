@@ -2,7 +2,6 @@ package api_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -56,7 +55,7 @@ func get(t *testing.T, h http.Handler, path string) (int, []string, string) {
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
 	var list []control.Instance
 	if rec.Code == http.StatusOK {
-		if err := json.Unmarshal(rec.Body.Bytes(), &list); err != nil {
+		if err := driver.UnmarshalOutput(rec.Body.Bytes(), &list); err != nil {
 			t.Fatalf("GET %s: %v: %s", path, err, rec.Body)
 		}
 	}

@@ -18,7 +18,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -300,7 +299,7 @@ func writeError(w http.ResponseWriter, e *Error) {
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) error {
-	b, err := json.Marshal(v)
+	b, err := driver.MarshalOutput(v)
 	if err != nil {
 		return err
 	}
@@ -791,7 +790,7 @@ func newFrameWriter(w http.ResponseWriter) *frameWriter {
 }
 
 func (f *frameWriter) frame(v any) error {
-	b, err := json.Marshal(v)
+	b, err := driver.MarshalOutput(v)
 	if err != nil {
 		return err
 	}
@@ -1002,7 +1001,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) error {
 	var mu sync.Mutex
 	var writeErr error
 	send := func(id, event string, v any) {
-		b, err := json.Marshal(v)
+		b, err := driver.MarshalOutput(v)
 		if err != nil {
 			return
 		}

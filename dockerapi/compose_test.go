@@ -3,7 +3,6 @@ package dockerapi_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/berth-dev/berth/api"
 	"github.com/berth-dev/berth/control"
+	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/reconciler"
 )
 
@@ -105,7 +105,7 @@ services:
 	}
 
 	var ps []control.Instance
-	if err := json.Unmarshal([]byte(berth("compose", "ps", "-f", file, "--json")), &ps); err != nil {
+	if err := driver.UnmarshalOutput([]byte(berth("compose", "ps", "-f", file, "--json")), &ps); err != nil {
 		t.Fatal(err)
 	}
 	if len(ps) != 4 {

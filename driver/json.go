@@ -10,6 +10,7 @@ import (
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
+	jsonv1 "github.com/go-json-experiment/json/v1"
 )
 
 // DecodeJSON is Berth's one strict JSON decoder, for API bodies, workload
@@ -133,4 +134,54 @@ func jsonKindName(k jsontext.Kind) string {
 		return "a list"
 	}
 	return "something else"
+}
+
+// Output is the one JSON convention of what Berth writes for people and
+// programs: API answers, event streams and every --json output. It is
+// encoding/json's, except that a size (Bytes) is an integer number of bytes,
+// never MiB or a string with a unit. Requests stay lenient (DecodeJSON: a
+// number of MiB or a string with a unit); stored records keep Bytes' own
+// form.
+var (
+	outputMarshal = jsonv2.JoinOptions(jsonv1.DefaultOptionsV1(), jsonv2.WithMarshalers(
+		jsonv2.MarshalToFunc(func(enc *jsontext.Encoder, b Bytes) error {
+			return enc.WriteToken(jsontext.Int(int64(b)))
+		})))
+	outputUnmarshal = jsonv2.JoinOptions(jsonv1.DefaultOptionsV1(), jsonv2.WithUnmarshalers(
+		jsonv2.UnmarshalFromFunc(func(dec *jsontext.Decoder, b *Bytes) error {
+			tok, err := dec.ReadToken()
+			if err != nil {
+				return err
+			}
+			if tok.Kind() != '0' {
+				return fmt.Errorf("size: want an integer number of bytes, got %s", jsonKindName(tok.Kind()))
+			}
+			n, err := strconv.ParseInt(tok.String(), 10, 64)
+			if err != nil {
+				return fmt.Errorf("size %s: want an integer number of bytes", tok.String())
+			}
+			*b = Bytes(n)
+			return nil
+		})))
+)
+
+// MarshalOutput writes v in Berth's output convention (see Output).
+func MarshalOutput(v any) ([]byte, error) {
+	return jsonv2.Marshal(v, outputMarshal)
+}
+
+// MarshalOutputIndent is MarshalOutput indented by two spaces, for people.
+func MarshalOutputIndent(v any) ([]byte, error) {
+	return jsonv2.Marshal(v, outputMarshal, jsontext.WithIndent("  "))
+}
+
+// UnmarshalOutput reads what MarshalOutput wrote, as a client reads an
+// answer: keys it does not know are ignored, as encoding/json does.
+func UnmarshalOutput(data []byte, v any) error {
+	return jsonv2.Unmarshal(data, v, outputUnmarshal)
+}
+
+// DecodeOutput reads one JSON value of Berth's output from dec.
+func DecodeOutput(dec *jsontext.Decoder, v any) error {
+	return jsonv2.UnmarshalDecode(dec, v, outputUnmarshal)
 }

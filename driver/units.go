@@ -65,10 +65,12 @@ func ParseCPU(s string) (MilliCPU, error) {
 
 // Bytes is an amount of memory or disk in bytes.
 //
-// A plain number means mebibytes everywhere (Citadel's "memory": 512, a flag
-// --memory 512, the string "512"); a unit says otherwise: "512Mi", "2GiB",
-// "1G", "300MB", "4096B". In JSON it is written as a number of MiB when it is
-// a whole number of MiB, otherwise as "<n>B".
+// What people write is lenient: a plain number means mebibytes (Citadel's
+// "memory": 512, a flag --memory 512, the string "512"); a unit says
+// otherwise: "512Mi", "2GiB", "1G", "300MB", "4096B". What Berth answers is
+// exact: MarshalOutput writes an integer number of bytes. Its own
+// MarshalJSON, the form of requests the client sends and of stored records,
+// writes a number of MiB when it is a whole number of MiB, otherwise "<n>B".
 type Bytes int64
 
 // Common sizes.

@@ -124,3 +124,53 @@ func TestResourcesArithmetic(t *testing.T) {
 		t.Error("IsZero")
 	}
 }
+
+// TestOutputJSON: what Berth writes for people and programs (answers, event
+// streams, --json) holds every size as an integer number of bytes, whatever
+// Bytes' own form, and a client reads it back exactly; requests keep their
+// lenient forms.
+func TestOutputJSON(t *testing.T) {
+	spec := driver.Spec{Image: "x", Resources: driver.Resources{CPU: 500, Memory: 64 * driver.MiB, Disk: 1_000_000_000}, MemoryReservation: 1536}
+	b, err := driver.MarshalOutput(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]string{"memory": "67108864", "disk": "1000000000", "memory_reservation": "1536", "cpus": "0.5", "image": `"x"`} {
+		if got := string(raw[key]); got != want {
+			t.Errorf("MarshalOutput: %s = %s, want %s (in %s)", key, got, want, b)
+		}
+	}
+	var back driver.Spec
+	if err := driver.UnmarshalOutput(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.Memory != spec.Memory || back.Disk != spec.Disk || back.MemoryReservation != spec.MemoryReservation || back.CPU != spec.CPU {
+		t.Errorf("UnmarshalOutput(%s) = %+v, want %+v", b, back.Resources, spec.Resources)
+	}
+	indented, err := driver.MarshalOutputIndent([]driver.Image{{Name: "a", Size: 1023}})
+	if err != nil || string(indented) != "[\n  {\n    \"name\": \"a\",\n    \"size\": 1023\n  }\n]" {
+		t.Errorf("MarshalOutputIndent = %q %v", indented, err)
+	}
+
+	// A client reads keys it does not know (a newer server's) without
+	// complaint, and refuses a size that is not an integer of bytes.
+	var u driver.Usage
+	if err := driver.UnmarshalOutput([]byte(`{"cpus": 0.25, "memory": 4096, "later": 1}`), &u); err != nil || u.Memory != 4096 || u.CPU != 250 {
+		t.Errorf("UnmarshalOutput: %+v %v", u, err)
+	}
+	for _, bad := range []string{`{"memory": "64Mi"}`, `{"memory": 1.5}`, `{"memory": true}`} {
+		if err := driver.UnmarshalOutput([]byte(bad), &u); err == nil {
+			t.Errorf("UnmarshalOutput(%s): no error", bad)
+		}
+	}
+
+	// A request still says MiB with a bare number.
+	var req driver.Spec
+	if err := driver.DecodeJSON([]byte(`{"image": "x", "memory": 64}`), &req, "body"); err != nil || req.Memory != 64*driver.MiB {
+		t.Errorf("DecodeJSON: memory %d %v, want 64 MiB", req.Memory, err)
+	}
+}

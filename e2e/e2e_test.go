@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/control"
+	"github.com/berth-dev/berth/driver"
 )
 
 var berthBin string
@@ -298,7 +299,7 @@ func psJSON(t *testing.T, s *server, args ...string) []control.Instance {
 	t.Helper()
 	out := mustBerth(t, s, append([]string{"ps", "--json"}, args...)...)
 	var list []control.Instance
-	if err := json.Unmarshal([]byte(out), &list); err != nil {
+	if err := driver.UnmarshalOutput([]byte(out), &list); err != nil {
 		t.Fatalf("ps --json: %v: %q", err, out)
 	}
 	return list
@@ -383,7 +384,7 @@ func TestRunPsLogsStopRm(t *testing.T) {
 		t.Fatalf("ps table: %q", table)
 	}
 	var inspected []control.Instance
-	if err := json.Unmarshal([]byte(mustBerth(t, s, "inspect", "hello")), &inspected); err != nil || len(inspected) != 1 || inspected[0].Name != "hello" {
+	if err := driver.UnmarshalOutput([]byte(mustBerth(t, s, "inspect", "hello")), &inspected); err != nil || len(inspected) != 1 || inspected[0].Name != "hello" {
 		t.Fatalf("inspect: %v %+v", err, inspected)
 	}
 	waitFor(t, "the output in logs", func() bool {
@@ -391,7 +392,7 @@ func TestRunPsLogsStopRm(t *testing.T) {
 		return code == 0 && strings.Contains(stdout, "hello-from-berth") && strings.Contains(stderr, "to-stderr") && !strings.Contains(stdout, "to-stderr")
 	})
 	var nodes []control.NodeView
-	if err := json.Unmarshal([]byte(mustBerth(t, s, "nodes", "--json")), &nodes); err != nil || len(nodes) != 1 || nodes[0].Provider != "local" {
+	if err := driver.UnmarshalOutput([]byte(mustBerth(t, s, "nodes", "--json")), &nodes); err != nil || len(nodes) != 1 || nodes[0].Provider != "local" {
 		t.Fatalf("nodes: %v %+v", err, nodes)
 	}
 	if drv := mustBerth(t, s, "drivers"); !strings.Contains(drv, "--local-stop-grace") {

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -67,7 +66,7 @@ func TestFollowersServeReads(t *testing.T) {
 				return false
 			}
 			var list []control.Instance
-			if err := json.Unmarshal(b, &list); err != nil {
+			if err := driver.UnmarshalOutput(b, &list); err != nil {
 				t.Fatalf("GET /v1/instances on %s: %v: %s", memberNames[i], err, b)
 			}
 			return slices.ContainsFunc(list, func(in control.Instance) bool { return in.ID == id })

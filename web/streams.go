@@ -2,7 +2,6 @@ package web
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"time"
@@ -74,7 +73,7 @@ func (s *Server) openStream(w http.ResponseWriter, r *http.Request) (ctx context
 
 // send writes one event; after a write error it cancels the stream.
 func (e *sse) send(event string, v any) error {
-	b, err := json.Marshal(v)
+	b, err := driver.MarshalOutput(v)
 	if err != nil {
 		return err
 	}

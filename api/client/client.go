@@ -22,6 +22,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-json-experiment/json/jsontext"
+
 	"github.com/berth-dev/berth/api"
 	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/control"
@@ -173,7 +175,7 @@ func (c *Client) call(ctx context.Context, method, path string, q url.Values, bo
 		_, _ = io.Copy(io.Discard, resp.Body)
 		return nil
 	}
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+	if err := driver.DecodeOutput(jsontext.NewDecoder(resp.Body), out); err != nil {
 		return fmt.Errorf("%s %s: decoding the answer: %w", method, path, err)
 	}
 	return nil
@@ -287,7 +289,7 @@ func (c *Client) InstancesPage(ctx context.Context, f control.Filter) (list []co
 		return nil, "", err
 	}
 	defer resp.Body.Close()
-	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+	if err := driver.DecodeOutput(jsontext.NewDecoder(resp.Body), &list); err != nil {
 		return nil, "", fmt.Errorf("GET /v1/instances: decoding the answer: %w", err)
 	}
 	if u := nextLink(resp.Header.Values("Link")); u != "" {
@@ -464,10 +466,10 @@ func (c *Client) StreamStats(ctx context.Context, r string, fn func(api.Stats) e
 
 // readFrames decodes NDJSON frames of type T from body until EOF.
 func readFrames[T any](ctx context.Context, body io.Reader, fn func(*T) error) error {
-	dec := json.NewDecoder(bufio.NewReader(body))
+	dec := jsontext.NewDecoder(bufio.NewReader(body))
 	for {
 		var f T
-		if err := dec.Decode(&f); err != nil {
+		if err := driver.DecodeOutput(dec, &f); err != nil {
 			if errors.Is(err, io.EOF) {
 				return nil
 			}
@@ -509,7 +511,7 @@ func (c *Client) Events(ctx context.Context, since int64, fn func(control.Event)
 					return decodeEnvelope(data)
 				}
 				var ev control.Event
-				if err := json.Unmarshal(data, &ev); err != nil {
+				if err := driver.UnmarshalOutput(data, &ev); err != nil {
 					return fmt.Errorf("events: decoding an event: %w", err)
 				}
 				fn(ev)

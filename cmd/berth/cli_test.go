@@ -64,7 +64,7 @@ func TestListAndChangeVerbs(t *testing.T) {
 		t.Fatalf("ps --owner alice --json: exit %d: %s", code, errOut)
 	}
 	var list []control.Instance
-	if err := json.Unmarshal([]byte(out), &list); err != nil {
+	if err := driver.UnmarshalOutput([]byte(out), &list); err != nil {
 		t.Fatalf("ps --json: %v: %q", err, out)
 	}
 	for _, in := range list {
@@ -113,7 +113,7 @@ func TestPsPages(t *testing.T) {
 			t.Fatalf("ps %v: exit %d: %s", args, code, errOut)
 		}
 		var list []control.Instance
-		if err := json.Unmarshal([]byte(out), &list); err != nil {
+		if err := driver.UnmarshalOutput([]byte(out), &list); err != nil {
 			t.Fatalf("ps %v: %v: %q", args, err, out)
 		}
 		ids := make([]string, len(list))
@@ -407,7 +407,7 @@ func TestProvidersShowSchedulerCounts(t *testing.T) {
 	}
 	code, out, _ = berth(t, addr, "providers", "--json")
 	var list []control.ProviderView
-	if err := json.Unmarshal([]byte(out), &list); code != 0 || err != nil || len(list) != 1 {
+	if err := driver.UnmarshalOutput([]byte(out), &list); code != 0 || err != nil || len(list) != 1 {
 		t.Fatalf("providers --json: exit %d, %v: %q", code, err, out)
 	}
 }

@@ -140,12 +140,16 @@ func TestHabitsExitCodesAndJSON(t *testing.T) {
 	}
 }
 
-// TestJSONKeysSnakeCase: every --json output names its keys in snake_case.
+// TestJSONKeysSnakeCase: every --json output follows one convention: keys
+// in snake_case, sizes as integers of bytes (the instance asks for 1537 KiB,
+// not a whole number of MiB, which Bytes' own JSON would write "1573888B"),
+// times in RFC 3339.
 func TestJSONKeysSnakeCase(t *testing.T) {
 	addr := testServer(t)
-	if code, _, errOut := berth(t, addr, "run", "--name", "j", "busybox"); code != 0 {
+	if code, _, errOut := berth(t, addr, "run", "--name", "j", "--memory", "1537k", "busybox"); code != 0 {
 		t.Fatalf("run: %s", errOut)
 	}
+	sizes := 0
 	for _, args := range [][]string{
 		{"providers", "--json"}, {"nodes", "--json"}, {"ps", "--json"}, {"quotas", "--json"},
 		{"drivers", "--json"}, {"images", "--json"}, {"version", "--json"}, {"group", "ls", "--json"}, {"inspect", "j"},
@@ -155,13 +159,51 @@ func TestJSONKeysSnakeCase(t *testing.T) {
 			t.Errorf("berth %v: exit %d: %s", args, code, errOut)
 			continue
 		}
+		dec := json.NewDecoder(strings.NewReader(out))
+		dec.UseNumber()
 		var v any
-		if err := json.Unmarshal([]byte(out), &v); err != nil {
+		if err := dec.Decode(&v); err != nil {
 			t.Errorf("berth %v: %v", args, err)
 			continue
 		}
 		if bad := nonSnakeKeys(v, nil); len(bad) > 0 {
 			t.Errorf("berth %v: keys not in snake_case: %v", args, bad)
+		}
+		walkJSON(v, "", func(key string, x any) {
+			switch key {
+			case "memory", "disk", "memory_reservation", "size", "used_memory", "memory_bytes", "memory_limit_bytes":
+				sizes++
+				n, ok := x.(json.Number)
+				if _, err := n.Int64(); !ok || err != nil {
+					t.Errorf("berth %v: %s = %v, want an integer number of bytes", args, key, x)
+				}
+			case "time", "created", "since", "updated", "started", "finished":
+				s, ok := x.(string)
+				if _, err := time.Parse(time.RFC3339Nano, s); !ok || err != nil {
+					t.Errorf("berth %v: %s = %v, want a time in RFC 3339", args, key, x)
+				}
+			}
+		})
+		if strings.Contains(out, "1573888B") || (args[0] == "inspect" && !strings.Contains(out, "1573888")) {
+			t.Errorf("berth %v: the instance's memory is not 1573888 bytes as an integer: %s", args, out)
+		}
+	}
+	if sizes == 0 {
+		t.Error("no size in any output: the check saw nothing")
+	}
+}
+
+// walkJSON calls fn with every key of every object in v and its value.
+func walkJSON(v any, key string, fn func(key string, v any)) {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, x := range v {
+			fn(k, x)
+			walkJSON(x, k, fn)
+		}
+	case []any:
+		for _, x := range v {
+			walkJSON(x, key, fn)
 		}
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -329,7 +328,7 @@ func writeDockerUnavailable(w http.ResponseWriter, msg string) {
 	w.Header().Set("Retry-After", "1")
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusServiceUnavailable)
-	_ = json.NewEncoder(w).Encode(map[string]string{"message": msg})
+	_ = printJSONLine(w, map[string]string{"message": msg})
 }
 
 type leaderKey struct{}
@@ -389,7 +388,7 @@ func (fd *frontDoor) health(w http.ResponseWriter, r *http.Request) {
 		out["leader"] = in
 	}
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(out)
+	_ = printJSONLine(w, out)
 }
 
 func writeUnavailable(w http.ResponseWriter, msg string) {
@@ -422,7 +421,7 @@ func (m members) list(w http.ResponseWriter, r *http.Request) {
 		out = append(out, api.Member{ID: strconv.FormatUint(mb.ID, 16), Name: mb.Name, PeerURLs: mb.PeerURLs, ClientURLs: mb.ClientURLs, Learner: mb.IsLearner})
 	}
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(out)
+	_ = printJSONLine(w, out)
 }
 
 func (m members) add(w http.ResponseWriter, r *http.Request) {
@@ -448,7 +447,7 @@ func (m members) add(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusCreated)
-	_ = json.NewEncoder(w).Encode(api.Member{ID: strconv.FormatUint(resp.Member.ID, 16), PeerURLs: resp.Member.PeerURLs})
+	_ = printJSONLine(w, api.Member{ID: strconv.FormatUint(resp.Member.ID, 16), PeerURLs: resp.Member.PeerURLs})
 }
 
 func (m members) remove(w http.ResponseWriter, r *http.Request) {

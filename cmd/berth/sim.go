@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -144,7 +143,7 @@ See docs/sim.md for how to read the output to size a cluster.`,
 			}
 			if !advised {
 				if asJSON {
-					return json.NewEncoder(cmd.OutOrStdout()).Encode(res)
+					return printJSONLine(cmd.OutOrStdout(), res)
 				}
 				printSimSummary(cmd.OutOrStdout(), res)
 				return nil
@@ -156,7 +155,7 @@ See docs/sim.md for how to read the output to size a cluster.`,
 				return err
 			}
 			if asJSON {
-				return json.NewEncoder(cmd.OutOrStdout()).Encode(struct {
+				return printJSONLine(cmd.OutOrStdout(), struct {
 					AsGiven *simulate.Result `json:"as_given"`
 					Advised *simulate.Result `json:"advised"`
 					Resized int              `json:"resized"`

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -71,11 +70,26 @@ func (c *cli) completeInstances(cmd *cobra.Command, args []string, toComplete st
 	return out, cobra.ShellCompDirectiveNoFileComp
 }
 
-// printJSON writes v as indented JSON.
+// printJSON writes v as indented JSON in Berth's output convention (sizes
+// as integers of bytes; driver.MarshalOutput).
 func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	b, err := driver.MarshalOutputIndent(v)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
+// printJSONLine writes v as one line of JSON, for outputs of one object per
+// line (events, stats, progress), in the same convention as printJSON.
+func printJSONLine(w io.Writer, v any) error {
+	b, err := driver.MarshalOutput(v)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
 }
 
 func table(w io.Writer, header ...string) *tabwriter.Writer {
@@ -807,7 +821,7 @@ const statsRow = "%-20s  %-10s  %6s  %9s  %10s  %12s  %s\n"
 
 func (p *statsPrinter) print(st api.Stats) error {
 	if p.json {
-		return json.NewEncoder(p.w).Encode(st)
+		return printJSONLine(p.w, st)
 	}
 	if !p.started {
 		p.started = true
@@ -1090,7 +1104,7 @@ func preloadPrinter(c *cli, asJSON bool) *progressPrinter {
 func (p *progressPrinter) update(pr driver.PreloadProgress) {
 	switch {
 	case p.json:
-		_ = json.NewEncoder(p.c.stdout).Encode(pr)
+		_ = printJSONLine(p.c.stdout, pr)
 	case p.bar != nil:
 		if pr.Total > 0 {
 			p.bar.ChangeMax64(pr.Total)
@@ -1130,11 +1144,10 @@ func eventsCmd(c *cli) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			enc := json.NewEncoder(c.stdout)
 			p := newEventPrinter(c.stdout)
 			err = cl.Events(cmd.Context(), since, func(ev control.Event) {
 				if asJSON {
-					_ = enc.Encode(ev)
+					_ = printJSONLine(c.stdout, ev)
 					return
 				}
 				p.print(ev)
