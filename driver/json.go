@@ -136,12 +136,8 @@ func jsonKindName(k jsontext.Kind) string {
 	return "something else"
 }
 
-// Output is the one JSON convention of what Berth writes for people and
-// programs: API answers, event streams and every --json output. It is
-// encoding/json's, except that a size (Bytes) is an integer number of bytes,
-// never MiB or a string with a unit. Requests stay lenient (DecodeJSON: a
-// number of MiB or a string with a unit); stored records keep Bytes' own
-// form.
+// The options of Berth's output convention (MarshalOutput) and of reading
+// it back (UnmarshalOutput).
 var (
 	outputMarshal = jsonv2.JoinOptions(jsonv1.DefaultOptionsV1(), jsonv2.WithMarshalers(
 		jsonv2.MarshalToFunc(func(enc *jsontext.Encoder, b Bytes) error {
@@ -153,7 +149,11 @@ var (
 			if err != nil {
 				return err
 			}
-			if tok.Kind() != '0' {
+			switch tok.Kind() {
+			case 'n':
+				return nil // null leaves it as it is, as encoding/json does
+			case '0':
+			default:
 				return fmt.Errorf("size: want an integer number of bytes, got %s", jsonKindName(tok.Kind()))
 			}
 			n, err := strconv.ParseInt(tok.String(), 10, 64)
@@ -165,7 +165,12 @@ var (
 		})))
 )
 
-// MarshalOutput writes v in Berth's output convention (see Output).
+// MarshalOutput writes v in the one JSON convention of what Berth writes for
+// people and programs: API answers, event streams and every --json output.
+// It is encoding/json's, except that a size (Bytes) is an integer number of
+// bytes, never MiB or a string with a unit. Requests stay lenient
+// (DecodeJSON: a number of MiB or a string with a unit); stored records keep
+// Bytes' own form.
 func MarshalOutput(v any) ([]byte, error) {
 	return jsonv2.Marshal(v, outputMarshal)
 }
