@@ -21,6 +21,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"math/big"
@@ -136,6 +137,9 @@ type Cluster struct {
 	Client clientset.Interface
 	// Host is the API server's URL.
 	Host string
+	// LogsFile is the log of every container of the pods in
+	// LogsNamespace, as KWOK serves it (AppendLog writes it).
+	LogsFile string
 
 	dir   string
 	procs []*proc
@@ -257,16 +261,155 @@ current-context: k8stest
 		return c, err
 	}
 
+	// KWOK's own server plays the kubelet's API on every node (the API
+	// server reaches it at the node's address and kubelet port, over TLS,
+	// without checking the certificate since it is given no CA for
+	// kubelets): it serves the logs of pods in LogsNamespace from LogsFile.
+	c.LogsFile = filepath.Join(dir, "pod.log")
+	if err := os.WriteFile(c.LogsFile, nil, 0o600); err != nil {
+		return c, err
+	}
+	extra := filepath.Join(dir, "kwok-extra.yaml")
+	if err := os.WriteFile(extra, []byte(fmt.Sprintf(extraConfig, LogsNamespace, c.LogsFile, NoResizeLabel, MissingImage)), 0o600); err != nil {
+		return c, err
+	}
 	if _, err := c.start("kwok", filepath.Join(bin, "kwok"), []string{
 		"--kubeconfig=" + c.Kubeconfig,
 		"--config=" + filepath.Join(bin, "kwok-stages.yaml"),
+		"--config=" + extra,
 		"--manage-all-nodes=true",
 		"--disregard-status-with-annotation-selector=" + FrozenAnnotation + "=true",
 		"--node-ip=127.0.0.1",
+		"--node-port=" + strconv.Itoa(freePort()),
+		"--tls-cert-file=" + certFile,
+		"--tls-private-key-file=" + keyFile,
 	}, nil); err != nil {
 		return c, err
 	}
 	return c, nil
+}
+
+// LogsNamespace is the namespace whose pods' logs KWOK serves, from
+// Cluster.LogsFile.
+const LogsNamespace = "logs"
+
+// MissingImage is the image KWOK's nodes fail to pull; they "run" any
+// other.
+const MissingImage = "registry.example/missing:1"
+
+// NoResizeLabel on a pod makes its node report no container resources,
+// as a kubelet without in-place resize.
+const NoResizeLabel = "k8stest/no-resize"
+
+// extraConfig is KWOK's configuration beside the stages of
+// .ci/k8s-servers.sh (a format string: the logs namespace, the logs file,
+// NoResizeLabel, MissingImage):
+//
+//   - ClusterLogs: the logs of every pod in the logs namespace are the
+//     one file, in the container runtime's log format, followed.
+//   - Stage pod-resources: a running pod's container statuses report the
+//     resources of its spec, as a kubelet that resizes pods in place
+//     does. The API server takes a resize only from a node that reports
+//     them; after a resize, the stage reports the new amounts (the
+//     kubelet's "applied"). A pod labelled NoResizeLabel is left without
+//     them, as on a kubelet that cannot resize.
+//   - Stage pod-image-missing: a pod of MissingImage stays Pending with
+//     ErrImagePull, as a kubelet reports an image that does not exist.
+const extraConfig = `apiVersion: kwok.x-k8s.io/v1alpha1
+kind: ClusterLogs
+metadata:
+  name: berth-test-logs
+spec:
+  selector:
+    matchNamespaces: [%q]
+  logs:
+  - logsFile: %q
+    follow: true
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: pod-resources
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: 'DoesNotExist'
+    - key: '.status.phase'
+      operator: 'In'
+      values: ['Running']
+    - key: '.spec.containers[0].resources.limits'
+      operator: 'Exists'
+    - key: '.metadata.labels["%s"]'
+      operator: 'DoesNotExist'
+    - key: '[.spec.containers[].resources] == [.status.containerStatuses[]?.resources]'
+      operator: 'In'
+      values: ['false']
+  next:
+    # KWOK patches the status as JSON: the list is replaced, so each
+    # container's status is written whole, as pod-ready left it.
+    statusTemplate: |
+      {{ $root := . }}
+      containerStatuses:
+      {{ range $index, $item := .spec.containers }}
+      {{ $origin := index $root.status.containerStatuses $index }}
+      - name: {{ $item.name | Quote }}
+        image: {{ $origin.image | Quote }}
+        ready: {{ $origin.ready }}
+        restartCount: {{ $origin.restartCount }}
+        state:
+      {{ YAML $origin.state 2 }}
+        resources:
+      {{ YAML $item.resources 2 }}
+      {{ end }}
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: pod-image-missing
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  # Chosen over pod-ready (weight 0), which matches the same pods.
+  weight: 1000
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: 'DoesNotExist'
+    - key: '.status.phase'
+      operator: 'In'
+      values: ['Pending']
+    - key: '.spec.containers[].image'
+      operator: 'In'
+      values: [%q]
+  next:
+    statusTemplate: |
+      containerStatuses:
+      {{ range .spec.containers }}
+      - name: {{ .name | Quote }}
+        image: {{ .image | Quote }}
+        ready: false
+        restartCount: 0
+        state:
+          waiting:
+            reason: ErrImagePull
+            message: "failed to pull image: not found"
+      {{ end }}
+`
+
+// AppendLog adds a line to LogsFile as a container runtime writes it
+// (stream is "stdout" or "stderr").
+func (c *Cluster) AppendLog(stream, line string) error {
+	f, err := os.OpenFile(c.LogsFile, os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(f, "%s %s F %s\n", time.Now().UTC().Format(time.RFC3339Nano), stream, line)
+	return errors.Join(err, f.Close())
 }
 
 // start starts a child in its own process group, which dies with the test
