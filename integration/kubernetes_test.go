@@ -2,6 +2,7 @@ package integration_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"testing"
 	"time"
@@ -21,8 +22,9 @@ import (
 // TestGroupAcrossKubernetesAndDocker: one plane with a docker provider on
 // the machine's engines and a kubernetes provider on a real kube-apiserver
 // with two KWOK nodes places a group across both. When the KWOK node of a
-// member goes away, the member is placed again on the other node, and the
-// cluster ends with exactly one pod per member.
+// member goes away, Berth records the node offline, the member is placed
+// again on the other node, and the cluster ends with exactly one pod per
+// member.
 func TestGroupAcrossKubernetesAndDocker(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -110,6 +112,15 @@ func TestGroupAcrossKubernetesAndDocker(t *testing.T) {
 	e.waitFor(t, moved+" placed again off "+gone, func() bool {
 		in, err := e.plane.Instance(ctx, moved)
 		return err == nil && in.Phase == reconciler.Running && in.Provider == "k8s" && in.Node != "" && in.Node != gone
+	})
+	// Berth saw the node go offline: its record in the store says so.
+	e.waitFor(t, "node "+gone+" recorded offline", func() bool {
+		kvs, _, err := e.store.List(ctx, control.PrefixNodes+"k8s/"+gone)
+		if err != nil || len(kvs) != 1 {
+			return false
+		}
+		var st control.NodeState
+		return json.Unmarshal(kvs[0].Value, &st) == nil && st.Status == driver.NodeOffline
 	})
 	// Exactly one pod per web member in the end: the copy on the lost node
 	// is deleted (forced, since no kubelet will confirm it).
