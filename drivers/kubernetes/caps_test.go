@@ -3,6 +3,7 @@ package kubernetes_test
 import (
 	"context"
 	"errors"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -143,6 +144,9 @@ func TestLogs(t *testing.T) {
 	closeT(t, d)
 	inst, err := create(t, d, nodes[0], spec("talks", nil))
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cluster.LogsFile, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := cluster.AppendLog("stdout", "hello stdout"); err != nil {
