@@ -21,9 +21,9 @@ import (
 // all of it goes to stdout when stdout is asked for; asking for stderr
 // alone is ErrUnsupported.
 func (d *Driver) logs(ctx context.Context, id string, opts driver.LogOptions, stdout, stderr io.Writer) error {
-	p, ok := d.podByID(id)
-	if !ok {
-		return driver.Errorf(driver.ErrNotFound, "kubernetes: no running instance of Berth's has id %s", id)
+	p, err := d.livePod(id)
+	if err != nil {
+		return err
 	}
 	if !opts.Stdout {
 		if opts.Stderr {
@@ -58,9 +58,9 @@ func (d *Driver) logs(ctx context.Context, id string, opts driver.LogOptions, st
 // them), at most call_timeout. A resize the kubelet finds infeasible on its
 // node is ErrInsufficientCapacity.
 func (d *Driver) resize(ctx context.Context, id string, r driver.Resources) error {
-	p, ok := d.podByID(id)
-	if !ok {
-		return driver.Errorf(driver.ErrNotFound, "kubernetes: no running instance of Berth's has id %s", id)
+	p, err := d.livePod(id)
+	if err != nil {
+		return err
 	}
 	var c *corev1.Container
 	for i := range p.Spec.Containers {
@@ -136,6 +136,18 @@ func resized(p *corev1.Pod, want driver.Resources) (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// livePod returns the pod of instance id: ErrNotFound when there is no
+// such instance, ErrPermanent when it is stopped (it has no pod).
+func (d *Driver) livePod(id string) (*corev1.Pod, error) {
+	if p, ok := d.podByID(id); ok {
+		return p, nil
+	}
+	if _, ok := d.markerByID(id); ok {
+		return nil, driver.Errorf(driver.ErrPermanent, "kubernetes: instance %s is stopped: it has no pod until it is started", id)
+	}
+	return nil, driver.Errorf(driver.ErrNotFound, "kubernetes: no instance of Berth's has id %s", id)
 }
 
 // Watch reports, from the informers, each pod of Berth's that starts

@@ -49,8 +49,7 @@ func (d *Driver) Preload(ctx context.Context, image string, nodes []string, prog
 			}
 		}
 	}
-	slices.Sort(nodes)
-	nodes = slices.Compact(nodes)
+	nodes = slices.Compact(slices.Sorted(slices.Values(nodes)))
 	for _, n := range nodes {
 		if _, err := d.nodeByName(n); err != nil {
 			return err

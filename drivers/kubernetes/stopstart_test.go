@@ -95,6 +95,9 @@ func TestStopStart(t *testing.T) {
 	if err := d.(driver.Stopper).Stop(ctx, inst.ID, time.Second); err != nil {
 		t.Errorf("Stop of a stopped instance: %v", err)
 	}
+	if err := d.(driver.Resizer).Resize(ctx, inst.ID, driver.Resources{CPU: 500}); !errors.Is(err, driver.ErrPermanent) {
+		t.Errorf("Resize of a stopped instance: %v, want ErrPermanent", err)
+	}
 	if err := d.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
