@@ -287,8 +287,9 @@ func (d *Driver) Delete(ctx context.Context, id string) (driver.Operation, error
 }
 
 // deletePodSteps delete the pod p after grace seconds (with its config map
-// and secret when files is set) and wait until the informer shows it
-// gone, deleting it by force force_after past its grace.
+// and secret when files is set) and wait until the informers show it gone
+// (so that State no longer counts it), deleting it by force force_after
+// past its grace.
 func (d *Driver) deletePodSteps(ctx context.Context, p *corev1.Pod, grace int64, files bool) []step {
 	name, uid := p.Name, p.UID
 	hasFiles, hasUserData := false, false
@@ -312,7 +313,7 @@ func (d *Driver) deletePodSteps(ctx context.Context, p *corev1.Pod, grace int64,
 			return nil, err
 		}},
 		{name: "wait until pod " + name + " is gone", check: func() (bool, *driver.Instance, error) {
-			if !d.podThere(name, uid) {
+			if !d.podCounted(name, uid) {
 				return true, nil, nil
 			}
 			if force == nil && time.Now().After(deadline) {
@@ -338,9 +339,20 @@ func volumesOf(p *corev1.Pod) (files, userData bool) {
 	return files, userData
 }
 
-// podThere reports whether the cache holds the pod name of that uid.
+// podThere reports whether the cache of Berth's pods holds the pod name of
+// that uid.
 func (d *Driver) podThere(name string, uid types.UID) bool {
 	obj, ok, _ := d.pods.GetIndexer().GetByKey(d.opts.Namespace + "/" + name)
+	return ok && obj.(*corev1.Pod).UID == uid
+}
+
+// podCounted reports whether either pod cache holds the pod name of that
+// uid: while one does, State counts it in its node's reservation.
+func (d *Driver) podCounted(name string, uid types.UID) bool {
+	if d.podThere(name, uid) {
+		return true
+	}
+	obj, ok, _ := d.allPods.GetIndexer().GetByKey(d.opts.Namespace + "/" + name)
 	return ok && obj.(*corev1.Pod).UID == uid
 }
 

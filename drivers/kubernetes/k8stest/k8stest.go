@@ -269,14 +269,22 @@ current-context: k8stest
 	if err := os.WriteFile(c.LogsFile, nil, 0o600); err != nil {
 		return c, err
 	}
-	extra := filepath.Join(dir, "kwok-extra.yaml")
-	if err := os.WriteFile(extra, []byte(fmt.Sprintf(extraConfig, LogsNamespace, c.LogsFile, NoResizeLabel, MissingImage)), 0o600); err != nil {
+	stages, err := os.ReadFile(filepath.Join(bin, "kwok-stages.yaml"))
+	if err != nil {
+		return c, err
+	}
+	kept, ok := withoutStage(string(stages), "pod-ready")
+	if !ok {
+		return c, fmt.Errorf("k8stest: %s has no stage pod-ready to replace; rebuild it with .ci/k8s-servers.sh", filepath.Join(bin, "kwok-stages.yaml"))
+	}
+	config := filepath.Join(dir, "kwok.yaml")
+	extra := fmt.Sprintf(extraConfig, LogsNamespace, c.LogsFile, NoResizeLabel, NoResizeLabel, MissingImage)
+	if err := os.WriteFile(config, []byte(kept+"---\n"+extra), 0o600); err != nil {
 		return c, err
 	}
 	if _, err := c.start("kwok", filepath.Join(bin, "kwok"), []string{
 		"--kubeconfig=" + c.Kubeconfig,
-		"--config=" + filepath.Join(bin, "kwok-stages.yaml"),
-		"--config=" + extra,
+		"--config=" + config,
 		"--manage-all-nodes=true",
 		"--disregard-status-with-annotation-selector=" + FrozenAnnotation + "=true",
 		"--node-ip=127.0.0.1",
@@ -303,16 +311,18 @@ const NoResizeLabel = "k8stest/no-resize"
 
 // extraConfig is KWOK's configuration beside the stages of
 // .ci/k8s-servers.sh (a format string: the logs namespace, the logs file,
-// NoResizeLabel, MissingImage):
+// NoResizeLabel twice, MissingImage):
 //
 //   - ClusterLogs: the logs of every pod in the logs namespace are the
 //     one file, in the container runtime's log format, followed.
-//   - Stage pod-resources: a running pod's container statuses report the
-//     resources of its spec, as a kubelet that resizes pods in place
-//     does. The API server takes a resize only from a node that reports
-//     them; after a resize, the stage reports the new amounts (the
-//     kubelet's "applied"). A pod labelled NoResizeLabel is left without
-//     them, as on a kubelet that cannot resize.
+//   - Stage pod-ready replaces KWOK's own (dropped from the stages of
+//     .ci/k8s-servers.sh): the same, and a running pod's container
+//     statuses report the resources of its spec, as a kubelet that
+//     resizes pods in place does (the API server takes a resize only from
+//     a node that reports them). A pod labelled NoResizeLabel is left
+//     without them, as on a kubelet that cannot resize.
+//   - Stage pod-resources: after a resize, the container statuses report
+//     the new amounts (the kubelet's "applied").
 //   - Stage pod-image-missing: a pod of MissingImage stays Pending with
 //     ErrImagePull, as a kubelet reports an image that does not exist.
 const extraConfig = `apiVersion: kwok.x-k8s.io/v1alpha1
@@ -325,6 +335,102 @@ spec:
   logs:
   - logsFile: %q
     follow: true
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: pod-ready
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: 'DoesNotExist'
+    - key: '.status.phase'
+      operator: 'In'
+      values:
+      - 'Pending'
+    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
+      operator: 'NotIn'
+      values:
+      - 'True'
+  next:
+    statusTemplate: |
+      {{ $now := Now }}
+      {{ $noResize := false }}
+      {{ with .metadata.labels }}{{ if index . "%s" }}{{ $noResize = true }}{{ end }}{{ end }}
+
+      conditions:
+      - lastTransitionTime: {{ $now | Quote }}
+        status: "True"
+        type: Initialized
+      - lastTransitionTime: {{ $now | Quote }}
+        status: "True"
+        type: Ready
+      - lastTransitionTime: {{ $now | Quote }}
+        status: "True"
+        type: ContainersReady
+      {{ range .spec.readinessGates }}
+      - lastTransitionTime: {{ $now | Quote }}
+        status: "True"
+        type: {{ .conditionType | Quote }}
+      {{ end }}
+
+      containerStatuses:
+      {{ range $c := .spec.containers }}
+      - image: {{ $c.image | Quote }}
+        name: {{ $c.name | Quote }}
+        ready: true
+        restartCount: 0
+        state:
+          running:
+            startedAt: {{ $now | Quote }}
+        {{ if and (not $noResize) $c.resources }}
+        resources:
+      {{ YAML $c.resources 2 }}
+        {{ end }}
+      {{ end }}
+
+      initContainerStatuses:
+      {{ range .spec.initContainers }}
+      - image: {{ .image | Quote }}
+        name: {{ .name | Quote }}
+        ready: true
+        restartCount: 0
+        {{ if eq .restartPolicy "Always" }}
+        started: true
+        state:
+          running:
+            startedAt: {{ $now | Quote }}
+        {{ else }}
+        state:
+          terminated:
+            exitCode: 0
+            finishedAt: {{ $now | Quote }}
+            reason: Completed
+            startedAt: {{ $now | Quote }}
+        {{ end }}
+      {{ end }}
+      {{ $hostIPs := NodeIPsWith .spec.nodeName }}
+      {{ with $hostIPs }}
+      hostIP: {{ index . 0 | Quote }}
+      hostIPs:
+      {{ range . }}
+      - ip: {{ . | Quote }}
+      {{ end }}
+      {{ end }}
+      {{ $podIPs := PodIPsWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" ) ( or .metadata.name "" ) ( or .metadata.namespace "" ) }}
+      {{ with $podIPs }}
+      podIP: {{ index . 0 | Quote }}
+      podIPs:
+      {{ range . }}
+      - ip: {{ . | Quote }}
+      {{ end }}
+      {{ end }}
+      phase: Running
+      startTime: {{ $now | Quote }}
 ---
 apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
@@ -400,6 +506,24 @@ spec:
             message: "failed to pull image: not found"
       {{ end }}
 `
+
+// withoutStage returns the YAML documents of stages without the stage
+// named name, and whether it was there.
+func withoutStage(stages, name string) (string, bool) {
+	var out []string
+	found := false
+	for doc := range strings.SplitSeq(stages, "\n---\n") {
+		doc = strings.TrimPrefix(doc, "---\n")
+		if strings.Contains(doc, "\n  name: "+name+"\n") {
+			found = true
+			continue
+		}
+		if strings.TrimSpace(doc) != "" {
+			out = append(out, doc)
+		}
+	}
+	return "---\n" + strings.Join(out, "\n---\n") + "\n", found
+}
 
 // AppendLog adds a line to LogsFile as a container runtime writes it
 // (stream is "stdout" or "stderr").
