@@ -1,8 +1,11 @@
 // Package k8stest runs a real Kubernetes control plane for tests: an etcd
 // member (Berth's embedded one, in a child process), a kube-apiserver and
 // KWOK, which plays the kubelet of fake nodes (their pods turn Running
-// without any container). The binaries are built once by
-// .ci/k8s-servers.sh; BinDir says where they are.
+// without any container). KWOK also plays what the tests need of a
+// kubelet beyond that: it serves pod logs from a file (LogsNamespace,
+// Cluster.LogsFile), reports container resources so that pods can be
+// resized in place, and fails the pull of MissingImage. The binaries are
+// built once by .ci/k8s-servers.sh; BinDir says where they are.
 //
 // A test binary that uses it calls ServeEtcdIfAsked first thing in
 // TestMain: the etcd member runs in a copy of the test binary, so that its
