@@ -231,3 +231,37 @@ func TestStartNoRoom(t *testing.T) {
 		t.Errorf("after a failed Start: %+v, %v; want it stopped", got, err)
 	}
 }
+
+// TestStopStartNoBind: without bind, Start leaves the new pod to the
+// cluster's scheduler (played by the test) and waits until it runs.
+func TestStopStartNoBind(t *testing.T) {
+	ctx := ctxT(t)
+	const ns = "nobind-stop"
+	if err := cluster.CreateNamespace(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	d := open(t, map[string]any{"bind": false, "namespace": ns})
+	closeT(t, d)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { playScheduler(t, ns, nodes[2], stop) })
+	defer func() { close(stop); wg.Wait() }()
+	inst, err := create(t, d, nodes[0], spec("scheduled", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.(driver.Stopper).Stop(ctx, inst.ID, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.(driver.Starter).Start(ctx, inst.ID); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	got, err := d.Get(ctx, inst.ID)
+	if err != nil || got.State != driver.StateRunning || got.Node != nodes[2] {
+		t.Errorf("after Start: %+v, %v; want running where the scheduler put it, %s", got, err, nodes[2])
+	}
+	p := pod(t, ns, "scheduled")
+	if p.Spec.SchedulerName != corev1.DefaultSchedulerName || p.Spec.Affinity == nil {
+		t.Errorf("the pod made again: scheduler %q, affinity %+v; want the cluster's scheduler and the node affinity", p.Spec.SchedulerName, p.Spec.Affinity)
+	}
+}
