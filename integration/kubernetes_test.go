@@ -2,6 +2,7 @@ package integration_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"testing"
 	"time"
@@ -20,9 +21,11 @@ import (
 
 // TestGroupAcrossKubernetesAndDocker: one plane with a docker provider on
 // the machine's engines and a kubernetes provider on a real kube-apiserver
-// with two KWOK nodes places a group across both. When the KWOK node of a
-// member goes away, the member is placed again on the other node, and the
-// cluster ends with exactly one pod per member.
+// with two KWOK nodes places a group across both. A member stopped and
+// started keeps its back-end id. When the KWOK node of a
+// member goes away, Berth records the node offline, the member is placed
+// again on the other node, and the cluster ends with exactly one pod per
+// member.
 func TestGroupAcrossKubernetesAndDocker(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -89,6 +92,36 @@ func TestGroupAcrossKubernetesAndDocker(t *testing.T) {
 	if len(onK8s) != 2 {
 		t.Fatalf("web instances on kubernetes: %v", onK8s)
 	}
+	// A member stopped and started through the plane keeps its back-end
+	// id: the pod is made again under the same identity, and the syncs in
+	// between see a stopped instance, not a lost one.
+	var member string
+	for id := range onK8s {
+		member = id
+	}
+	before, err := e.plane.Instance(ctx, member)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.plane.Stop(ctx, member, time.Second); err != nil {
+		t.Fatalf("stop %s: %v", member, err)
+	}
+	e.afterSyncs(t, 2)
+	if in, err := e.plane.Instance(ctx, member); err != nil || in.Phase != reconciler.Stopped || in.BackendID != before.BackendID {
+		t.Fatalf("%s after stop and two syncs: %s, backend id %q (was %q), %v", member, in.Phase, in.BackendID, before.BackendID, err)
+	}
+	pods, err := cluster.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: driver.TagInstance + "=" + member})
+	if err != nil || len(pods.Items) != 0 {
+		t.Fatalf("pods of %s while it is stopped: %d, %v; want none", member, len(pods.Items), err)
+	}
+	if err := e.plane.Start(ctx, member); err != nil {
+		t.Fatalf("start %s: %v", member, err)
+	}
+	e.afterSyncs(t, 2)
+	if in, err := e.plane.Instance(ctx, member); err != nil || in.Phase != reconciler.Running || in.BackendID != before.BackendID || in.Node != before.Node {
+		t.Fatalf("%s after start: %s on %s, backend id %q (was %q on %s), %v", member, in.Phase, in.Node, in.BackendID, before.BackendID, before.Node, err)
+	}
+
 	// The member on the first KWOK node loses it.
 	gone := kwok[0]
 	var moved string
@@ -110,6 +143,15 @@ func TestGroupAcrossKubernetesAndDocker(t *testing.T) {
 	e.waitFor(t, moved+" placed again off "+gone, func() bool {
 		in, err := e.plane.Instance(ctx, moved)
 		return err == nil && in.Phase == reconciler.Running && in.Provider == "k8s" && in.Node != "" && in.Node != gone
+	})
+	// Berth saw the node go offline: its record in the store says so.
+	e.waitFor(t, "node "+gone+" recorded offline", func() bool {
+		kvs, _, err := e.store.List(ctx, control.PrefixNodes+"k8s/"+gone)
+		if err != nil || len(kvs) != 1 {
+			return false
+		}
+		var st control.NodeState
+		return json.Unmarshal(kvs[0].Value, &st) == nil && st.Status == driver.NodeOffline
 	})
 	// Exactly one pod per web member in the end: the copy on the lost node
 	// is deleted (forced, since no kubelet will confirm it).

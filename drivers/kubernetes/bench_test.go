@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clientset "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -76,6 +77,15 @@ func benchDriver(ctx context.Context, b *testing.B, names []string) time.Duratio
 	return time.Since(start)
 }
 
+// benchResources are the requests and limits of the pods the driver makes
+// in the benchmark, given to the direct ones too: the test's KWOK reports
+// the container resources of pods that have them (one more status write
+// each), so both sides carry the same pods.
+var benchResources = corev1.ResourceRequirements{
+	Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+	Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+}
+
 func benchDirect(ctx context.Context, b *testing.B, names []string) time.Duration {
 	cfg, err := clientcmd.BuildConfigFromFlags("", cluster.Kubeconfig)
 	if err != nil {
@@ -91,7 +101,7 @@ func benchDirect(ctx context.Context, b *testing.B, names []string) time.Duratio
 	start := time.Now()
 	run(b, func(i int) error {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p%d", i)}, Spec: corev1.PodSpec{SchedulerName: "berth",
-			Containers: []corev1.Container{{Name: "main", Image: "registry.example/app:1"}}}}
+			Containers: []corev1.Container{{Name: "main", Image: "registry.example/app:1", Resources: benchResources}}}}
 		made, err := pods.Create(ctx, p, metav1.CreateOptions{})
 		if err != nil {
 			return err

@@ -21,9 +21,9 @@ import (
 // all of it goes to stdout when stdout is asked for; asking for stderr
 // alone is ErrUnsupported.
 func (d *Driver) logs(ctx context.Context, id string, opts driver.LogOptions, stdout, stderr io.Writer) error {
-	p, ok := d.podByUID(id)
-	if !ok {
-		return driver.Errorf(driver.ErrNotFound, "kubernetes: no pod of Berth's has uid %s", id)
+	p, err := d.livePod(id)
+	if err != nil {
+		return err
 	}
 	if !opts.Stdout {
 		if opts.Stderr {
@@ -54,11 +54,13 @@ func (d *Driver) logs(ctx context.Context, id string, opts driver.LogOptions, st
 // through the pods/resize subresource, limits and requests alike (a
 // memory request below the limit is kept, so that the pod's QoS class does
 // not change, which the API refuses), and waits until the informer shows
-// the new amounts. The kubelet applies them when the node has room.
+// that the kubelet applied the new amounts (the container's status reports
+// them), at most call_timeout. A resize the kubelet finds infeasible on its
+// node is ErrInsufficientCapacity.
 func (d *Driver) resize(ctx context.Context, id string, r driver.Resources) error {
-	p, ok := d.podByUID(id)
-	if !ok {
-		return driver.Errorf(driver.ErrNotFound, "kubernetes: no pod of Berth's has uid %s", id)
+	p, err := d.livePod(id)
+	if err != nil {
+		return err
 	}
 	var c *corev1.Container
 	for i := range p.Spec.Containers {
@@ -99,26 +101,60 @@ func (d *Driver) resize(ctx context.Context, id string, r driver.Resources) erro
 		return classify(err, "resize pod "+p.Name, true)
 	}
 	for {
-		cur, ok := d.podByUID(id)
+		cur, ok := d.podByID(id)
 		if !ok {
 			return driver.Errorf(driver.ErrNotFound, "kubernetes: pod %s went away during the resize", p.Name)
 		}
-		got := instance(cur).Resources
-		if got.CPU == want.CPU && got.Memory == want.Memory {
-			return nil
+		applied, err := resized(cur, want)
+		if err != nil || applied {
+			return err
 		}
 		select {
 		case <-cctx.Done():
-			return fmt.Errorf("%w: kubernetes: resize pod %s: the informer never showed the new resources: %w", driver.ErrTimeout, p.Name, cctx.Err())
+			return fmt.Errorf("%w: kubernetes: resize pod %s: the kubelet has not applied the new resources (the pod's spec has them): %w", driver.ErrTimeout, p.Name, cctx.Err())
 		case <-time.After(watchWait):
 		}
 	}
 }
 
+// resized reads a pod being resized to want: done once its spec asks for
+// want and its kubelet reports the container running with want; an error
+// when the kubelet finds the resize infeasible on its node.
+func resized(p *corev1.Pod, want driver.Resources) (bool, error) {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodResizePending && c.Reason == corev1.PodReasonInfeasible {
+			return false, driver.Errorf(driver.ErrInsufficientCapacity, "kubernetes: resize pod %s: node %s cannot give it: %s", p.Name, p.Spec.NodeName, c.Message)
+		}
+	}
+	if got := instance(p).Resources; got.CPU != want.CPU || got.Memory != want.Memory {
+		return false, nil
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.Name == containerName && cs.Resources != nil {
+			got := resourcesOf(cs.Resources.Limits)
+			return got.CPU == want.CPU && got.Memory == want.Memory, nil
+		}
+	}
+	return false, nil
+}
+
+// livePod returns the pod of instance id: ErrNotFound when there is no
+// such instance, ErrPermanent when it is stopped (it has no pod).
+func (d *Driver) livePod(id string) (*corev1.Pod, error) {
+	if p, ok := d.podByID(id); ok {
+		return p, nil
+	}
+	if _, ok := d.markerByID(id); ok {
+		return nil, driver.Errorf(driver.ErrPermanent, "kubernetes: instance %s is stopped: it has no pod until it is started", id)
+	}
+	return nil, driver.Errorf(driver.ErrNotFound, "kubernetes: no instance of Berth's has id %s", id)
+}
+
 // Watch reports, from the informers, each pod of Berth's that starts
 // (EventStart), ends (EventDie, with its exit code), begins terminating
-// (EventStop) or is deleted (EventDelete), and each node whose status
-// changes (EventNode), until ctx ends. fn is called from Watch's own
+// (EventStop) or is deleted (EventDelete; EventDie in state stopped when
+// Stop deleted it), and each node whose status changes (EventNode), until
+// ctx ends. fn is called from Watch's own
 // goroutine, one event at a time.
 func (d *Driver) Watch(ctx context.Context, fn func(driver.Event)) error {
 	events := make(chan driver.Event, 256)
@@ -132,7 +168,7 @@ func (d *Driver) Watch(ctx context.Context, fn func(driver.Event)) error {
 		UpdateFunc: func(oldObj, newObj any) {
 			oldPod, ok1 := oldObj.(*corev1.Pod)
 			newPod, ok2 := newObj.(*corev1.Pod)
-			if !ok1 || !ok2 {
+			if !ok1 || !ok2 || isPreload(newPod) {
 				return
 			}
 			if e, ok := podEvent(oldPod, newPod); ok {
@@ -144,10 +180,16 @@ func (d *Driver) Watch(ctx context.Context, fn func(driver.Event)) error {
 				obj = t.Obj
 			}
 			p, ok := obj.(*corev1.Pod)
-			if !ok {
+			if !ok || isPreload(p) {
 				return
 			}
-			emit(driver.Event{Type: driver.EventDelete, Instance: string(p.UID), Node: p.Spec.NodeName, Tags: tagsOf(p), Time: time.Now()})
+			if _, stopped := d.markerByID(idOf(p)); stopped {
+				// Stop keeps the instance: its pod ended.
+				emit(driver.Event{Type: driver.EventDie, Instance: idOf(p), Node: p.Spec.NodeName, State: driver.StateStopped,
+					Message: "stopped", Tags: tagsOf(p), Time: time.Now()})
+				return
+			}
+			emit(driver.Event{Type: driver.EventDelete, Instance: idOf(p), Node: p.Spec.NodeName, Tags: tagsOf(p), Time: time.Now()})
 		},
 	})
 	if err != nil {
@@ -192,7 +234,7 @@ func (d *Driver) Watch(ctx context.Context, fn func(driver.Event)) error {
 
 // podEvent is the event of a pod's change, if it is one Watch reports.
 func podEvent(oldPod, newPod *corev1.Pod) (driver.Event, bool) {
-	e := driver.Event{Instance: string(newPod.UID), Node: newPod.Spec.NodeName, Tags: tagsOf(newPod), Time: time.Now()}
+	e := driver.Event{Instance: idOf(newPod), Node: newPod.Spec.NodeName, Tags: tagsOf(newPod), Time: time.Now()}
 	inst := instance(newPod)
 	e.State = inst.State
 	ended := func(p *corev1.Pod) bool {

@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 
@@ -81,6 +82,36 @@ func (c *core) createConfigMap(ctx context.Context, ns string, m *corev1.ConfigM
 
 func (c *core) deleteConfigMap(ctx context.Context, ns, name string) error {
 	return c.rc.Delete().Namespace(ns).Resource("configmaps").Name(name).Body(&metav1.DeleteOptions{}).Do(ctx).Error()
+}
+
+// createMarker creates the config map that marks a stopped instance and
+// returns it as made.
+func (c *core) createMarker(ctx context.Context, ns string, m *corev1.ConfigMap) (*corev1.ConfigMap, error) {
+	out := &corev1.ConfigMap{}
+	return out, c.rc.Post().Namespace(ns).Resource("configmaps").VersionedParams(&metav1.CreateOptions{}, c.params).Body(m).Do(ctx).Into(out)
+}
+
+func (c *core) getConfigMap(ctx context.Context, ns, name string) (*corev1.ConfigMap, error) {
+	out := &corev1.ConfigMap{}
+	return out, c.rc.Get().Namespace(ns).Resource("configmaps").Name(name).Do(ctx).Into(out)
+}
+
+// deleteMarker deletes a marker if it is still the one of that uid.
+func (c *core) deleteMarker(ctx context.Context, ns, name string, uid types.UID) error {
+	return c.rc.Delete().Namespace(ns).Resource("configmaps").Name(name).
+		Body(&metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}).Do(ctx).Error()
+}
+
+// setOwner makes owner the only owner of the config map or secret
+// (resource) name, so that the cluster's garbage collector keeps it as
+// long as owner lives.
+func (c *core) setOwner(ctx context.Context, ns, resource, name string, owner metav1.OwnerReference) error {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"ownerReferences": []metav1.OwnerReference{owner}}})
+	if err != nil {
+		return err
+	}
+	return c.rc.Patch(types.MergePatchType).Namespace(ns).Resource(resource).Name(name).
+		VersionedParams(&metav1.PatchOptions{}, c.params).Body(patch).Do(ctx).Error()
 }
 
 func (c *core) createSecret(ctx context.Context, ns string, s *corev1.Secret) error {

@@ -35,7 +35,13 @@
 // the cluster's scheduler cannot place is ErrInsufficientCapacity, after
 // the pod is deleted, so that the control plane places it elsewhere.
 //
-// Capabilities: images (from node status) and events (from the informers)
-// always; logs (pods/log, stdout and stderr as one stream) when the logs
-// option is set; resize (pods/resize) when the server offers it.
+// An instance's id is the uid of its first pod. Stop keeps the pod in a
+// marker (a config map <pod>-stopped, read by an informer) and deletes it;
+// Start makes it again from the marker, labelled berth/id with the same
+// id, so that the id survives the pod and a restart of Berth.
+//
+// Capabilities: images (from node status, and what Preload pulled),
+// events (from the informers), stop, start and preload (a short-lived pod
+// per node) always; logs (pods/log, stdout and stderr as one stream) when
+// the logs option is set; resize (pods/resize) when the server offers it.
 package kubernetes

@@ -46,6 +46,9 @@ func (d *Driver) Create(ctx context.Context, node string, spec *driver.Spec) (dr
 	if name == "" {
 		name = newName()
 	}
+	if _, ok := d.markerByName(name); ok {
+		return nil, driver.Errorf(driver.ErrAlreadyExists, "kubernetes: a stopped instance named %q exists in namespace %s", name, d.opts.Namespace)
+	}
 	pod, err := d.podFor(spec, name, node)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes: create %s: %w", name, err)
@@ -85,7 +88,7 @@ func (d *Driver) Create(ctx context.Context, node string, spec *driver.Spec) (dr
 		}})
 	}
 	steps = append(steps, step{name: "wait until " + what + " runs", check: func() (bool, *driver.Instance, error) {
-		p, ok := d.podByUID(string(made.UID))
+		p, ok := d.podByID(idOf(made))
 		if !ok {
 			if seen {
 				return false, nil, driver.Errorf(driver.ErrRetryable, "kubernetes: %s was deleted while it started", what)
@@ -115,7 +118,7 @@ func (d *Driver) Create(ctx context.Context, node string, spec *driver.Spec) (dr
 				_, ok, _ := d.pods.GetIndexer().GetByKey(d.opts.Namespace + "/" + name)
 				return !ok || createErr == nil || driver.ClassOf(createErr) != driver.ErrTimeout, nil, nil
 			}
-			_, ok := d.podByUID(string(made.UID))
+			_, ok := d.podByID(idOf(made))
 			return !ok, nil, nil
 		}},
 	}
@@ -237,6 +240,15 @@ func (d *Driver) deleteAll(ctx context.Context, name string, pre *metav1.Precond
 	if perr != nil && !errors.Is(perr, driver.ErrNotFound) {
 		return perr
 	}
+	if err := d.deleteFiles(ctx, name, files, userData); err != nil {
+		return err
+	}
+	return perr
+}
+
+// deleteFiles deletes the config map and the secret of the pod name, those
+// of them that files and userData name. Their absence is no error.
+func (d *Driver) deleteFiles(ctx context.Context, name string, files, userData bool) error {
 	if files {
 		err := d.core.deleteConfigMap(ctx, d.opts.Namespace, name+filesSuffix)
 		if err := classify(err, "delete config map "+name+filesSuffix, true); err != nil && !errors.Is(err, driver.ErrNotFound) {
@@ -249,27 +261,41 @@ func (d *Driver) deleteAll(ctx context.Context, name string, pre *metav1.Precond
 			return err
 		}
 	}
-	return perr
+	return nil
 }
 
 // Delete deletes the pod (SIGTERM, then SIGKILL after stop_grace) with its
 // config map and secret, and waits until the informer shows it gone. A pod
 // still there force_after past its grace period (its node gone) is removed
-// by force. A pod that is already gone ends the operation with
-// ErrNotFound.
+// by force. A stopped instance's marker goes too. An instance that is
+// already gone ends the operation with ErrNotFound.
 func (d *Driver) Delete(ctx context.Context, id string) (driver.Operation, error) {
-	p, ok := d.podByUID(id)
-	if !ok {
-		return driver.Finished(nil, driver.Errorf(driver.ErrNotFound, "kubernetes: no pod of Berth's has uid %s", id)), nil
+	p, hasPod := d.podByID(id)
+	mk, hasMarker := d.markerByID(id)
+	if !hasPod && !hasMarker {
+		return driver.Finished(nil, driver.Errorf(driver.ErrNotFound, "kubernetes: no instance of Berth's has id %s", id)), nil
 	}
-	name := p.Name
-	uid := types.UID(id)
-	files, userData := false, false
-	for _, v := range p.Spec.Volumes {
-		files = files || v.Name == filesVolume
-		userData = userData || v.Name == userDataVolume
+	var steps []step
+	if hasPod {
+		grace := int64((d.opts.StopGrace + time.Second - 1) / time.Second)
+		steps = d.deletePodSteps(ctx, p, grace, true)
 	}
-	grace := int64((d.opts.StopGrace + time.Second - 1) / time.Second)
+	if hasMarker {
+		steps = append(steps, d.deleteMarkerSteps(mk, !hasPod)...)
+	}
+	return d.newMachine(ctx, steps...), nil
+}
+
+// deletePodSteps delete the pod p after grace seconds (with its config map
+// and secret when files is set) and wait until the informers show it gone
+// (so that State no longer counts it), deleting it by force force_after
+// past its grace.
+func (d *Driver) deletePodSteps(ctx context.Context, p *corev1.Pod, grace int64, files bool) []step {
+	name, uid := p.Name, p.UID
+	hasFiles, hasUserData := false, false
+	if files {
+		hasFiles, hasUserData = volumesOf(p)
+	}
 	var deadline time.Time
 	var force *driver.Call
 	forceDelete := func() *driver.Call {
@@ -277,17 +303,17 @@ func (d *Driver) Delete(ctx context.Context, id string) (driver.Operation, error
 			return nil, d.deleteAll(ctx, name, &metav1.Preconditions{UID: &uid}, 0, false, false)
 		})
 	}
-	m := d.newMachine(ctx,
-		step{name: "delete pod " + name, call: func(ctx context.Context) (*driver.Instance, error) {
-			err := d.deleteAll(ctx, name, &metav1.Preconditions{UID: &uid}, grace, files, userData)
+	return []step{
+		{name: "delete pod " + name, call: func(ctx context.Context) (*driver.Instance, error) {
+			err := d.deleteAll(ctx, name, &metav1.Preconditions{UID: &uid}, grace, hasFiles, hasUserData)
 			if err != nil && !errors.Is(err, driver.ErrNotFound) && !errors.Is(err, driver.ErrTimeout) && !errors.Is(err, driver.ErrRetryable) {
 				err = fmt.Errorf("%w: %w", driver.ErrDeleteFailed, err)
 			}
 			deadline = time.Now().Add(time.Duration(grace)*time.Second + d.opts.ForceAfter)
 			return nil, err
 		}},
-		step{name: "wait until pod " + name + " is gone", check: func() (bool, *driver.Instance, error) {
-			if _, ok := d.podByUID(id); !ok {
+		{name: "wait until pod " + name + " is gone", check: func() (bool, *driver.Instance, error) {
+			if !d.podCounted(name, uid) {
 				return true, nil, nil
 			}
 			if force == nil && time.Now().After(deadline) {
@@ -301,53 +327,91 @@ func (d *Driver) Delete(ctx context.Context, id string) (driver.Operation, error
 			}
 			return false, nil, nil
 		}},
-	)
-	return m, nil
+	}
 }
 
-// podByUID returns Berth's pod of that uid from the cache.
-func (d *Driver) podByUID(uid string) (*corev1.Pod, bool) {
-	objs, _ := d.pods.GetIndexer().ByIndex(byUID, uid)
+// volumesOf reports whether p mounts its config files and its user data.
+func volumesOf(p *corev1.Pod) (files, userData bool) {
+	for _, v := range p.Spec.Volumes {
+		files = files || v.Name == filesVolume
+		userData = userData || v.Name == userDataVolume
+	}
+	return files, userData
+}
+
+// podThere reports whether the cache of Berth's pods holds the pod name of
+// that uid.
+func (d *Driver) podThere(name string, uid types.UID) bool {
+	obj, ok, _ := d.pods.GetIndexer().GetByKey(d.opts.Namespace + "/" + name)
+	return ok && obj.(*corev1.Pod).UID == uid
+}
+
+// podCounted reports whether either pod cache holds the pod name of that
+// uid: while one does, State counts it in its node's reservation.
+func (d *Driver) podCounted(name string, uid types.UID) bool {
+	if d.podThere(name, uid) {
+		return true
+	}
+	obj, ok, _ := d.allPods.GetIndexer().GetByKey(d.opts.Namespace + "/" + name)
+	return ok && obj.(*corev1.Pod).UID == uid
+}
+
+// podByID returns Berth's pod of instance id id from the cache (preload pods have none).
+func (d *Driver) podByID(id string) (*corev1.Pod, bool) {
+	objs, _ := d.pods.GetIndexer().ByIndex(byID, id)
 	if len(objs) == 0 {
 		return nil, false
 	}
 	return objs[0].(*corev1.Pod), true
 }
 
-// Get returns the instance of the pod with uid id, from the cache.
+// Get returns the instance id: its pod, or its marker when it is
+// stopped, from the cache.
 func (d *Driver) Get(ctx context.Context, id string) (*driver.Instance, error) {
-	p, ok := d.podByUID(id)
-	if !ok {
-		return nil, driver.Errorf(driver.ErrNotFound, "kubernetes: no pod of Berth's has uid %s", id)
+	if p, ok := d.podByID(id); ok {
+		return instance(p), nil
 	}
-	return instance(p), nil
+	if m, ok := d.markerByID(id); ok {
+		return stoppedInstance(m), nil
+	}
+	return nil, driver.Errorf(driver.ErrNotFound, "kubernetes: no instance of Berth's has id %s", id)
 }
 
-// Find returns the instance of Berth's pod named name, from the cache.
+// Find returns the instance of Berth's pod named name, or the stopped
+// instance of that name, from the cache.
 func (d *Driver) Find(ctx context.Context, name string) (*driver.Instance, error) {
 	obj, ok, _ := d.pods.GetIndexer().GetByKey(d.opts.Namespace + "/" + name)
-	if !ok {
-		return nil, driver.Errorf(driver.ErrNotFound, "kubernetes: no pod of Berth's is named %q in namespace %s", name, d.opts.Namespace)
+	if ok && !isPreload(obj.(*corev1.Pod)) {
+		return instance(obj.(*corev1.Pod)), nil
 	}
-	return instance(obj.(*corev1.Pod)), nil
+	if m, ok := d.markerByName(name); ok {
+		return stoppedInstance(m), nil
+	}
+	return nil, driver.Errorf(driver.ErrNotFound, "kubernetes: no pod of Berth's is named %q in namespace %s", name, d.opts.Namespace)
 }
 
-// List returns the instances of Berth's pods whose tags include tags, from
-// the cache, sorted by name.
+// List returns the instances of Berth's pods and stopped instances whose
+// tags include tags, from the cache, sorted by name.
 func (d *Driver) List(ctx context.Context, tags map[string]string) ([]*driver.Instance, error) {
 	var out []*driver.Instance
-	for _, obj := range d.pods.GetStore().List() {
-		p := obj.(*corev1.Pod)
-		have := tagsOf(p)
-		match := true
+	match := func(have map[string]string) bool {
 		for k, v := range tags {
 			if have[k] != v {
-				match = false
-				break
+				return false
 			}
 		}
-		if match {
+		return true
+	}
+	for _, obj := range d.pods.GetStore().List() {
+		p := obj.(*corev1.Pod)
+		if !isPreload(p) && match(tagsOf(p)) {
 			out = append(out, instance(p))
+		}
+	}
+	for _, obj := range d.stopped.GetStore().List() {
+		m := obj.(*corev1.ConfigMap)
+		if _, running := d.podByID(m.Labels[labelID]); !running && match(tagsIn(m.Annotations)) {
+			out = append(out, stoppedInstance(m))
 		}
 	}
 	slices.SortFunc(out, func(a, b *driver.Instance) int { return strings.Compare(a.Name, b.Name) })

@@ -39,18 +39,21 @@ type Driver struct {
 	nodes   cache.SharedIndexInformer // the nodes node_selector matches
 	pods    cache.SharedIndexInformer // Berth's pods in the namespace, every phase
 	allPods cache.SharedIndexInformer // every pod of the cluster not yet ended, stripped, for what nodes have reserved
+	stopped cache.SharedIndexInformer // the markers of Berth's stopped instances (config maps) in the namespace
 
 	stopInformers context.CancelFunc
 	informers     sync.WaitGroup
 
-	mu     sync.Mutex
-	closed bool
-	calls  driver.Calls // background requests of operations in flight
+	// mu guards closed and preloaded; it is never held across a request.
+	mu        sync.Mutex
+	closed    bool
+	calls     driver.Calls               // background requests of operations in flight
+	preloaded map[string]map[string]bool // node -> images Preload pulled there
 }
 
 // Index names of the pod informers.
 const (
-	byUID  = "uid"
+	byID   = "id"
 	byNode = "node"
 )
 
@@ -99,7 +102,7 @@ func New(ctx context.Context, opts *Options, env driver.Env) (*Driver, error) {
 	d.nodes = cache.NewSharedIndexInformer(cache.NewFilteredListWatchFromClient(rc, "nodes", "", func(o *metav1.ListOptions) {
 		o.LabelSelector = opts.NodeSelector
 	}), &corev1.Node{}, 0, cache.Indexers{})
-	podIndexers := cache.Indexers{byUID: indexUID, byNode: indexNode}
+	podIndexers := cache.Indexers{byID: indexID, byNode: indexInstanceNode}
 	d.pods = cache.NewSharedIndexInformer(cache.NewFilteredListWatchFromClient(rc, "pods", opts.Namespace, func(o *metav1.ListOptions) {
 		o.LabelSelector = labelManaged + "=true"
 	}), &corev1.Pod{}, 0, podIndexers)
@@ -109,6 +112,9 @@ func New(ctx context.Context, opts *Options, env driver.Env) (*Driver, error) {
 			fields.OneTermNotEqualSelector("status.phase", string(corev1.PodFailed)),
 		).String()
 	}), &corev1.Pod{}, 0, cache.Indexers{byNode: indexNode})
+	d.stopped = cache.NewSharedIndexInformer(cache.NewFilteredListWatchFromClient(rc, "configmaps", opts.Namespace, func(o *metav1.ListOptions) {
+		o.LabelSelector = labelStopped + "=true"
+	}), &corev1.ConfigMap{}, 0, cache.Indexers{byID: indexMarkerID})
 	if err := d.allPods.SetTransform(stripPod); err != nil {
 		httpClient.CloseIdleConnections()
 		return nil, err
@@ -116,14 +122,14 @@ func New(ctx context.Context, opts *Options, env driver.Env) (*Driver, error) {
 
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	d.stopInformers = cancel
-	for _, inf := range []cache.SharedIndexInformer{d.nodes, d.pods, d.allPods} {
+	for _, inf := range []cache.SharedIndexInformer{d.nodes, d.pods, d.allPods, d.stopped} {
 		d.informers.Go(func() { inf.RunWithContext(runCtx) })
 	}
 	syncCtx, stop := context.WithTimeout(ctx, opts.SyncTimeout)
 	defer stop()
-	if !cache.WaitForCacheSync(syncCtx.Done(), d.nodes.HasSynced, d.pods.HasSynced, d.allPods.HasSynced) {
+	if !cache.WaitForCacheSync(syncCtx.Done(), d.nodes.HasSynced, d.pods.HasSynced, d.allPods.HasSynced, d.stopped.HasSynced) {
 		cerr := d.Close(context.Background())
-		err := fmt.Errorf("%w: kubernetes: the first listing of nodes and pods did not finish within %s (is the API server at %s reachable, and may Berth list nodes and pods?)",
+		err := fmt.Errorf("%w: kubernetes: the first listing of nodes and pods did not finish within %s (is the API server at %s reachable, and may Berth list nodes, pods and config maps?)",
 			driver.ErrRetryable, opts.SyncTimeout, cfg.Host)
 		return nil, errors.Join(err, cerr)
 	}
@@ -231,12 +237,12 @@ func (d *Driver) callCtx(ctx context.Context) (context.Context, context.CancelFu
 	return context.WithTimeout(ctx, d.opts.CallTimeout)
 }
 
-func indexUID(obj any) ([]string, error) {
+func indexID(obj any) ([]string, error) {
 	p, ok := obj.(*corev1.Pod)
-	if !ok {
+	if !ok || isPreload(p) {
 		return nil, nil
 	}
-	return []string{string(p.UID)}, nil
+	return []string{idOf(p)}, nil
 }
 
 func indexNode(obj any) ([]string, error) {
@@ -245,6 +251,23 @@ func indexNode(obj any) ([]string, error) {
 		return nil, nil
 	}
 	return []string{p.Spec.NodeName}, nil
+}
+
+// indexInstanceNode indexes Berth's instance pods (not preload pods) by
+// node.
+func indexInstanceNode(obj any) ([]string, error) {
+	if p, ok := obj.(*corev1.Pod); ok && isPreload(p) {
+		return nil, nil
+	}
+	return indexNode(obj)
+}
+
+func indexMarkerID(obj any) ([]string, error) {
+	m, ok := obj.(*corev1.ConfigMap)
+	if !ok || m.Labels[labelID] == "" {
+		return nil, nil
+	}
+	return []string{m.Labels[labelID]}, nil
 }
 
 // stripPod keeps of a pod only what counts towards its node's reservation,
@@ -283,6 +306,9 @@ var (
 	_ driver.EventWatcher    = (*Driver)(nil)
 	_ driver.FeatureReporter = (*Driver)(nil)
 	_ driver.SpecChecker     = (*Driver)(nil)
+	_ driver.Stopper         = (*Driver)(nil)
+	_ driver.Starter         = (*Driver)(nil)
+	_ driver.Preloader       = (*Driver)(nil)
 	_ driver.LogReader       = logsOnly{}
 	_ driver.Resizer         = resizeOnly{}
 	_ driver.LogReader       = logsResizer{}

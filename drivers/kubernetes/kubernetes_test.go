@@ -318,12 +318,15 @@ func TestLeaks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The Advance that gave the pod's id has already sent the bind, which
+	// may reach the server before the cancel: the abandoned pod is
+	// creating, or bound and running.
 	var names []string
 	for _, in := range list {
 		names = append(names, in.Name+":"+string(in.State))
 	}
-	if want := "a-abandoned:creating a-done:running"; strings.Join(names, " ") != want {
-		t.Errorf("List by cluster id: %v, want %s", names, want)
+	if got := strings.Join(names, " "); got != "a-abandoned:creating a-done:running" && got != "a-abandoned:running a-done:running" {
+		t.Errorf("List by cluster id: %v, want a-abandoned (creating or running) and a-done (running)", names)
 	}
 	for _, in := range list {
 		if in.Tags[driver.TagCluster] != "cluster-a" || in.Tags[driver.TagProvider] != "k8s" {

@@ -84,6 +84,11 @@ func (d *Driver) node(n *corev1.Node) driver.Node {
 	for _, img := range n.Status.Images {
 		out.Images = append(out.Images, img.Names...)
 	}
+	for _, img := range d.preloadedOn(n.Name) {
+		if !slices.Contains(out.Images, img) {
+			out.Images = append(out.Images, img)
+		}
+	}
 	d.reserve(&out)
 	return out
 }
@@ -207,7 +212,8 @@ func resourceList(r driver.Resources) corev1.ResourceList {
 	return l
 }
 
-// Images lists the images the node reports in its status.
+// Images lists the images the node reports in its status, and those
+// Preload pulled there that it does not report.
 func (d *Driver) Images(ctx context.Context, node string) ([]driver.Image, error) {
 	n, err := d.nodeByName(node)
 	if err != nil {
@@ -229,6 +235,11 @@ func (d *Driver) Images(ctx context.Context, node string) ([]driver.Image, error
 			continue
 		}
 		out = append(out, im)
+	}
+	for _, img := range d.preloadedOn(node) {
+		if !slices.ContainsFunc(out, func(im driver.Image) bool { return im.Name == img }) {
+			out = append(out, driver.Image{Name: img})
+		}
 	}
 	return out, nil
 }

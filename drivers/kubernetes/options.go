@@ -95,7 +95,7 @@ func (o *Options) Validate() error {
 		} else if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
 			es.Add("pod_labels."+k, "%q: not a label value: %s", v, errs[0])
 		} else if isTagKey(k) {
-			es.Add("pod_labels."+k, "the prefix berth. is Berth's own")
+			es.Add("pod_labels."+k, "the prefixes berth. and berth/ are Berth's own")
 		}
 	}
 	return es.Err()

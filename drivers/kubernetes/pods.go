@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,10 +35,43 @@ const (
 	filesSuffix       = "-files"
 	userDataSuffix    = "-user-data"
 	generatedNameBase = "berth-"
+
+	// labelID holds the instance id on a pod that Start made again (the
+	// uid of the instance's first pod) and on the marker of a stopped
+	// instance. A pod without it is its instance's first: its id is its
+	// uid.
+	labelID = "berth/id"
+	// labelStopped marks the config map that holds a stopped instance's
+	// pod (its marker, named <pod>-stopped).
+	labelStopped = "berth/stopped"
+	markerSuffix = "-stopped"
+	markerPodKey = "pod"
+	// labelPreload marks the short-lived pods of Preload; they are no
+	// instances.
+	labelPreload = "berth/preload"
+	// annotationCreated keeps, on a pod that Start made again, when the
+	// instance's first pod was made.
+	annotationCreated = "berth/created"
 )
 
-// isTagKey reports whether a label key is in Berth's own prefix.
-func isTagKey(k string) bool { return strings.HasPrefix(k, "berth.") }
+// isTagKey reports whether a label key is in Berth's own prefixes, berth.
+// (the tags) and berth/ (the driver's bookkeeping).
+func isTagKey(k string) bool { return strings.HasPrefix(k, "berth.") || strings.HasPrefix(k, "berth/") }
+
+// idOf is the instance id of Berth's pod: the uid of the instance's first
+// pod, which Start carries over to the pods it makes.
+func idOf(p *corev1.Pod) string {
+	if id := p.Labels[labelID]; id != "" {
+		return id
+	}
+	return string(p.UID)
+}
+
+// isPreload reports whether p is a pod of Preload, not an instance.
+func isPreload(p *corev1.Pod) bool {
+	_, ok := p.Labels[labelPreload]
+	return ok
+}
 
 // Features are what pods give: containers, with restart policies, host
 // ports, GPUs (nvidia.com/gpu) and a numeric user.
@@ -112,7 +146,7 @@ func (d *Driver) CheckSpec(spec *driver.Spec) error {
 	for k, v := range spec.Labels {
 		switch {
 		case isTagKey(k):
-			un("labels."+k, "the prefix berth. is Berth's own")
+			un("labels."+k, "the prefixes berth. and berth/ are Berth's own")
 		case len(validation.IsQualifiedName(k)) > 0:
 			un("labels."+k, "not a Kubernetes label key: "+validation.IsQualifiedName(k)[0])
 		case len(validation.IsValidLabelValue(v)) > 0:
@@ -148,7 +182,7 @@ func (d *Driver) podFor(spec *driver.Spec, name, node string) (*corev1.Pod, erro
 	maps.Copy(lbls, spec.Labels)
 	maps.Copy(lbls, d.opts.PodLabels)
 	for k, v := range spec.Tags {
-		if len(validation.IsQualifiedName(k)) == 0 && len(validation.IsValidLabelValue(v)) == 0 {
+		if !strings.HasPrefix(k, "berth/") && len(validation.IsQualifiedName(k)) == 0 && len(validation.IsValidLabelValue(v)) == 0 {
 			lbls[k] = v
 		}
 	}
@@ -286,9 +320,12 @@ func (d *Driver) userDataFor(spec *driver.Spec, p *corev1.Pod) *corev1.Secret {
 }
 
 // tagsOf reads the tags Create stored on the pod.
-func tagsOf(p *corev1.Pod) map[string]string {
+func tagsOf(p *corev1.Pod) map[string]string { return tagsIn(p.Annotations) }
+
+// tagsIn reads the tags from the annotations of a pod or a marker.
+func tagsIn(ann map[string]string) map[string]string {
 	var tags map[string]string
-	if s, ok := p.Annotations[annotationTags]; ok {
+	if s, ok := ann[annotationTags]; ok {
 		_ = json.Unmarshal([]byte(s), &tags)
 	}
 	return tags
@@ -297,12 +334,15 @@ func tagsOf(p *corev1.Pod) map[string]string {
 // instance maps a pod.
 func instance(p *corev1.Pod) *driver.Instance {
 	in := &driver.Instance{
-		ID:      string(p.UID),
+		ID:      idOf(p),
 		Name:    p.Name,
 		Node:    p.Spec.NodeName,
 		Kind:    driver.KindContainer,
 		Tags:    tagsOf(p),
 		Created: p.CreationTimestamp.Time,
+	}
+	if t, err := time.Parse(time.RFC3339, p.Annotations[annotationCreated]); err == nil {
+		in.Created = t
 	}
 	if s, ok := p.Annotations[annotationLabels]; ok {
 		_ = json.Unmarshal([]byte(s), &in.Labels)

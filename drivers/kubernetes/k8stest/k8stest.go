@@ -1,8 +1,11 @@
 // Package k8stest runs a real Kubernetes control plane for tests: an etcd
 // member (Berth's embedded one, in a child process), a kube-apiserver and
 // KWOK, which plays the kubelet of fake nodes (their pods turn Running
-// without any container). The binaries are built once by
-// .ci/k8s-servers.sh; BinDir says where they are.
+// without any container). KWOK also plays what the tests need of a
+// kubelet beyond that: it serves pod logs from a file (LogsNamespace,
+// Cluster.LogsFile), reports container resources so that pods can be
+// resized in place, and fails the pull of MissingImage. The binaries are
+// built once by .ci/k8s-servers.sh; BinDir says where they are.
 //
 // A test binary that uses it calls ServeEtcdIfAsked first thing in
 // TestMain: the etcd member runs in a copy of the test binary, so that its
@@ -21,6 +24,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"math/big"
@@ -136,6 +140,9 @@ type Cluster struct {
 	Client clientset.Interface
 	// Host is the API server's URL.
 	Host string
+	// LogsFile is the log of every container of the pods in
+	// LogsNamespace, as KWOK serves it (AppendLog writes it).
+	LogsFile string
 
 	dir   string
 	procs []*proc
@@ -257,16 +264,279 @@ current-context: k8stest
 		return c, err
 	}
 
+	// KWOK's own server plays the kubelet's API on every node (the API
+	// server reaches it at the node's address and kubelet port, over TLS,
+	// without checking the certificate since it is given no CA for
+	// kubelets): it serves the logs of pods in LogsNamespace from LogsFile.
+	c.LogsFile = filepath.Join(dir, "pod.log")
+	if err := os.WriteFile(c.LogsFile, nil, 0o600); err != nil {
+		return c, err
+	}
+	stages, err := os.ReadFile(filepath.Join(bin, "kwok-stages.yaml"))
+	if err != nil {
+		return c, err
+	}
+	kept, ok := withoutStage(string(stages), "pod-ready")
+	if !ok {
+		return c, fmt.Errorf("k8stest: %s has no stage pod-ready to replace; rebuild it with .ci/k8s-servers.sh", filepath.Join(bin, "kwok-stages.yaml"))
+	}
+	config := filepath.Join(dir, "kwok.yaml")
+	extra := fmt.Sprintf(extraConfig, LogsNamespace, c.LogsFile, NoResizeLabel, NoResizeLabel, MissingImage)
+	if err := os.WriteFile(config, []byte(kept+"---\n"+extra), 0o600); err != nil {
+		return c, err
+	}
 	if _, err := c.start("kwok", filepath.Join(bin, "kwok"), []string{
 		"--kubeconfig=" + c.Kubeconfig,
-		"--config=" + filepath.Join(bin, "kwok-stages.yaml"),
+		"--config=" + config,
 		"--manage-all-nodes=true",
 		"--disregard-status-with-annotation-selector=" + FrozenAnnotation + "=true",
 		"--node-ip=127.0.0.1",
+		"--node-port=" + strconv.Itoa(freePort()),
+		"--tls-cert-file=" + certFile,
+		"--tls-private-key-file=" + keyFile,
 	}, nil); err != nil {
 		return c, err
 	}
 	return c, nil
+}
+
+// LogsNamespace is the namespace whose pods' logs KWOK serves, from
+// Cluster.LogsFile.
+const LogsNamespace = "logs"
+
+// MissingImage is the image KWOK's nodes fail to pull; they "run" any
+// other.
+const MissingImage = "registry.example/missing:1"
+
+// NoResizeLabel on a pod makes its node report no container resources,
+// as a kubelet without in-place resize.
+const NoResizeLabel = "k8stest/no-resize"
+
+// extraConfig is KWOK's configuration beside the stages of
+// .ci/k8s-servers.sh (a format string: the logs namespace, the logs file,
+// NoResizeLabel twice, MissingImage):
+//
+//   - ClusterLogs: the logs of every pod in the logs namespace are the
+//     one file, in the container runtime's log format, followed.
+//   - Stage pod-ready replaces KWOK's own (dropped from the stages of
+//     .ci/k8s-servers.sh): the same, and a running pod's container
+//     statuses report the resources of its spec, as a kubelet that
+//     resizes pods in place does (the API server takes a resize only from
+//     a node that reports them). A pod labelled NoResizeLabel is left
+//     without them, as on a kubelet that cannot resize.
+//   - Stage pod-resources: after a resize, the container statuses report
+//     the new amounts (the kubelet's "applied").
+//   - Stage pod-image-missing: a pod of MissingImage stays Pending with
+//     ErrImagePull, as a kubelet reports an image that does not exist.
+const extraConfig = `apiVersion: kwok.x-k8s.io/v1alpha1
+kind: ClusterLogs
+metadata:
+  name: berth-test-logs
+spec:
+  selector:
+    matchNamespaces: [%q]
+  logs:
+  - logsFile: %q
+    follow: true
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: pod-ready
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: 'DoesNotExist'
+    - key: '.status.phase'
+      operator: 'In'
+      values:
+      - 'Pending'
+    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
+      operator: 'NotIn'
+      values:
+      - 'True'
+  next:
+    statusTemplate: |
+      {{ $now := Now }}
+      {{ $noResize := false }}
+      {{ with .metadata.labels }}{{ if index . "%s" }}{{ $noResize = true }}{{ end }}{{ end }}
+
+      conditions:
+      - lastTransitionTime: {{ $now | Quote }}
+        status: "True"
+        type: Initialized
+      - lastTransitionTime: {{ $now | Quote }}
+        status: "True"
+        type: Ready
+      - lastTransitionTime: {{ $now | Quote }}
+        status: "True"
+        type: ContainersReady
+      {{ range .spec.readinessGates }}
+      - lastTransitionTime: {{ $now | Quote }}
+        status: "True"
+        type: {{ .conditionType | Quote }}
+      {{ end }}
+
+      containerStatuses:
+      {{ range $c := .spec.containers }}
+      - image: {{ $c.image | Quote }}
+        name: {{ $c.name | Quote }}
+        ready: true
+        restartCount: 0
+        state:
+          running:
+            startedAt: {{ $now | Quote }}
+        {{ if and (not $noResize) $c.resources }}
+        resources:
+      {{ YAML $c.resources 2 }}
+        {{ end }}
+      {{ end }}
+
+      initContainerStatuses:
+      {{ range .spec.initContainers }}
+      - image: {{ .image | Quote }}
+        name: {{ .name | Quote }}
+        ready: true
+        restartCount: 0
+        {{ if eq .restartPolicy "Always" }}
+        started: true
+        state:
+          running:
+            startedAt: {{ $now | Quote }}
+        {{ else }}
+        state:
+          terminated:
+            exitCode: 0
+            finishedAt: {{ $now | Quote }}
+            reason: Completed
+            startedAt: {{ $now | Quote }}
+        {{ end }}
+      {{ end }}
+      {{ $hostIPs := NodeIPsWith .spec.nodeName }}
+      {{ with $hostIPs }}
+      hostIP: {{ index . 0 | Quote }}
+      hostIPs:
+      {{ range . }}
+      - ip: {{ . | Quote }}
+      {{ end }}
+      {{ end }}
+      {{ $podIPs := PodIPsWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" ) ( or .metadata.name "" ) ( or .metadata.namespace "" ) }}
+      {{ with $podIPs }}
+      podIP: {{ index . 0 | Quote }}
+      podIPs:
+      {{ range . }}
+      - ip: {{ . | Quote }}
+      {{ end }}
+      {{ end }}
+      phase: Running
+      startTime: {{ $now | Quote }}
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: pod-resources
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: 'DoesNotExist'
+    - key: '.status.phase'
+      operator: 'In'
+      values: ['Running']
+    - key: '.spec.containers[0].resources.limits'
+      operator: 'Exists'
+    - key: '.metadata.labels["%s"]'
+      operator: 'DoesNotExist'
+    - key: '[.spec.containers[].resources] == [.status.containerStatuses[]?.resources]'
+      operator: 'In'
+      values: ['false']
+  next:
+    # KWOK patches the status as JSON: the list is replaced, so each
+    # container's status is written whole, as pod-ready left it.
+    statusTemplate: |
+      {{ $root := . }}
+      containerStatuses:
+      {{ range $index, $item := .spec.containers }}
+      {{ $origin := index $root.status.containerStatuses $index }}
+      - name: {{ $item.name | Quote }}
+        image: {{ $origin.image | Quote }}
+        ready: {{ $origin.ready }}
+        restartCount: {{ $origin.restartCount }}
+        state:
+      {{ YAML $origin.state 2 }}
+        resources:
+      {{ YAML $item.resources 2 }}
+      {{ end }}
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: pod-image-missing
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  # Chosen over pod-ready (weight 0), which matches the same pods.
+  weight: 1000
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: 'DoesNotExist'
+    - key: '.status.phase'
+      operator: 'In'
+      values: ['Pending']
+    - key: '.spec.containers[].image'
+      operator: 'In'
+      values: [%q]
+  next:
+    statusTemplate: |
+      containerStatuses:
+      {{ range .spec.containers }}
+      - name: {{ .name | Quote }}
+        image: {{ .image | Quote }}
+        ready: false
+        restartCount: 0
+        state:
+          waiting:
+            reason: ErrImagePull
+            message: "failed to pull image: not found"
+      {{ end }}
+`
+
+// withoutStage returns the YAML documents of stages without the stage
+// named name, and whether it was there.
+func withoutStage(stages, name string) (string, bool) {
+	var out []string
+	found := false
+	for doc := range strings.SplitSeq(stages, "\n---\n") {
+		doc = strings.TrimPrefix(doc, "---\n")
+		if strings.Contains(doc, "\n  name: "+name+"\n") {
+			found = true
+			continue
+		}
+		if strings.TrimSpace(doc) != "" {
+			out = append(out, doc)
+		}
+	}
+	return "---\n" + strings.Join(out, "\n---\n") + "\n", found
+}
+
+// AppendLog adds a line to LogsFile as a container runtime writes it
+// (stream is "stdout" or "stderr").
+func (c *Cluster) AppendLog(stream, line string) error {
+	f, err := os.OpenFile(c.LogsFile, os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(f, "%s %s F %s\n", time.Now().UTC().Format(time.RFC3339Nano), stream, line)
+	return errors.Join(err, f.Close())
 }
 
 // start starts a child in its own process group, which dies with the test
