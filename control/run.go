@@ -154,7 +154,7 @@ func (s *state) run(ctx context.Context) error {
 
 	// Resume interrupted work before the first listing, so that instances
 	// mid-create are looked up by tag rather than counted as leaks.
-	for _, in := range s.snapshot(func(in *reconciler.Instance) bool { return !in.Phase.Terminal() }) {
+	for _, in := range s.snapshot(func(in *rec) bool { return !in.Phase.Terminal() }) {
 		if _, _, err := s.apply(ctx, in.ID, reconciler.Event{Kind: reconciler.Resume}); err != nil && ctx.Err() == nil {
 			s.log.Warn("resume", "instance", in.ID, "err", err)
 		}
@@ -715,7 +715,7 @@ func (s *state) releasedName(id string) bool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	in, ok := s.recs[id]
-	return !ok || !holdsName(in)
+	return !ok || !holdsName(in.Phase, in.After())
 }
 
 // adoptGrace is how long an adopted copy may stay in the creating state:
