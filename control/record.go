@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"time"
+	"unique"
 
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/reconciler"
@@ -119,6 +120,14 @@ func groupOf(request string) string {
 	return g
 }
 
+// intern returns the one copy of s that every caller shares.
+func intern(s string) string {
+	if s == "" {
+		return ""
+	}
+	return unique.Make(s).Value()
+}
+
 // encodeRecord returns the stored form of in. shared is its request's spec
 // as the plane keeps it: when in's spec is that one, the record leaves it
 // out.
@@ -198,8 +207,13 @@ func decodeRecord(kv store.KV, spec func(request string) *driver.Spec) (*reconci
 	if in.Name == "" {
 		in.Name = id
 	}
+	// Many instances share these strings: each decoded record would else
+	// hold copies of its own.
+	in.Provider, in.Node, in.Owner, in.Pool = intern(in.Provider), intern(in.Node), intern(in.Owner), intern(in.Pool)
+	in.Label, in.Request, in.Group = intern(in.Label), intern(in.Request), intern(in.Group)
+	in.Phase, in.After = reconciler.Phase(intern(string(in.Phase))), reconciler.Phase(intern(string(in.After)))
 	if in.Group == "" && !r.NoGroup {
-		in.Group = groupOf(r.Request)
+		in.Group = groupOf(in.Request)
 	}
 	if in.Spec == nil {
 		in.Spec = spec(r.Request)
@@ -211,8 +225,9 @@ func decodeRecord(kv store.KV, spec func(request string) *driver.Spec) (*reconci
 		in.Observed = &reconciler.Seen{State: o.State, RawState: o.RawState, Message: o.Message, ExitCode: o.ExitCode,
 			Addresses: o.Addresses, Ports: o.Ports, Resources: o.Resources, Started: unstamp(o.Started, in.Created), Finished: unstamp(o.Finished, in.Created)}
 		if in.Observed.State == "" {
-			in.Observed.State = driver.State(r.Phase)
+			in.Observed.State = driver.State(in.Phase)
 		}
+		in.Observed.State = driver.State(intern(string(in.Observed.State)))
 		if in.Observed.RawState == "" {
 			in.Observed.RawState = string(in.Observed.State)
 		}
