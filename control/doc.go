@@ -27,8 +27,9 @@
 //     third of its JSON: the spec lives once, in its request. In memory it
 //     is a rec: the fields the plane reads of every instance, the rest
 //     (and most of what the back-end showed) behind pointers that few
-//     instances set, the spec shared with the other instances of its
-//     request; reads get a reconciler.Instance made from it. An instance
+//     instances set, the name and group left out when the id and the
+//     request's id give them, the spec shared with the other instances
+//     of its request; reads get a reconciler.Instance made from it. An instance
 //     named by its id holds its name through the records alone: the
 //     names index keeps only the others.
 //   - Placement (place.go, gang.go): the scheduler's Cluster is the one

@@ -131,8 +131,8 @@ func (s *state) forget(ctx context.Context, ins []*reconciler.Instance) error {
 	s.mu.RLock()
 	for _, in := range s.recs {
 		delete(reqs, in.Request)
-		if in.Group != "" {
-			delete(groups, in.Group)
+		if in.Group() != "" {
+			delete(groups, in.Group())
 		}
 	}
 	s.mu.RUnlock()

@@ -36,9 +36,9 @@ func (s *state) instances(ctx context.Context, f Filter) ([]Instance, error) {
 			f.Owner != "" && in.Owner != f.Owner,
 			len(f.Owners) > 0 && !slices.Contains(f.Owners, in.Owner),
 			f.Pool != "" && in.Pool != f.Pool,
-			f.Group != "" && in.Group != f.Group,
+			f.Group != "" && in.Group() != f.Group,
 			f.Request != "" && in.Request != f.Request,
-			f.Name != "" && in.Name != f.Name,
+			f.Name != "" && in.Name() != f.Name,
 			len(f.Phases) > 0 && !slices.Contains(f.Phases, in.Phase):
 			return false
 		}

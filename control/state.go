@@ -381,14 +381,14 @@ func (s *state) putLocked(inst *reconciler.Instance) {
 	}
 	s.recs[in.ID] = in
 	s.countLocked(in, 1)
-	if !holdsName(in.Phase, in.After()) || in.Name == in.ID {
+	if !holdsName(in.Phase, in.After()) || inst.Name == in.ID {
 		// An instance named by its id holds its name through recs.
-		if s.names[in.Name] == in.ID {
-			delete(s.names, in.Name)
+		if s.names[inst.Name] == in.ID {
+			delete(s.names, inst.Name)
 		}
 		return
 	}
-	s.names[in.Name] = in.ID
+	s.names[inst.Name] = in.ID
 }
 
 // nameHolderLocked returns the id of the live instance (or submission in
@@ -397,7 +397,7 @@ func (s *state) nameHolderLocked(name string) (string, bool) {
 	if id, ok := s.names[name]; ok {
 		return id, true
 	}
-	if in, ok := s.recs[name]; ok && in.Name == name && holdsName(in.Phase, in.After()) {
+	if in, ok := s.recs[name]; ok && in.Name() == name && holdsName(in.Phase, in.After()) {
 		return name, true
 	}
 	return "", false
@@ -407,8 +407,8 @@ func (s *state) nameHolderLocked(name string) (string, bool) {
 // indexes. s.mu must be held for writing.
 func (s *state) dropLocked(in *rec) {
 	s.countLocked(in, -1)
-	if s.names[in.Name] == in.ID {
-		delete(s.names, in.Name)
+	if s.names[in.Name()] == in.ID {
+		delete(s.names, in.Name())
 	}
 	delete(s.recs, in.ID)
 	s.ids.Delete(in.ID)
@@ -674,7 +674,7 @@ func (s *state) find(ref string) (reconciler.Instance, error) {
 	}
 	var newest *rec
 	for _, in := range s.recs {
-		if in.Name != ref {
+		if in.Name() != ref {
 			continue
 		}
 		if newest == nil || in.Created.After(newest.Created) || (in.Created.Equal(newest.Created) && in.ID > newest.ID) {

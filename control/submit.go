@@ -330,7 +330,7 @@ func (s *state) reuse(ctx context.Context, g *scheduler.Group, owner string) ([]
 	for _, sv := range g.Services {
 		need := sv.N()
 		ready := s.snapshot(func(in *rec) bool {
-			return in.Pool != "" && (g.Pool == "" || in.Pool == g.Pool) && in.Label() == sv.Name && in.Owner == "" && in.Group == "" &&
+			return in.Pool != "" && (g.Pool == "" || in.Pool == g.Pool) && in.Label() == sv.Name && in.Owner == "" && in.Group() == "" &&
 				in.Phase == reconciler.Running && (g.Provider == "" || in.Provider == g.Provider)
 		})
 		for _, in := range ready {
