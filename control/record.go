@@ -265,18 +265,29 @@ type rec struct {
 	Revision int64
 
 	priority, attempts, incarnation int32
-	// noGroup is set when the instance has no group although its
-	// request's id names one.
-	noGroup bool
+	// group says where Group is: the request's id names it, the
+	// request's id without its last '.'-part is it, there is none, or it
+	// is cold.group.
+	group groupFrom
 
 	seen *seenRec
 	cold *coldRec
 }
 
+// groupFrom says where a rec keeps its group.
+type groupFrom uint8
+
+const (
+	groupOfRequest  groupFrom = iota // groupOf(Request)
+	groupBeforeLast                  // Request without its last '.'-part
+	groupNone                        // no group
+	groupCold                        // cold.group
+)
+
 // coldRec is the part of an instance few instances set.
 type coldRec struct {
 	name         string // "" when it is the id
-	group        string // "" when the request's id names it, or noGroup says there is none
+	group        string // set when rec.group is groupCold
 	label        string
 	message      string
 	after        reconciler.Phase
@@ -327,9 +338,11 @@ func newRec(in *reconciler.Instance) *rec {
 	switch {
 	case in.Group == groupOf(in.Request):
 	case in.Group == "":
-		r.noGroup = true
+		r.group = groupNone
+	case in.Group == beforeLastDot(in.Request):
+		r.group = groupBeforeLast
 	default:
-		group = in.Group
+		r.group, group = groupCold, in.Group
 	}
 	if name != "" || group != "" || in.Label != "" || in.Message != "" || in.After != "" || in.HostPorts != nil || in.Exclude != nil ||
 		!in.ExcludeUntil.IsZero() || in.Refused != nil || in.Stale != nil {
@@ -407,13 +420,23 @@ func (r *rec) Name() string {
 
 // Group is the instance's reconciler.Instance.Group.
 func (r *rec) Group() string {
-	switch {
-	case r.noGroup:
+	switch r.group {
+	case groupNone:
 		return ""
-	case r.cold != nil && r.cold.group != "":
+	case groupBeforeLast:
+		return beforeLastDot(r.Request)
+	case groupCold:
 		return r.cold.group
 	}
 	return groupOf(r.Request)
+}
+
+// beforeLastDot is what comes before the last '.' of id, or "".
+func beforeLastDot(id string) string {
+	if i := strings.LastIndexByte(id, '.'); i >= 0 {
+		return id[:i]
+	}
+	return ""
 }
 
 // After is the instance's reconciler.Instance.After.

@@ -129,6 +129,7 @@ func TestRecRoundTrip(t *testing.T) {
 		}},
 		{"no group although the request's id names one", func(in *reconciler.Instance) { in.Group = "" }},
 		{"a request without a group", func(in *reconciler.Instance) { in.Request, in.Group = "plain", "" }},
+		{"a group whose id has a '.'", func(in *reconciler.Instance) { in.Request, in.Group = "r0.1.s0", "r0.1" }},
 		{"seen with its own state, resources, ports and end", func(in *reconciler.Instance) {
 			o := seen(in)
 			o.RawState, o.Message, o.Finished = "exited (0)", "done", in.Created.Add(time.Hour)
