@@ -36,7 +36,14 @@ type task struct {
 	due   time.Time
 	seq   uint64
 	index int
+	// taskOp is nil for a tick (which every instance being created or
+	// deleted has, besides its operation's task: most tasks are ticks),
+	// set for every other kind.
+	*taskOp
+}
 
+// taskOp is the state of a task that drives operations on a back-end.
+type taskOp struct {
 	prov  *provider.Provider
 	adopt bool
 	ref   reconciler.Ref
@@ -337,7 +344,7 @@ func (s *state) startOp(rt *runtime, in *reconciler.Instance, kind taskKind, ado
 		}
 		rt.abortLocked(t)
 	}
-	t := &task{kind: kind, id: in.ID, due: s.now(), prov: p, adopt: adopt, start: s.now()}
+	t := &task{kind: kind, id: in.ID, due: s.now(), taskOp: &taskOp{prov: p, adopt: adopt, start: s.now()}}
 	if !ok {
 		t.prov = nil
 	}
@@ -361,7 +368,7 @@ func (s *state) startSide(rt *runtime, in *reconciler.Instance, kind taskKind, r
 	if _, busy := rt.side[key]; busy {
 		return
 	}
-	t := &task{kind: kind, id: in.ID, due: s.now(), prov: p, ref: ref, start: s.now()}
+	t := &task{kind: kind, id: in.ID, due: s.now(), taskOp: &taskOp{prov: p, ref: ref, start: s.now()}}
 	rt.side[key] = t
 	rt.push(t)
 }

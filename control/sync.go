@@ -353,7 +353,7 @@ func (s *state) accountedFor(rt *runtime, in *reconciler.Instance, prov string, 
 // startLeak queues the deletion of a leaked resource.
 func (s *state) startLeak(rt *runtime, p *provider.Provider, instID, backendID string) {
 	ref := reconciler.Ref{Provider: p.Name(), BackendID: backendID}
-	t := &task{kind: taskLeak, id: instID, ref: ref, prov: p, due: s.now(), start: s.now()}
+	t := &task{kind: taskLeak, id: instID, due: s.now(), taskOp: &taskOp{ref: ref, prov: p, start: s.now()}}
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	key := sideKey(t)
