@@ -24,7 +24,14 @@
 //     therefore sees every write of the plane.
 //   - Records (record.go, state.go): the store's instances and requests in
 //     memory with their indexes. An instance is stored as a record, about a
-//     third of its JSON: the spec lives once, in its request.
+//     third of its JSON: the spec lives once, in its request. In memory it
+//     is a rec: the fields the plane reads of every instance, the rest
+//     (and most of what the back-end showed) behind pointers that few
+//     instances set, the name and group left out when the id and the
+//     request's id give them, the spec shared with the other instances
+//     of its request; reads get a reconciler.Instance made from it. An instance
+//     named by its id holds its name through the records alone: the
+//     names index keeps only the others.
 //   - Placement (place.go, gang.go): the scheduler's Cluster is the one
 //     ledger of what every node and every quota holds. Quotas, nodes a
 //     launch just failed on, nodes that refused an instance are typed

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/driver"
-	"github.com/berth-dev/berth/reconciler"
 	"github.com/berth-dev/berth/store"
 )
 
@@ -203,7 +202,7 @@ func (s *state) refollow(ctx context.Context) (int64, error) {
 		seen[strings.TrimPrefix(kv.Key, PrefixInstances)] = true
 		s.followed(ctx, store.Event{Type: store.EventPut, KV: kv})
 	}
-	var gone []*reconciler.Instance
+	var gone []*rec
 	s.mu.Lock()
 	for id, in := range s.recs {
 		if !seen[id] && in.Revision <= rev {

@@ -127,13 +127,14 @@ func (s *state) loadGroups(ctx context.Context) error {
 	owners := map[string]string{} // the group's owner, from its instances (not stored with the group)
 	s.mu.RLock()
 	for _, in := range s.recs {
-		if in.Group == "" {
+		g := in.Group()
+		if g == "" {
 			continue
 		}
-		members[in.Group] = true
-		owners[in.Group] = in.Owner
+		members[g] = true
+		owners[g] = in.Owner
 		if in.Phase != reconciler.Pending {
-			placed[in.Group] = true
+			placed[g] = true
 		}
 	}
 	s.mu.RUnlock()

@@ -55,14 +55,14 @@ func (s *state) collector(ctx context.Context) {
 func (s *state) collect(ctx context.Context) (int, error) {
 	now := s.now()
 	s.mu.RLock()
-	var gone []*reconciler.Instance
+	var gone []*rec
 	for _, in := range s.recs {
 		if in.Phase == reconciler.Deleted {
 			gone = append(gone, in)
 		}
 	}
 	s.mu.RUnlock()
-	slices.SortFunc(gone, func(a, b *reconciler.Instance) int {
+	slices.SortFunc(gone, func(a, b *rec) int {
 		if c := a.Updated.Compare(b.Updated); c != 0 {
 			return c
 		}
@@ -72,7 +72,8 @@ func (s *state) collect(ctx context.Context) (int, error) {
 	var expired []*reconciler.Instance
 	for i, in := range gone {
 		if i < over || now.Sub(in.Updated) >= s.cfg.Retention {
-			expired = append(expired, in)
+			x := in.instance()
+			expired = append(expired, &x)
 		}
 	}
 	removed := 0
@@ -130,8 +131,8 @@ func (s *state) forget(ctx context.Context, ins []*reconciler.Instance) error {
 	s.mu.RLock()
 	for _, in := range s.recs {
 		delete(reqs, in.Request)
-		if in.Group != "" {
-			delete(groups, in.Group)
+		if in.Group() != "" {
+			delete(groups, in.Group())
 		}
 	}
 	s.mu.RUnlock()

@@ -70,7 +70,7 @@ func (s *state) groupStatus(ctx context.Context, id string) (GroupStatus, error)
 	if err := json.Unmarshal(kv.Value, &g); err != nil {
 		return GroupStatus{}, fmt.Errorf("control: decode %s: %w", kv.Key, err)
 	}
-	members := s.snapshot(func(in *reconciler.Instance) bool { return in.Group == id })
+	members := s.snapshot(func(in *rec) bool { return in.Group() == id })
 	byReq := map[string][]reconciler.Instance{}
 	for _, in := range members {
 		byReq[in.Request] = append(byReq[in.Request], in)

@@ -27,7 +27,7 @@ func (s *state) instances(ctx context.Context, f Filter) ([]Instance, error) {
 			return nil, &driver.FieldError{Path: fmt.Sprintf("phases[%d]", i), Reason: fmt.Sprintf("%q: want one of %v", ph, reconciler.Phases)}
 		}
 	}
-	out := s.page(f.After, f.Limit, func(in *reconciler.Instance) bool {
+	out := s.page(f.After, f.Limit, func(in *rec) bool {
 		switch {
 		case !f.All && in.Phase == reconciler.Deleted && !slices.Contains(f.Phases, reconciler.Deleted):
 			return false
@@ -36,9 +36,9 @@ func (s *state) instances(ctx context.Context, f Filter) ([]Instance, error) {
 			f.Owner != "" && in.Owner != f.Owner,
 			len(f.Owners) > 0 && !slices.Contains(f.Owners, in.Owner),
 			f.Pool != "" && in.Pool != f.Pool,
-			f.Group != "" && in.Group != f.Group,
+			f.Group != "" && in.Group() != f.Group,
 			f.Request != "" && in.Request != f.Request,
-			f.Name != "" && in.Name != f.Name,
+			f.Name != "" && in.Name() != f.Name,
 			len(f.Phases) > 0 && !slices.Contains(f.Phases, in.Phase):
 			return false
 		}
@@ -54,7 +54,7 @@ func (s *state) instances(ctx context.Context, f Filter) ([]Instance, error) {
 // and that keep returns true for, sorted by id: all of them when limit is
 // 0, else the first limit. It walks the ids in order, so a page costs what
 // it skips and holds, not the size of the cache.
-func (s *state) page(after string, limit int, keep func(*reconciler.Instance) bool) []reconciler.Instance {
+func (s *state) page(after string, limit int, keep func(*rec) bool) []reconciler.Instance {
 	var out []reconciler.Instance
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -63,7 +63,7 @@ func (s *state) page(after string, limit int, keep func(*reconciler.Instance) bo
 			return true
 		}
 		if in := s.recs[id]; keep(in) {
-			out = append(out, *in)
+			out = append(out, in.instance())
 		}
 		return limit == 0 || len(out) < limit
 	})
@@ -472,7 +472,7 @@ func (s *state) syncPools(ctx context.Context) {
 	for _, pl := range s.cfg.Pools {
 		total := 0
 		byLabel := map[string][2]int{} // label -> (unassigned not ended, all not ended)
-		for _, in := range s.snapshot(func(in *reconciler.Instance) bool { return in.Pool == pl.Name }) {
+		for _, in := range s.snapshot(func(in *rec) bool { return in.Pool == pl.Name }) {
 			if in.Phase.Terminal() || in.Phase == reconciler.Deleting {
 				continue
 			}

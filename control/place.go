@@ -27,7 +27,7 @@ type cluster struct {
 func newCluster(s *state) *cluster {
 	c := &cluster{c: scheduler.NewCluster()}
 	var as []scheduler.Allocation
-	for _, in := range s.snapshot(func(in *reconciler.Instance) bool { return in.Phase.HoldsNode() }) {
+	for _, in := range s.snapshot(func(in *rec) bool { return in.Phase.HoldsNode() }) {
 		as = append(as, allocationOf(&in))
 	}
 	if err := c.c.Reserve(as...); err != nil {
@@ -227,7 +227,7 @@ type placeFunc func(r *scheduler.Request) (*scheduler.Plan, error)
 func (s *state) placePending(ctx context.Context, snaps []*scheduler.Snapshot) {
 	s.placeGroups(ctx)
 	now := s.now()
-	pending := s.pendingSnapshot(func(in *reconciler.Instance) bool {
+	pending := s.pendingSnapshot(func(in *rec) bool {
 		return !now.Before(in.Deadline)
 	})
 	pending = slices.DeleteFunc(pending, func(in reconciler.Instance) bool { return s.gangQueued(in.Group) })

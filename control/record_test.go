@@ -105,3 +105,55 @@ func TestRecordLegacy(t *testing.T) {
 		t.Errorf("legacy instance read as %+v", got)
 	}
 }
+
+// An instance survives its in-memory rec exactly: every field, the
+// instance's spec (the same pointer) and what the back-end showed.
+func TestRecRoundTrip(t *testing.T) {
+	shared := &driver.Spec{Image: "app:1", Resources: driver.Resources{CPU: 1000, Memory: driver.GiB}}
+	other := &driver.Spec{Image: "gpu", Resources: driver.Resources{CPU: 500, Other: map[string]int64{"fpga": 1}}}
+	seen := func(in *reconciler.Instance) *reconciler.Seen { return in.Observed }
+	tests := []struct {
+		name string
+		edit func(in *reconciler.Instance)
+	}{
+		{"running, the back-end shows the spec's resources", func(in *reconciler.Instance) { seen(in).ExitCode = nil; seen(in).Resources = shared.Resources }},
+		{"as sampled", func(*reconciler.Instance) {}},
+		{"pending, nothing seen", func(in *reconciler.Instance) {
+			in.Phase, in.Node, in.Provider, in.BackendID, in.Observed, in.Message = reconciler.Pending, "", "", "", nil, "no node fits"
+		}},
+		{"named, a group of its own, every rare field", func(in *reconciler.Instance) {
+			in.Name, in.Group, in.Label, in.Pool, in.HostPorts = "web-1", "other", "small", "ci", []int{30001}
+			in.Priority, in.Attempts, in.Incarnation = -5, 2, 1
+			in.After, in.Exclude, in.ExcludeUntil = reconciler.Pending, []string{"sim/n1"}, in.Created.Add(time.Minute)
+			in.Refused, in.Stale = []string{"sim/n2: no image"}, []reconciler.Ref{{Provider: "sim", Node: "n3", BackendID: "b3"}}
+		}},
+		{"no group although the request's id names one", func(in *reconciler.Instance) { in.Group = "" }},
+		{"a request without a group", func(in *reconciler.Instance) { in.Request, in.Group = "plain", "" }},
+		{"a group whose id has a '.'", func(in *reconciler.Instance) { in.Request, in.Group = "r0.1.s0", "r0.1" }},
+		{"seen with its own state, resources, ports and end", func(in *reconciler.Instance) {
+			o := seen(in)
+			o.RawState, o.Message, o.Finished = "exited (0)", "done", in.Created.Add(time.Hour)
+			o.Resources, o.Ports = driver.Resources{CPU: 250}, []driver.PortMapping{{ContainerPort: 80, HostPort: 30080, Protocol: "tcp"}}
+		}},
+		{"seen with no resources", func(in *reconciler.Instance) { seen(in).Resources = driver.Resources{} }},
+		{"a spec with other resources", func(in *reconciler.Instance) { in.Spec = other; seen(in).Resources = other.Resources }},
+		{"no spec", func(in *reconciler.Instance) { in.Spec = nil }},
+	}
+	for _, tt := range tests {
+		in := sampleInstance(shared)
+		in.Revision = 9
+		tt.edit(in)
+		r := newRec(in)
+		got := r.instance()
+		if !reflect.DeepEqual(&got, in) {
+			t.Errorf("%s: from its rec\n%+v\nwant\n%+v", tt.name, &got, in)
+			continue
+		}
+		if got.Spec != in.Spec {
+			t.Errorf("%s: the rec does not share the instance's spec", tt.name)
+		}
+		if r.Name() != in.Name || r.Group() != in.Group || r.Label() != in.Label || r.After() != in.After || r.Priority() != in.Priority {
+			t.Errorf("%s: rec reads name %q group %q label %q after %q priority %d", tt.name, r.Name(), r.Group(), r.Label(), r.After(), r.Priority())
+		}
+	}
+}

@@ -36,7 +36,14 @@ type task struct {
 	due   time.Time
 	seq   uint64
 	index int
+	// taskOp is nil for a tick (which every instance being created or
+	// deleted has, besides its operation's task: most tasks are ticks),
+	// set for every other kind.
+	*taskOp
+}
 
+// taskOp is the state of a task that drives operations on a back-end.
+type taskOp struct {
 	prov  *provider.Provider
 	adopt bool
 	ref   reconciler.Ref
@@ -154,7 +161,7 @@ func (s *state) run(ctx context.Context) error {
 
 	// Resume interrupted work before the first listing, so that instances
 	// mid-create are looked up by tag rather than counted as leaks.
-	for _, in := range s.snapshot(func(in *reconciler.Instance) bool { return !in.Phase.Terminal() }) {
+	for _, in := range s.snapshot(func(in *rec) bool { return !in.Phase.Terminal() }) {
 		if _, _, err := s.apply(ctx, in.ID, reconciler.Event{Kind: reconciler.Resume}); err != nil && ctx.Err() == nil {
 			s.log.Warn("resume", "instance", in.ID, "err", err)
 		}
@@ -337,7 +344,7 @@ func (s *state) startOp(rt *runtime, in *reconciler.Instance, kind taskKind, ado
 		}
 		rt.abortLocked(t)
 	}
-	t := &task{kind: kind, id: in.ID, due: s.now(), prov: p, adopt: adopt, start: s.now()}
+	t := &task{kind: kind, id: in.ID, due: s.now(), taskOp: &taskOp{prov: p, adopt: adopt, start: s.now()}}
 	if !ok {
 		t.prov = nil
 	}
@@ -361,7 +368,7 @@ func (s *state) startSide(rt *runtime, in *reconciler.Instance, kind taskKind, r
 	if _, busy := rt.side[key]; busy {
 		return
 	}
-	t := &task{kind: kind, id: in.ID, due: s.now(), prov: p, ref: ref, start: s.now()}
+	t := &task{kind: kind, id: in.ID, due: s.now(), taskOp: &taskOp{prov: p, ref: ref, start: s.now()}}
 	rt.side[key] = t
 	rt.push(t)
 }
@@ -715,7 +722,7 @@ func (s *state) releasedName(id string) bool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	in, ok := s.recs[id]
-	return !ok || !holdsName(in)
+	return !ok || !holdsName(in.Phase, in.After())
 }
 
 // adoptGrace is how long an adopted copy may stay in the creating state:

@@ -131,10 +131,10 @@ type state struct {
 // and the latest reading of every node. mu guards all of it.
 type records struct {
 	mu       sync.RWMutex
-	recs     map[string]*reconciler.Instance // the store's instances, write-through
-	ids      *btree.BTreeG[string]           // the ids of recs, in order
+	recs     map[string]*rec       // the store's instances, write-through
+	ids      *btree.BTreeG[string] // the ids of recs, in order
 	requests map[string]*storedRequest
-	names    map[string]string           // instance id by name, for live instances
+	names    map[string]string           // instance id by name, for live instances not named by their id (nameHolderLocked)
 	queued   int                         // pending instances
 	pending  map[string]bool             // ids of the pending instances
 	phases   map[reconciler.Phase]int    // instances per phase
@@ -247,7 +247,7 @@ func newState(ctx context.Context, cfg Config) (*state, error) {
 		m:     reconciler.Machine{LaunchTimeout: cfg.LaunchTimeout, MaxAttempts: cfg.MaxAttempts, Backoff: cfg.RetryBackoff, ExcludeFor: cfg.ExcludeFor},
 		provs: provs,
 		records: records{
-			recs:     map[string]*reconciler.Instance{},
+			recs:     map[string]*rec{},
 			ids:      btree.NewOrderedG[string](32),
 			requests: map[string]*storedRequest{},
 			names:    map[string]string{},
@@ -351,7 +351,7 @@ func (s *state) get(id string) (reconciler.Instance, bool) {
 	if !ok {
 		return reconciler.Instance{}, false
 	}
-	return *in, true
+	return in.instance(), true
 }
 
 // remember caches in unless the cache already holds a newer revision.
@@ -372,7 +372,8 @@ func (s *state) rememberLocked(in reconciler.Instance) {
 // putLocked caches in and keeps the indexes in step: names of live
 // instances, what each owner, pool and provider holds, and the queue
 // length. s.mu must be held for writing.
-func (s *state) putLocked(in *reconciler.Instance) {
+func (s *state) putLocked(inst *reconciler.Instance) {
+	in := newRec(inst)
 	if old, ok := s.recs[in.ID]; ok {
 		s.countLocked(old, -1)
 	} else {
@@ -380,43 +381,57 @@ func (s *state) putLocked(in *reconciler.Instance) {
 	}
 	s.recs[in.ID] = in
 	s.countLocked(in, 1)
-	if !holdsName(in) {
-		if s.names[in.Name] == in.ID {
-			delete(s.names, in.Name)
+	if !holdsName(in.Phase, in.After()) || inst.Name == in.ID {
+		// An instance named by its id holds its name through recs.
+		if s.names[inst.Name] == in.ID {
+			delete(s.names, inst.Name)
 		}
 		return
 	}
-	s.names[in.Name] = in.ID
+	s.names[inst.Name] = in.ID
+}
+
+// nameHolderLocked returns the id of the live instance (or submission in
+// flight) that holds name. s.mu must be held.
+func (s *state) nameHolderLocked(name string) (string, bool) {
+	if id, ok := s.names[name]; ok {
+		return id, true
+	}
+	if in, ok := s.recs[name]; ok && in.Name() == name && holdsName(in.Phase, in.After()) {
+		return name, true
+	}
+	return "", false
 }
 
 // dropLocked forgets the cached instance in and its share of the
 // indexes. s.mu must be held for writing.
-func (s *state) dropLocked(in *reconciler.Instance) {
+func (s *state) dropLocked(in *rec) {
 	s.countLocked(in, -1)
-	if s.names[in.Name] == in.ID {
-		delete(s.names, in.Name)
+	if s.names[in.Name()] == in.ID {
+		delete(s.names, in.Name())
 	}
 	delete(s.recs, in.ID)
 	s.ids.Delete(in.ID)
 }
 
-// holdsName reports whether in keeps its name from new instances: every
-// instance does until it is deleted or being deleted for good (Docker's
-// rm frees the name). A replacement that reuses the name while the old
-// back-end resource is still being removed gets the next incarnation's
-// back-end name if the back-end still holds the old one.
-func holdsName(in *reconciler.Instance) bool {
-	switch in.Phase {
+// holdsName reports whether an instance in phase (with After after) keeps
+// its name from new instances: every instance does until it is deleted or
+// being deleted for good (Docker's rm frees the name). A replacement that
+// reuses the name while the old back-end resource is still being removed
+// gets the next incarnation's back-end name if the back-end still holds
+// the old one.
+func holdsName(phase, after reconciler.Phase) bool {
+	switch phase {
 	case reconciler.Deleted:
 		return false
 	case reconciler.Deleting:
-		return in.After != reconciler.Deleted
+		return after != reconciler.Deleted
 	}
 	return true
 }
 
 // countLocked adds (sign 1) or removes (-1) in from the tallies.
-func (s *state) countLocked(in *reconciler.Instance, sign int) {
+func (s *state) countLocked(in *rec, sign int) {
 	s.phases[in.Phase] += sign
 	if in.Phase == reconciler.Pending {
 		s.queued += sign
@@ -454,9 +469,9 @@ func (s *state) reload(ctx context.Context, id string) error {
 
 // snapshot returns copies of the cached instances that keep returns true
 // for.
-func (s *state) snapshot(keep func(*reconciler.Instance) bool) []reconciler.Instance {
+func (s *state) snapshot(keep func(*rec) bool) []reconciler.Instance {
 	s.mu.RLock()
-	ptrs := make([]*reconciler.Instance, 0, 64)
+	ptrs := make([]*rec, 0, 64)
 	for _, in := range s.recs {
 		if keep == nil || keep(in) {
 			ptrs = append(ptrs, in)
@@ -465,7 +480,7 @@ func (s *state) snapshot(keep func(*reconciler.Instance) bool) []reconciler.Inst
 	// Cached records are replaced, never changed in place, so the pointers
 	// stay valid after the lock is released.
 	s.mu.RUnlock()
-	slices.SortFunc(ptrs, func(a, b *reconciler.Instance) int {
+	slices.SortFunc(ptrs, func(a, b *rec) int {
 		if c := a.Created.Compare(b.Created); c != 0 {
 			return c
 		}
@@ -476,23 +491,23 @@ func (s *state) snapshot(keep func(*reconciler.Instance) bool) []reconciler.Inst
 	}
 	out := make([]reconciler.Instance, len(ptrs))
 	for i, in := range ptrs {
-		out[i] = *in
+		out[i] = in.instance()
 	}
 	return out
 }
 
 // pendingSnapshot returns copies of the pending instances that keep
 // returns true for, like snapshot but without visiting the others.
-func (s *state) pendingSnapshot(keep func(*reconciler.Instance) bool) []reconciler.Instance {
+func (s *state) pendingSnapshot(keep func(*rec) bool) []reconciler.Instance {
 	s.mu.RLock()
-	ptrs := make([]*reconciler.Instance, 0, len(s.pending))
+	ptrs := make([]*rec, 0, len(s.pending))
 	for id := range s.pending {
 		if in := s.recs[id]; in != nil && (keep == nil || keep(in)) {
 			ptrs = append(ptrs, in)
 		}
 	}
 	s.mu.RUnlock()
-	slices.SortFunc(ptrs, func(a, b *reconciler.Instance) int {
+	slices.SortFunc(ptrs, func(a, b *rec) int {
 		if c := a.Created.Compare(b.Created); c != 0 {
 			return c
 		}
@@ -500,7 +515,7 @@ func (s *state) pendingSnapshot(keep func(*reconciler.Instance) bool) []reconcil
 	})
 	out := make([]reconciler.Instance, len(ptrs))
 	for i, in := range ptrs {
-		out[i] = *in
+		out[i] = in.instance()
 	}
 	return out
 }
@@ -652,14 +667,14 @@ func (s *state) find(ref string) (reconciler.Instance, error) {
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if id, ok := s.names[ref]; ok {
+	if id, ok := s.nameHolderLocked(ref); ok {
 		if in, ok := s.recs[id]; ok {
-			return *in, nil
+			return in.instance(), nil
 		}
 	}
-	var newest *reconciler.Instance
+	var newest *rec
 	for _, in := range s.recs {
-		if in.Name != ref {
+		if in.Name() != ref {
 			continue
 		}
 		if newest == nil || in.Created.After(newest.Created) || (in.Created.Equal(newest.Created) && in.ID > newest.ID) {
@@ -667,7 +682,7 @@ func (s *state) find(ref string) (reconciler.Instance, error) {
 		}
 	}
 	if newest != nil {
-		return *newest, nil
+		return newest.instance(), nil
 	}
 	return reconciler.Instance{}, driver.Errorf(driver.ErrNotFound, "instance %q", ref)
 }

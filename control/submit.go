@@ -223,7 +223,7 @@ func (s *state) reserveNames(recs []*reconciler.Instance) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for k, in := range recs {
-		if id, taken := s.names[in.Name]; taken {
+		if id, taken := s.nameHolderLocked(in.Name); taken {
 			for _, done := range recs[:k] {
 				delete(s.names, done.Name)
 			}
@@ -240,7 +240,7 @@ func (s *state) unreserveNames(recs []*reconciler.Instance) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, in := range recs {
-		if cur, ok := s.recs[in.ID]; ok && holdsName(cur) {
+		if cur, ok := s.recs[in.ID]; ok && holdsName(cur.Phase, cur.After()) {
 			continue
 		}
 		if s.names[in.Name] == in.ID {
@@ -329,8 +329,8 @@ func (s *state) reuse(ctx context.Context, g *scheduler.Group, owner string) ([]
 	rest := g.Services[:0]
 	for _, sv := range g.Services {
 		need := sv.N()
-		ready := s.snapshot(func(in *reconciler.Instance) bool {
-			return in.Pool != "" && (g.Pool == "" || in.Pool == g.Pool) && in.Label == sv.Name && in.Owner == "" && in.Group == "" &&
+		ready := s.snapshot(func(in *rec) bool {
+			return in.Pool != "" && (g.Pool == "" || in.Pool == g.Pool) && in.Label() == sv.Name && in.Owner == "" && in.Group() == "" &&
 				in.Phase == reconciler.Running && (g.Provider == "" || in.Provider == g.Provider)
 		})
 		for _, in := range ready {

@@ -113,8 +113,8 @@ func (s *state) syncNodes(ctx context.Context, rt *runtime, p *provider.Provider
 		case known && prev.status == driver.NodeOffline:
 			s.log.Info("node back", "provider", p.Name(), "node", n.Name, "status", n.Status)
 			// Tick every instance with a stale copy there so it is deleted.
-			for _, in := range s.snapshot(func(in *reconciler.Instance) bool {
-				return slices.ContainsFunc(in.Stale, func(r reconciler.Ref) bool { return r.Provider == p.Name() && r.Node == n.Name })
+			for _, in := range s.snapshot(func(in *rec) bool {
+				return slices.ContainsFunc(in.Stale(), func(r reconciler.Ref) bool { return r.Provider == p.Name() && r.Node == n.Name })
 			}) {
 				s.tickAt(rt, in.ID, s.now())
 			}
@@ -125,10 +125,10 @@ func (s *state) syncNodes(ctx context.Context, rt *runtime, p *provider.Provider
 	}
 	// The event names the node: an instance that moved since the snapshot
 	// ignores it.
-	for _, in := range s.snapshot(func(in *reconciler.Instance) bool {
+	for _, in := range s.snapshot(func(in *rec) bool {
 		just, off := offline[in.Node]
 		return off && in.Provider == p.Name() &&
-			((just && in.Phase.HoldsNode()) || (in.Phase == reconciler.Deleting && in.After == reconciler.Pending))
+			((just && in.Phase.HoldsNode()) || (in.Phase == reconciler.Deleting && in.After() == reconciler.Pending))
 	}) {
 		ev := reconciler.Event{Kind: reconciler.NodeOffline, Provider: in.Provider, Node: in.Node}
 		if _, _, err := s.apply(ctx, in.ID, ev); err != nil && ctx.Err() == nil {
@@ -198,7 +198,7 @@ func (s *state) syncInstances(ctx context.Context, rt *runtime, p *provider.Prov
 		s.mu.RUnlock()
 		if cached != nil && cached.Provider == p.Name() && cached.BackendID == f.ID && cached.Phase != reconciler.Deleted {
 			seen[id] = true
-			if obs := cached.Observed; obs == nil || obs.State != f.State || !sameExit(obs, f) {
+			if state, code, ok := cached.seenState(); !ok || state != f.State || !sameExit(code, f) {
 				changed = append(changed, f)
 			}
 			return nil
@@ -231,7 +231,7 @@ func (s *state) syncInstances(ctx context.Context, rt *runtime, p *provider.Prov
 		cached := s.recs[id]
 		s.mu.RUnlock()
 		if cached != nil {
-			if in := *cached; s.accountedFor(rt, &in, p.Name(), f) {
+			if in := cached.instance(); s.accountedFor(rt, &in, p.Name(), f) {
 				continue
 			}
 		}
@@ -268,7 +268,8 @@ func (s *state) syncInstances(ctx context.Context, rt *runtime, p *provider.Prov
 		switch in.Phase {
 		case reconciler.Running, reconciler.Stopped, reconciler.Exited, reconciler.Held, reconciler.Suspended:
 			if in.Provider == p.Name() && in.BackendID != "" && !seen[in.ID] && in.Updated.Before(listedAt) {
-				missing = append(missing, in)
+				x := in.instance()
+				missing = append(missing, &x)
 			}
 		}
 	}
@@ -320,11 +321,11 @@ type sighting struct {
 	node string
 }
 
-func sameExit(a *reconciler.Seen, b *driver.Instance) bool {
-	if (a.ExitCode == nil) != (b.ExitCode == nil) {
+func sameExit(code *int, b *driver.Instance) bool {
+	if (code == nil) != (b.ExitCode == nil) {
 		return false
 	}
-	return a.ExitCode == nil || *a.ExitCode == *b.ExitCode
+	return code == nil || *code == *b.ExitCode
 }
 
 // accountedFor reports whether resource f, tagged with in's id but not in's
@@ -352,7 +353,7 @@ func (s *state) accountedFor(rt *runtime, in *reconciler.Instance, prov string, 
 // startLeak queues the deletion of a leaked resource.
 func (s *state) startLeak(rt *runtime, p *provider.Provider, instID, backendID string) {
 	ref := reconciler.Ref{Provider: p.Name(), BackendID: backendID}
-	t := &task{kind: taskLeak, id: instID, ref: ref, prov: p, due: s.now(), start: s.now()}
+	t := &task{kind: taskLeak, id: instID, due: s.now(), taskOp: &taskOp{ref: ref, prov: p, start: s.now()}}
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	key := sideKey(t)

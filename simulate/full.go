@@ -597,88 +597,105 @@ func (f *fullRunner) check(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("sim back-end: %w", err)
 	}
-	ins, err := f.back.List(ctx, nil)
+	// The back-end's instances are checked one at a time as it walks
+	// them: a listing of a million would be the run's largest allocation.
+	t := newTally(ps.Nodes)
+	n := 0
+	err = f.back.Walk(ctx, nil, func(in *driver.Instance) error {
+		t.add(in)
+		if id, bad := f.misplaced1(t.byName, ps.Nodes, in); bad {
+			f.misplaced[id] = true
+		}
+		n++
+		return nil
+	})
 	if err != nil {
 		return fmt.Errorf("sim back-end: %w", err)
 	}
-	for _, name := range overbooked(ps.Nodes, ins) {
+	for _, name := range t.overbooked(ps.Nodes) {
 		f.bad[name] = true
 	}
-	for _, id := range f.misplacedOn(ps.Nodes, ins) {
-		f.misplaced[id] = true
-	}
 	f.res.Misplaced = len(f.misplaced)
-	f.res.BackendInstances = len(ins)
+	f.res.BackendInstances = n
 	return nil
 }
 
 // misplacedOn returns the Berth ids of the instances in ins whose node
-// breaks a hard constraint of their request. A preplaced instance must be
-// on the node it was pinned to; a workload request's constraints are
-// matched as the scheduler matches them: "node" is the node's name,
-// "provider" the provider's, any other key a label or, failing that, an
-// attribute; a node without the key fails == and passes !=.
+// breaks a hard constraint of their request (misplaced1).
 func (f *fullRunner) misplacedOn(nodes []driver.Node, ins []*driver.Instance) []string {
+	byName := nodesByName(nodes)
+	var out []string
+	for _, in := range ins {
+		if id, bad := f.misplaced1(byName, nodes, in); bad {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// nodesByName indexes nodes by name.
+func nodesByName(nodes []driver.Node) map[string]*driver.Node {
 	byName := make(map[string]*driver.Node, len(nodes))
 	for i := range nodes {
 		byName[nodes[i].Name] = &nodes[i]
 	}
-	var out []string
-	for _, in := range ins {
-		id := in.Tags[driver.TagInstance]
-		n := byName[in.Node]
-		if n == nil {
-			out = append(out, id)
-			continue
+	return byName
+}
+
+// misplaced1 returns in's Berth id and whether its node breaks a hard
+// constraint of its request. A preplaced instance must be on the node it
+// was pinned to; a workload request's constraints are matched as the
+// scheduler matches them: "node" is the node's name, "provider" the
+// provider's, any other key a label or, failing that, an attribute; a
+// node without the key fails == and passes !=. byName indexes nodes.
+func (f *fullRunner) misplaced1(byName map[string]*driver.Node, nodes []driver.Node, in *driver.Instance) (string, bool) {
+	id := in.Tags[driver.TagInstance]
+	n := byName[in.Node]
+	if n == nil {
+		return id, true
+	}
+	if rest, ok := strings.CutPrefix(id, "pre"); ok {
+		// pre<item>-<node index>[-<k>]
+		parts := strings.Split(rest, "-")
+		k := -1
+		if len(parts) >= 2 {
+			k, _ = strconv.Atoi(parts[1])
 		}
-		if rest, ok := strings.CutPrefix(id, "pre"); ok {
-			// pre<item>-<node index>[-<k>]
-			parts := strings.Split(rest, "-")
-			k := -1
-			if len(parts) >= 2 {
-				k, _ = strconv.Atoi(parts[1])
-			}
-			if k < 0 || k >= len(nodes) || nodes[k].Name != in.Node {
-				out = append(out, id)
-			}
-			continue
+		return id, k < 0 || k >= len(nodes) || nodes[k].Name != in.Node
+	}
+	var rules []scheduler.Expr
+	if r, ok := f.svcRules[id]; ok {
+		rules = r
+	} else if r, ok := f.svcRules[id[:max(strings.LastIndexByte(id, '-'), 0)]]; ok {
+		rules = r
+	} else {
+		// r<item>.<repeat>...
+		num, _, _ := strings.Cut(strings.TrimPrefix(id, "r"), ".")
+		item, err := strconv.Atoi(num)
+		if err != nil || item < 0 || item >= len(f.rules) {
+			return id, true
 		}
-		var rules []scheduler.Expr
-		if r, ok := f.svcRules[id]; ok {
-			rules = r
-		} else if r, ok := f.svcRules[id[:max(strings.LastIndexByte(id, '-'), 0)]]; ok {
-			rules = r
-		} else {
-			// r<item>.<repeat>...
-			num, _, _ := strings.Cut(strings.TrimPrefix(id, "r"), ".")
-			item, err := strconv.Atoi(num)
-			if err != nil || item < 0 || item >= len(f.rules) {
-				out = append(out, id)
-				continue
+		rules = f.rules[item]
+	}
+	for k := range rules {
+		e := &rules[k]
+		var v string
+		var has bool
+		switch e.Key {
+		case "node":
+			v, has = n.Name, true
+		case "provider":
+			v, has = Provider, true
+		default:
+			if v, has = n.Labels[e.Key]; !has {
+				v, has = n.Attributes[e.Key]
 			}
-			rules = f.rules[item]
 		}
-		for k := range rules {
-			e := &rules[k]
-			var v string
-			var has bool
-			switch e.Key {
-			case "node":
-				v, has = n.Name, true
-			case "provider":
-				v, has = Provider, true
-			default:
-				if v, has = n.Labels[e.Key]; !has {
-					v, has = n.Attributes[e.Key]
-				}
-			}
-			if (has && e.MatchValue(v)) == e.Negate {
-				out = append(out, id)
-				break
-			}
+		if (has && e.MatchValue(v)) == e.Negate {
+			return id, true
 		}
 	}
-	return out
+	return id, false
 }
 
 // groupRules keeps the hard constraints of g's services for the
@@ -719,23 +736,48 @@ func (f *fullRunner) checkDue() bool { return time.Since(f.lastCheck) >= f.check
 // overbooked returns the names of the nodes whose instances, summed, need
 // more than the node's capacity or outnumber its instance cap.
 func overbooked(nodes []driver.Node, ins []*driver.Instance) []string {
-	type use struct {
-		r driver.Resources
-		n int
-	}
-	used := make(map[string]*use, len(nodes))
+	t := newTally(nodes)
 	for _, in := range ins {
-		u := used[in.Node]
-		if u == nil {
-			u = &use{}
-			used[in.Node] = u
-		}
-		u.r = u.r.Add(in.Resources)
-		u.n++
+		t.add(in)
 	}
+	return t.overbooked(nodes)
+}
+
+// tally sums what the instances on each node need, one instance at a
+// time.
+type tally struct {
+	byName map[string]*driver.Node
+	used   map[string]*nodeUse
+}
+
+// nodeUse is what the instances on one node need, and how many they are.
+type nodeUse struct {
+	r driver.Resources
+	n int
+}
+
+func newTally(nodes []driver.Node) *tally {
+	return &tally{byName: nodesByName(nodes), used: make(map[string]*nodeUse, len(nodes))}
+}
+
+// add counts in on its node.
+func (t *tally) add(in *driver.Instance) {
+	u := t.used[in.Node]
+	if u == nil {
+		u = &nodeUse{}
+		t.used[in.Node] = u
+	}
+	u.r = u.r.Add(in.Resources)
+	u.n++
+}
+
+// overbooked returns the names of the nodes, in the order of nodes, whose
+// instances need more than the node's capacity or outnumber its instance
+// cap.
+func (t *tally) overbooked(nodes []driver.Node) []string {
 	var out []string
 	for _, n := range nodes {
-		u := used[n.Name]
+		u := t.used[n.Name]
 		if u == nil {
 			continue
 		}

@@ -52,7 +52,8 @@ type inst struct {
 	kind     uint8 // index into kinds
 	hasExit  bool
 	exitCode int16
-	due      int64 // when the create or delete in progress finishes
+	tagSet   uint16 // the tags it shares with others: index into Sim.tagSets
+	due      int64  // when the create or delete in progress finishes
 	created  int64
 	started  int64
 	finished int64
@@ -150,7 +151,28 @@ func (s *Sim) nameOf(slot uint32, in *inst) string {
 
 // tagsOf decodes the tags of the instance in slot.
 func (s *Sim) tagsOf(slot uint32, in *inst) map[string]string {
-	return pairMap(string(s.chunkOf(slot).tags(in)))
+	own := string(s.chunkOf(slot).tags(in))
+	set := s.tagSets[in.tagSet]
+	if len(set) == 0 {
+		return pairMap(own)
+	}
+	m := pairMap(string(set))
+	for len(own) > 0 {
+		var k, v string
+		k, own = next(own)
+		v, own = next(own)
+		m[k] = v
+	}
+	return m
+}
+
+// lookupTag returns the value of the tag key of the instance in, in
+// chunk c.
+func (s *Sim) lookupTag(c *chunk, in *inst, key string) ([]byte, bool) {
+	if v, ok := lookupBytes(c.tags(in), key); ok {
+		return v, true
+	}
+	return lookupBytes(s.tagSets[in.tagSet], key)
 }
 
 // snapshot returns the instance as the driver contract describes it.
@@ -336,8 +358,10 @@ func (s *Sim) Create(ctx context.Context, nodeName string, spec *driver.Spec) (d
 
 	slot := s.newSlot()
 	in := s.slot(slot)
-	off, tagsLen := s.chunkOf(slot).store(spec.Name, spec.Tags)
+	set, own := s.splitTags(spec.Tags)
+	off, tagsLen := s.chunkOf(slot).store(spec.Name, own)
 	*in = inst{
+		tagSet:  set,
 		gen:     in.gen,
 		state:   stCreating,
 		node:    ni,
@@ -633,13 +657,12 @@ func (s *Sim) Walk(ctx context.Context, tags map[string]string, fn func(*driver.
 			if in.state == stFree || (s.unlisted > 0 && s.nodes[in.node].unlisted) {
 				continue
 			}
-			blob := c.tags(in)
-			if _, ok := lookupBytes(blob, driver.TagManaged); !ok {
+			if _, ok := s.lookupTag(c, in, driver.TagManaged); !ok {
 				continue
 			}
 			match := true
 			for k, want := range tags {
-				if v, ok := lookupBytes(blob, k); !ok || string(v) != want {
+				if v, ok := s.lookupTag(c, in, k); !ok || string(v) != want {
 					match = false
 					break
 				}

@@ -5,6 +5,7 @@ import (
 	crand "crypto/rand"
 	"fmt"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -62,13 +63,17 @@ type Sim struct {
 	names   nameTable         // instance name -> slot
 	images  []string          // interned image names; 0 is no image
 	imageID map[string]uint32 // image name -> index in images
-	due     timers
-	calls   callLog
-	watch   []*watcher
-	changed chan struct{} // closed and cleared on every change, when someone waits
-	pending map[*createOp]func() bool
-	closed  bool
-	done    chan struct{} // closed by Close
+	// tagSets are the tags instances share, encoded (see splitTags); 0
+	// is none. tagSetID indexes them by their encoding.
+	tagSets  [][]byte
+	tagSetID map[string]uint16
+	due      timers
+	calls    callLog
+	watch    []*watcher
+	changed  chan struct{} // closed and cleared on every change, when someone waits
+	pending  map[*createOp]func() bool
+	closed   bool
+	done     chan struct{} // closed by Close
 
 	unlisted int // how many nodes List leaves out (SetNodeUnlisted)
 }
@@ -103,6 +108,7 @@ func New(opts Options) (*Sim, error) {
 		byNode:  map[string]int32{},
 		images:  []string{""},
 		imageID: map[string]uint32{"": 0},
+		tagSets: [][]byte{nil}, tagSetID: map[string]uint16{"": 0},
 		pending: map[*createOp]func() bool{},
 		done:    make(chan struct{}),
 	}
@@ -151,6 +157,41 @@ func (s *Sim) internImage(image string) uint32 {
 	s.images = append(s.images, image)
 	s.imageID[image] = id
 	return id
+}
+
+// splitTags splits the tags of an instance being created into the set it
+// shares with others (every tag but driver.TagInstance, which a Berth
+// plane writes with the same cluster and provider tags on thousands of
+// instances), kept once in tagSets, and the tags of its own, kept in its
+// chunk's arena. Tags without an instance tag, and any once tagSets is
+// full, are all its own.
+func (s *Sim) splitTags(tags map[string]string) (set uint16, own map[string]string) {
+	id, ok := tags[driver.TagInstance]
+	if !ok || len(tags) < 2 {
+		return 0, tags
+	}
+	keys := make([]string, 0, len(tags)-1)
+	for k := range tags {
+		if k != driver.TagInstance {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	var stack [256]byte
+	enc := stack[:0]
+	for _, k := range keys {
+		enc = appendPair(enc, k, tags[k])
+	}
+	if i, ok := s.tagSetID[string(enc)]; ok {
+		return i, map[string]string{driver.TagInstance: id}
+	}
+	if len(s.tagSets) > math.MaxUint16 {
+		return 0, tags
+	}
+	i := uint16(len(s.tagSets))
+	s.tagSets = append(s.tagSets, slices.Clone(enc))
+	s.tagSetID[string(enc)] = i
+	return i, map[string]string{driver.TagInstance: id}
 }
 
 // newSlot returns a free slot, growing the table when none is free.

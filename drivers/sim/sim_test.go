@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -902,5 +903,57 @@ func TestIDsNeverRepeatAcrossSims(t *testing.T) {
 	}
 	if _, err := b.Get(context.Background(), ia.ID); !errors.Is(err, driver.ErrNotFound) {
 		t.Fatalf("the second sim finds the first one's id %s: %v", ia.ID, err)
+	}
+}
+
+// The tags a plane writes on every instance (all but the instance's id)
+// are kept once for all of them; each instance still reads back its own
+// tags whole, and a listing filters on the shared ones and on its own.
+func TestSharedTags(t *testing.T) {
+	s, _ := newSim(t, nil)
+	ctx := context.Background()
+	tagged := func(name, cluster string) *driver.Spec {
+		sp := spec(name)
+		sp.Tags = map[string]string{driver.TagManaged: "true", driver.TagCluster: cluster, driver.TagProvider: "sim", driver.TagInstance: name}
+		return sp
+	}
+	want := map[string]map[string]string{}
+	for i, cluster := range []string{"c1", "c1", "c2", "c1"} {
+		sp := tagged(fmt.Sprintf("i%d", i), cluster)
+		in := mustRun(t, s, "node-01", sp)
+		if !maps.Equal(in.Tags, sp.Tags) {
+			t.Errorf("created %s with tags %v, want %v", sp.Name, in.Tags, sp.Tags)
+		}
+		want[in.ID] = sp.Tags
+	}
+	// Tags without an instance id are the instance's own.
+	plain := mustRun(t, s, "node-01", spec("plain"))
+	want[plain.ID] = spec("plain").Tags
+	for id, tags := range want {
+		got, err := s.Get(ctx, id)
+		if err != nil || !maps.Equal(got.Tags, tags) {
+			t.Errorf("Get %s: tags %v, %v; want %v", id, got.Tags, err, tags)
+		}
+	}
+	for _, tt := range []struct {
+		filter map[string]string
+		n      int
+	}{
+		{map[string]string{driver.TagCluster: "c1"}, 3},
+		{map[string]string{driver.TagCluster: "c2", driver.TagProvider: "sim"}, 1},
+		{map[string]string{driver.TagCluster: "c1", driver.TagInstance: "i3"}, 1},
+		{map[string]string{driver.TagInstance: "i2", driver.TagCluster: "c1"}, 0},
+		{map[string]string{"case": "plain"}, 1},
+		{nil, 5},
+	} {
+		got, err := s.List(ctx, tt.filter)
+		if err != nil || len(got) != tt.n {
+			t.Errorf("List %v: %d instances, %v; want %d", tt.filter, len(got), err, tt.n)
+		}
+		for _, in := range got {
+			if !maps.Equal(in.Tags, want[in.ID]) {
+				t.Errorf("List %v: %s has tags %v, want %v", tt.filter, in.ID, in.Tags, want[in.ID])
+			}
+		}
 	}
 }

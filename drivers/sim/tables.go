@@ -243,12 +243,17 @@ func uvarintLen(n int) int {
 // appendPairs appends the encoding of m to b.
 func appendPairs(b []byte, m map[string]string) []byte {
 	for k, v := range m {
-		b = binary.AppendUvarint(b, uint64(len(k)))
-		b = append(b, k...)
-		b = binary.AppendUvarint(b, uint64(len(v)))
-		b = append(b, v...)
+		b = appendPair(b, k, v)
 	}
 	return b
+}
+
+// appendPair appends the encoding of the pair k, v to b.
+func appendPair(b []byte, k, v string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(k)))
+	b = append(b, k...)
+	b = binary.AppendUvarint(b, uint64(len(v)))
+	return append(b, v...)
 }
 
 // lookupBytes returns the value of key in the encoded pairs p.
