@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -66,9 +67,42 @@ func allocationOf(in *reconciler.Instance) scheduler.Allocation {
 
 func (c *cluster) release(id string) { _ = c.c.Release(id) }
 
-// updateNodes hands a fresh reading of p's nodes to the scheduler.
-func (s *state) updateNodes(p *provider.Provider, nodes []driver.Node) {
-	if err := s.cluster.c.UpdateNodes(p.Name(), nodes); err != nil {
+// staleReadings is how many readings of a provider's nodes readNodes takes
+// while instances on them are released as it reads; the last is applied
+// as it is. It may hold a released instance's room until the next sync,
+// the safe side.
+const staleReadings = 3
+
+// readNodes reads p's nodes and hands them to the scheduler. A reading
+// that an instance was released during (scheduler.ErrStaleReading) is
+// taken again.
+func (s *state) readNodes(ctx context.Context, p *provider.Provider) (*driver.PlatformState, error) {
+	for n := 1; ; n++ {
+		since := s.cluster.c.Releases()
+		ps, err := p.State(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.updateNodes(p, ps.Nodes, since, n < staleReadings); !errors.Is(err, scheduler.ErrStaleReading) {
+			return ps, nil
+		}
+	}
+}
+
+// updateNodes hands a reading of p's nodes, begun when the cluster had
+// counted since releases, to the scheduler. With check, a reading that a
+// release came after is not applied: it returns scheduler.ErrStaleReading.
+func (s *state) updateNodes(p *provider.Provider, nodes []driver.Node, since uint64, check bool) error {
+	var err error
+	if check {
+		err = s.cluster.c.UpdateNodesRead(p.Name(), nodes, since)
+	} else {
+		err = s.cluster.c.UpdateNodes(p.Name(), nodes)
+	}
+	if errors.Is(err, scheduler.ErrStaleReading) {
+		return err
+	}
+	if err != nil {
 		s.log.Warn("provider nodes", "provider", p.Name(), "err", err)
 	}
 	var top driver.Resources
@@ -91,6 +125,7 @@ func (s *state) updateNodes(p *provider.Provider, nodes []driver.Node) {
 	if len(nodes) > 0 {
 		s.largest[p.Name()] = top
 	}
+	return nil
 }
 
 // poolProvider returns the provider of the named pool, "" if none.
@@ -153,12 +188,9 @@ func (s *state) tooLarge(r driver.Resources, prov string) string {
 func (s *state) refreshNodes(ctx context.Context) {
 	for _, name := range s.provNames {
 		p := s.provs[name]
-		ps, err := p.State(ctx)
-		if err != nil {
+		if _, err := s.readNodes(ctx, p); err != nil {
 			s.log.Warn("provider state", "provider", name, "err", err)
-			continue
 		}
-		s.updateNodes(p, ps.Nodes)
 	}
 }
 

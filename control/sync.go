@@ -66,14 +66,13 @@ func (s *state) syncOnce(ctx context.Context, rt *runtime) {
 // failed copy on a node that is offline, so that they are placed again
 // now rather than when the node returns.
 func (s *state) syncNodes(ctx context.Context, rt *runtime, p *provider.Provider) {
-	ps, err := p.State(ctx)
+	ps, err := s.readNodes(ctx, p)
 	if err != nil {
 		if ctx.Err() == nil {
 			s.log.Warn("provider state", "provider", p.Name(), "err", err)
 		}
 		return
 	}
-	s.updateNodes(p, ps.Nodes)
 	s.kickPlacer()
 	type change struct {
 		n     driver.Node

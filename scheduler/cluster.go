@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -47,16 +48,18 @@ type Cluster struct {
 	caps    map[string][]string
 	oc      map[string]Overcommit // usage policies by provider
 	gen     uint64
-	allocs  map[string]*alloc
-	elastic map[*alloc]struct{} // the elastic ones among allocs
-	log     []int32
-	logBase uint64 // position of log[0] in the whole change history
-	portMin int
-	portMax int
-	ids     atomic.Uint64
-	planner *planner
-	stats   Stats
-	opts    Options
+	// releases counts Release calls (UpdateNodesRead).
+	releases uint64
+	allocs   map[string]*alloc
+	elastic  map[*alloc]struct{} // the elastic ones among allocs
+	log      []int32
+	logBase  uint64 // position of log[0] in the whole change history
+	portMin  int
+	portMax  int
+	ids      atomic.Uint64
+	planner  *planner
+	stats    Stats
+	opts     Options
 }
 
 // Stats counts what the cluster approved.
@@ -124,6 +127,33 @@ func (c *Cluster) provLocked(p string) int32 {
 // marked removed; their allocations stay until released. Node names are
 // unique within a provider.
 func (c *Cluster) UpdateNodes(provider string, nodes []driver.Node) error {
+	return c.updateNodes(provider, nodes, false, 0)
+}
+
+// ErrStaleReading is UpdateNodesRead's answer to a reading that an
+// allocation was released after.
+var ErrStaleReading = errors.New("the nodes were read before an instance on them was released")
+
+// Releases counts the releases (Release) so far. Read it before reading a
+// back-end's nodes, for UpdateNodesRead.
+func (c *Cluster) Releases() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.releases
+}
+
+// UpdateNodesRead is UpdateNodes for a reading begun after Releases
+// returned since. An instance is released once its back-end has let it
+// go, but a reading begun before that may still count it in the node's
+// Reserved and Instances, which the cluster takes when they are larger than
+// its own allocations: applied, such a reading would hold the instance's
+// room until the next one. So when anything was released since, the
+// reading is not applied and ErrStaleReading is returned: read again.
+func (c *Cluster) UpdateNodesRead(provider string, nodes []driver.Node, since uint64) error {
+	return c.updateNodes(provider, nodes, true, since)
+}
+
+func (c *Cluster) updateNodes(provider string, nodes []driver.Node, check bool, since uint64) error {
 	if provider == "" {
 		return &driver.FieldError{Path: "provider", Reason: "required"}
 	}
@@ -148,6 +178,9 @@ func (c *Cluster) UpdateNodes(provider string, nodes []driver.Node) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if check && c.releases != since {
+		return ErrStaleReading
+	}
 	pi := c.provLocked(provider)
 	t := c.st.t
 	for k := range c.nodes {
@@ -270,6 +303,7 @@ func (c *Cluster) Release(id string) error {
 	}
 	c.delAllocLocked(a)
 	c.st.unapply(a)
+	c.releases++
 	c.compactLocked()
 	return nil
 }

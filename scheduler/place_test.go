@@ -295,3 +295,44 @@ func TestImagePresenceScores(t *testing.T) {
 		t.Fatalf("with the image's node full: %v %v, want n0", nodesOf(p), err)
 	}
 }
+
+// TestStaleReading: a reading of the nodes begun before an instance was
+// released may still count it. UpdateNodesRead refuses it, so the room is
+// free for the next placement; UpdateNodes, which applies any reading,
+// shows what it would have cost.
+func TestStaleReading(t *testing.T) {
+	c := newTestCluster(t, "p", mkNodes("n", 1, 4, 8, nil))
+	if p, err := c.Place(req("a", 4, 64)); err != nil || len(p.Placements) != 1 {
+		t.Fatalf("place a: %+v %v", p, err)
+	}
+	since := c.Releases()
+	// The back-end is read while a still runs there...
+	reading := mkNodes("n", 1, 4, 8, nil)
+	reading[0].Reserved = driver.Resources{CPU: driver.CPUs(4), Memory: 64 * driver.MiB}
+	reading[0].Instances = 1
+	// ...and a is deleted and released before the reading is applied.
+	if err := c.Release("a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.UpdateNodesRead("p", reading, since); !errors.Is(err, ErrStaleReading) {
+		t.Fatalf("UpdateNodesRead of a reading older than a release: %v, want ErrStaleReading", err)
+	}
+	if p, err := c.Place(req("b", 4, 64)); err != nil || len(p.Placements) != 1 {
+		t.Fatalf("place b after the stale reading was refused: %+v %v", p, err)
+	}
+	if err := c.Release("b"); err != nil {
+		t.Fatal(err)
+	}
+	// A reading begun after the last release is applied.
+	fresh := mkNodes("n", 1, 4, 8, nil)
+	if err := c.UpdateNodesRead("p", fresh, c.Releases()); err != nil {
+		t.Fatalf("UpdateNodesRead of a fresh reading: %v", err)
+	}
+	// Applied, the stale reading holds the released room.
+	if err := c.UpdateNodes("p", reading); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := c.Place(req("c", 4, 64)); err != nil || len(p.Placements) != 0 {
+		t.Fatalf("place c on a node whose reading counts 4 cpus reserved: %+v %v", p, err)
+	}
+}
