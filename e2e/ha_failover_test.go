@@ -1,0 +1,156 @@
+package e2e
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/scheduler"
+	"github.com/berth-dev/berth/store/etcd"
+)
+
+var failovers = flag.Int("failovers", 3, "how many times TestFailover kills the leader")
+
+// TestFailover runs three servers on etcd with the sim back-end and kills
+// the leader with SIGKILL -failovers times while requests are submitted
+// through a follower: each time another server is elected, places
+// requests, and the killed one comes back as a follower. It logs, for each
+// kill, the time from the kill to the first request placed by the new
+// leader (the failover figure; never asserted: the machine may be loaded),
+// and which server's member led etcd then.
+func TestFailover(t *testing.T) {
+	h := newHACluster(t)
+	body := "cluster: " + h.name + "\nproviders:\n  - name: sim\n    driver: sim\n    options: {nodes: 3}\n"
+	if err := os.WriteFile(h.cfg, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h.start(0, 1, 2)
+	var took []time.Duration
+	for round := range *failovers {
+		lead := h.leader(0, 1, 2)
+		through := (lead + 1) % 3
+		raft := h.etcdLeader(through)
+		placed, killedAt := h.placeAcrossKill(round, lead, through)
+		d := placed.Sub(killedAt)
+		took = append(took, d)
+		t.Logf("failover %d: killed %s (etcd's leader: %s); the first request placed by the new leader %.2fs after the kill",
+			round+1, memberNames[lead], raft, d.Seconds())
+		h.start(lead)
+	}
+	slices.Sort(took)
+	var s []string
+	for _, d := range took {
+		s = append(s, strconv.FormatFloat(d.Seconds(), 'f', 2, 64))
+	}
+	t.Logf("failover over %d kills, sorted: %s s", len(took), strings.Join(s, " "))
+}
+
+// etcdLeader names the server whose member leads etcd, asking server i's
+// member.
+func (h *haCluster) etcdLeader(i int) string {
+	h.t.Helper()
+	url := ""
+	for k, a := range h.args[i] {
+		if a == "--etcd-client-url" {
+			url = h.args[i][k+1]
+		}
+	}
+	c, err := etcd.NewClient([]string{url}, etcd.TLSFiles{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := c.Status(ctx, url)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	ms, err := c.MemberList(ctx, clientv3.WithSerializable())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for _, m := range ms.Members {
+		if m.ID == st.Leader {
+			return m.Name
+		}
+	}
+	return "none"
+}
+
+// placeAcrossKill submits requests through server through, kills server
+// lead once a few are placed, and returns the time of the kill and when
+// the first request sent after it was answered placed.
+func (h *haCluster) placeAcrossKill(round, lead, through int) (placed, killedAt time.Time) {
+	h.t.Helper()
+	c := h.client(through)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var (
+		mu    sync.Mutex
+		n     int
+		first time.Time
+		kill  = make(chan struct{})
+		errs  []string
+	)
+	var killed time.Time
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for k := 0; ctx.Err() == nil; k++ {
+				sent := time.Now()
+				r := scheduler.Request{ID: fmt.Sprintf("f%d-%d-%d", round, w, k), Spec: driver.Spec{Image: "busybox", Resources: driver.Resources{Memory: 8 * driver.MiB}}}
+				rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+				ans, err := c.Submit(rctx, r)
+				rcancel()
+				now := time.Now()
+				mu.Lock()
+				switch {
+				case err != nil:
+					if len(errs) < 5 && !killed.IsZero() {
+						errs = append(errs, err.Error())
+					}
+				case len(ans.Instances) == 0 || ans.Instances[0].Node == nil:
+					errs = append(errs, r.ID+" answered without a node")
+				case killed.IsZero():
+					if n++; n == 8 {
+						close(kill)
+					}
+				case sent.After(killed) && first.IsZero():
+					first = now
+					cancel()
+				}
+				mu.Unlock()
+				if err != nil {
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+		})
+	}
+	select {
+	case <-kill:
+		// Requests sent once the process is gone are the new leader's;
+		// the failover counts from the signal.
+		killedAt = time.Now()
+		h.servers[lead].kill9(h.t)
+		mu.Lock()
+		killed = time.Now()
+		mu.Unlock()
+	case <-ctx.Done():
+	}
+	wg.Wait()
+	if first.IsZero() {
+		h.t.Fatalf("round %d: nothing placed after killing %s: %s", round, memberNames[lead], strings.Join(errs, "; "))
+	}
+	return first, killedAt
+}
