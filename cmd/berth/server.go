@@ -283,8 +283,9 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 
 	m := metrics.New()
 	var (
-		st     store.Store
-		client *clientv3.Client
+		st      store.Store
+		client  *clientv3.Client
+		handOff func(ctx context.Context) error // passes etcd's lead off this server's member
 	)
 	var dockerTLSConfig *tls.Config
 	if f.dockerListen != "" {
@@ -304,6 +305,9 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 			return err
 		}
 		client = c
+		if member != nil {
+			handOff = member.HandOff
+		}
 		defer func() {
 			_ = client.Close()
 			if member != nil {
@@ -453,7 +457,7 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 			reads.start(ctx)
 			defer reads.stop()
 			return leader.Run(ctx, leader.Config{
-				Client: client, Prefix: f.ha.prefix, Self: self, TTL: f.ha.lease, Logger: log, Changed: m.Leading,
+				Client: client, Prefix: f.ha.prefix, Self: self, TTL: f.ha.lease, Logger: log, Changed: m.Leading, HandOff: handOff,
 			}, func(tctx context.Context, term leader.Term, deposed func()) error {
 				pc := planeCfg
 				pc.Store = leader.Fenced(st, term.Fence, func() {

@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -226,6 +227,65 @@ func (m *Member) ID() uint64 { return uint64(m.e.Server.MemberID()) }
 
 // Close stops the member.
 func (m *Member) Close() { m.e.Close() }
+
+// HandOff passes the lead of the etcd cluster to another voting member
+// that is up, when this member has it, and returns once another member
+// leads (or ctx ends). It does nothing when this member does not lead or
+// is the only voting member.
+//
+// The Berth server that leads hands its member's lead off: its death then
+// costs the cluster one failure detection (its lease runs out) instead of
+// two in a row (etcd elects a leader first, and the new etcd leader
+// extends every lease by an election timeout before it lets one expire).
+func (m *Member) HandOff(ctx context.Context) error {
+	s := m.e.Server
+	self := s.MemberID()
+	var errs []error
+	for _, mb := range s.Cluster().Members() {
+		if s.Lead() != uint64(self) {
+			return nil
+		}
+		if mb.ID == self || mb.IsLearner || !reachable(ctx, mb.PeerURLs) {
+			continue
+		}
+		// A transfer that does not end within an election timeout is
+		// given up by etcd itself; this bounds the wait for it.
+		cfg := s.Config()
+		tctx, cancel := context.WithTimeout(ctx, 2*cfg.ElectionTimeout())
+		err := s.MoveLeader(tctx, uint64(self), uint64(mb.ID))
+		cancel()
+		if err == nil || s.Lead() != uint64(self) {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		errs = append(errs, fmt.Errorf("to %s: %w", mb.Name, err))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("store/etcd: member %s could not pass the lead on: %w", m.cfg.Name, errors.Join(errs...))
+	}
+	return nil
+}
+
+// reachable reports whether a member listens at one of its peer URLs (a
+// member whose process died refuses the connection at once).
+func reachable(ctx context.Context, urls []string) bool {
+	for _, raw := range urls {
+		u, err := url.Parse(raw)
+		if err != nil {
+			continue
+		}
+		dctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		conn, err := (&net.Dialer{}).DialContext(dctx, "tcp", u.Host)
+		cancel()
+		if err == nil {
+			_ = conn.Close()
+			return true
+		}
+	}
+	return false
+}
 
 // NewClient connects to an etcd cluster's client URLs, with TLS when
 // files are given (a client certificate, its key and the cluster's CA).
