@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -10,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,16 +22,19 @@ import (
 	"github.com/berth-dev/berth/store/etcd"
 )
 
-var failovers = flag.Int("failovers", 3, "how many times TestFailover kills the leader")
+var (
+	failovers = flag.Int("failovers", 3, "how many times TestFailover kills the leader")
+	freeze    = flag.Bool("freeze", false, "TestFailover freezes the leader with SIGSTOP (as a machine that died, or was cut off, would look) instead of killing it")
+)
 
 // settle is how long TestFailover lets the cluster place requests before
 // it kills the leader.
 const settle = 5 * time.Second
 
 // TestFailover runs three servers on etcd with the sim back-end and kills
-// the leader with SIGKILL -failovers times while requests are submitted
-// through a follower: each time another server is elected, places
-// requests, and the killed one comes back as a follower. It logs, for each
+// the leader with SIGKILL (SIGSTOP with -freeze) -failovers times while
+// requests are submitted through a follower: each time another server is
+// elected, places requests, and the killed one comes back as a follower. It logs, for each
 // kill, the time from the kill to the first request placed by the new
 // leader (the failover figure; never asserted: the machine may be loaded),
 // and which server's member led etcd then.
@@ -85,6 +90,25 @@ func (h *haCluster) electedAfter(t time.Time) (time.Time, bool) {
 	return time.Time{}, false
 }
 
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// stopped reports whether the process pid is stopped by a signal.
+func stopped(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// pid (comm) state ...: comm may hold spaces and parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	return i > 0 && i+2 < len(b) && b[i+2] == 'T'
+}
+
 // etcdLeader names the server whose member leads etcd, asking server i's
 // member.
 func (h *haCluster) etcdLeader(i int) string {
@@ -135,50 +159,68 @@ func (h *haCluster) placeAcrossKill(round, lead, through int) (placed, killedAt 
 	)
 	var killed time.Time
 	var wg sync.WaitGroup
-	for w := range 4 {
-		wg.Go(func() {
-			for k := 0; ctx.Err() == nil; k++ {
-				sent := time.Now()
-				r := scheduler.Request{ID: fmt.Sprintf("f%d-%d-%d", round, w, k), Spec: driver.Spec{Image: "busybox", Resources: driver.Resources{Memory: 8 * driver.MiB}}}
-				rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
-				ans, err := c.Submit(rctx, r)
-				rcancel()
-				now := time.Now()
-				mu.Lock()
-				switch {
-				case err != nil:
-					if len(errs) < 5 && !killed.IsZero() {
-						errs = append(errs, err.Error())
+	// Four submitters, and once the leader is gone a new one every 50 ms,
+	// since those before may wait on it until their requests time out
+	// (a frozen leader never answers what was forwarded to it).
+	spawn := func(from, count int) {
+		for w := from; w < from+count; w++ {
+			wg.Go(func() {
+				for k := 0; ctx.Err() == nil && (w < 4 || k == 0); k++ {
+					sent := time.Now()
+					r := scheduler.Request{ID: fmt.Sprintf("f%d-%d-%d", round, w, k), Spec: driver.Spec{Image: "busybox", Resources: driver.Resources{Memory: 8 * driver.MiB}}}
+					rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+					ans, err := c.Submit(rctx, r)
+					rcancel()
+					now := time.Now()
+					mu.Lock()
+					switch {
+					case err != nil:
+						if len(errs) < 5 && !killed.IsZero() {
+							errs = append(errs, err.Error())
+						}
+					case len(ans.Instances) == 0 || ans.Instances[0].Node == nil:
+						errs = append(errs, r.ID+" answered without a node")
+					case killed.IsZero():
+						// The cluster runs steadily for a while first: etcd
+						// extends every lease when its leader changes (as the
+						// leader hands it off, at the start of a term).
+						if n++; n == 1 {
+							time.AfterFunc(settle, func() { close(kill) })
+						}
+					case sent.After(killed) && first.IsZero():
+						first = now
+						cancel()
 					}
-				case len(ans.Instances) == 0 || ans.Instances[0].Node == nil:
-					errs = append(errs, r.ID+" answered without a node")
-				case killed.IsZero():
-					// The cluster runs steadily for a while first: etcd
-					// extends every lease when its leader changes (as the
-					// leader hands it off, at the start of a term).
-					if n++; n == 1 {
-						time.AfterFunc(settle, func() { close(kill) })
+					mu.Unlock()
+					if err != nil {
+						time.Sleep(20 * time.Millisecond)
 					}
-				case sent.After(killed) && first.IsZero():
-					first = now
-					cancel()
 				}
-				mu.Unlock()
-				if err != nil {
-					time.Sleep(20 * time.Millisecond)
-				}
-			}
-		})
+			})
+		}
 	}
+	spawn(0, 4)
 	select {
 	case <-kill:
 		// Requests sent once the process is gone are the new leader's;
 		// the failover counts from the signal.
 		killedAt = time.Now()
-		h.servers[lead].kill9(h.t)
+		if *freeze {
+			if err := h.servers[lead].cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+				h.t.Fatal(err)
+			}
+			defer h.servers[lead].kill9(h.t)
+			waitFor(h.t, "the leader to be stopped", func() bool { return stopped(h.servers[lead].cmd.Process.Pid) })
+		} else {
+			h.servers[lead].kill9(h.t)
+		}
 		mu.Lock()
 		killed = time.Now()
 		mu.Unlock()
+		for w := 4; ctx.Err() == nil; w++ {
+			spawn(w, 1)
+			sleep(ctx, 50*time.Millisecond)
+		}
 	case <-ctx.Done():
 	}
 	wg.Wait()

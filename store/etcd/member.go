@@ -3,18 +3,19 @@ package etcd
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/membership"
 	"go.uber.org/zap"
 
 	"github.com/berth-dev/berth/driver"
@@ -240,52 +241,61 @@ func (m *Member) Close() { m.e.Close() }
 func (m *Member) HandOff(ctx context.Context) error {
 	s := m.e.Server
 	self := s.MemberID()
-	var errs []error
+	if s.Lead() != uint64(self) {
+		return nil
+	}
+	var others []*membership.Member
 	for _, mb := range s.Cluster().Members() {
-		if s.Lead() != uint64(self) {
-			return nil
+		if mb.ID != self && !mb.IsLearner && len(mb.ClientURLs) > 0 {
+			others = append(others, mb)
 		}
-		if mb.ID == self || mb.IsLearner || !reachable(ctx, mb.PeerURLs) {
-			continue
-		}
-		// A transfer that does not end within an election timeout is
-		// given up by etcd itself; this bounds the wait for it.
-		cfg := s.Config()
-		tctx, cancel := context.WithTimeout(ctx, 2*cfg.ElectionTimeout())
-		err := s.MoveLeader(tctx, uint64(self), uint64(mb.ID))
-		cancel()
-		if err == nil || s.Lead() != uint64(self) {
-			return nil
-		}
+	}
+	if len(others) == 0 {
+		return nil
+	}
+	c, err := m.Client()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	// Only to a member that answers now, the first to: one that is frozen
+	// or cut off would hold every write up for an election timeout, the
+	// time etcd gives a transfer before it gives up.
+	pctx, cancel := context.WithTimeout(ctx, handOffProbe)
+	up := make(chan *membership.Member, len(others))
+	var wg sync.WaitGroup
+	for _, mb := range others {
+		wg.Go(func() {
+			if _, err := c.Status(pctx, mb.ClientURLs[0]); err == nil {
+				up <- mb
+			}
+		})
+	}
+	var to *membership.Member
+	select {
+	case to = <-up:
+	case <-pctx.Done():
+	}
+	cancel()
+	wg.Wait()
+	if to == nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		errs = append(errs, fmt.Errorf("to %s: %w", mb.Name, err))
+		return fmt.Errorf("store/etcd: member %s could not pass the lead on: no other member answered within %s", m.cfg.Name, handOffProbe)
 	}
-	if len(errs) > 0 {
-		return fmt.Errorf("store/etcd: member %s could not pass the lead on: %w", m.cfg.Name, errors.Join(errs...))
+	cfg := s.Config()
+	tctx, cancel := context.WithTimeout(ctx, 2*cfg.ElectionTimeout())
+	defer cancel()
+	if err := s.MoveLeader(tctx, uint64(self), uint64(to.ID)); err != nil && s.Lead() == uint64(self) {
+		return fmt.Errorf("store/etcd: member %s could not pass the lead to %s: %w", m.cfg.Name, to.Name, err)
 	}
 	return nil
 }
 
-// reachable reports whether a member listens at one of its peer URLs (a
-// member whose process died refuses the connection at once).
-func reachable(ctx context.Context, urls []string) bool {
-	for _, raw := range urls {
-		u, err := url.Parse(raw)
-		if err != nil {
-			continue
-		}
-		dctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-		conn, err := (&net.Dialer{}).DialContext(dctx, "tcp", u.Host)
-		cancel()
-		if err == nil {
-			_ = conn.Close()
-			return true
-		}
-	}
-	return false
-}
+// handOffProbe bounds how long HandOff waits for another member to say
+// it is up.
+const handOffProbe = 500 * time.Millisecond
 
 // NewClient connects to an etcd cluster's client URLs, with TLS when
 // files are given (a client certificate, its key and the cluster's CA).
