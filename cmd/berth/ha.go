@@ -386,7 +386,9 @@ func (fd *frontDoor) health(w http.ResponseWriter, r *http.Request) {
 		out["reads"] = map[string]any{"served": "locally", "revision": lr.plane.Followed()}
 	}
 	if in := fd.current.Load(); in != nil {
-		out["leader"] = in
+		shown := *in
+		shown.Member = "" // the etcd members are for authenticated eyes (berth members)
+		out["leader"] = shown
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(out)
