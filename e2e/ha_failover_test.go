@@ -40,7 +40,9 @@ const settle = 5 * time.Second
 // and which server's member led etcd then.
 func TestFailover(t *testing.T) {
 	h := newHACluster(t)
-	body := "cluster: " + h.name + "\nproviders:\n  - name: sim\n    driver: sim\n    options: {nodes: 3}\n"
+	// Nodes large enough for every request of the test: the answer to
+	// one that does not fit names no node.
+	body := "cluster: " + h.name + "\nproviders:\n  - name: sim\n    driver: sim\n    options: {nodes: 3, shape: '{\"cpus\": 64, \"memory\": \"256Gi\"}'}\n"
 	if err := os.WriteFile(h.cfg, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -156,6 +158,9 @@ func (h *haCluster) placeAcrossKill(round, lead, through int) (placed, killedAt 
 		first time.Time
 		kill  = make(chan struct{})
 		errs  []string
+		// unplaced are the requests answered without a node, which
+		// the nodes' size should never let happen.
+		unplaced []string
 	)
 	var killed time.Time
 	var wg sync.WaitGroup
@@ -179,7 +184,7 @@ func (h *haCluster) placeAcrossKill(round, lead, through int) (placed, killedAt 
 							errs = append(errs, err.Error())
 						}
 					case len(ans.Instances) == 0 || ans.Instances[0].Node == nil:
-						errs = append(errs, r.ID+" answered without a node")
+						unplaced = append(unplaced, r.ID)
 					case killed.IsZero():
 						// The cluster runs steadily for a while first: etcd
 						// extends every lease when its leader changes (as the
@@ -224,6 +229,9 @@ func (h *haCluster) placeAcrossKill(round, lead, through int) (placed, killedAt 
 	case <-ctx.Done():
 	}
 	wg.Wait()
+	if len(unplaced) > 0 {
+		h.t.Errorf("round %d: %d requests answered without a node, as %s", round, len(unplaced), unplaced[0])
+	}
 	if first.IsZero() {
 		h.t.Fatalf("round %d: nothing placed after killing %s: %s", round, memberNames[lead], strings.Join(errs, "; "))
 	}
