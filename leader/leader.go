@@ -9,6 +9,13 @@
 // slow) has lost its key, so each of its writes fails; Fenced then reports
 // ErrDeposed and the leader stops at once. No write of a deposed leader
 // ever lands, whatever it still believes.
+//
+// A leader that stops answering loses the lead when its lease runs out. One
+// whose process died is replaced sooner: the other servers revoke its lease
+// as soon as the etcd member that ran in its process refuses connections
+// (Info.Member). And the leader hands the lead of etcd itself to another
+// member (Config.HandOff), so that its death never costs an etcd election
+// first.
 package leader
 
 import (
