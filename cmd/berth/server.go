@@ -468,11 +468,13 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 					log.Warn("a write was refused by the fence: another server leads; stopping", "term", term.Rev)
 					deposed()
 				})
+				start := time.Now()
 				fr, err := newFront(tctx, pc)
 				if err != nil {
 					return err
 				}
 				door.lead(fr.mux)
+				log.Info("leading: the control plane answers", "term", term.Rev, "loaded_in", time.Since(start).Round(time.Millisecond).String())
 				// Leading, the full plane answers every request; deposed,
 				// the reads are served from a read-only copy again.
 				reads.stop()
