@@ -112,9 +112,12 @@ func threeMembers(b *testing.B) store.Store {
 			b.Fatal(err)
 		}
 	}
-	for _, m := range members {
-		b.Cleanup(m.Close)
-	}
+	b.Cleanup(func() {
+		for _, m := range members {
+			m.Close()
+		}
+		etcdtest.AwaitClosed(b)
+	})
 	c := etcdtest.Client(b, members[0])
 	st := etcd.New(c, etcd.Options{})
 	b.Cleanup(func() { _ = st.Close() })

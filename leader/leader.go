@@ -9,6 +9,11 @@
 // slow) has lost its key, so each of its writes fails; Fenced then reports
 // ErrDeposed and the leader stops at once. No write of a deposed leader
 // ever lands, whatever it still believes.
+//
+// A leader that stops answering, or dies, loses the lead when its lease
+// runs out. The leader hands the lead of etcd itself to another member
+// (Config.HandOff), so that its death does not cost an etcd election
+// first.
 package leader
 
 import (
@@ -63,7 +68,17 @@ type Config struct {
 	// Changed, when set, is called with each change of leadership seen by
 	// this server (elected, deposed).
 	Changed func(leading bool)
+	// HandOff, when set, passes the lead of the etcd cluster away from the
+	// etcd member that runs in this server (etcd.Member.HandOff), so that
+	// this server's death does not cost an etcd election on top of its
+	// lease. Run calls it when elected, before lead, and every
+	// HandOffInterval of the term.
+	HandOff func(ctx context.Context) error
 }
+
+// HandOffInterval is how often a leader checks that its own etcd member
+// has not become etcd's leader again (Config.HandOff).
+const HandOffInterval = 2 * time.Second
 
 // Term is one term of this server as leader.
 type Term struct {
@@ -131,10 +146,15 @@ func Run(ctx context.Context, cfg Config, lead func(ctx context.Context, term Te
 			case <-tctx.Done():
 			}
 		}()
+		var handing sync.WaitGroup
+		if cfg.HandOff != nil {
+			handing.Go(handOff(tctx, cfg.HandOff, log))
+		}
 		if err := lead(tctx, term, end); err != nil && tctx.Err() == nil {
 			log.Error("leading", "err", err)
 		}
 		end()
+		handing.Wait()
 		stop()
 		if cfg.Changed != nil {
 			cfg.Changed(false)
@@ -148,6 +168,28 @@ func Run(ctx context.Context, cfg Config, lead func(ctx context.Context, term Te
 		_ = sess.Close()
 	}
 	return ctx.Err()
+}
+
+// handOff returns the term's loop of hand-offs, the first of which has
+// happened when it returns (before the term's lead starts).
+func handOff(ctx context.Context, fn func(ctx context.Context) error, log *slog.Logger) func() {
+	warned := false
+	try := func() {
+		if err := fn(ctx); err != nil && ctx.Err() == nil && !warned {
+			warned = true
+			log.Warn("etcd's lead stays with this server's member: its death would cost an etcd election too", "err", err)
+		}
+	}
+	try()
+	return func() {
+		for {
+			sleep(ctx, HandOffInterval)
+			if ctx.Err() != nil {
+				return
+			}
+			try()
+		}
+	}
 }
 
 // Current returns the leader now, or false when there is none.

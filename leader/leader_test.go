@@ -46,10 +46,15 @@ func TestOneLeaderAndTheFence(t *testing.T) {
 		cli  *clientv3.Client
 	}{{"a", sa, ca}, {"b", sb, cb}} {
 		cli := srv.cli
+		var handedOff atomic.Int64
 		go func() {
 			defer func() { done <- struct{}{} }()
-			_ = leader.Run(ctx, leader.Config{Client: cli, Prefix: prefix, Self: leader.Info{Name: srv.name, Address: "http://" + srv.name}, TTL: time.Second},
+			_ = leader.Run(ctx, leader.Config{Client: cli, Prefix: prefix, Self: leader.Info{Name: srv.name, Address: "http://" + srv.name}, TTL: time.Second,
+				HandOff: func(context.Context) error { handedOff.Add(1); return nil }},
 				func(tctx context.Context, tm leader.Term, deposed func()) error {
+					if handedOff.Load() == 0 {
+						t.Errorf("%s leads before it handed etcd's lead off", srv.name)
+					}
 					tr := &term{name: srv.name, term: tm, ended: make(chan struct{})}
 					tr.st = leader.Fenced(srv.st, tm.Fence, func() { tr.gone.Store(true); deposed() })
 					terms <- tr

@@ -70,7 +70,7 @@ func (h *haFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&h.peerKey, "etcd-peer-key", "", "key of --etcd-peer-cert")
 	fl.StringVar(&h.peerCA, "etcd-peer-ca", "", "CA that signs every member's peer certificate")
 	fl.DurationVar(&h.heartbeat, "etcd-heartbeat-interval", 100*time.Millisecond, "the members' Raft heartbeat (the same on every member)")
-	fl.DurationVar(&h.election, "etcd-election-timeout", time.Second, "the members' Raft election timeout (the same on every member; failover takes about this plus the leader lease)")
+	fl.DurationVar(&h.election, "etcd-election-timeout", time.Second, "the members' Raft election timeout (the same on every member; when etcd's leader dies with the Berth leader, a failover takes two or three of these more)")
 	fl.DurationVar(&h.lease, "leader-lease", leader.DefaultTTL, "how long a leader that stops answering keeps the lead (whole seconds)")
 	fl.StringVar(&h.advertise, "advertise-url", "", "URL at which the other servers reach this server's API, to forward to the leader (default: from --listen)")
 	fl.StringVar(&h.dockerAdvertise, "docker-advertise-url", "", "URL at which the other servers reach this server's Docker endpoint, to forward docker requests to the leader (default: from --docker-listen)")

@@ -283,8 +283,9 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 
 	m := metrics.New()
 	var (
-		st     store.Store
-		client *clientv3.Client
+		st      store.Store
+		client  *clientv3.Client
+		handOff func(ctx context.Context) error // passes etcd's lead off this server's member
 	)
 	var dockerTLSConfig *tls.Config
 	if f.dockerListen != "" {
@@ -304,6 +305,9 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 			return err
 		}
 		client = c
+		if member != nil {
+			handOff = member.HandOff
+		}
 		defer func() {
 			_ = client.Close()
 			if member != nil {
@@ -453,7 +457,7 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 			reads.start(ctx)
 			defer reads.stop()
 			return leader.Run(ctx, leader.Config{
-				Client: client, Prefix: f.ha.prefix, Self: self, TTL: f.ha.lease, Logger: log, Changed: m.Leading,
+				Client: client, Prefix: f.ha.prefix, Self: self, TTL: f.ha.lease, Logger: log, Changed: m.Leading, HandOff: handOff,
 			}, func(tctx context.Context, term leader.Term, deposed func()) error {
 				pc := planeCfg
 				pc.Store = leader.Fenced(st, term.Fence, func() {
@@ -461,11 +465,13 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 					log.Warn("a write was refused by the fence: another server leads; stopping", "term", term.Rev)
 					deposed()
 				})
+				start := time.Now()
 				fr, err := newFront(tctx, pc)
 				if err != nil {
 					return err
 				}
 				door.lead(fr.mux)
+				log.Info("leading: the control plane answers", "term", term.Rev, "loaded_in", time.Since(start).Round(time.Millisecond).String())
 				// Leading, the full plane answers every request; deposed,
 				// the reads are served from a read-only copy again.
 				reads.stop()

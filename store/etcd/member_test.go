@@ -1,0 +1,100 @@
+package etcd_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth/store/etcd"
+	"github.com/berth-dev/berth/store/etcd/etcdtest"
+)
+
+// Three members: HandOff on the leader passes etcd's lead to another
+// member, on a follower it does nothing, and with a member down the lead
+// goes to the one that is up.
+func TestHandOff(t *testing.T) {
+	names := []string{"a", "b", "c"}
+	var peers, clients, initial []string
+	for _, n := range names {
+		peers = append(peers, fmt.Sprintf("http://127.0.0.1:%d", etcdtest.FreePort(t)))
+		clients = append(clients, fmt.Sprintf("http://127.0.0.1:%d", etcdtest.FreePort(t)))
+		initial = append(initial, n+"="+peers[len(peers)-1])
+	}
+	dir := t.TempDir()
+	members := make([]*etcd.Member, len(names))
+	errs := make([]error, len(names))
+	var wg sync.WaitGroup
+	for i, n := range names {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			members[i], errs[i] = etcd.StartMember(ctx, etcd.MemberConfig{
+				Name: n, Dir: filepath.Join(dir, n), PeerURL: peers[i], ClientURL: clients[i],
+				InitialCluster: strings.Join(initial, ","), SkipFsync: true,
+			})
+		})
+	}
+	wg.Wait()
+	closed := make([]bool, len(members))
+	for i, m := range members {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		t.Cleanup(func() {
+			if !closed[i] {
+				m.Close()
+			}
+		})
+	}
+	c := etcdtest.Client(t, members[0])
+	ctx := context.Background()
+	// leader returns the index of the member that leads etcd, as member i
+	// sees it, once one does.
+	leader := func(i int) int {
+		t.Helper()
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			st, err := c.Status(ctx, clients[i])
+			if err != nil || st.Leader == 0 {
+				continue
+			}
+			for k, m := range members {
+				if m.ID() == st.Leader {
+					return k
+				}
+			}
+		}
+		t.Fatalf("member %s sees no leader", names[i])
+		return -1
+	}
+
+	l := leader(0)
+	follower := (l + 1) % 3
+	if err := members[follower].HandOff(ctx); err != nil {
+		t.Fatalf("HandOff on follower %s: %v", names[follower], err)
+	}
+	if got := leader(follower); got != l {
+		t.Fatalf("after a follower's HandOff %s leads, want %s still", names[got], names[l])
+	}
+	if err := members[l].HandOff(ctx); err != nil {
+		t.Fatalf("HandOff on leader %s: %v", names[l], err)
+	}
+	l2 := leader(l)
+	if l2 == l {
+		t.Fatalf("%s still leads after its HandOff", names[l])
+	}
+
+	// One member down: the lead can go only to the third.
+	down := 3 - l - l2
+	members[down].Close()
+	closed[down] = true
+	if err := members[l2].HandOff(ctx); err != nil {
+		t.Fatalf("HandOff on leader %s with %s down: %v", names[l2], names[down], err)
+	}
+	if got := leader(l2); got != l {
+		t.Fatalf("with %s down, %s leads after %s's HandOff, want %s", names[down], names[got], names[l2], names[l])
+	}
+}
