@@ -152,13 +152,24 @@ func (s *state) loadGroups(ctx context.Context) error {
 	return nil
 }
 
-// placeGroups makes one pass over the gang queues and stores what it
-// placed.
+// placeGroups places what fits of the gang queues and stores it.
+//
+// A placement that does not take (its instance was deleted while its group
+// waited) is released at once; the pass is then made again, since the
+// groups behind may fit in that room. Each pass takes the groups it placed
+// off the queues, so this ends.
 func (s *state) placeGroups(ctx context.Context) {
+	for s.placeGroupsOnce(ctx) {
+	}
+}
+
+// placeGroupsOnce makes one pass; it reports whether a placement was
+// released because it did not take.
+func (s *state) placeGroupsOnce(ctx context.Context) (released bool) {
 	s.gangMu.Lock()
 	if s.gang.len() == 0 {
 		s.gangMu.Unlock()
-		return
+		return false
 	}
 	start := time.Now()
 	done, err := s.cluster.c.ScheduleQueues(s.gang.order, s.now())
@@ -177,7 +188,9 @@ func (s *state) placeGroups(ctx context.Context) {
 			got, _, err := s.apply(ctx, pl.Instance, reconciler.Event{Kind: reconciler.Placed, Provider: pl.Provider, Node: pl.Node, Ports: pl.Ports})
 			if err != nil || got.Provider != pl.Provider || got.Node != pl.Node || !got.Phase.HoldsNode() {
 				s.cluster.release(pl.Instance)
+				released = true
 			}
 		}
 	}
+	return released && ctx.Err() == nil
 }

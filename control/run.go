@@ -98,6 +98,11 @@ type runtime struct {
 	leaks  map[string]sighting // unknown tagged resources, by provider/id
 	misses map[string]int      // listings missing an instance, by instance id
 	nodes  map[string]nodeSeen // node statuses, by provider/node
+	// creating counts the back-end Create calls in flight, by instance
+	// id. A delete that looks for an instance's copies by its tags waits
+	// until none is, or a create abandoned by the delete could make its
+	// copy after the delete looked and found nothing.
+	creating map[string]int
 
 	// outcomes carries the results of finished operations to the writers,
 	// which store many of them in one transaction.
@@ -148,7 +153,7 @@ func (s *state) run(ctx context.Context) error {
 		wake:  make(chan struct{}, 1),
 		ticks: map[string]*task{}, ops: map[string]*task{}, side: map[string]*task{},
 		leaks: map[string]sighting{}, misses: map[string]int{}, nodes: map[string]nodeSeen{},
-		outcomes: make(chan outcome, 4096),
+		creating: map[string]int{}, outcomes: make(chan outcome, 4096),
 	}
 	s.rt = rt
 	s.rtMu.Unlock()
@@ -624,9 +629,20 @@ func (s *state) workCreate(ctx context.Context, rt *runtime, t *task) {
 			return
 		}
 		rt.mu.Lock()
+		if t.aborted {
+			// A delete came first: no create may start now.
+			rt.mu.Unlock()
+			return
+		}
 		t.issued = s.now()
+		rt.creating[t.id]++
 		rt.mu.Unlock()
 		op, err := t.prov.Create(opCtx, in.Node, &spec)
+		rt.mu.Lock()
+		if rt.creating[t.id]--; rt.creating[t.id] == 0 {
+			delete(rt.creating, t.id)
+		}
+		rt.mu.Unlock()
 		if err != nil {
 			s.createFailed(ctx, rt, t, &in, err, nil)
 			return
@@ -792,6 +808,15 @@ func (s *state) workDelete(ctx context.Context, rt *runtime, t *task) {
 	if t.ops == nil {
 		ids := []string{in.BackendID}
 		if in.BackendID == "" {
+			rt.mu.Lock()
+			calls := rt.creating[t.id]
+			rt.mu.Unlock()
+			if calls > 0 {
+				// Its create, abandoned, may still make a copy: look once
+				// that call has returned.
+				s.again(rt, t, createCallWait)
+				return
+			}
 			var err error
 			if ids, err = s.taggedIDs(ctx, t.prov, in.ID, ""); err != nil {
 				s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.DeleteFailed, Err: err}, true)
@@ -819,6 +844,10 @@ func (s *state) workDelete(ctx context.Context, rt *runtime, t *task) {
 		s.again(rt, t, wait)
 	}
 }
+
+// createCallWait is how long a delete waits before it looks again whether
+// the abandoned create of its instance has returned.
+const createCallWait = 10 * time.Millisecond
 
 // taggedIDs returns the back-end ids of the resources tagged with instance
 // id, except the one with back-end id except.
