@@ -2,6 +2,7 @@ package vm
 
 import (
 	"encoding/xml"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -21,12 +22,15 @@ const metaNS = "https://berth.dev/xmlns/vm/1"
 type meta struct {
 	XMLName xml.Name `xml:"instance"`
 	NS      string   `xml:"xmlns,attr,omitempty"`
-	Name    string   `xml:"name"`
-	Image   string   `xml:"image"`
-	Created string   `xml:"created"`
-	CPU     int64    `xml:"cpus"`   // milli-CPUs
-	Memory  int64    `xml:"memory"` // bytes
-	Disk    int64    `xml:"disk,omitempty"`
+	// Node is the Berth node that made the domain: when two nodes reach
+	// one daemon (two transports to one host), each lists only its own.
+	Node    string `xml:"node,omitempty"`
+	Name    string `xml:"name"`
+	Image   string `xml:"image"`
+	Created string `xml:"created"`
+	CPU     int64  `xml:"cpus"`   // milli-CPUs
+	Memory  int64  `xml:"memory"` // bytes
+	Disk    int64  `xml:"disk,omitempty"`
 	// Dir is the instance's directory: every file the create made is in
 	// it.
 	Dir    string `xml:"dir"`
@@ -84,6 +88,28 @@ func readMeta(lv *libvirt.Libvirt, dom libvirt.Domain) (*meta, error) {
 	}
 	return &m, nil
 }
+
+// nodeMeta returns the Berth metadata of dom when n made it; a domain of
+// another node, or without Berth's metadata, is ErrNoDomain: not an
+// instance of n.
+func nodeMeta(lv *libvirt.Libvirt, n *node, dom libvirt.Domain) (*meta, error) {
+	m, err := readMeta(lv, dom)
+	var le libvirt.Error
+	if errors.As(err, &le) && libvirt.ErrorNumber(le.Code) == libvirt.ErrNoDomainMetadata {
+		return nil, libvirt.Error{Code: uint32(libvirt.ErrNoDomain), Message: "not a Berth domain"}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !n.owns(m) {
+		return nil, libvirt.Error{Code: uint32(libvirt.ErrNoDomain), Message: fmt.Sprintf("a domain of node %s", m.Node)}
+	}
+	return m, nil
+}
+
+// owns reports whether m is of a domain n made. Metadata without a node
+// (written before domains recorded theirs) is every node's.
+func (n *node) owns(m *meta) bool { return m.Node == "" || m.Node == n.cfg.Name }
 
 // Files of an instance's directory.
 const (

@@ -61,7 +61,7 @@ func (d *Driver) Create(ctx context.Context, nodeName string, spec *driver.Spec)
 		vcpus:   uint((res.CPU + 999) / 1000),
 		spec:    spec,
 		meta: meta{
-			Name: spec.Name, Image: spec.Image, Created: time.Now().UTC().Format(time.RFC3339Nano),
+			Node: n.cfg.Name, Name: spec.Name, Image: spec.Image, Created: time.Now().UTC().Format(time.RFC3339Nano),
 			CPU: int64(res.CPU), Memory: int64(res.Memory), Disk: int64(res.Disk),
 			Dir:  filepath.Join(d.opts.StorageDir, us),
 			Tags: toKV(spec.Tags), Labels: toKV(spec.Labels),
@@ -304,9 +304,9 @@ func (d *Driver) Delete(ctx context.Context, id string) (driver.Operation, error
 			if err != nil {
 				return err
 			}
-			m, err := readMeta(lv, dom)
+			m, err := nodeMeta(lv, n, dom)
 			if err != nil {
-				return notOurs(err)
+				return err
 			}
 			dir = m.Dir
 			return nil
@@ -323,16 +323,6 @@ func (d *Driver) Delete(ctx context.Context, id string) (driver.Operation, error
 		return nil
 	}})
 	return m, nil
-}
-
-// notOurs turns a missing metadata into ErrNoDomain: a domain without
-// Berth's metadata is not an instance.
-func notOurs(err error) error {
-	var le libvirt.Error
-	if errors.As(err, &le) && libvirt.ErrorNumber(le.Code) == libvirt.ErrNoDomainMetadata {
-		return libvirt.Error{Code: uint32(libvirt.ErrNoDomain), Message: "not a Berth domain"}
-	}
-	return err
 }
 
 // remove destroys and undefines the domain uuid, when it exists, and
@@ -399,9 +389,9 @@ func (d *Driver) Get(ctx context.Context, id string) (*driver.Instance, error) {
 		if err != nil {
 			return err
 		}
-		m, err := readMeta(lv, dom)
+		m, err := nodeMeta(lv, n, dom)
 		if err != nil {
-			return notOurs(err)
+			return err
 		}
 		state, reason, err := lv.DomainGetState(dom, 0)
 		if err != nil {
@@ -426,8 +416,8 @@ func (d *Driver) lookup(ctx context.Context, id string) (*node, libvirt.Domain, 
 		if dom, err = lv.DomainLookupByUUID(uuid); err != nil {
 			return err
 		}
-		m, err = readMeta(lv, dom)
-		return notOurs(err)
+		m, err = nodeMeta(lv, n, dom)
+		return err
 	})
 	return n, dom, m, err
 }
@@ -460,9 +450,9 @@ func (d *Driver) List(ctx context.Context, tags map[string]string) ([]*driver.In
 				return err
 			}
 			for _, dom := range doms {
-				m, err := readMeta(lv, dom)
+				m, err := nodeMeta(lv, n, dom)
 				if err != nil {
-					continue // not Berth's, or gone meanwhile
+					continue // not Berth's, another node's, or gone meanwhile
 				}
 				inst := instanceOf(n, dom, m, 0, 0)
 				if inst.Tags[driver.TagManaged] != "true" || !matches(inst.Tags, tags) {

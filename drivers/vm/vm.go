@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"slices"
 	"sync"
@@ -41,7 +40,8 @@ type Driver struct {
 
 // node is one libvirt daemon and the connection to it.
 type node struct {
-	cfg NodeConfig
+	cfg    NodeConfig
+	target target // cfg.URI taken apart
 
 	mu sync.Mutex
 	lv *libvirt.Libvirt // nil or disconnected until the next call dials
@@ -71,7 +71,19 @@ func New(ctx context.Context, opts Options, log *slog.Logger) (*Driver, error) {
 		if c.Socket == "" {
 			c.Socket = DefaultSocket
 		}
-		n := &node{cfg: c}
+		t, _ := parseURI(c.URI) // checked by Validate
+		if t.transport == transportSSH {
+			if t.user == "" {
+				t.user = defaultUser()
+			}
+			if c.SSHKey == "" {
+				c.SSHKey = firstKey()
+			}
+			if c.KnownHosts == "" {
+				c.KnownHosts = homeFile(".ssh", "known_hosts")
+			}
+		}
+		n := &node{cfg: c, target: t}
 		d.nodes = append(d.nodes, n)
 		d.byName[c.Name] = n
 	}
@@ -140,21 +152,19 @@ func (n *node) conn(ctx context.Context) (*libvirt.Libvirt, error) {
 	if n.lv != nil && n.lv.IsConnected() {
 		return n.lv, nil
 	}
-	var dialer net.Dialer
-	c, err := dialer.DialContext(ctx, "unix", n.cfg.Socket)
+	c, err := n.dial(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", errUnreachable, n.cfg.Socket, err)
+		return nil, fmt.Errorf("%w: %s: %w", errUnreachable, n.cfg.URI, err)
 	}
 	// A stuck handshake is cut off by the deadline, which is then lifted.
-	if dl, ok := ctx.Deadline(); ok {
-		_ = c.SetDeadline(dl)
-	}
+	stop := during(ctx, c)
 	lv := libvirt.NewWithDialer(dialers.NewAlreadyConnected(c))
-	if err := lv.ConnectToURI(libvirt.ConnectURI(n.cfg.URI)); err != nil {
+	if err := lv.ConnectToURI(libvirt.ConnectURI(n.target.remote)); err != nil {
+		stop()
 		c.Close()
 		return nil, fmt.Errorf("%w: connect to %s: %w", errUnreachable, n.cfg.URI, err)
 	}
-	_ = c.SetDeadline(time.Time{})
+	stop()
 	n.lv = lv
 	return lv, nil
 }
@@ -241,7 +251,10 @@ func (d *Driver) nodeState(ctx context.Context, n *node) driver.Node {
 	return out
 }
 
-// reading is one look at a node.
+// reading is one look at a node. Its capacity, reservations and ports
+// are the host's, whichever node made its domains (two nodes that reach one
+// host through two transports each see all of it); domains counts only the
+// node's own.
 type reading struct {
 	capacity, reserved driver.Resources
 	domains            int
@@ -272,7 +285,9 @@ func (d *Driver) readNode(ctx context.Context, n *node) (reading, error) {
 				for _, pt := range m.Ports {
 					r.ports[pt.Host] = true
 				}
-				r.domains++
+				if n.owns(m) {
+					r.domains++
+				}
 				continue
 			}
 			_, maxMem, _, vcpus, _, err := lv.DomainGetInfo(dom)

@@ -21,32 +21,11 @@ import (
 	"github.com/berth-dev/berth/drivers/vm"
 )
 
-// create drives a create to its end and deletes the instance when the test
-// ends.
+// create drives a create on node local to its end and deletes the
+// instance when the test ends.
 func create(t *testing.T, d *vm.Driver, sp *driver.Spec) *driver.Instance {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		inst, err := d.Find(ctx, sp.Name)
-		if err != nil {
-			return
-		}
-		if op, err := d.Delete(ctx, inst.ID); err == nil {
-			_, _ = driver.Drive(ctx, op)
-		}
-	})
-	op, err := d.Create(ctx, "local", sp)
-	if err != nil {
-		t.Fatalf("Create: %v", err)
-	}
-	inst, err := driver.Drive(ctx, op)
-	if err != nil {
-		t.Fatalf("Create: operation: %v", err)
-	}
-	return inst
+	return createOn(t, d, "local", sp)
 }
 
 func testTags(extra map[string]string) map[string]string {
@@ -263,6 +242,10 @@ func TestOptions(t *testing.T) {
 	cases := map[string]map[string]any{
 		"storage_dir":        {"storage_dir": "relative"},
 		"nodes[0].uri":       {"nodes": []any{map[string]any{"name": "a", "uri": "xen:///"}}},
+		"nodes[1].uri":       {"nodes": []any{map[string]any{"name": "a"}, map[string]any{"name": "b", "uri": "qemu+ssh://h/system?keyfile=/k"}}},
+		"nodes[0].ssh_key":   {"nodes": []any{map[string]any{"name": "a", "uri": "qemu+tls://h/system", "ssh_key": "/k"}}},
+		"nodes[0].tls_dir":   {"nodes": []any{map[string]any{"name": "a", "uri": "qemu+ssh://h/system", "tls_dir": "/pki"}}},
+		"nodes[0].socket":    {"nodes": []any{map[string]any{"name": "a", "uri": "qemu+tcp://h/system", "socket": "/s"}}},
 		"images.bad.initrd":  {"images": map[string]any{"bad": map[string]any{"initrd": "/x"}}},
 		"flavors.small":      {"flavors": map[string]any{"small": map[string]any{"cpus": 0, "memory": "64Mi"}}},
 		"domain_type":        {"domain_type": "xen"},
