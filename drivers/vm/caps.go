@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -102,26 +100,44 @@ func (d *Driver) CheckSpec(spec *driver.Spec) error {
 
 // Images lists the registered images whose files are on node.
 func (d *Driver) Images(ctx context.Context, node string) ([]driver.Image, error) {
-	if _, err := d.node(node); err != nil {
+	n, err := d.node(node)
+	if err != nil {
 		return nil, err
 	}
 	var out []driver.Image
-	for _, name := range sortedKeys(d.opts.Images) {
-		f := d.opts.Images[name].files(node)
-		if imageReady(f) != nil {
-			continue
-		}
-		im := driver.Image{Name: name}
-		for _, p := range []string{f.Disk, f.Kernel, f.Initrd} {
-			if fi, err := os.Stat(p); err == nil {
-				im.Size += driver.Bytes(fi.Size())
-				im.Created = fi.ModTime()
+	err = d.call(ctx, n, "list images", func(lv *libvirt.Libvirt) error {
+		for _, name := range sortedKeys(d.opts.Images) {
+			f := d.opts.Images[name].files(node)
+			im := driver.Image{Name: name}
+			present := true
+			for _, p := range []string{f.Disk, f.Kernel, f.Initrd} {
+				if p == "" {
+					continue
+				}
+				fi, err := statFile(lv, p)
+				if isLibvirt(err, libvirt.ErrNoStorageVol) {
+					present = false
+					break
+				}
+				if err != nil {
+					return err
+				}
+				im.Size += driver.Bytes(fi.size)
+				if fi.modified.After(im.Created) {
+					im.Created = fi.modified
+				}
+			}
+			if present {
+				out = append(out, im)
 			}
 		}
-		out = append(out, im)
-	}
-	return out, nil
+		return nil
+	})
+	return out, err
 }
+
+// logLimit bounds what Logs reads of a serial log at once.
+const logLimit = 8 << 20
 
 // Logs copies the guest's second serial port (its standard output) to
 // stdout and its third (standard error) to stderr. Lines carry no time.
@@ -135,17 +151,21 @@ func (d *Driver) Logs(ctx context.Context, id string, opts driver.LogOptions, st
 	}
 	var streams []*logStream
 	if opts.Stdout {
-		streams = append(streams, &logStream{file: filepath.Join(m.Dir, stdoutLog), w: stdout})
+		streams = append(streams, &logStream{file: instanceFile(m.Dir, dom.UUID, stdoutLog), w: stdout})
 	}
 	if opts.Stderr {
-		streams = append(streams, &logStream{file: filepath.Join(m.Dir, stderrLog), w: stderr})
+		streams = append(streams, &logStream{file: instanceFile(m.Dir, dom.UUID, stderrLog), w: stderr})
 	}
 	for _, s := range streams {
-		b, err := os.ReadFile(s.file)
-		if err != nil && !os.IsNotExist(err) {
+		var b []byte
+		err := d.call(ctx, n, "read log", func(lv *libvirt.Libvirt) error {
+			var err error
+			b, s.off, err = readFile(lv, s.file, -1, logLimit)
+			return err
+		})
+		if err != nil {
 			return err
 		}
-		s.off = int64(len(b))
 		text := clean(b)
 		if opts.Tail > 0 {
 			text = tail(text, opts.Tail)
@@ -168,7 +188,7 @@ func (d *Driver) Logs(ctx context.Context, id string, opts driver.LogOptions, st
 		case <-tick.C:
 		}
 		for _, s := range streams {
-			if err := s.more(); err != nil {
+			if err := d.call(ctx, n, "read log", s.more); err != nil {
 				return err
 			}
 		}
@@ -191,18 +211,17 @@ type logStream struct {
 	off  int64
 }
 
-// more copies what was written to the file since the last look.
-func (s *logStream) more() error {
-	f, err := os.Open(s.file)
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.NewSectionReader(f, s.off, 1<<40))
+// more copies what was written to the file since the last look: whole
+// lines only, so that a line is never cut in two.
+func (s *logStream) more(lv *libvirt.Libvirt) error {
+	b, next, err := readFile(lv, s.file, s.off, logLimit)
 	if err != nil {
 		return err
 	}
-	// Only whole lines, so that a line is never cut in two.
+	if next < s.off {
+		s.off = 0 // the file is shorter: read it afresh next time
+		return nil
+	}
 	if i := bytes.LastIndexByte(b, '\n'); i >= 0 {
 		b = b[:i+1]
 		s.off += int64(len(b))
@@ -230,18 +249,17 @@ func tail(text string, n int) string {
 // Console returns the guest's console: the last 64 KiB of its first serial
 // port.
 func (d *Driver) Console(ctx context.Context, id string) (string, error) {
-	_, _, m, err := d.lookup(ctx, id)
+	n, dom, m, err := d.lookup(ctx, id)
 	if err != nil {
 		return "", err
 	}
-	b, err := os.ReadFile(filepath.Join(m.Dir, consoleLog))
-	if err != nil && !os.IsNotExist(err) {
-		return "", err
-	}
-	if len(b) > 64<<10 {
-		b = b[len(b)-64<<10:]
-	}
-	return clean(b), nil
+	var b []byte
+	err = d.call(ctx, n, "read console", func(lv *libvirt.Libvirt) error {
+		var err error
+		b, _, err = readFile(lv, instanceFile(m.Dir, dom.UUID, consoleLog), -1, 64<<10)
+		return err
+	})
+	return clean(b), err
 }
 
 // Start starts a shut-off guest; a running one is left alone.

@@ -31,8 +31,8 @@ type meta struct {
 	CPU     int64  `xml:"cpus"`   // milli-CPUs
 	Memory  int64  `xml:"memory"` // bytes
 	Disk    int64  `xml:"disk,omitempty"`
-	// Dir is the instance's directory: every file the create made is in
-	// it.
+	// Dir is the storage directory on the node: every file the create
+	// made is there, named after the domain's UUID.
 	Dir    string `xml:"dir"`
 	Tags   []kv   `xml:"tag"`
 	Labels []kv   `xml:"label"`
@@ -120,6 +120,9 @@ const (
 	stderrLog   = "stderr.log"
 )
 
+// instanceFiles are every file a guest may have.
+var instanceFiles = []string{rootDisk, configDrive, consoleLog, stdoutLog, stderrLog}
+
 // plan is everything a create needs, worked out before it starts.
 type plan struct {
 	uuid    libvirt.UUID
@@ -132,7 +135,13 @@ type plan struct {
 	spec    *driver.Spec
 }
 
-func (p *plan) path(file string) string { return filepath.Join(p.meta.Dir, file) }
+func (p *plan) path(file string) string { return instanceFile(p.meta.Dir, p.uuid, file) }
+
+// instanceFile is the path of a file of guest uuid in the storage
+// directory dir: <dir>/<uuid>.<file>.
+func instanceFile(dir string, uuid libvirt.UUID, file string) string {
+	return filepath.Join(dir, uuidString(uuid)+"."+file)
+}
 
 // hasRoot reports whether the guest has a root disk: an overlay of the
 // image's disk, or an empty disk when a kernel image is given a size.

@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -43,9 +41,6 @@ func (d *Driver) Create(ctx context.Context, nodeName string, spec *driver.Spec)
 		return nil, driver.Errorf(driver.ErrPermanent, "vm: image %q is not registered (register it under the option images)", spec.Image)
 	}
 	files := im.files(n.cfg.Name)
-	if err := imageReady(files); err != nil {
-		return nil, driver.Errorf(driver.ErrPermanent, "vm: image %q on node %s: %v", spec.Image, n.cfg.Name, err)
-	}
 	res := d.resources(spec)
 	var uuid libvirt.UUID
 	_, _ = rand.Read(uuid[:])
@@ -63,7 +58,7 @@ func (d *Driver) Create(ctx context.Context, nodeName string, spec *driver.Spec)
 		meta: meta{
 			Node: n.cfg.Name, Name: spec.Name, Image: spec.Image, Created: time.Now().UTC().Format(time.RFC3339Nano),
 			CPU: int64(res.CPU), Memory: int64(res.Memory), Disk: int64(res.Disk),
-			Dir:  filepath.Join(d.opts.StorageDir, us),
+			Dir:  d.opts.StorageDir,
 			Tags: toKV(spec.Tags), Labels: toKV(spec.Labels),
 		},
 	}
@@ -86,7 +81,9 @@ func (d *Driver) Create(ctx context.Context, nodeName string, spec *driver.Spec)
 			if err != nil {
 				return fmt.Errorf("%w: %w", driver.ErrInvalid, err)
 			}
-			return os.WriteFile(p.path(configDrive), img, 0o644)
+			return d.call(ctx, n, "write config drive", func(lv *libvirt.Libvirt) error {
+				return makeFile(lv, p.path(configDrive), "raw", int64(len(img)), nil, img)
+			})
 		}},
 		step{"start", func(ctx context.Context) error {
 			return d.call(ctx, n, "start domain "+p.domName, func(lv *libvirt.Libvirt) error {
@@ -116,14 +113,18 @@ func (d *Driver) resources(spec *driver.Spec) driver.Resources {
 	return r
 }
 
-// imageReady checks that an image's files exist.
-func imageReady(f ImageFiles) error {
+// imageOn checks that an image's files are on the node: ErrPermanent,
+// naming the image and the node, when one is missing.
+func imageOn(lv *libvirt.Libvirt, n *node, image string, f ImageFiles) error {
 	for _, p := range []string{f.Disk, f.Kernel, f.Initrd} {
 		if p == "" {
 			continue
 		}
-		if _, err := os.Stat(p); err != nil {
-			return fmt.Errorf("file missing: %w", err)
+		if _, err := statFile(lv, p); err != nil {
+			if isLibvirt(err, libvirt.ErrNoStorageVol) {
+				return driver.Errorf(driver.ErrPermanent, "vm: image %q on node %s: file %s missing", image, n.cfg.Name, p)
+			}
+			return err
 		}
 	}
 	return nil
@@ -173,8 +174,15 @@ func freePort(proto, ip string) (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// define checks the node's room and defines the domain.
+// define checks that the image's files are on the node and the node's
+// room, and defines the domain.
 func (d *Driver) define(ctx context.Context, p *plan, x string, res driver.Resources) error {
+	err := d.call(ctx, p.node, "look for image "+p.meta.Image, func(lv *libvirt.Libvirt) error {
+		return imageOn(lv, p.node, p.meta.Image, p.files)
+	})
+	if err != nil {
+		return err
+	}
 	p.node.define.Lock()
 	defer p.node.define.Unlock()
 	r, err := d.readNode(ctx, p.node)
@@ -196,55 +204,53 @@ func (d *Driver) define(ctx context.Context, p *plan, x string, res driver.Resou
 	})
 }
 
-// makeDisk makes the instance's directory and its root disk: an overlay of
-// the image's disk, or an empty disk.
+// makeDisk makes the guest's root disk (an overlay of the image's disk,
+// or an empty disk) and its empty serial logs, all volumes of the storage
+// directory's pool on the node.
 func (d *Driver) makeDisk(ctx context.Context, p *plan) error {
-	if err := os.MkdirAll(p.meta.Dir, 0o755); err != nil {
-		return err
-	}
-	if err := os.Chmod(p.meta.Dir, 0o755); err != nil {
-		return err
-	}
-	if !p.hasRoot() {
+	return d.call(ctx, p.node, "make disk", func(lv *libvirt.Libvirt) error {
+		if p.hasRoot() {
+			var backing *ImageFiles
+			if p.files.Disk != "" {
+				backing = &p.files
+			}
+			if err := makeFile(lv, p.path(rootDisk), "qcow2", p.meta.Disk, backing, nil); err != nil {
+				return err
+			}
+		}
+		for _, f := range []string{consoleLog, stdoutLog, stderrLog} {
+			if err := makeFile(lv, p.path(f), "raw", 0, nil, nil); err != nil {
+				return err
+			}
+		}
 		return nil
-	}
-	args := []string{"create", "-q", "-f", "qcow2"}
-	if p.files.Disk != "" {
-		format := p.files.Format
-		if format == "" {
-			format = "qcow2"
-		}
-		args = append(args, "-b", p.files.Disk, "-F", format)
-	}
-	args = append(args, p.path(rootDisk))
-	if p.meta.Disk > 0 {
-		args = append(args, fmt.Sprint(p.meta.Disk))
-	}
-	ctx, cancel := context.WithTimeout(ctx, d.opts.CallTimeout)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "qemu-img", args...).CombinedOutput()
-	if err != nil {
-		if ctx.Err() != nil {
-			return fmt.Errorf("%w: qemu-img: %w", driver.ErrTimeout, ctx.Err())
-		}
-		return fmt.Errorf("%w: qemu-img %s: %v: %s", driver.ErrPermanent, strings.Join(args, " "), err, bytes.TrimSpace(out))
-	}
-	return nil
+	})
 }
 
 // readyPoll is how often the wait for the ready line looks at the console.
 const readyPoll = 100 * time.Millisecond
 
 // waitReady waits until the guest writes the ready line on its console,
-// and fails when the guest stops first or boot_timeout passes.
+// and fails when the guest stops first or boot_timeout passes. It reads
+// only what the console gained since its last look.
 func (d *Driver) waitReady(ctx context.Context, p *plan) error {
 	ctx, cancel := context.WithTimeout(ctx, d.opts.BootTimeout)
 	defer cancel()
 	tick := time.NewTicker(readyPoll)
 	defer tick.Stop()
+	var w lineWatch
 	for i := 0; ; i++ {
-		b, _ := os.ReadFile(p.path(consoleLog))
-		if hasLine(b, d.opts.ReadyLine) {
+		err := d.call(ctx, p.node, "read console", func(lv *libvirt.Libvirt) error {
+			b, next, err := readFile(lv, p.path(consoleLog), w.off, 1<<20)
+			if err == nil {
+				w.add(b, next, d.opts.ReadyLine)
+			}
+			return err
+		})
+		if err != nil && !errors.Is(err, driver.ErrTimeout) {
+			return err
+		}
+		if w.found {
 			return nil
 		}
 		if i%10 == 9 {
@@ -258,17 +264,41 @@ func (d *Driver) waitReady(ctx context.Context, p *plan) error {
 				return err
 			}
 			if err == nil && libvirt.DomainState(state) != libvirt.DomainRunning && libvirt.DomainState(state) != libvirt.DomainPaused {
-				return driver.Errorf(driver.ErrPermanent, "vm: guest %s stopped before it was ready; its console ends with: %s", p.domName, lastLines(b, 5))
+				return driver.Errorf(driver.ErrPermanent, "vm: guest %s stopped before it was ready; its console ends with: %s", p.domName, lastLines(w.tail, 5))
 			}
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w: vm: guest %s wrote no %q line in time; its console ends with: %s", driver.ErrTimeout, p.domName, d.opts.ReadyLine, lastLines(b, 5))
+			return fmt.Errorf("%w: vm: guest %s wrote no %q line in time; its console ends with: %s", driver.ErrTimeout, p.domName, d.opts.ReadyLine, lastLines(w.tail, 5))
 		case <-d.stop:
 			return driver.Errorf(driver.ErrTimeout, "vm: the driver was closed")
 		case <-tick.C:
 		}
 	}
+}
+
+// lineWatch follows a console read piece by piece for one line.
+type lineWatch struct {
+	off     int64  // how far the console was read
+	partial []byte // the line being written (at most 4 KiB of it)
+	tail    []byte // the last 4 KiB read, for messages
+	found   bool
+}
+
+// add takes the bytes read up to offset next.
+func (w *lineWatch) add(b []byte, next int64, line string) {
+	if next < w.off { // the file is shorter: read it afresh
+		w.partial = nil
+	}
+	w.off = next
+	buf := append(w.partial, b...)
+	if i := bytes.LastIndexByte(buf, '\n'); i >= 0 {
+		w.found = w.found || hasLine(buf[:i+1], line)
+		buf = buf[i+1:]
+	}
+	w.partial = append([]byte(nil), buf[max(len(buf)-4096, 0):]...)
+	w.tail = append(w.tail, b...)
+	w.tail = append([]byte(nil), w.tail[max(len(w.tail)-4096, 0):]...)
 }
 
 // hasLine reports whether b holds line alone on a line (carriage returns
@@ -326,7 +356,7 @@ func (d *Driver) Delete(ctx context.Context, id string) (driver.Operation, error
 }
 
 // remove destroys and undefines the domain uuid, when it exists, and
-// removes dir, the instance's directory.
+// removes its files from dir, the storage directory.
 func (d *Driver) remove(ctx context.Context, n *node, uuid libvirt.UUID, dir string) error {
 	gone := false
 	err := d.call(ctx, n, "remove domain "+uuidString(uuid), func(lv *libvirt.Libvirt) error {
@@ -347,9 +377,17 @@ func (d *Driver) remove(ctx context.Context, n *node, uuid libvirt.UUID, dir str
 	if err != nil {
 		return err
 	}
-	if dir != "" && filepath.IsAbs(dir) && filepath.Base(dir) == uuidString(uuid) {
-		if err := os.RemoveAll(dir); err != nil {
-			return fmt.Errorf("vm: remove %s: %w", dir, err)
+	if dir != "" && filepath.IsAbs(dir) {
+		err := d.call(ctx, n, "remove files of "+uuidString(uuid), func(lv *libvirt.Libvirt) error {
+			for _, f := range instanceFiles {
+				if err := removeFile(lv, instanceFile(dir, uuid, f)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
 		}
 	}
 	if gone {

@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"slices"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
@@ -59,9 +57,6 @@ func New(ctx context.Context, opts Options, log *slog.Logger) (*Driver, error) {
 	}
 	if log == nil {
 		log = slog.Default()
-	}
-	if err := os.MkdirAll(opts.StorageDir, 0o711); err != nil {
-		return nil, fmt.Errorf("vm: %w: storage_dir: %w", driver.ErrInvalid, err)
 	}
 	d := &Driver{opts: opts, log: log, byName: map[string]*node{}, stop: make(chan struct{})}
 	for _, c := range opts.Nodes {
@@ -243,9 +238,9 @@ func (d *Driver) nodeState(ctx context.Context, n *node) driver.Node {
 		out.Ports = append(out.Ports, p)
 	}
 	slices.Sort(out.Ports)
-	for name, im := range d.opts.Images {
-		if imageReady(im.files(n.cfg.Name)) == nil {
-			out.Images = append(out.Images, name)
+	if ims, err := d.Images(ctx, n.cfg.Name); err == nil {
+		for _, im := range ims {
+			out.Images = append(out.Images, im.Name)
 		}
 	}
 	return out
@@ -270,10 +265,18 @@ func (d *Driver) readNode(ctx context.Context, n *node) (reading, error) {
 		if err != nil {
 			return err
 		}
+		pool, err := dirPool(lv, d.opts.StorageDir, true)
+		if err != nil {
+			return err
+		}
+		_, disk, _, _, err := lv.StoragePoolGetInfo(pool)
+		if err != nil {
+			return err
+		}
 		r.capacity = driver.Resources{
 			CPU:    driver.MilliCPU(float64(cpus) * 1000 * d.opts.CPUOvercommit),
 			Memory: driver.Bytes(mem) * driver.KiB,
-			Disk:   d.storageSize(),
+			Disk:   driver.Bytes(disk),
 		}
 		doms, _, err := lv.ConnectListAllDomains(1, 0)
 		if err != nil {
@@ -300,16 +303,6 @@ func (d *Driver) readNode(ctx context.Context, n *node) (reading, error) {
 		return nil
 	})
 	return r, err
-}
-
-// storageSize is the size of the file system of storage_dir: the disk
-// capacity of every node, whose overlays all live there.
-func (d *Driver) storageSize() driver.Bytes {
-	var fs syscall.Statfs_t
-	if err := syscall.Statfs(d.opts.StorageDir, &fs); err != nil {
-		return 0
-	}
-	return driver.Bytes(fs.Blocks) * driver.Bytes(fs.Bsize)
 }
 
 var (

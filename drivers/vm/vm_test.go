@@ -145,9 +145,15 @@ func TestLeakListing(t *testing.T) {
 	if other, err := d2.List(ctx, map[string]string{driver.TagCluster: "another-cluster"}); err != nil || len(other) != 0 {
 		t.Errorf("List of another cluster: %v %v, want none", other, err)
 	}
+	_, uuid, _ := strings.Cut(inst.ID, "/")
 	entries, err := os.ReadDir(o.StorageDir)
-	if err != nil || len(entries) != 1 {
-		t.Fatalf("storage dir: %v %v, want the instance's directory", entries, err)
+	if err != nil || len(entries) != 4 {
+		t.Fatalf("storage dir: %v %v, want the guest's config drive and three serial logs", entries, err)
+	}
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), uuid+".") {
+			t.Errorf("storage dir holds %s, not a file of %s", e.Name(), uuid)
+		}
 	}
 	op, err := d2.Delete(ctx, inst.ID)
 	if err != nil {
@@ -285,7 +291,7 @@ func TestDiskOverlay(t *testing.T) {
 	// vda is the 32 MiB root disk: 65536 sectors of 512 bytes.
 	waitLogs(t, d, inst.ID, "65536")
 	_, uuid, _ := strings.Cut(inst.ID, "/")
-	out, err := exec.Command("qemu-img", "info", "--output=json", "-U", filepath.Join(o.StorageDir, uuid, "root.qcow2")).Output()
+	out, err := exec.Command("qemu-img", "info", "--output=json", "-U", filepath.Join(o.StorageDir, uuid+".root.qcow2")).Output()
 	if err != nil {
 		t.Fatalf("qemu-img info: %v", err)
 	}
