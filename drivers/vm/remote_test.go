@@ -1,6 +1,7 @@
 package vm_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -265,4 +266,56 @@ func (s *syncBuilder) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestPreload copies an image's initrd from one node to another that
+// lacks it, byte for byte, boots a guest from it there, and says
+// "present" the second time.
+func TestPreload(t *testing.T) {
+	o := options(t)
+	h := startSSHD(t)
+	o.Nodes = []vm.NodeConfig{
+		{Name: "local"},
+		{Name: "remote", URI: "qemu+ssh://root@" + h.addr + "/system", SSHKey: h.key, KnownHosts: h.knownHosts},
+	}
+	g := o.Images["guest"]
+	preloaded := filepath.Join(filepath.Dir(o.StorageDir), "preloaded")
+	t.Cleanup(func() { dropPools(t, preloaded) })
+	o.Images["copied"] = vm.Image{ImageFiles: g.ImageFiles, Cmdline: g.Cmdline, Nodes: map[string]vm.ImageFiles{
+		"remote": {Kernel: g.Kernel, Initrd: filepath.Join(preloaded, "initrd.cpio")},
+	}}
+	o.Images["nowhere"] = vm.Image{ImageFiles: vm.ImageFiles{Kernel: g.Kernel, Initrd: filepath.Join(preloaded, "none.cpio")}}
+	d := open(t, o)
+	ctx := context.Background()
+	var reports []driver.PreloadProgress
+	if err := d.Preload(ctx, "copied", []string{"remote"}, func(p driver.PreloadProgress) { reports = append(reports, p) }); err != nil {
+		t.Fatalf("Preload: %v", err)
+	}
+	want, err := os.ReadFile(g.Initrd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(preloaded, "initrd.cpio"))
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("the copy: %d bytes (%v), want the %d bytes of %s", len(got), err, len(want), g.Initrd)
+	}
+	if last := reports[len(reports)-1]; last.Status != "done" || last.Node != "remote" || last.Image != "copied" {
+		t.Errorf("last report %+v, want done on remote", last)
+	}
+	inst := createOn(t, d, "remote", &driver.Spec{Name: uniq("vm-preloaded"), Kind: driver.KindVM, Image: "copied", Flavor: "tiny",
+		Tags: testTags(nil), UserData: "echo booted from the copy\n"})
+	waitLogs(t, d, inst.ID, "booted from the copy")
+
+	reports = nil
+	if err := d.Preload(ctx, "copied", nil, func(p driver.PreloadProgress) { reports = append(reports, p) }); err != nil {
+		t.Fatalf("Preload again: %v", err)
+	}
+	for _, p := range reports {
+		if p.Status != "present" {
+			t.Errorf("second Preload reported %+v, want present on every node", p)
+		}
+	}
+	if err := d.Preload(ctx, "nowhere", nil, nil); !errors.Is(err, driver.ErrPermanent) || !strings.Contains(err.Error(), "initrd") {
+		t.Errorf("Preload of an image no node has: %v, want ErrPermanent naming the initrd", err)
+	}
 }

@@ -182,6 +182,12 @@ func (n *node) dropConn(lv *libvirt.Libvirt) {
 func (d *Driver) call(ctx context.Context, n *node, what string, fn func(lv *libvirt.Libvirt) error) error {
 	ctx, cancel := context.WithTimeout(ctx, d.opts.CallTimeout)
 	defer cancel()
+	return d.callLong(ctx, n, what, fn)
+}
+
+// callLong is call bounded by ctx alone: for copies, which last as long as
+// their images are large.
+func (d *Driver) callLong(ctx context.Context, n *node, what string, fn func(lv *libvirt.Libvirt) error) error {
 	if !d.track() {
 		return driver.Errorf(driver.ErrRetryable, "vm: the driver is closed")
 	}
