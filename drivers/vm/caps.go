@@ -160,7 +160,7 @@ func (d *Driver) Logs(ctx context.Context, id string, opts driver.LogOptions, st
 		var b []byte
 		err := d.call(ctx, n, "read log", func(lv *libvirt.Libvirt) error {
 			var err error
-			b, s.off, err = readFile(lv, s.file, -1, logLimit)
+			b, s.off, err = readFile(ctx, n, lv, s.file, -1, logLimit)
 			return err
 		})
 		if err != nil {
@@ -188,7 +188,8 @@ func (d *Driver) Logs(ctx context.Context, id string, opts driver.LogOptions, st
 		case <-tick.C:
 		}
 		for _, s := range streams {
-			if err := d.call(ctx, n, "read log", s.more); err != nil {
+			err := d.call(ctx, n, "read log", func(lv *libvirt.Libvirt) error { return s.more(ctx, n, lv) })
+			if err != nil {
 				return err
 			}
 		}
@@ -213,8 +214,8 @@ type logStream struct {
 
 // more copies what was written to the file since the last look: whole
 // lines only, so that a line is never cut in two.
-func (s *logStream) more(lv *libvirt.Libvirt) error {
-	b, next, err := readFile(lv, s.file, s.off, logLimit)
+func (s *logStream) more(ctx context.Context, n *node, lv *libvirt.Libvirt) error {
+	b, next, err := readFile(ctx, n, lv, s.file, s.off, logLimit)
 	if err != nil {
 		return err
 	}
@@ -256,7 +257,7 @@ func (d *Driver) Console(ctx context.Context, id string) (string, error) {
 	var b []byte
 	err = d.call(ctx, n, "read console", func(lv *libvirt.Libvirt) error {
 		var err error
-		b, _, err = readFile(lv, instanceFile(m.Dir, dom.UUID, consoleLog), -1, 64<<10)
+		b, _, err = readFile(ctx, n, lv, instanceFile(m.Dir, dom.UUID, consoleLog), -1, 64<<10)
 		return err
 	})
 	return clean(b), err
@@ -401,9 +402,10 @@ func (d *Driver) Kill(ctx context.Context, id string, signal string) error {
 }
 
 // Resize changes a guest's memory within the maximum it was defined with
-// (option memory_headroom), live through its balloon, and its share of
-// CPUs as long as its number of vCPUs stays the same. The new sizes are
-// recorded in its metadata and count in the node's reservations.
+// (option memory_headroom), live through its balloon, and its CPUs within
+// its maximum vCPUs (option cpu_headroom): vCPUs are plugged in or out of
+// a running guest, which must bring new ones online itself. The new sizes
+// are recorded in its metadata and count in the node's reservations.
 func (d *Driver) Resize(ctx context.Context, id string, r driver.Resources) error {
 	if err := driver.ValidateResources("", r); err != nil {
 		return fmt.Errorf("vm: resize: %w", err)
@@ -423,8 +425,34 @@ func (d *Driver) Resize(ctx context.Context, id string, r driver.Resources) erro
 	if r.Memory != 0 {
 		want.Memory = r.Memory
 	}
-	if (want.CPU+999)/1000 != (old.CPU+999)/1000 {
-		return driver.Errorf(driver.ErrUnsupported, "vm: resize: %s cpus would change the number of vCPUs (%d), which needs a new guest", want.CPU, (old.CPU+999)/1000)
+	// What can never fit the guest is refused before what does not fit
+	// the node now.
+	oldV, newV := vcpusOf(old.CPU), vcpusOf(want.CPU)
+	var state uint8
+	err = d.call(ctx, n, "read the maximums of "+id, func(lv *libvirt.Libvirt) error {
+		var maxMem uint64
+		var err error
+		state, maxMem, _, _, _, err = lv.DomainGetInfo(dom)
+		if err != nil {
+			return err
+		}
+		if uint64(want.Memory/driver.KiB) > maxMem {
+			return driver.Errorf(driver.ErrUnsupported, "vm: resize: %s memory is above the guest's maximum %s (option memory_headroom)", want.Memory, driver.Bytes(maxMem)*driver.KiB)
+		}
+		if newV == oldV {
+			return nil
+		}
+		maxV, err := lv.DomainGetVcpusFlags(dom, uint32(libvirt.DomainVCPUMaximum|libvirt.DomainVCPUConfig))
+		if err != nil {
+			return err
+		}
+		if int32(newV) > maxV {
+			return driver.Errorf(driver.ErrUnsupported, "vm: resize: %s cpus need %d vCPUs, above the guest's maximum %d (option cpu_headroom)", want.CPU, newV, maxV)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	n.define.Lock()
 	defer n.define.Unlock()
@@ -442,17 +470,18 @@ func (d *Driver) Resize(ctx context.Context, id string, r driver.Resources) erro
 		return err
 	}
 	return d.call(ctx, n, "resize "+id, func(lv *libvirt.Libvirt) error {
-		state, maxMem, _, _, _, err := lv.DomainGetInfo(dom)
-		if err != nil {
-			return err
-		}
-		if uint64(want.Memory/driver.KiB) > maxMem {
-			return driver.Errorf(driver.ErrUnsupported, "vm: resize: %s memory is above the guest's maximum %s (option memory_headroom)", want.Memory, driver.Bytes(maxMem)*driver.KiB)
-		}
+		live := libvirt.DomainState(state) != libvirt.DomainShutoff
 		memFlags, metaFlags := uint32(libvirt.DomainMemConfig), libvirt.DomainAffectConfig
-		if libvirt.DomainState(state) != libvirt.DomainShutoff {
+		vcpuFlags := uint32(libvirt.DomainVCPUConfig)
+		if live {
 			memFlags |= uint32(libvirt.DomainMemLive)
 			metaFlags |= libvirt.DomainAffectLive
+			vcpuFlags |= uint32(libvirt.DomainVCPULive)
+		}
+		if newV != oldV {
+			if err := lv.DomainSetVcpusFlags(dom, uint32(newV), vcpuFlags); err != nil {
+				return err
+			}
 		}
 		if want.Memory != old.Memory {
 			if err := lv.DomainSetMemoryFlags(dom, uint64(want.Memory/driver.KiB), memFlags); err != nil {

@@ -4,6 +4,7 @@ import (
 	"encoding/xml"
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"strings"
 	"time"
@@ -164,7 +165,7 @@ func (d *Driver) domainXML(p *plan) (string, error) {
 		Metadata:      &libvirtxml.DomainMetadata{XML: string(mx)},
 		Memory:        &libvirtxml.DomainMemory{Value: uint(float64(m.Memory) * d.opts.MemoryHeadroom / 1024), Unit: "KiB"},
 		CurrentMemory: &libvirtxml.DomainCurrentMemory{Value: uint(m.Memory / 1024), Unit: "KiB"},
-		VCPU:          &libvirtxml.DomainVCPU{Value: p.vcpus},
+		VCPU:          &libvirtxml.DomainVCPU{Value: d.maxVCPUs(p.vcpus), Current: p.vcpus},
 		OS: &libvirtxml.DomainOS{
 			Type: &libvirtxml.DomainOSType{Type: "hvm", Arch: "x86_64", Machine: d.opts.Machine},
 		},
@@ -241,6 +242,15 @@ func (d *Driver) domainXML(p *plan) (string, error) {
 	}
 	return dom.Marshal()
 }
+
+// maxVCPUs is the most vCPUs a guest created with vcpus may have: the
+// domain is defined with them, all but vcpus unplugged.
+func (d *Driver) maxVCPUs(vcpus uint) uint {
+	return uint(math.Ceil(float64(vcpus) * d.opts.CPUHeadroom))
+}
+
+// vcpusOf is how many vCPUs a guest given cpu has.
+func vcpusOf(cpu driver.MilliCPU) uint { return uint((cpu + 999) / 1000) }
 
 func uuidString(u libvirt.UUID) string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])

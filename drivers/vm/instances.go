@@ -40,38 +40,11 @@ func (d *Driver) Create(ctx context.Context, nodeName string, spec *driver.Spec)
 	if !ok {
 		return nil, driver.Errorf(driver.ErrPermanent, "vm: image %q is not registered (register it under the option images)", spec.Image)
 	}
-	files := im.files(n.cfg.Name)
-	res := d.resources(spec)
-	var uuid libvirt.UUID
-	_, _ = rand.Read(uuid[:])
-	uuid[6] = uuid[6]&0x0f | 0x40
-	uuid[8] = uuid[8]&0x3f | 0x80
-	us := uuidString(uuid)
-	p := &plan{
-		uuid:    uuid,
-		domName: spec.Name,
-		node:    n,
-		files:   files,
-		image:   im,
-		vcpus:   uint((res.CPU + 999) / 1000),
-		spec:    spec,
-		meta: meta{
-			Node: n.cfg.Name, Name: spec.Name, Image: spec.Image, Created: time.Now().UTC().Format(time.RFC3339Nano),
-			CPU: int64(res.CPU), Memory: int64(res.Memory), Disk: int64(res.Disk),
-			Dir:  d.opts.StorageDir,
-			Tags: toKV(spec.Tags), Labels: toKV(spec.Labels),
-		},
-	}
-	if p.meta.Ports, err = hostPorts(spec.Ports); err != nil {
+	p, x, err := d.prepare(n, im, spec)
+	if err != nil {
 		return nil, err
 	}
-	if p.domName == "" {
-		p.domName = "berth-" + us[:8]
-	}
-	x, err := d.domainXML(p)
-	if err != nil {
-		return nil, fmt.Errorf("vm: %w: domain XML: %w", driver.ErrInvalid, err)
-	}
+	res, uuid, us := p.meta.resources(), p.uuid, uuidString(p.uuid)
 	id := n.cfg.Name + "/" + us
 	m := d.newMachine(ctx, id,
 		step{"define", func(ctx context.Context) error { return d.define(ctx, p, x, res) }},
@@ -95,6 +68,45 @@ func (d *Driver) Create(ctx context.Context, nodeName string, spec *driver.Spec)
 	m.cleanup = func(ctx context.Context) error { return d.remove(ctx, n, uuid, p.meta.Dir) }
 	m.final = func(ctx context.Context) (*driver.Instance, error) { return d.Get(ctx, id) }
 	return m, nil
+}
+
+// prepare works out the plan of a create of spec on n, and its domain
+// XML.
+func (d *Driver) prepare(n *node, im Image, spec *driver.Spec) (*plan, string, error) {
+	files := im.files(n.cfg.Name)
+	res := d.resources(spec)
+	var uuid libvirt.UUID
+	_, _ = rand.Read(uuid[:])
+	uuid[6] = uuid[6]&0x0f | 0x40
+	uuid[8] = uuid[8]&0x3f | 0x80
+	us := uuidString(uuid)
+	p := &plan{
+		uuid:    uuid,
+		domName: spec.Name,
+		node:    n,
+		files:   files,
+		image:   im,
+		vcpus:   vcpusOf(res.CPU),
+		spec:    spec,
+		meta: meta{
+			Node: n.cfg.Name, Name: spec.Name, Image: spec.Image, Created: time.Now().UTC().Format(time.RFC3339Nano),
+			CPU: int64(res.CPU), Memory: int64(res.Memory), Disk: int64(res.Disk),
+			Dir:  d.opts.StorageDir,
+			Tags: toKV(spec.Tags), Labels: toKV(spec.Labels),
+		},
+	}
+	var err error
+	if p.meta.Ports, err = hostPorts(spec.Ports); err != nil {
+		return nil, "", err
+	}
+	if p.domName == "" {
+		p.domName = "berth-" + us[:8]
+	}
+	x, err := d.domainXML(p)
+	if err != nil {
+		return nil, "", fmt.Errorf("vm: %w: domain XML: %w", driver.ErrInvalid, err)
+	}
+	return p, x, nil
 }
 
 // resources are what spec asks for: its flavor's, or its own amounts with
@@ -241,7 +253,7 @@ func (d *Driver) waitReady(ctx context.Context, p *plan) error {
 	var w lineWatch
 	for i := 0; ; i++ {
 		err := d.call(ctx, p.node, "read console", func(lv *libvirt.Libvirt) error {
-			b, next, err := readFile(lv, p.path(consoleLog), w.off, 1<<20)
+			b, next, err := readFile(ctx, p.node, lv, p.path(consoleLog), w.off, 1<<20)
 			if err == nil {
 				w.add(b, next, d.opts.ReadyLine)
 			}

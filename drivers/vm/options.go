@@ -28,6 +28,8 @@ type Options struct {
 	CPUOvercommit float64 `option:"cpu_overcommit" help:"host CPUs are counted this many times in capacity (1 to 64)"`
 	// MemoryHeadroom sizes a guest's maximum memory for Resize.
 	MemoryHeadroom float64 `option:"memory_headroom" help:"a guest's memory may be resized up to this many times what it was created with (1 to 16; above 1 the guest needs a virtio balloon driver)"`
+	// CPUHeadroom sizes a guest's maximum vCPUs for Resize.
+	CPUHeadroom float64 `option:"cpu_headroom" help:"a guest's vCPUs may be raised (hot-plugged) up to this many times what it was created with, rounded up (1 to 16; the guest must bring the new CPUs online)"`
 	// Machine and Emulator are passed to the domain XML when set.
 	Machine  string `option:"machine" help:"QEMU machine type (default: libvirt's)"`
 	Emulator string `option:"emulator" help:"path of the QEMU binary (default: libvirt's)"`
@@ -109,6 +111,7 @@ func DefaultOptions() *Options {
 		CPUOvercommit:  1,
 		DomainType:     "kvm",
 		MemoryHeadroom: 1,
+		CPUHeadroom:    1,
 	}
 }
 
@@ -199,6 +202,9 @@ func (o *Options) Validate() error {
 	}
 	if o.MemoryHeadroom < 1 || o.MemoryHeadroom > 16 {
 		es.Add("memory_headroom", "%g: want 1 to 16", o.MemoryHeadroom)
+	}
+	if o.CPUHeadroom < 1 || o.CPUHeadroom > 16 {
+		es.Add("cpu_headroom", "%g: want 1 to 16", o.CPUHeadroom)
 	}
 	if o.DomainType != "kvm" && o.DomainType != "qemu" {
 		es.Add("domain_type", "%q: want kvm or qemu", o.DomainType)

@@ -77,7 +77,7 @@ func (d *Driver) preloadOn(ctx context.Context, im Image, image string, t *node,
 		report(driver.PreloadProgress{Node: t.cfg.Name, Status: "copying"})
 		err = d.callLong(ctx, t, "upload "+path, func(dst *libvirt.Libvirt) error {
 			return d.callLong(ctx, src, "download "+from, func(sl *libvirt.Libvirt) error {
-				return copyFile(sl, dst, from, path, func(done, total int64) {
+				return copyFile(ctx, src, sl, dst, from, path, func(done, total int64) {
 					report(driver.PreloadProgress{Node: t.cfg.Name, Status: "copying", Current: done, Total: total})
 				})
 			})

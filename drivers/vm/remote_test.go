@@ -13,7 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -93,19 +93,25 @@ AllowStreamLocalForwarding yes
 	if err := os.MkdirAll("/run/sshd", 0o755); err != nil {
 		t.Fatal(err)
 	}
-	var log syncBuilder
+	logFile, err := os.Create(filepath.Join(dir, "sshd.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close()
+	log := func() string { b, _ := os.ReadFile(logFile.Name()); return string(b) }
 	cmd := exec.Command(sshd, "-D", "-e", "-f", filepath.Join(dir, "sshd_config"))
-	cmd.Stdout, cmd.Stderr = &log, &log
+	// Its own process group: the cleanup ends the sessions' processes too.
+	cmd.Stdout, cmd.Stderr, cmd.SysProcAttr = logFile, logFile, &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("sshd: %v", err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		<-done
 		if t.Failed() {
-			t.Logf("sshd: %s", log.String())
+			t.Logf("sshd: %s", log())
 		}
 	})
 	for i := 0; ; i++ {
@@ -116,11 +122,11 @@ AllowStreamLocalForwarding yes
 		}
 		select {
 		case err := <-done:
-			t.Fatalf("sshd ended: %v: %s", err, log.String())
+			t.Fatalf("sshd ended: %v: %s", err, log())
 		case <-time.After(100 * time.Millisecond):
 		}
 		if i > 300 {
-			t.Fatalf("sshd does not listen on %s: %s", addr, log.String())
+			t.Fatalf("sshd does not listen on %s: %s", addr, log())
 		}
 	}
 	kh := filepath.Join(dir, "known_hosts")
@@ -248,24 +254,6 @@ func createOn(t *testing.T, d *vm.Driver, node string, sp *driver.Spec) *driver.
 		t.Fatalf("Create: operation: %v", err)
 	}
 	return inst
-}
-
-// syncBuilder is a strings.Builder safe for a process's two streams.
-type syncBuilder struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuilder) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuilder) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestPreload copies an image's initrd from one node to another that

@@ -2,6 +2,7 @@ package vm
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -189,10 +190,11 @@ func makeFile(lv *libvirt.Libvirt, path, format string, capacity int64, backing 
 	return nil
 }
 
-// readFile returns at most limit bytes of the file at path from offset
-// from (the last limit bytes when from is negative), and the file's size.
-// A missing file reads as empty.
-func readFile(lv *libvirt.Libvirt, path string, from, limit int64) ([]byte, int64, error) {
+// readFile reads the file at path from offset from to its end and keeps
+// the first limit bytes of what it read (the last limit bytes of the file
+// when from is negative). It returns them and the offset that follows
+// them. A missing file reads as empty.
+func readFile(ctx context.Context, n *node, lv *libvirt.Libvirt, path string, from, limit int64) ([]byte, int64, error) {
 	v, err := volume(lv, path)
 	if isLibvirt(err, libvirt.ErrNoStorageVol) {
 		return nil, 0, nil
@@ -200,23 +202,49 @@ func readFile(lv *libvirt.Libvirt, path string, from, limit int64) ([]byte, int6
 	if err != nil {
 		return nil, 0, err
 	}
-	_, size64, _, err := lv.StorageVolGetInfo(v)
-	if err != nil {
-		return nil, 0, err
+	w := &capped{limit: limit, tail: from < 0}
+	if from < 0 {
+		// The size libvirt knows is a hint only: what was written since
+		// is read too.
+		_, size, _, err := lv.StorageVolGetInfo(v)
+		if err != nil {
+			return nil, 0, err
+		}
+		from = max(int64(size)-limit, 0)
 	}
-	size := int64(size64)
-	if from < 0 || from > size {
-		from = max(size-limit, 0)
+	if err := n.download(ctx, v, uint64(from), 0, w); err != nil {
+		return nil, from, err
 	}
-	n := min(size-from, limit)
-	if n <= 0 {
-		return nil, size, nil
+	if w.tail {
+		if int64(len(w.b)) > limit {
+			w.b = w.b[int64(len(w.b))-limit:]
+		}
+		return w.b, from + w.total, nil
 	}
-	var buf bytes.Buffer
-	if err := lv.StorageVolDownload(v, &buf, uint64(from), uint64(n), 0); err != nil {
-		return nil, size, err
+	return w.b, from + int64(len(w.b)), nil
+}
+
+// capped keeps the first limit bytes written to it, or with tail set the
+// last ones (and at most twice limit meanwhile).
+type capped struct {
+	b     []byte
+	limit int64
+	total int64
+	tail  bool
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	c.total += int64(len(p))
+	switch {
+	case c.tail:
+		c.b = append(c.b, p...)
+		if int64(len(c.b)) > 2*c.limit {
+			c.b = append([]byte(nil), c.b[int64(len(c.b))-c.limit:]...)
+		}
+	case int64(len(c.b)) < c.limit:
+		c.b = append(c.b, p[:min(int64(len(p)), c.limit-int64(len(c.b)))]...)
 	}
-	return buf.Bytes(), from + int64(buf.Len()), nil
+	return len(p), nil
 }
 
 // removeFile deletes the file at path; a missing one is not an error.
@@ -234,7 +262,7 @@ func removeFile(lv *libvirt.Libvirt, path string) error {
 // copyFile streams the file at from on one daemon into a new file at to on
 // another (or the same), through the driver; a copy cut short is removed.
 // report is told of the bytes copied so far.
-func copyFile(src, dst *libvirt.Libvirt, from, to string, report func(done, total int64)) error {
+func copyFile(ctx context.Context, sn *node, src, dst *libvirt.Libvirt, from, to string, report func(done, total int64)) error {
 	sv, err := volume(src, from)
 	if err != nil {
 		return err
@@ -253,7 +281,7 @@ func copyFile(src, dst *libvirt.Libvirt, from, to string, report func(done, tota
 	pr, pw := io.Pipe()
 	down := make(chan error, 1)
 	go func() {
-		err := src.StorageVolDownload(sv, &progressWriter{w: pw, total: int64(size), report: report}, 0, size, 0)
+		err := sn.download(ctx, sv, 0, size, &progressWriter{w: pw, total: int64(size), report: report})
 		pw.CloseWithError(err)
 		down <- err
 	}()

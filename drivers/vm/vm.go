@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"sync"
 	"time"
@@ -41,8 +42,12 @@ type node struct {
 	cfg    NodeConfig
 	target target // cfg.URI taken apart
 
-	mu sync.Mutex
-	lv *libvirt.Libvirt // nil or disconnected until the next call dials
+	mu  sync.Mutex
+	lv  *libvirt.Libvirt // nil or disconnected until the next call dials
+	raw net.Conn         // lv's stream, closed with it
+
+	// dl downloads files; it has a connection of its own.
+	dl downloader
 
 	// define serializes the capacity check and the define of creates, so
 	// that two creates cannot both take the last room.
@@ -98,11 +103,9 @@ func (d *Driver) Close(ctx context.Context) error {
 	d.mu.Unlock()
 	for _, n := range d.nodes {
 		n.mu.Lock()
-		if n.lv != nil {
-			_ = n.lv.Disconnect()
-			n.lv = nil
-		}
+		n.closeConn()
 		n.mu.Unlock()
+		n.dl.close()
 	}
 	done := make(chan struct{})
 	go func() {
@@ -147,6 +150,7 @@ func (n *node) conn(ctx context.Context) (*libvirt.Libvirt, error) {
 	if n.lv != nil && n.lv.IsConnected() {
 		return n.lv, nil
 	}
+	n.closeConn()
 	c, err := n.dial(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", errUnreachable, n.cfg.URI, err)
@@ -160,7 +164,7 @@ func (n *node) conn(ctx context.Context) (*libvirt.Libvirt, error) {
 		return nil, fmt.Errorf("%w: connect to %s: %w", errUnreachable, n.cfg.URI, err)
 	}
 	stop()
-	n.lv = lv
+	n.lv, n.raw = lv, c
 	return lv, nil
 }
 
@@ -170,8 +174,18 @@ func (n *node) dropConn(lv *libvirt.Libvirt) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.lv == lv {
-		_ = lv.Disconnect()
-		n.lv = nil
+		n.closeConn()
+	}
+}
+
+// closeConn ends the node's connection. go-libvirt leaves the stream open
+// when it finds the connection already broken, and an ssh stream holds a
+// whole ssh connection: it is closed here too. n.mu is held.
+func (n *node) closeConn() {
+	if n.lv != nil {
+		_ = n.lv.Disconnect()
+		_ = n.raw.Close()
+		n.lv, n.raw = nil, nil
 	}
 }
 

@@ -410,3 +410,28 @@ func TestResizeMemory(t *testing.T) {
 		t.Errorf("Resize to another number of vCPUs: %v, want ErrUnsupported", err)
 	}
 }
+
+// TestResizeVCPUs plugs a second vCPU into a running guest, which brings
+// it online and counts two processors.
+func TestResizeVCPUs(t *testing.T) {
+	o := options(t)
+	o.CPUHeadroom = 2
+	d := open(t, o)
+	ctx := context.Background()
+	inst := create(t, d, &driver.Spec{Name: uniq("vm-vcpus"), Kind: driver.KindVM, Image: "guest", Flavor: "tiny", Tags: testTags(nil),
+		UserData: "while true; do\n" +
+			"for c in /sys/devices/system/cpu/cpu[0-9]*; do [ -f $c/online ] && [ \"$(cat $c/online)\" = 0 ] && echo 1 > $c/online; done\n" +
+			"echo \"cpus $(grep -c ^processor /proc/cpuinfo)\"; sleep 1\ndone\n"})
+	waitLogs(t, d, inst.ID, "cpus 1")
+	if err := d.Resize(ctx, inst.ID, driver.Resources{CPU: 2000}); err != nil {
+		t.Fatalf("Resize to 2 cpus: %v", err)
+	}
+	got, err := d.Get(ctx, inst.ID)
+	if err != nil || got.Resources.CPU != 2000 || got.Resources.Memory != 96*driver.MiB {
+		t.Fatalf("Get after Resize: %+v %v, want 2 cpus and the same memory", got, err)
+	}
+	waitLogs(t, d, inst.ID, "cpus 2")
+	if err := d.Resize(ctx, inst.ID, driver.Resources{CPU: 3000}); !errors.Is(err, driver.ErrUnsupported) {
+		t.Errorf("Resize above the maximum vCPUs: %v, want ErrUnsupported", err)
+	}
+}
