@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -102,26 +100,44 @@ func (d *Driver) CheckSpec(spec *driver.Spec) error {
 
 // Images lists the registered images whose files are on node.
 func (d *Driver) Images(ctx context.Context, node string) ([]driver.Image, error) {
-	if _, err := d.node(node); err != nil {
+	n, err := d.node(node)
+	if err != nil {
 		return nil, err
 	}
 	var out []driver.Image
-	for _, name := range sortedKeys(d.opts.Images) {
-		f := d.opts.Images[name].files(node)
-		if imageReady(f) != nil {
-			continue
-		}
-		im := driver.Image{Name: name}
-		for _, p := range []string{f.Disk, f.Kernel, f.Initrd} {
-			if fi, err := os.Stat(p); err == nil {
-				im.Size += driver.Bytes(fi.Size())
-				im.Created = fi.ModTime()
+	err = d.call(ctx, n, "list images", func(lv *libvirt.Libvirt) error {
+		for _, name := range sortedKeys(d.opts.Images) {
+			f := d.opts.Images[name].files(node)
+			im := driver.Image{Name: name}
+			present := true
+			for _, p := range []string{f.Disk, f.Kernel, f.Initrd} {
+				if p == "" {
+					continue
+				}
+				fi, err := statFile(lv, p)
+				if isLibvirt(err, libvirt.ErrNoStorageVol) {
+					present = false
+					break
+				}
+				if err != nil {
+					return err
+				}
+				im.Size += driver.Bytes(fi.size)
+				if fi.modified.After(im.Created) {
+					im.Created = fi.modified
+				}
+			}
+			if present {
+				out = append(out, im)
 			}
 		}
-		out = append(out, im)
-	}
-	return out, nil
+		return nil
+	})
+	return out, err
 }
+
+// logLimit bounds what Logs reads of a serial log at once.
+const logLimit = 8 << 20
 
 // Logs copies the guest's second serial port (its standard output) to
 // stdout and its third (standard error) to stderr. Lines carry no time.
@@ -135,17 +151,21 @@ func (d *Driver) Logs(ctx context.Context, id string, opts driver.LogOptions, st
 	}
 	var streams []*logStream
 	if opts.Stdout {
-		streams = append(streams, &logStream{file: filepath.Join(m.Dir, stdoutLog), w: stdout})
+		streams = append(streams, &logStream{file: instanceFile(m.Dir, dom.UUID, stdoutLog), w: stdout})
 	}
 	if opts.Stderr {
-		streams = append(streams, &logStream{file: filepath.Join(m.Dir, stderrLog), w: stderr})
+		streams = append(streams, &logStream{file: instanceFile(m.Dir, dom.UUID, stderrLog), w: stderr})
 	}
 	for _, s := range streams {
-		b, err := os.ReadFile(s.file)
-		if err != nil && !os.IsNotExist(err) {
+		var b []byte
+		err := d.call(ctx, n, "read log", func(lv *libvirt.Libvirt) error {
+			var err error
+			b, s.off, err = readFile(ctx, n, lv, s.file, -1, logLimit)
+			return err
+		})
+		if err != nil {
 			return err
 		}
-		s.off = int64(len(b))
 		text := clean(b)
 		if opts.Tail > 0 {
 			text = tail(text, opts.Tail)
@@ -168,7 +188,8 @@ func (d *Driver) Logs(ctx context.Context, id string, opts driver.LogOptions, st
 		case <-tick.C:
 		}
 		for _, s := range streams {
-			if err := s.more(); err != nil {
+			err := d.call(ctx, n, "read log", func(lv *libvirt.Libvirt) error { return s.more(ctx, n, lv) })
+			if err != nil {
 				return err
 			}
 		}
@@ -191,18 +212,17 @@ type logStream struct {
 	off  int64
 }
 
-// more copies what was written to the file since the last look.
-func (s *logStream) more() error {
-	f, err := os.Open(s.file)
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.NewSectionReader(f, s.off, 1<<40))
+// more copies what was written to the file since the last look: whole
+// lines only, so that a line is never cut in two.
+func (s *logStream) more(ctx context.Context, n *node, lv *libvirt.Libvirt) error {
+	b, next, err := readFile(ctx, n, lv, s.file, s.off, logLimit)
 	if err != nil {
 		return err
 	}
-	// Only whole lines, so that a line is never cut in two.
+	if next < s.off {
+		s.off = 0 // the file is shorter: read it afresh next time
+		return nil
+	}
 	if i := bytes.LastIndexByte(b, '\n'); i >= 0 {
 		b = b[:i+1]
 		s.off += int64(len(b))
@@ -230,18 +250,17 @@ func tail(text string, n int) string {
 // Console returns the guest's console: the last 64 KiB of its first serial
 // port.
 func (d *Driver) Console(ctx context.Context, id string) (string, error) {
-	_, _, m, err := d.lookup(ctx, id)
+	n, dom, m, err := d.lookup(ctx, id)
 	if err != nil {
 		return "", err
 	}
-	b, err := os.ReadFile(filepath.Join(m.Dir, consoleLog))
-	if err != nil && !os.IsNotExist(err) {
-		return "", err
-	}
-	if len(b) > 64<<10 {
-		b = b[len(b)-64<<10:]
-	}
-	return clean(b), nil
+	var b []byte
+	err = d.call(ctx, n, "read console", func(lv *libvirt.Libvirt) error {
+		var err error
+		b, _, err = readFile(ctx, n, lv, instanceFile(m.Dir, dom.UUID, consoleLog), -1, 64<<10)
+		return err
+	})
+	return clean(b), err
 }
 
 // Start starts a shut-off guest; a running one is left alone.
@@ -383,9 +402,10 @@ func (d *Driver) Kill(ctx context.Context, id string, signal string) error {
 }
 
 // Resize changes a guest's memory within the maximum it was defined with
-// (option memory_headroom), live through its balloon, and its share of
-// CPUs as long as its number of vCPUs stays the same. The new sizes are
-// recorded in its metadata and count in the node's reservations.
+// (option memory_headroom), live through its balloon, and its CPUs within
+// its maximum vCPUs (option cpu_headroom): vCPUs are plugged in or out of
+// a running guest, which must bring new ones online itself. The new sizes
+// are recorded in its metadata and count in the node's reservations.
 func (d *Driver) Resize(ctx context.Context, id string, r driver.Resources) error {
 	if err := driver.ValidateResources("", r); err != nil {
 		return fmt.Errorf("vm: resize: %w", err)
@@ -405,8 +425,34 @@ func (d *Driver) Resize(ctx context.Context, id string, r driver.Resources) erro
 	if r.Memory != 0 {
 		want.Memory = r.Memory
 	}
-	if (want.CPU+999)/1000 != (old.CPU+999)/1000 {
-		return driver.Errorf(driver.ErrUnsupported, "vm: resize: %s cpus would change the number of vCPUs (%d), which needs a new guest", want.CPU, (old.CPU+999)/1000)
+	// What can never fit the guest is refused before what does not fit
+	// the node now.
+	oldV, newV := vcpusOf(old.CPU), vcpusOf(want.CPU)
+	var state uint8
+	err = d.call(ctx, n, "read the maximums of "+id, func(lv *libvirt.Libvirt) error {
+		var maxMem uint64
+		var err error
+		state, maxMem, _, _, _, err = lv.DomainGetInfo(dom)
+		if err != nil {
+			return err
+		}
+		if uint64(want.Memory/driver.KiB) > maxMem {
+			return driver.Errorf(driver.ErrUnsupported, "vm: resize: %s memory is above the guest's maximum %s (option memory_headroom)", want.Memory, driver.Bytes(maxMem)*driver.KiB)
+		}
+		if newV == oldV {
+			return nil
+		}
+		maxV, err := lv.DomainGetVcpusFlags(dom, uint32(libvirt.DomainVCPUMaximum|libvirt.DomainVCPUConfig))
+		if err != nil {
+			return err
+		}
+		if int32(newV) > maxV {
+			return driver.Errorf(driver.ErrUnsupported, "vm: resize: %s cpus need %d vCPUs, above the guest's maximum %d (option cpu_headroom)", want.CPU, newV, maxV)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	n.define.Lock()
 	defer n.define.Unlock()
@@ -424,17 +470,18 @@ func (d *Driver) Resize(ctx context.Context, id string, r driver.Resources) erro
 		return err
 	}
 	return d.call(ctx, n, "resize "+id, func(lv *libvirt.Libvirt) error {
-		state, maxMem, _, _, _, err := lv.DomainGetInfo(dom)
-		if err != nil {
-			return err
-		}
-		if uint64(want.Memory/driver.KiB) > maxMem {
-			return driver.Errorf(driver.ErrUnsupported, "vm: resize: %s memory is above the guest's maximum %s (option memory_headroom)", want.Memory, driver.Bytes(maxMem)*driver.KiB)
-		}
+		live := libvirt.DomainState(state) != libvirt.DomainShutoff
 		memFlags, metaFlags := uint32(libvirt.DomainMemConfig), libvirt.DomainAffectConfig
-		if libvirt.DomainState(state) != libvirt.DomainShutoff {
+		vcpuFlags := uint32(libvirt.DomainVCPUConfig)
+		if live {
 			memFlags |= uint32(libvirt.DomainMemLive)
 			metaFlags |= libvirt.DomainAffectLive
+			vcpuFlags |= uint32(libvirt.DomainVCPULive)
+		}
+		if newV != oldV {
+			if err := lv.DomainSetVcpusFlags(dom, uint32(newV), vcpuFlags); err != nil {
+				return err
+			}
 		}
 		if want.Memory != old.Memory {
 			if err := lv.DomainSetMemoryFlags(dom, uint64(want.Memory/driver.KiB), memFlags); err != nil {

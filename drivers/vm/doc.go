@@ -2,7 +2,10 @@
 //
 // Each node is one libvirt daemon, reached over its unix socket
 // (qemu:///system at /var/run/libvirt/libvirt-sock, or another socket
-// path). An instance is one libvirt domain whose XML <metadata> holds
+// path), through sshd (qemu+ssh, the daemon's socket on the host by
+// stream-local forwarding, the host's key checked), over TLS (qemu+tls) or
+// plain TCP (qemu+tcp, for tests). Two nodes may reach one daemon: a
+// domain's metadata names its node, and each node sees only its own. An instance is one libvirt domain whose XML <metadata> holds
 // Berth's tags, the instance's name and what it was given; nothing else is
 // kept, so Get, Find and List (and leak cleanup) read everything from
 // libvirt and a domain without that metadata is never touched.
@@ -37,7 +40,8 @@
 // (option ready_line, "ready" by default) alone on a line of its console.
 // Logs reads ttyS1 and ttyS2, Console reads ttyS0. Stop presses the ACPI
 // power button and forces the power off after the grace period. Resize
-// moves a guest's memory within memory_headroom through its balloon.
+// moves a guest's memory within memory_headroom through its balloon and
+// plugs vCPUs in or out within cpu_headroom.
 //
 // # Errors
 //

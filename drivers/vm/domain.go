@@ -2,7 +2,9 @@ package vm
 
 import (
 	"encoding/xml"
+	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"strings"
 	"time"
@@ -21,14 +23,17 @@ const metaNS = "https://berth.dev/xmlns/vm/1"
 type meta struct {
 	XMLName xml.Name `xml:"instance"`
 	NS      string   `xml:"xmlns,attr,omitempty"`
-	Name    string   `xml:"name"`
-	Image   string   `xml:"image"`
-	Created string   `xml:"created"`
-	CPU     int64    `xml:"cpus"`   // milli-CPUs
-	Memory  int64    `xml:"memory"` // bytes
-	Disk    int64    `xml:"disk,omitempty"`
-	// Dir is the instance's directory: every file the create made is in
-	// it.
+	// Node is the Berth node that made the domain: when two nodes reach
+	// one daemon (two transports to one host), each lists only its own.
+	Node    string `xml:"node,omitempty"`
+	Name    string `xml:"name"`
+	Image   string `xml:"image"`
+	Created string `xml:"created"`
+	CPU     int64  `xml:"cpus"`   // milli-CPUs
+	Memory  int64  `xml:"memory"` // bytes
+	Disk    int64  `xml:"disk,omitempty"`
+	// Dir is the storage directory on the node: every file the create
+	// made is there, named after the domain's UUID.
 	Dir    string `xml:"dir"`
 	Tags   []kv   `xml:"tag"`
 	Labels []kv   `xml:"label"`
@@ -85,6 +90,28 @@ func readMeta(lv *libvirt.Libvirt, dom libvirt.Domain) (*meta, error) {
 	return &m, nil
 }
 
+// nodeMeta returns the Berth metadata of dom when n made it; a domain of
+// another node, or without Berth's metadata, is ErrNoDomain: not an
+// instance of n.
+func nodeMeta(lv *libvirt.Libvirt, n *node, dom libvirt.Domain) (*meta, error) {
+	m, err := readMeta(lv, dom)
+	var le libvirt.Error
+	if errors.As(err, &le) && libvirt.ErrorNumber(le.Code) == libvirt.ErrNoDomainMetadata {
+		return nil, libvirt.Error{Code: uint32(libvirt.ErrNoDomain), Message: "not a Berth domain"}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !n.owns(m) {
+		return nil, libvirt.Error{Code: uint32(libvirt.ErrNoDomain), Message: fmt.Sprintf("a domain of node %s", m.Node)}
+	}
+	return m, nil
+}
+
+// owns reports whether m is of a domain n made. Metadata without a node
+// (written before domains recorded theirs) is every node's.
+func (n *node) owns(m *meta) bool { return m.Node == "" || m.Node == n.cfg.Name }
+
 // Files of an instance's directory.
 const (
 	rootDisk    = "root.qcow2"
@@ -93,6 +120,9 @@ const (
 	stdoutLog   = "stdout.log"
 	stderrLog   = "stderr.log"
 )
+
+// instanceFiles are every file a guest may have.
+var instanceFiles = []string{rootDisk, configDrive, consoleLog, stdoutLog, stderrLog}
 
 // plan is everything a create needs, worked out before it starts.
 type plan struct {
@@ -106,7 +136,13 @@ type plan struct {
 	spec    *driver.Spec
 }
 
-func (p *plan) path(file string) string { return filepath.Join(p.meta.Dir, file) }
+func (p *plan) path(file string) string { return instanceFile(p.meta.Dir, p.uuid, file) }
+
+// instanceFile is the path of a file of guest uuid in the storage
+// directory dir: <dir>/<uuid>.<file>.
+func instanceFile(dir string, uuid libvirt.UUID, file string) string {
+	return filepath.Join(dir, uuidString(uuid)+"."+file)
+}
 
 // hasRoot reports whether the guest has a root disk: an overlay of the
 // image's disk, or an empty disk when a kernel image is given a size.
@@ -129,7 +165,7 @@ func (d *Driver) domainXML(p *plan) (string, error) {
 		Metadata:      &libvirtxml.DomainMetadata{XML: string(mx)},
 		Memory:        &libvirtxml.DomainMemory{Value: uint(float64(m.Memory) * d.opts.MemoryHeadroom / 1024), Unit: "KiB"},
 		CurrentMemory: &libvirtxml.DomainCurrentMemory{Value: uint(m.Memory / 1024), Unit: "KiB"},
-		VCPU:          &libvirtxml.DomainVCPU{Value: p.vcpus},
+		VCPU:          &libvirtxml.DomainVCPU{Value: d.maxVCPUs(p.vcpus), Current: p.vcpus},
 		OS: &libvirtxml.DomainOS{
 			Type: &libvirtxml.DomainOSType{Type: "hvm", Arch: "x86_64", Machine: d.opts.Machine},
 		},
@@ -206,6 +242,15 @@ func (d *Driver) domainXML(p *plan) (string, error) {
 	}
 	return dom.Marshal()
 }
+
+// maxVCPUs is the most vCPUs a guest created with vcpus may have: the
+// domain is defined with them, all but vcpus unplugged.
+func (d *Driver) maxVCPUs(vcpus uint) uint {
+	return uint(math.Ceil(float64(vcpus) * d.opts.CPUHeadroom))
+}
+
+// vcpusOf is how many vCPUs a guest given cpu has.
+func vcpusOf(cpu driver.MilliCPU) uint { return uint((cpu + 999) / 1000) }
 
 func uuidString(u libvirt.UUID) string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])

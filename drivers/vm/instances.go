@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -42,10 +40,40 @@ func (d *Driver) Create(ctx context.Context, nodeName string, spec *driver.Spec)
 	if !ok {
 		return nil, driver.Errorf(driver.ErrPermanent, "vm: image %q is not registered (register it under the option images)", spec.Image)
 	}
-	files := im.files(n.cfg.Name)
-	if err := imageReady(files); err != nil {
-		return nil, driver.Errorf(driver.ErrPermanent, "vm: image %q on node %s: %v", spec.Image, n.cfg.Name, err)
+	p, x, err := d.prepare(n, im, spec)
+	if err != nil {
+		return nil, err
 	}
+	res, uuid, us := p.meta.resources(), p.uuid, uuidString(p.uuid)
+	id := n.cfg.Name + "/" + us
+	m := d.newMachine(ctx, id,
+		step{"define", func(ctx context.Context) error { return d.define(ctx, p, x, res) }},
+		step{"disk", func(ctx context.Context) error { return d.makeDisk(ctx, p) }},
+		step{"config drive", func(ctx context.Context) error {
+			img, err := configDriveImage(us, spec)
+			if err != nil {
+				return fmt.Errorf("%w: %w", driver.ErrInvalid, err)
+			}
+			return d.call(ctx, n, "write config drive", func(lv *libvirt.Libvirt) error {
+				return makeFile(lv, p.path(configDrive), "raw", int64(len(img)), nil, img)
+			})
+		}},
+		step{"start", func(ctx context.Context) error {
+			return d.call(ctx, n, "start domain "+p.domName, func(lv *libvirt.Libvirt) error {
+				return lv.DomainCreate(libvirt.Domain{Name: p.domName, UUID: uuid})
+			})
+		}},
+		step{"wait for the ready line", func(ctx context.Context) error { return d.waitReady(ctx, p) }},
+	)
+	m.cleanup = func(ctx context.Context) error { return d.remove(ctx, n, uuid, p.meta.Dir) }
+	m.final = func(ctx context.Context) (*driver.Instance, error) { return d.Get(ctx, id) }
+	return m, nil
+}
+
+// prepare works out the plan of a create of spec on n, and its domain
+// XML.
+func (d *Driver) prepare(n *node, im Image, spec *driver.Spec) (*plan, string, error) {
+	files := im.files(n.cfg.Name)
 	res := d.resources(spec)
 	var uuid libvirt.UUID
 	_, _ = rand.Read(uuid[:])
@@ -58,46 +86,27 @@ func (d *Driver) Create(ctx context.Context, nodeName string, spec *driver.Spec)
 		node:    n,
 		files:   files,
 		image:   im,
-		vcpus:   uint((res.CPU + 999) / 1000),
+		vcpus:   vcpusOf(res.CPU),
 		spec:    spec,
 		meta: meta{
-			Name: spec.Name, Image: spec.Image, Created: time.Now().UTC().Format(time.RFC3339Nano),
+			Node: n.cfg.Name, Name: spec.Name, Image: spec.Image, Created: time.Now().UTC().Format(time.RFC3339Nano),
 			CPU: int64(res.CPU), Memory: int64(res.Memory), Disk: int64(res.Disk),
-			Dir:  filepath.Join(d.opts.StorageDir, us),
+			Dir:  d.opts.StorageDir,
 			Tags: toKV(spec.Tags), Labels: toKV(spec.Labels),
 		},
 	}
+	var err error
 	if p.meta.Ports, err = hostPorts(spec.Ports); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if p.domName == "" {
 		p.domName = "berth-" + us[:8]
 	}
 	x, err := d.domainXML(p)
 	if err != nil {
-		return nil, fmt.Errorf("vm: %w: domain XML: %w", driver.ErrInvalid, err)
+		return nil, "", fmt.Errorf("vm: %w: domain XML: %w", driver.ErrInvalid, err)
 	}
-	id := n.cfg.Name + "/" + us
-	m := d.newMachine(ctx, id,
-		step{"define", func(ctx context.Context) error { return d.define(ctx, p, x, res) }},
-		step{"disk", func(ctx context.Context) error { return d.makeDisk(ctx, p) }},
-		step{"config drive", func(ctx context.Context) error {
-			img, err := configDriveImage(us, spec)
-			if err != nil {
-				return fmt.Errorf("%w: %w", driver.ErrInvalid, err)
-			}
-			return os.WriteFile(p.path(configDrive), img, 0o644)
-		}},
-		step{"start", func(ctx context.Context) error {
-			return d.call(ctx, n, "start domain "+p.domName, func(lv *libvirt.Libvirt) error {
-				return lv.DomainCreate(libvirt.Domain{Name: p.domName, UUID: uuid})
-			})
-		}},
-		step{"wait for the ready line", func(ctx context.Context) error { return d.waitReady(ctx, p) }},
-	)
-	m.cleanup = func(ctx context.Context) error { return d.remove(ctx, n, uuid, p.meta.Dir) }
-	m.final = func(ctx context.Context) (*driver.Instance, error) { return d.Get(ctx, id) }
-	return m, nil
+	return p, x, nil
 }
 
 // resources are what spec asks for: its flavor's, or its own amounts with
@@ -116,14 +125,18 @@ func (d *Driver) resources(spec *driver.Spec) driver.Resources {
 	return r
 }
 
-// imageReady checks that an image's files exist.
-func imageReady(f ImageFiles) error {
+// imageOn checks that an image's files are on the node: ErrPermanent,
+// naming the image and the node, when one is missing.
+func imageOn(lv *libvirt.Libvirt, n *node, image string, f ImageFiles) error {
 	for _, p := range []string{f.Disk, f.Kernel, f.Initrd} {
 		if p == "" {
 			continue
 		}
-		if _, err := os.Stat(p); err != nil {
-			return fmt.Errorf("file missing: %w", err)
+		if _, err := statFile(lv, p); err != nil {
+			if isLibvirt(err, libvirt.ErrNoStorageVol) {
+				return driver.Errorf(driver.ErrPermanent, "vm: image %q on node %s: file %s missing", image, n.cfg.Name, p)
+			}
+			return err
 		}
 	}
 	return nil
@@ -173,8 +186,15 @@ func freePort(proto, ip string) (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// define checks the node's room and defines the domain.
+// define checks that the image's files are on the node and the node's
+// room, and defines the domain.
 func (d *Driver) define(ctx context.Context, p *plan, x string, res driver.Resources) error {
+	err := d.call(ctx, p.node, "look for image "+p.meta.Image, func(lv *libvirt.Libvirt) error {
+		return imageOn(lv, p.node, p.meta.Image, p.files)
+	})
+	if err != nil {
+		return err
+	}
 	p.node.define.Lock()
 	defer p.node.define.Unlock()
 	r, err := d.readNode(ctx, p.node)
@@ -196,55 +216,53 @@ func (d *Driver) define(ctx context.Context, p *plan, x string, res driver.Resou
 	})
 }
 
-// makeDisk makes the instance's directory and its root disk: an overlay of
-// the image's disk, or an empty disk.
+// makeDisk makes the guest's root disk (an overlay of the image's disk,
+// or an empty disk) and its empty serial logs, all volumes of the storage
+// directory's pool on the node.
 func (d *Driver) makeDisk(ctx context.Context, p *plan) error {
-	if err := os.MkdirAll(p.meta.Dir, 0o755); err != nil {
-		return err
-	}
-	if err := os.Chmod(p.meta.Dir, 0o755); err != nil {
-		return err
-	}
-	if !p.hasRoot() {
+	return d.call(ctx, p.node, "make disk", func(lv *libvirt.Libvirt) error {
+		if p.hasRoot() {
+			var backing *ImageFiles
+			if p.files.Disk != "" {
+				backing = &p.files
+			}
+			if err := makeFile(lv, p.path(rootDisk), "qcow2", p.meta.Disk, backing, nil); err != nil {
+				return err
+			}
+		}
+		for _, f := range []string{consoleLog, stdoutLog, stderrLog} {
+			if err := makeFile(lv, p.path(f), "raw", 0, nil, nil); err != nil {
+				return err
+			}
+		}
 		return nil
-	}
-	args := []string{"create", "-q", "-f", "qcow2"}
-	if p.files.Disk != "" {
-		format := p.files.Format
-		if format == "" {
-			format = "qcow2"
-		}
-		args = append(args, "-b", p.files.Disk, "-F", format)
-	}
-	args = append(args, p.path(rootDisk))
-	if p.meta.Disk > 0 {
-		args = append(args, fmt.Sprint(p.meta.Disk))
-	}
-	ctx, cancel := context.WithTimeout(ctx, d.opts.CallTimeout)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "qemu-img", args...).CombinedOutput()
-	if err != nil {
-		if ctx.Err() != nil {
-			return fmt.Errorf("%w: qemu-img: %w", driver.ErrTimeout, ctx.Err())
-		}
-		return fmt.Errorf("%w: qemu-img %s: %v: %s", driver.ErrPermanent, strings.Join(args, " "), err, bytes.TrimSpace(out))
-	}
-	return nil
+	})
 }
 
 // readyPoll is how often the wait for the ready line looks at the console.
 const readyPoll = 100 * time.Millisecond
 
 // waitReady waits until the guest writes the ready line on its console,
-// and fails when the guest stops first or boot_timeout passes.
+// and fails when the guest stops first or boot_timeout passes. It reads
+// only what the console gained since its last look.
 func (d *Driver) waitReady(ctx context.Context, p *plan) error {
 	ctx, cancel := context.WithTimeout(ctx, d.opts.BootTimeout)
 	defer cancel()
 	tick := time.NewTicker(readyPoll)
 	defer tick.Stop()
+	var w lineWatch
 	for i := 0; ; i++ {
-		b, _ := os.ReadFile(p.path(consoleLog))
-		if hasLine(b, d.opts.ReadyLine) {
+		err := d.call(ctx, p.node, "read console", func(lv *libvirt.Libvirt) error {
+			b, next, err := readFile(ctx, p.node, lv, p.path(consoleLog), w.off, 1<<20)
+			if err == nil {
+				w.add(b, next, d.opts.ReadyLine)
+			}
+			return err
+		})
+		if err != nil && !errors.Is(err, driver.ErrTimeout) {
+			return err
+		}
+		if w.found {
 			return nil
 		}
 		if i%10 == 9 {
@@ -258,17 +276,41 @@ func (d *Driver) waitReady(ctx context.Context, p *plan) error {
 				return err
 			}
 			if err == nil && libvirt.DomainState(state) != libvirt.DomainRunning && libvirt.DomainState(state) != libvirt.DomainPaused {
-				return driver.Errorf(driver.ErrPermanent, "vm: guest %s stopped before it was ready; its console ends with: %s", p.domName, lastLines(b, 5))
+				return driver.Errorf(driver.ErrPermanent, "vm: guest %s stopped before it was ready; its console ends with: %s", p.domName, lastLines(w.tail, 5))
 			}
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w: vm: guest %s wrote no %q line in time; its console ends with: %s", driver.ErrTimeout, p.domName, d.opts.ReadyLine, lastLines(b, 5))
+			return fmt.Errorf("%w: vm: guest %s wrote no %q line in time; its console ends with: %s", driver.ErrTimeout, p.domName, d.opts.ReadyLine, lastLines(w.tail, 5))
 		case <-d.stop:
 			return driver.Errorf(driver.ErrTimeout, "vm: the driver was closed")
 		case <-tick.C:
 		}
 	}
+}
+
+// lineWatch follows a console read piece by piece for one line.
+type lineWatch struct {
+	off     int64  // how far the console was read
+	partial []byte // the line being written (at most 4 KiB of it)
+	tail    []byte // the last 4 KiB read, for messages
+	found   bool
+}
+
+// add takes the bytes read up to offset next.
+func (w *lineWatch) add(b []byte, next int64, line string) {
+	if next < w.off { // the file is shorter: read it afresh
+		w.partial = nil
+	}
+	w.off = next
+	buf := append(w.partial, b...)
+	if i := bytes.LastIndexByte(buf, '\n'); i >= 0 {
+		w.found = w.found || hasLine(buf[:i+1], line)
+		buf = buf[i+1:]
+	}
+	w.partial = append([]byte(nil), buf[max(len(buf)-4096, 0):]...)
+	w.tail = append(w.tail, b...)
+	w.tail = append([]byte(nil), w.tail[max(len(w.tail)-4096, 0):]...)
 }
 
 // hasLine reports whether b holds line alone on a line (carriage returns
@@ -304,9 +346,9 @@ func (d *Driver) Delete(ctx context.Context, id string) (driver.Operation, error
 			if err != nil {
 				return err
 			}
-			m, err := readMeta(lv, dom)
+			m, err := nodeMeta(lv, n, dom)
 			if err != nil {
-				return notOurs(err)
+				return err
 			}
 			dir = m.Dir
 			return nil
@@ -325,18 +367,8 @@ func (d *Driver) Delete(ctx context.Context, id string) (driver.Operation, error
 	return m, nil
 }
 
-// notOurs turns a missing metadata into ErrNoDomain: a domain without
-// Berth's metadata is not an instance.
-func notOurs(err error) error {
-	var le libvirt.Error
-	if errors.As(err, &le) && libvirt.ErrorNumber(le.Code) == libvirt.ErrNoDomainMetadata {
-		return libvirt.Error{Code: uint32(libvirt.ErrNoDomain), Message: "not a Berth domain"}
-	}
-	return err
-}
-
 // remove destroys and undefines the domain uuid, when it exists, and
-// removes dir, the instance's directory.
+// removes its files from dir, the storage directory.
 func (d *Driver) remove(ctx context.Context, n *node, uuid libvirt.UUID, dir string) error {
 	gone := false
 	err := d.call(ctx, n, "remove domain "+uuidString(uuid), func(lv *libvirt.Libvirt) error {
@@ -357,9 +389,17 @@ func (d *Driver) remove(ctx context.Context, n *node, uuid libvirt.UUID, dir str
 	if err != nil {
 		return err
 	}
-	if dir != "" && filepath.IsAbs(dir) && filepath.Base(dir) == uuidString(uuid) {
-		if err := os.RemoveAll(dir); err != nil {
-			return fmt.Errorf("vm: remove %s: %w", dir, err)
+	if dir != "" && filepath.IsAbs(dir) {
+		err := d.call(ctx, n, "remove files of "+uuidString(uuid), func(lv *libvirt.Libvirt) error {
+			for _, f := range instanceFiles {
+				if err := removeFile(lv, instanceFile(dir, uuid, f)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
 		}
 	}
 	if gone {
@@ -399,9 +439,9 @@ func (d *Driver) Get(ctx context.Context, id string) (*driver.Instance, error) {
 		if err != nil {
 			return err
 		}
-		m, err := readMeta(lv, dom)
+		m, err := nodeMeta(lv, n, dom)
 		if err != nil {
-			return notOurs(err)
+			return err
 		}
 		state, reason, err := lv.DomainGetState(dom, 0)
 		if err != nil {
@@ -426,8 +466,8 @@ func (d *Driver) lookup(ctx context.Context, id string) (*node, libvirt.Domain, 
 		if dom, err = lv.DomainLookupByUUID(uuid); err != nil {
 			return err
 		}
-		m, err = readMeta(lv, dom)
-		return notOurs(err)
+		m, err = nodeMeta(lv, n, dom)
+		return err
 	})
 	return n, dom, m, err
 }
@@ -460,9 +500,9 @@ func (d *Driver) List(ctx context.Context, tags map[string]string) ([]*driver.In
 				return err
 			}
 			for _, dom := range doms {
-				m, err := readMeta(lv, dom)
+				m, err := nodeMeta(lv, n, dom)
 				if err != nil {
-					continue // not Berth's, or gone meanwhile
+					continue // not Berth's, another node's, or gone meanwhile
 				}
 				inst := instanceOf(n, dom, m, 0, 0)
 				if inst.Tags[driver.TagManaged] != "true" || !matches(inst.Tags, tags) {

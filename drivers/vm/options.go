@@ -15,7 +15,7 @@ const DefaultSocket = "/var/run/libvirt/libvirt-sock"
 
 // Options configure the driver.
 type Options struct {
-	Nodes      []NodeConfig      `option:"nodes" help:"the libvirt hosts as JSON: [{name, uri, socket}]; uri is qemu:///system (default) and socket the daemon's unix socket (default /var/run/libvirt/libvirt-sock)"`
+	Nodes      []NodeConfig      `option:"nodes" help:"the libvirt hosts as JSON: [{name, uri, socket, ssh_key, known_hosts, tls_dir}]; uri is qemu:///system (default), qemu+ssh://user@host/system, qemu+tls://host/system or qemu+tcp://host/system; socket the daemon's unix socket, here or on the ssh host (default /var/run/libvirt/libvirt-sock)"`
 	StorageDir string            `option:"storage_dir" help:"directory for each instance's overlay, config drive and serial logs; must be readable by the QEMU user"`
 	Flavors    map[string]Flavor `option:"flavors" help:"named sizes as JSON: {name: {cpus, memory, disk}}"`
 	Images     map[string]Image  `option:"images" help:"registered images as JSON: {name: {disk, format, kernel, initrd, cmdline, nodes: {node: {disk, kernel, initrd}}}}"`
@@ -28,6 +28,8 @@ type Options struct {
 	CPUOvercommit float64 `option:"cpu_overcommit" help:"host CPUs are counted this many times in capacity (1 to 64)"`
 	// MemoryHeadroom sizes a guest's maximum memory for Resize.
 	MemoryHeadroom float64 `option:"memory_headroom" help:"a guest's memory may be resized up to this many times what it was created with (1 to 16; above 1 the guest needs a virtio balloon driver)"`
+	// CPUHeadroom sizes a guest's maximum vCPUs for Resize.
+	CPUHeadroom float64 `option:"cpu_headroom" help:"a guest's vCPUs may be raised (hot-plugged) up to this many times what it was created with, rounded up (1 to 16; the guest must bring the new CPUs online)"`
 	// Machine and Emulator are passed to the domain XML when set.
 	Machine  string `option:"machine" help:"QEMU machine type (default: libvirt's)"`
 	Emulator string `option:"emulator" help:"path of the QEMU binary (default: libvirt's)"`
@@ -37,9 +39,23 @@ type Options struct {
 
 // NodeConfig is one libvirt host.
 type NodeConfig struct {
-	Name   string `json:"name"`
-	URI    string `json:"uri,omitempty"`
+	Name string `json:"name"`
+	// URI is qemu:///system (the default, over the unix socket Socket),
+	// qemu+ssh://[user@]host[:port]/system (Socket on that host, through
+	// sshd), qemu+tls://host[:port]/system or qemu+tcp://host[:port]/system
+	// (no authentication nor encryption: for tests).
+	URI string `json:"uri,omitempty"`
+	// Socket is the daemon's unix socket, on this host or on the ssh host.
 	Socket string `json:"socket,omitempty"`
+	// SSHKey is the private key of qemu+ssh (default ~/.ssh/id_ed25519,
+	// id_ecdsa or id_rsa); KnownHosts the file the host's key must be in
+	// (default ~/.ssh/known_hosts): an unknown host is refused.
+	SSHKey     string `json:"ssh_key,omitempty"`
+	KnownHosts string `json:"known_hosts,omitempty"`
+	// TLSDir holds cacert.pem, clientcert.pem and clientkey.pem for
+	// qemu+tls (default /etc/pki/libvirt, with the CA in /etc/pki/CA as
+	// libvirt keeps them when TLSDir is not set).
+	TLSDir string `json:"tls_dir,omitempty"`
 }
 
 // Flavor is a named size.
@@ -95,6 +111,7 @@ func DefaultOptions() *Options {
 		CPUOvercommit:  1,
 		DomainType:     "kvm",
 		MemoryHeadroom: 1,
+		CPUHeadroom:    1,
 	}
 }
 
@@ -113,11 +130,25 @@ func (o *Options) Validate() error {
 			es.Add(f+"name", "%q appears twice", n.Name)
 		}
 		seen[n.Name] = true
-		if n.URI != "" && !strings.HasPrefix(n.URI, "qemu:///") && !strings.HasPrefix(n.URI, "qemu+unix:///") {
-			es.Add(f+"uri", "%q: want qemu:///system or qemu:///session (over the unix socket)", n.URI)
+		t := target{transport: transportUnix}
+		if n.URI != "" {
+			var err error
+			if t, err = parseURI(n.URI); err != nil {
+				es.Add(f+"uri", "%q: %v", n.URI, err)
+			}
 		}
-		if n.Socket != "" && !filepath.IsAbs(n.Socket) {
-			es.Add(f+"socket", "%q: must be an absolute path", n.Socket)
+		for _, p := range []struct{ key, path, transport string }{
+			{"socket", n.Socket, ""}, {"ssh_key", n.SSHKey, transportSSH}, {"known_hosts", n.KnownHosts, transportSSH}, {"tls_dir", n.TLSDir, transportTLS},
+		} {
+			switch {
+			case p.path == "":
+			case !filepath.IsAbs(p.path):
+				es.Add(f+p.key, "%q: must be an absolute path", p.path)
+			case p.transport != "" && p.transport != t.transport:
+				es.Add(f+p.key, "is read only with qemu+%s URIs", p.transport)
+			case p.transport == "" && t.transport != transportUnix && t.transport != transportSSH:
+				es.Add(f+p.key, "is read only with qemu+unix and qemu+ssh URIs")
+			}
 		}
 	}
 	if !filepath.IsAbs(o.StorageDir) {
@@ -171,6 +202,9 @@ func (o *Options) Validate() error {
 	}
 	if o.MemoryHeadroom < 1 || o.MemoryHeadroom > 16 {
 		es.Add("memory_headroom", "%g: want 1 to 16", o.MemoryHeadroom)
+	}
+	if o.CPUHeadroom < 1 || o.CPUHeadroom > 16 {
+		es.Add("cpu_headroom", "%g: want 1 to 16", o.CPUHeadroom)
 	}
 	if o.DomainType != "kvm" && o.DomainType != "qemu" {
 		es.Add("domain_type", "%q: want kvm or qemu", o.DomainType)

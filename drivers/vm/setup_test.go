@@ -6,11 +6,16 @@ import (
 	"crypto/rand"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/digitalocean/go-libvirt"
+	"github.com/digitalocean/go-libvirt/socket/dialers"
 
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/drivers/vm"
@@ -48,7 +53,10 @@ func options(t *testing.T) vm.Options {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Cleanup(func() {
+		os.RemoveAll(dir)
+		dropPools(t, dir, filepath.Join(dir, "instances"))
+	})
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -128,4 +136,30 @@ func uniq(name string) string {
 	var b [3]byte
 	_, _ = rand.Read(b[:])
 	return fmt.Sprintf("%s-%x", name, b)
+}
+
+// dropPools stops the driver's transient storage pools of dirs, which
+// the test removes.
+func dropPools(t *testing.T, dirs ...string) {
+	c, err := net.Dial("unix", vm.DefaultSocket)
+	if err != nil {
+		t.Errorf("drop pools: %v", err)
+		return
+	}
+	lv := libvirt.NewWithDialer(dialers.NewAlreadyConnected(c))
+	if err := lv.ConnectToURI(libvirt.QEMUSystem); err != nil {
+		c.Close()
+		t.Errorf("drop pools: %v", err)
+		return
+	}
+	defer lv.Disconnect()
+	for _, dir := range dirs {
+		p, err := lv.StoragePoolLookupByTargetPath(dir)
+		if err != nil || !strings.HasPrefix(p.Name, "berth-") {
+			continue
+		}
+		if err := lv.StoragePoolDestroy(p); err != nil {
+			t.Errorf("drop pool of %s: %v", dir, err)
+		}
+	}
 }

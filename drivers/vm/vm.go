@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"slices"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
@@ -41,10 +39,15 @@ type Driver struct {
 
 // node is one libvirt daemon and the connection to it.
 type node struct {
-	cfg NodeConfig
+	cfg    NodeConfig
+	target target // cfg.URI taken apart
 
-	mu sync.Mutex
-	lv *libvirt.Libvirt // nil or disconnected until the next call dials
+	mu  sync.Mutex
+	lv  *libvirt.Libvirt // nil or disconnected until the next call dials
+	raw net.Conn         // lv's stream, closed with it
+
+	// dl downloads files; it has a connection of its own.
+	dl downloader
 
 	// define serializes the capacity check and the define of creates, so
 	// that two creates cannot both take the last room.
@@ -60,9 +63,6 @@ func New(ctx context.Context, opts Options, log *slog.Logger) (*Driver, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	if err := os.MkdirAll(opts.StorageDir, 0o711); err != nil {
-		return nil, fmt.Errorf("vm: %w: storage_dir: %w", driver.ErrInvalid, err)
-	}
 	d := &Driver{opts: opts, log: log, byName: map[string]*node{}, stop: make(chan struct{})}
 	for _, c := range opts.Nodes {
 		if c.URI == "" {
@@ -71,7 +71,19 @@ func New(ctx context.Context, opts Options, log *slog.Logger) (*Driver, error) {
 		if c.Socket == "" {
 			c.Socket = DefaultSocket
 		}
-		n := &node{cfg: c}
+		t, _ := parseURI(c.URI) // checked by Validate
+		if t.transport == transportSSH {
+			if t.user == "" {
+				t.user = defaultUser()
+			}
+			if c.SSHKey == "" {
+				c.SSHKey = firstKey()
+			}
+			if c.KnownHosts == "" {
+				c.KnownHosts = homeFile(".ssh", "known_hosts")
+			}
+		}
+		n := &node{cfg: c, target: t}
 		d.nodes = append(d.nodes, n)
 		d.byName[c.Name] = n
 	}
@@ -91,11 +103,9 @@ func (d *Driver) Close(ctx context.Context) error {
 	d.mu.Unlock()
 	for _, n := range d.nodes {
 		n.mu.Lock()
-		if n.lv != nil {
-			_ = n.lv.Disconnect()
-			n.lv = nil
-		}
+		n.closeConn()
 		n.mu.Unlock()
+		n.dl.close()
 	}
 	done := make(chan struct{})
 	go func() {
@@ -140,22 +150,21 @@ func (n *node) conn(ctx context.Context) (*libvirt.Libvirt, error) {
 	if n.lv != nil && n.lv.IsConnected() {
 		return n.lv, nil
 	}
-	var dialer net.Dialer
-	c, err := dialer.DialContext(ctx, "unix", n.cfg.Socket)
+	n.closeConn()
+	c, err := n.dial(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", errUnreachable, n.cfg.Socket, err)
+		return nil, fmt.Errorf("%w: %s: %w", errUnreachable, n.cfg.URI, err)
 	}
 	// A stuck handshake is cut off by the deadline, which is then lifted.
-	if dl, ok := ctx.Deadline(); ok {
-		_ = c.SetDeadline(dl)
-	}
+	stop := during(ctx, c)
 	lv := libvirt.NewWithDialer(dialers.NewAlreadyConnected(c))
-	if err := lv.ConnectToURI(libvirt.ConnectURI(n.cfg.URI)); err != nil {
+	if err := lv.ConnectToURI(libvirt.ConnectURI(n.target.remote)); err != nil {
+		stop()
 		c.Close()
 		return nil, fmt.Errorf("%w: connect to %s: %w", errUnreachable, n.cfg.URI, err)
 	}
-	_ = c.SetDeadline(time.Time{})
-	n.lv = lv
+	stop()
+	n.lv, n.raw = lv, c
 	return lv, nil
 }
 
@@ -165,8 +174,18 @@ func (n *node) dropConn(lv *libvirt.Libvirt) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.lv == lv {
-		_ = lv.Disconnect()
-		n.lv = nil
+		n.closeConn()
+	}
+}
+
+// closeConn ends the node's connection. go-libvirt leaves the stream open
+// when it finds the connection already broken, and an ssh stream holds a
+// whole ssh connection: it is closed here too. n.mu is held.
+func (n *node) closeConn() {
+	if n.lv != nil {
+		_ = n.lv.Disconnect()
+		_ = n.raw.Close()
+		n.lv, n.raw = nil, nil
 	}
 }
 
@@ -177,6 +196,12 @@ func (n *node) dropConn(lv *libvirt.Libvirt) {
 func (d *Driver) call(ctx context.Context, n *node, what string, fn func(lv *libvirt.Libvirt) error) error {
 	ctx, cancel := context.WithTimeout(ctx, d.opts.CallTimeout)
 	defer cancel()
+	return d.callLong(ctx, n, what, fn)
+}
+
+// callLong is call bounded by ctx alone: for copies, which last as long as
+// their images are large.
+func (d *Driver) callLong(ctx context.Context, n *node, what string, fn func(lv *libvirt.Libvirt) error) error {
 	if !d.track() {
 		return driver.Errorf(driver.ErrRetryable, "vm: the driver is closed")
 	}
@@ -233,15 +258,18 @@ func (d *Driver) nodeState(ctx context.Context, n *node) driver.Node {
 		out.Ports = append(out.Ports, p)
 	}
 	slices.Sort(out.Ports)
-	for name, im := range d.opts.Images {
-		if imageReady(im.files(n.cfg.Name)) == nil {
-			out.Images = append(out.Images, name)
+	if ims, err := d.Images(ctx, n.cfg.Name); err == nil {
+		for _, im := range ims {
+			out.Images = append(out.Images, im.Name)
 		}
 	}
 	return out
 }
 
-// reading is one look at a node.
+// reading is one look at a node. Its capacity, reservations and ports
+// are the host's, whichever node made its domains (two nodes that reach one
+// host through two transports each see all of it); domains counts only the
+// node's own.
 type reading struct {
 	capacity, reserved driver.Resources
 	domains            int
@@ -257,10 +285,18 @@ func (d *Driver) readNode(ctx context.Context, n *node) (reading, error) {
 		if err != nil {
 			return err
 		}
+		pool, err := dirPool(lv, d.opts.StorageDir, true)
+		if err != nil {
+			return err
+		}
+		_, disk, _, _, err := lv.StoragePoolGetInfo(pool)
+		if err != nil {
+			return err
+		}
 		r.capacity = driver.Resources{
 			CPU:    driver.MilliCPU(float64(cpus) * 1000 * d.opts.CPUOvercommit),
 			Memory: driver.Bytes(mem) * driver.KiB,
-			Disk:   d.storageSize(),
+			Disk:   driver.Bytes(disk),
 		}
 		doms, _, err := lv.ConnectListAllDomains(1, 0)
 		if err != nil {
@@ -272,7 +308,9 @@ func (d *Driver) readNode(ctx context.Context, n *node) (reading, error) {
 				for _, pt := range m.Ports {
 					r.ports[pt.Host] = true
 				}
-				r.domains++
+				if n.owns(m) {
+					r.domains++
+				}
 				continue
 			}
 			_, maxMem, _, vcpus, _, err := lv.DomainGetInfo(dom)
@@ -285,16 +323,6 @@ func (d *Driver) readNode(ctx context.Context, n *node) (reading, error) {
 		return nil
 	})
 	return r, err
-}
-
-// storageSize is the size of the file system of storage_dir: the disk
-// capacity of every node, whose overlays all live there.
-func (d *Driver) storageSize() driver.Bytes {
-	var fs syscall.Statfs_t
-	if err := syscall.Statfs(d.opts.StorageDir, &fs); err != nil {
-		return 0
-	}
-	return driver.Bytes(fs.Blocks) * driver.Bytes(fs.Bsize)
 }
 
 var (

@@ -21,32 +21,11 @@ import (
 	"github.com/berth-dev/berth/drivers/vm"
 )
 
-// create drives a create to its end and deletes the instance when the test
-// ends.
+// create drives a create on node local to its end and deletes the
+// instance when the test ends.
 func create(t *testing.T, d *vm.Driver, sp *driver.Spec) *driver.Instance {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		inst, err := d.Find(ctx, sp.Name)
-		if err != nil {
-			return
-		}
-		if op, err := d.Delete(ctx, inst.ID); err == nil {
-			_, _ = driver.Drive(ctx, op)
-		}
-	})
-	op, err := d.Create(ctx, "local", sp)
-	if err != nil {
-		t.Fatalf("Create: %v", err)
-	}
-	inst, err := driver.Drive(ctx, op)
-	if err != nil {
-		t.Fatalf("Create: operation: %v", err)
-	}
-	return inst
+	return createOn(t, d, "local", sp)
 }
 
 func testTags(extra map[string]string) map[string]string {
@@ -166,9 +145,15 @@ func TestLeakListing(t *testing.T) {
 	if other, err := d2.List(ctx, map[string]string{driver.TagCluster: "another-cluster"}); err != nil || len(other) != 0 {
 		t.Errorf("List of another cluster: %v %v, want none", other, err)
 	}
+	_, uuid, _ := strings.Cut(inst.ID, "/")
 	entries, err := os.ReadDir(o.StorageDir)
-	if err != nil || len(entries) != 1 {
-		t.Fatalf("storage dir: %v %v, want the instance's directory", entries, err)
+	if err != nil || len(entries) != 4 {
+		t.Fatalf("storage dir: %v %v, want the guest's config drive and three serial logs", entries, err)
+	}
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), uuid+".") {
+			t.Errorf("storage dir holds %s, not a file of %s", e.Name(), uuid)
+		}
 	}
 	op, err := d2.Delete(ctx, inst.ID)
 	if err != nil {
@@ -263,6 +248,10 @@ func TestOptions(t *testing.T) {
 	cases := map[string]map[string]any{
 		"storage_dir":        {"storage_dir": "relative"},
 		"nodes[0].uri":       {"nodes": []any{map[string]any{"name": "a", "uri": "xen:///"}}},
+		"nodes[1].uri":       {"nodes": []any{map[string]any{"name": "a"}, map[string]any{"name": "b", "uri": "qemu+ssh://h/system?keyfile=/k"}}},
+		"nodes[0].ssh_key":   {"nodes": []any{map[string]any{"name": "a", "uri": "qemu+tls://h/system", "ssh_key": "/k"}}},
+		"nodes[0].tls_dir":   {"nodes": []any{map[string]any{"name": "a", "uri": "qemu+ssh://h/system", "tls_dir": "/pki"}}},
+		"nodes[0].socket":    {"nodes": []any{map[string]any{"name": "a", "uri": "qemu+tcp://h/system", "socket": "/s"}}},
 		"images.bad.initrd":  {"images": map[string]any{"bad": map[string]any{"initrd": "/x"}}},
 		"flavors.small":      {"flavors": map[string]any{"small": map[string]any{"cpus": 0, "memory": "64Mi"}}},
 		"domain_type":        {"domain_type": "xen"},
@@ -302,7 +291,7 @@ func TestDiskOverlay(t *testing.T) {
 	// vda is the 32 MiB root disk: 65536 sectors of 512 bytes.
 	waitLogs(t, d, inst.ID, "65536")
 	_, uuid, _ := strings.Cut(inst.ID, "/")
-	out, err := exec.Command("qemu-img", "info", "--output=json", "-U", filepath.Join(o.StorageDir, uuid, "root.qcow2")).Output()
+	out, err := exec.Command("qemu-img", "info", "--output=json", "-U", filepath.Join(o.StorageDir, uuid+".root.qcow2")).Output()
 	if err != nil {
 		t.Fatalf("qemu-img info: %v", err)
 	}
@@ -419,5 +408,30 @@ func TestResizeMemory(t *testing.T) {
 	}
 	if err := d.Resize(ctx, inst.ID, driver.Resources{CPU: 2000}); !errors.Is(err, driver.ErrUnsupported) {
 		t.Errorf("Resize to another number of vCPUs: %v, want ErrUnsupported", err)
+	}
+}
+
+// TestResizeVCPUs plugs a second vCPU into a running guest, which brings
+// it online and counts two processors.
+func TestResizeVCPUs(t *testing.T) {
+	o := options(t)
+	o.CPUHeadroom = 2
+	d := open(t, o)
+	ctx := context.Background()
+	inst := create(t, d, &driver.Spec{Name: uniq("vm-vcpus"), Kind: driver.KindVM, Image: "guest", Flavor: "tiny", Tags: testTags(nil),
+		UserData: "while true; do\n" +
+			"for c in /sys/devices/system/cpu/cpu[0-9]*; do [ -f $c/online ] && [ \"$(cat $c/online)\" = 0 ] && echo 1 > $c/online; done\n" +
+			"echo \"cpus $(grep -c ^processor /proc/cpuinfo)\"; sleep 1\ndone\n"})
+	waitLogs(t, d, inst.ID, "cpus 1")
+	if err := d.Resize(ctx, inst.ID, driver.Resources{CPU: 2000}); err != nil {
+		t.Fatalf("Resize to 2 cpus: %v", err)
+	}
+	got, err := d.Get(ctx, inst.ID)
+	if err != nil || got.Resources.CPU != 2000 || got.Resources.Memory != 96*driver.MiB {
+		t.Fatalf("Get after Resize: %+v %v, want 2 cpus and the same memory", got, err)
+	}
+	waitLogs(t, d, inst.ID, "cpus 2")
+	if err := d.Resize(ctx, inst.ID, driver.Resources{CPU: 3000}); !errors.Is(err, driver.ErrUnsupported) {
+		t.Errorf("Resize above the maximum vCPUs: %v, want ErrUnsupported", err)
 	}
 }
