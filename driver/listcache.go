@@ -31,6 +31,7 @@ type listCall[T any] struct {
 	done chan struct{}
 	val  T
 	err  error
+	gen  uint64 // the cache's gen when the fetch began
 }
 
 func (c *ListCache[T]) now() time.Time {
@@ -43,7 +44,8 @@ func (c *ListCache[T]) now() time.Time {
 // Get returns the cached listing if fresh, or fetches it once for all
 // concurrent callers, who all receive that fetch's result (unless it failed
 // only because the fetching caller's context ended; then a waiter whose own
-// context is live fetches again). A failed fetch is not cached.
+// context is live fetches again). A failed fetch is not cached. A caller
+// that comes after Invalidate never gets a fetch that began before it.
 func (c *ListCache[T]) Get(ctx context.Context) (T, error) {
 	c.mu.Lock()
 	if c.valid && c.now().Sub(c.at) < c.TTL {
@@ -51,7 +53,7 @@ func (c *ListCache[T]) Get(ctx context.Context) (T, error) {
 		c.mu.Unlock()
 		return v, nil
 	}
-	if call := c.call; call != nil {
+	if call := c.call; call != nil && call.gen == c.gen {
 		c.mu.Unlock()
 		select {
 		case <-ctx.Done():
@@ -66,18 +68,19 @@ func (c *ListCache[T]) Get(ctx context.Context) (T, error) {
 			return call.val, call.err
 		}
 	}
-	call := &listCall[T]{done: make(chan struct{})}
+	call := &listCall[T]{done: make(chan struct{}), gen: c.gen}
 	c.call = call
-	gen := c.gen
 	c.mu.Unlock()
 
 	call.val, call.err = c.Fetch(ctx)
 
 	c.mu.Lock()
-	if call.err == nil && gen == c.gen {
+	if call.err == nil && call.gen == c.gen {
 		c.val, c.at, c.valid = call.val, c.now(), true
 	}
-	c.call = nil
+	if c.call == call {
+		c.call = nil
+	}
 	c.mu.Unlock()
 	close(call.done)
 	return call.val, call.err

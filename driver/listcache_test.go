@@ -137,3 +137,57 @@ func TestListCacheSingleFlight(t *testing.T) {
 		t.Errorf("%d fetches for %d concurrent callers, want 1", f, n)
 	}
 }
+
+// TestListCacheInvalidateDuringFetch: a caller that comes after Invalidate
+// does not get a fetch that began before it (it may not show the change
+// the invalidation was for), and that fetch is not cached.
+func TestListCacheInvalidateDuringFetch(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	var fetches atomic.Int32
+	first := make(chan struct{})
+	entered := make(chan struct{})
+	c := &driver.ListCache[int32]{
+		TTL: time.Hour,
+		Fetch: func(ctx context.Context) (int32, error) {
+			n := fetches.Add(1)
+			if n == 1 {
+				close(entered)
+				<-first // the old reading, held up
+			}
+			return n, nil
+		},
+	}
+	old := make(chan int32, 1)
+	go func() {
+		v, _ := c.Get(context.Background())
+		old <- v
+	}()
+	<-entered
+	c.Invalidate()
+	// The Get after Invalidate must not wait for the held-up fetch. The
+	// limit only guards against a hung test: joined to that fetch, it
+	// would wait for ever.
+	got := make(chan int32, 1)
+	go func() {
+		v, _ := c.Get(context.Background())
+		got <- v
+	}()
+	select {
+	case v := <-got:
+		if v != 2 {
+			t.Errorf("Get after Invalidate, while an older fetch runs: %d, want the new fetch's 2", v)
+		}
+	case <-time.After(time.Minute):
+		close(first)
+		<-got
+		<-old
+		t.Fatal("Get after Invalidate waited for the fetch begun before it")
+	}
+	close(first)
+	if v := <-old; v != 1 {
+		t.Errorf("the first caller got %d, want its own fetch's 1", v)
+	}
+	if v, _ := c.Get(context.Background()); v != 2 {
+		t.Errorf("cached %d, want 2: the fetch begun before Invalidate must not be cached", v)
+	}
+}
