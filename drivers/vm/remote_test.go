@@ -261,17 +261,8 @@ func createOn(t *testing.T, d *vm.Driver, node string, sp *driver.Spec) *driver.
 // "present" the second time.
 func TestPreload(t *testing.T) {
 	o := options(t)
-	h := startSSHD(t)
-	o.Nodes = []vm.NodeConfig{
-		{Name: "local"},
-		{Name: "remote", URI: "qemu+ssh://root@" + h.addr + "/system", SSHKey: h.key, KnownHosts: h.knownHosts},
-	}
+	preloaded := twoNodes(t, &o, "copied")
 	g := o.Images["guest"]
-	preloaded := filepath.Join(filepath.Dir(o.StorageDir), "preloaded")
-	t.Cleanup(func() { dropPools(t, preloaded) })
-	o.Images["copied"] = vm.Image{ImageFiles: g.ImageFiles, Cmdline: g.Cmdline, Nodes: map[string]vm.ImageFiles{
-		"remote": {Kernel: g.Kernel, Initrd: filepath.Join(preloaded, "initrd.cpio")},
-	}}
 	o.Images["nowhere"] = vm.Image{ImageFiles: vm.ImageFiles{Kernel: g.Kernel, Initrd: filepath.Join(preloaded, "none.cpio")}}
 	d := open(t, o)
 	ctx := context.Background()
@@ -306,4 +297,24 @@ func TestPreload(t *testing.T) {
 	if err := d.Preload(ctx, "nowhere", nil, nil); !errors.Is(err, driver.ErrPermanent) || !strings.Contains(err.Error(), "initrd") {
 		t.Errorf("Preload of an image no node has: %v, want ErrPermanent naming the initrd", err)
 	}
+}
+
+// twoNodes makes o's nodes this machine's daemon twice: "local" over its
+// unix socket and "remote" through a test sshd. It adds the image name,
+// the guest's, present on "local" only: on "remote" its initrd is in the
+// directory it returns, which does not exist yet (a preload's to fill).
+func twoNodes(t *testing.T, o *vm.Options, name string) (preloaded string) {
+	t.Helper()
+	h := startSSHD(t)
+	o.Nodes = []vm.NodeConfig{
+		{Name: "local"},
+		{Name: "remote", URI: "qemu+ssh://root@" + h.addr + "/system", SSHKey: h.key, KnownHosts: h.knownHosts},
+	}
+	g := o.Images["guest"]
+	preloaded = filepath.Join(filepath.Dir(o.StorageDir), "preloaded")
+	t.Cleanup(func() { dropPools(t, preloaded) })
+	o.Images[name] = vm.Image{ImageFiles: g.ImageFiles, Cmdline: g.Cmdline, Nodes: map[string]vm.ImageFiles{
+		"remote": {Kernel: g.Kernel, Initrd: filepath.Join(preloaded, "initrd.cpio")},
+	}}
+	return preloaded
 }
