@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -1254,4 +1255,123 @@ func placedIDs(ps []control.Placed) []string {
 		out = append(out, p.Instance.ID)
 	}
 	return out
+}
+
+// unreadable is a sim back-end whose Get says not found for the copies in
+// hidden while List shows them: how an engine shows a create still in
+// flight, or one it undid when its caller went away. Its creates go on
+// when their caller goes away, as a crashed server's do in an engine.
+type unreadable struct {
+	*sim.Sim
+	mu     sync.Mutex
+	hidden map[string]bool
+}
+
+func (u *unreadable) Create(ctx context.Context, node string, spec *driver.Spec) (driver.Operation, error) {
+	return u.Sim.Create(context.WithoutCancel(ctx), node, spec)
+}
+
+func (u *unreadable) Get(ctx context.Context, id string) (*driver.Instance, error) {
+	u.mu.Lock()
+	hide := u.hidden[id]
+	u.mu.Unlock()
+	if hide {
+		return nil, fmt.Errorf("%w: %s is listed but cannot be read", driver.ErrNotFound, id)
+	}
+	return u.Sim.Get(ctx, id)
+}
+
+func (u *unreadable) hide(ids []*driver.Instance, hidden bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for _, in := range ids {
+		u.hidden[in.ID] = hidden
+	}
+}
+
+// heldClock reads one time while held and the (bubble's) time after.
+type heldClock struct {
+	mu   sync.Mutex
+	held bool
+	at   time.Time
+}
+
+func (c *heldClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.held {
+		return c.at
+	}
+	return time.Now()
+}
+
+func (c *heldClock) release() {
+	c.mu.Lock()
+	c.held = false
+	c.mu.Unlock()
+}
+
+// TestResumedLaunchOfUnreadableCopy: a server that resumes the launches of
+// one that died meets copies still being built that the back-end lists but
+// cannot show yet, or ever. It waits for them; one that becomes readable is
+// adopted, one that never does is deleted and its instance launched again.
+// No launch fails, and no node is refused, for a copy the back-end hid.
+func TestResumedLaunchOfUnreadableCopy(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		adopts bool // the copies become readable
+	}{
+		{name: "readable-later", adopts: true},
+		{name: "never-readable", adopts: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				clock := &heldClock{held: true, at: time.Now()}
+				s, _ := newSim(t, 2, func(o *sim.Options) { o.CreateLatency = time.Second; o.Clock = clock })
+				u := &unreadable{Sim: s, hidden: map[string]bool{}}
+				prov, err := provider.New(u, provider.Config{Name: "sim", Logger: quiet, StateTTL: time.Millisecond})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = prov.Close(context.Background()) })
+				st := memory.New(memory.Options{})
+				p1, stop1 := start(t, config(st, prov))
+				const n = 4
+				if _, err := p1.Submit(context.Background(), req("held", n), ""); err != nil {
+					t.Fatal(err)
+				}
+				mine := map[string]string{driver.TagCluster: testCluster}
+				waitFor(t, "every copy under way", func() bool { return len(tagged(t, prov, mine)) == n })
+				stop1()
+				first := tagged(t, prov, mine)
+				u.hide(first, true)
+				// The copies are built 2 s into the next server's term; only
+				// those of the first case can be read from then on.
+				time.AfterFunc(2*time.Second, func() {
+					clock.release()
+					if tc.adopts {
+						u.hide(first, false)
+					}
+				})
+
+				cfg := config(st, prov)
+				cfg.LaunchTimeout = time.Minute // the wait for the copies, not a launch timeout, decides
+				p2, _ := start(t, cfg)
+				for i := range n {
+					in := waitPhase(t, p2, fmt.Sprintf("held-%d", i), reconciler.Running)
+					if len(in.Refused) != 0 {
+						t.Errorf("%s: nodes refused for a copy that could not be read: %v", in.ID, in.Refused)
+					}
+					adopted := false
+					for _, c := range first {
+						adopted = adopted || c.ID == in.BackendID
+					}
+					if adopted != tc.adopts {
+						t.Errorf("%s runs as %s: adopted the first copy %v, want %v", in.ID, in.BackendID, adopted, tc.adopts)
+					}
+				}
+				waitFor(t, "exactly one copy of each instance", func() bool { return len(tagged(t, prov, mine)) == n })
+			})
+		})
+	}
 }

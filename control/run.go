@@ -752,11 +752,20 @@ const adoptGrace = 10 * time.Second
 // awaitOp returns an Operation that waits for the back-end's instance id to
 // leave the creating state (an adopted copy whose create the previous
 // reconciler was driving). A copy still creating after adoptGrace is
-// reported failed, and so abandoned.
+// reported failed, and so abandoned. So is one that the back-end listed but
+// cannot show for that long: a create still in flight in the back-end
+// (listed before it can be read) or one that it undid when its caller went
+// away; its launch is then made again, never failed for it.
 func (s *state) awaitOp(p *provider.Provider, id string) driver.Operation {
 	since := s.now()
 	return driver.Steps(func(ctx context.Context) (bool, *driver.Instance, error) {
 		got, err := p.Get(ctx, id)
+		if errors.Is(err, driver.ErrNotFound) {
+			if s.now().Sub(since) > adoptGrace {
+				return true, &driver.Instance{ID: id, State: driver.StateFailed, Message: "listed by an interrupted launch, never to be read"}, nil
+			}
+			return false, nil, nil
+		}
 		if err != nil {
 			return false, nil, err
 		}
