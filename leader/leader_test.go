@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -125,4 +127,66 @@ func leaseOf(t *testing.T, c *clientv3.Client, prefix, name string) clientv3.Lea
 	}
 	t.Fatalf("no election key of %s", name)
 	return 0
+}
+
+// A leader whose etcd member refuses connections (its process died) loses
+// its lease at once: another server leads long before the lease would run
+// out. While the member accepts connections, nobody takes the lead.
+func TestLeaderWithADeadMemberIsReaped(t *testing.T) {
+	m := etcdtest.Member(t)
+	const prefix = "/c2"
+	type server struct {
+		name string
+		cli  *clientv3.Client
+		ln   net.Listener // stands for the server's etcd member
+	}
+	var servers []*server
+	for _, name := range []string{"a", "b"} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		servers = append(servers, &server{name: name, cli: etcdtest.Client(t, m), ln: ln})
+	}
+	leaders := make(chan string, 4)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	for _, srv := range servers {
+		wg.Go(func() {
+			// A lease far longer than the test may wait.
+			_ = leader.Run(ctx, leader.Config{Client: srv.cli, Prefix: prefix, TTL: time.Hour,
+				Self: leader.Info{Name: srv.name, Address: "http://" + srv.name, Member: "http://" + srv.ln.Addr().String()}},
+				func(tctx context.Context, _ leader.Term, _ func()) error {
+					leaders <- srv.name
+					<-tctx.Done()
+					return nil
+				})
+		})
+	}
+	first := <-leaders
+	// Several probes of a member that answers change nothing.
+	time.Sleep(5 * leader.ProbeInterval)
+	select {
+	case other := <-leaders:
+		t.Fatalf("%s took the lead from %s, whose member answers", other, first)
+	default:
+	}
+	for _, srv := range servers {
+		if srv.name == first {
+			srv.ln.Close()
+		}
+	}
+	select {
+	case second := <-leaders:
+		if second == first {
+			t.Fatalf("%s leads again", first)
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("nobody took the lead from %s, whose member refuses connections", first)
+	}
 }

@@ -70,8 +70,8 @@ func (h *haFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&h.peerKey, "etcd-peer-key", "", "key of --etcd-peer-cert")
 	fl.StringVar(&h.peerCA, "etcd-peer-ca", "", "CA that signs every member's peer certificate")
 	fl.DurationVar(&h.heartbeat, "etcd-heartbeat-interval", 100*time.Millisecond, "the members' Raft heartbeat (the same on every member)")
-	fl.DurationVar(&h.election, "etcd-election-timeout", time.Second, "the members' Raft election timeout (the same on every member; when etcd's leader dies with the Berth leader, a failover takes two or three of these more)")
-	fl.DurationVar(&h.lease, "leader-lease", leader.DefaultTTL, "how long a leader that stops answering keeps the lead (whole seconds)")
+	fl.DurationVar(&h.election, "etcd-election-timeout", time.Second, "the members' Raft election timeout (the same on every member; a failover takes one or two of these more when etcd's leader died with the Berth leader)")
+	fl.DurationVar(&h.lease, "leader-lease", leader.DefaultTTL, "how long a leader that stops answering keeps the lead (whole seconds; one whose process died is replaced at once)")
 	fl.StringVar(&h.advertise, "advertise-url", "", "URL at which the other servers reach this server's API, to forward to the leader (default: from --listen)")
 	fl.StringVar(&h.dockerAdvertise, "docker-advertise-url", "", "URL at which the other servers reach this server's Docker endpoint, to forward docker requests to the leader (default: from --docker-listen)")
 	fl.StringVar(&h.leaderCA, "leader-ca", "", "CA trusted for the other servers' API certificates when forwarding to the leader (default: the system's)")
@@ -385,7 +385,9 @@ func (fd *frontDoor) health(w http.ResponseWriter, r *http.Request) {
 		out["reads"] = map[string]any{"served": "locally", "revision": lr.plane.Followed()}
 	}
 	if in := fd.current.Load(); in != nil {
-		out["leader"] = in
+		shown := *in
+		shown.Member = "" // the etcd members are for authenticated eyes (berth members)
+		out["leader"] = shown
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = printJSONLine(w, out)

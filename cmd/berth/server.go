@@ -420,6 +420,9 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 			return err
 		}
 		self := leader.Info{Name: f.ha.name, Address: addr}
+		if handOff != nil {
+			self.Member = f.ha.peerURL // a member runs in this process
+		}
 		if self.Name == "" {
 			self.Name, _ = os.Hostname()
 		}
