@@ -237,7 +237,7 @@ type frontDoor struct {
 	self    leader.Info
 	leading atomic.Pointer[http.Handler] // set while this server leads
 	reads   atomic.Pointer[localReads]   // set while a read-only plane follows the store
-	current atomic.Pointer[leader.Info]  // the leader, as last seen
+	current atomic.Pointer[forwardTo]    // the leader, as last seen
 	proxy   *httputil.ReverseProxy
 	log     *slog.Logger
 	// docker is this server's Docker endpoint while it leads;
@@ -271,8 +271,13 @@ func newFrontDoor(self leader.Info, leaderCA string, log *slog.Logger) (*frontDo
 			r.Out.Header.Set("Berth-Forwarded-By", fd.self.Name)
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			in := r.Context().Value(leaderKey{}).(leader.Info)
+			if cause := context.Cause(r.Context()); errors.Is(cause, errLeaderChanged) {
+				writeUnavailable(w, "the leader ("+in.Address+") lost the lead before it answered: "+leaderChangedAdvice)
+				return
+			}
 			fd.log.Warn("forwarding to the leader", "err", err)
-			writeUnavailable(w, "the leader ("+r.Context().Value(leaderKey{}).(leader.Info).Address+") did not answer: "+err.Error())
+			writeUnavailable(w, "the leader ("+in.Address+") did not answer: "+err.Error())
 		},
 	}
 	// Docker requests go to the leader's Docker endpoint; attach's
@@ -288,8 +293,13 @@ func newFrontDoor(self leader.Info, leaderCA string, log *slog.Logger) (*frontDo
 			r.Out.Header.Set("Berth-Forwarded-By", fd.self.Name)
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			in := r.Context().Value(leaderKey{}).(leader.Info)
+			if cause := context.Cause(r.Context()); errors.Is(cause, errLeaderChanged) {
+				writeDockerUnavailable(w, "the leader's Docker endpoint ("+in.Docker+") lost the lead before it answered: "+leaderChangedAdvice)
+				return
+			}
 			fd.log.Warn("forwarding a docker request to the leader", "err", err)
-			writeDockerUnavailable(w, "the leader's Docker endpoint ("+r.Context().Value(leaderKey{}).(leader.Info).Docker+") did not answer: "+err.Error())
+			writeDockerUnavailable(w, "the leader's Docker endpoint ("+in.Docker+") did not answer: "+err.Error())
 		},
 	}
 	return fd, nil
@@ -310,17 +320,19 @@ func (d dockerDoor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.ServeHTTP(w, r)
 		return
 	}
-	in := fd.current.Load()
+	to := fd.current.Load()
 	switch {
-	case in == nil || in.Name == fd.self.Name || r.Header.Get("Berth-Forwarded-By") != "":
+	case to == nil || to.info.Name == fd.self.Name || r.Header.Get("Berth-Forwarded-By") != "":
 		writeDockerUnavailable(w, "no Berth server leads right now; try again in a few seconds")
 		return
-	case in.Docker == "":
-		writeDockerUnavailable(w, "the leader ("+in.Name+") serves no Docker endpoint: start it with --docker-listen")
+	case to.info.Docker == "":
+		writeDockerUnavailable(w, "the leader ("+to.info.Name+") serves no Docker endpoint: start it with --docker-listen")
 		return
 	}
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
-	fd.dockerProxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), leaderKey{}, *in)))
+	ctx, done := to.bind(r.Context())
+	defer done()
+	fd.dockerProxy.ServeHTTP(w, r.WithContext(ctx))
 }
 
 // writeDockerUnavailable answers 503 in the Engine API's error shape.
@@ -333,6 +345,35 @@ func writeDockerUnavailable(w http.ResponseWriter, msg string) {
 
 type leaderKey struct{}
 
+// errLeaderChanged ends what a follower forwarded to a leader once another
+// leader, or none, is seen: a leader that froze or was cut off answers
+// nothing, and its lease bounds how long its requests wait.
+var errLeaderChanged = errors.New("the leader changed")
+
+// leaderChangedAdvice tells the client of a forwarded request cut short
+// by a change of leader what it may have left behind.
+const leaderChangedAdvice = "the request may or may not have been carried out; look before trying it again"
+
+// forwardTo is a leader as seen by a follower, and the context of what is
+// forwarded to it, which ends (errLeaderChanged) when another leader or
+// none is seen.
+type forwardTo struct {
+	info   leader.Info
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+}
+
+// bind returns the context of a request forwarded to f: parent's, which
+// also ends when f's does and carries f's Info; done releases it.
+func (f *forwardTo) bind(parent context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(context.WithValue(parent, leaderKey{}, f.info))
+	stop := context.AfterFunc(f.ctx, func() { cancel(context.Cause(f.ctx)) })
+	return ctx, func() {
+		stop()
+		cancel(nil)
+	}
+}
+
 // lead serves h as this server's own API while it leads; nil stops that.
 func (fd *frontDoor) lead(h http.Handler) {
 	if h == nil {
@@ -342,13 +383,22 @@ func (fd *frontDoor) lead(h http.Handler) {
 	fd.leading.Store(&h)
 }
 
-// seen records the leader as watched in etcd.
+// seen records the leader as watched in etcd (it is called from one
+// goroutine). What was forwarded to an earlier leader ends then.
 func (fd *frontDoor) seen(in leader.Info, ok bool) {
-	if !ok {
-		fd.current.Store(nil)
+	old := fd.current.Load()
+	if ok && old != nil && old.info == in {
 		return
 	}
-	fd.current.Store(&in)
+	var next *forwardTo
+	if ok {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		next = &forwardTo{info: in, ctx: ctx, cancel: cancel}
+	}
+	fd.current.Store(next)
+	if old != nil {
+		old.cancel(errLeaderChanged)
+	}
 }
 
 func (fd *frontDoor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -362,8 +412,8 @@ func (fd *frontDoor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	in := fd.current.Load()
-	if in == nil || in.Name == fd.self.Name || r.Header.Get("Berth-Forwarded-By") != "" {
+	to := fd.current.Load()
+	if to == nil || to.info.Name == fd.self.Name || r.Header.Get("Berth-Forwarded-By") != "" {
 		// No leader, or one that is this server in name only (it is
 		// starting or stopping), or a request another follower sent here
 		// believing this server leads: no loops.
@@ -373,7 +423,9 @@ func (fd *frontDoor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// A forwarded stream outlives the follower's write timeout; the leader
 	// bounds it.
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
-	fd.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), leaderKey{}, *in)))
+	ctx, done := to.bind(r.Context())
+	defer done()
+	fd.proxy.ServeHTTP(w, r.WithContext(ctx))
 }
 
 // health answers GET /v1/health on every server: its role and the leader.
@@ -384,8 +436,8 @@ func (fd *frontDoor) health(w http.ResponseWriter, r *http.Request) {
 	} else if lr := fd.reads.Load(); lr != nil {
 		out["reads"] = map[string]any{"served": "locally", "revision": lr.plane.Followed()}
 	}
-	if in := fd.current.Load(); in != nil {
-		shown := *in
+	if to := fd.current.Load(); to != nil {
+		shown := to.info
 		shown.Member = "" // the etcd members are for authenticated eyes (berth members)
 		out["leader"] = shown
 	}
