@@ -6,12 +6,14 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 
 	"golang.org/x/crypto/ssh"
@@ -130,24 +132,32 @@ func during(ctx context.Context, c net.Conn) (stop func()) {
 	}
 }
 
-// dialTLS opens a TLS connection checked against the CA of tls_dir, with
-// the client certificate there, as libvirt's own client does.
-func (n *node) dialTLS(ctx context.Context) (net.Conn, error) {
-	caFile, certFile, keyFile := "/etc/pki/CA/cacert.pem", "/etc/pki/libvirt/clientcert.pem", "/etc/pki/libvirt/private/clientkey.pem"
+// tlsFiles are the CA certificate, client certificate and client key of
+// qemu+tls: those of tls_dir, else where libvirt's own client keeps them.
+func (n *node) tlsFiles() (ca, cert, key string) {
 	if dir := n.cfg.TLSDir; dir != "" {
-		caFile, certFile, keyFile = filepath.Join(dir, "cacert.pem"), filepath.Join(dir, "clientcert.pem"), filepath.Join(dir, "clientkey.pem")
+		return filepath.Join(dir, "cacert.pem"), filepath.Join(dir, "clientcert.pem"), filepath.Join(dir, "clientkey.pem")
 	}
+	return "/etc/pki/CA/cacert.pem", "/etc/pki/libvirt/clientcert.pem", "/etc/pki/libvirt/private/clientkey.pem"
+}
+
+// dialTLS opens a TLS connection checked against the CA of tls_dir, with
+// the client certificate there, as libvirt's own client does. The files
+// are read at each dial, so that renewed certificates are taken without a
+// restart; an error names the file, never its contents.
+func (n *node) dialTLS(ctx context.Context) (net.Conn, error) {
+	caFile, certFile, keyFile := n.tlsFiles()
 	ca, err := os.ReadFile(caFile)
 	if err != nil {
-		return nil, fmt.Errorf("tls_dir: %w", err)
+		return nil, fmt.Errorf("tls: CA certificate: %w", err)
 	}
 	roots := x509.NewCertPool()
 	if !roots.AppendCertsFromPEM(ca) {
-		return nil, fmt.Errorf("tls_dir: %s holds no certificate", caFile)
+		return nil, fmt.Errorf("tls: CA certificate %s: no PEM certificate in it", caFile)
 	}
 	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
-		return nil, fmt.Errorf("tls_dir: %w", err)
+		return nil, fmt.Errorf("tls: client certificate %s and key %s: %w", certFile, keyFile, err)
 	}
 	host, _, _ := net.SplitHostPort(n.target.host)
 	var d net.Dialer
@@ -160,19 +170,29 @@ func (n *node) dialTLS(ctx context.Context) (net.Conn, error) {
 	defer stop()
 	if err := c.HandshakeContext(ctx); err != nil {
 		raw.Close()
-		return nil, err
+		return nil, fmt.Errorf("tls %s: %w", n.target.host, err)
 	}
-	// The daemon then sends one byte: 1 when it accepted the client's
-	// certificate.
+	// The daemon checks the client's certificate after the handshake and
+	// then sends one byte, 1, or closes the connection.
 	var b [1]byte
-	if _, err := c.Read(b[:]); err != nil || b[0] != 1 {
-		c.Close()
-		if err == nil {
-			err = errors.New("the daemon refused the client certificate or address")
-		}
-		return nil, err
+	_, err = c.Read(b[:])
+	if err == nil && b[0] == 1 {
+		return c, nil
 	}
-	return c, nil
+	c.Close()
+	if err != nil && !refusal(err) {
+		return nil, fmt.Errorf("tls %s: waiting for the daemon to accept the client certificate: %w", n.target.host, err)
+	}
+	return nil, fmt.Errorf("tls %s: the daemon refused the client certificate %s (not signed by a CA it trusts, expired, or its name not in the daemon's tls_allowed_dn_list)", n.target.host, certFile)
+}
+
+// refusal reports whether err is the peer's ending of the connection: the
+// end of the stream, a reset or a TLS alert (crypto/tls reports an alert
+// as a net.OpError of Op "remote error").
+func refusal(err error) bool {
+	var op *net.OpError
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.As(err, &op) && op.Op == "remote error"
 }
 
 // dialSSH logs in to the node's host with ssh_key, checking the host's key

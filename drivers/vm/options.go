@@ -15,7 +15,7 @@ const DefaultSocket = "/var/run/libvirt/libvirt-sock"
 
 // Options configure the driver.
 type Options struct {
-	Nodes      []NodeConfig      `option:"nodes" help:"the libvirt hosts as JSON: [{name, uri, socket, ssh_key, known_hosts, tls_dir}]; uri is qemu:///system (default), qemu+ssh://user@host/system, qemu+tls://host/system or qemu+tcp://host/system; socket the daemon's unix socket, here or on the ssh host (default /var/run/libvirt/libvirt-sock)"`
+	Nodes      []NodeConfig      `option:"nodes" help:"the libvirt hosts as JSON: [{name, uri, socket, ssh_key, known_hosts, tls_dir}]; uri is qemu:///system (default), qemu+ssh://user@host/system, qemu+tls://host/system or qemu+tcp://host/system; socket the daemon's unix socket, here or on the ssh host (default /var/run/libvirt/libvirt-sock); tls_dir the directory of cacert.pem, clientcert.pem and clientkey.pem for qemu+tls (default libvirt's, /etc/pki/CA and /etc/pki/libvirt)"`
 	StorageDir string            `option:"storage_dir" help:"directory for each instance's overlay, config drive and serial logs; must be readable by the QEMU user"`
 	Flavors    map[string]Flavor `option:"flavors" help:"named sizes as JSON: {name: {cpus, memory, disk}}"`
 	Images     map[string]Image  `option:"images" help:"registered images as JSON: {name: {disk, format, kernel, initrd, cmdline, nodes: {node: {disk, kernel, initrd}}}}"`

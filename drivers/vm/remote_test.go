@@ -105,11 +105,15 @@ AllowStreamLocalForwarding yes
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("sshd: %v", err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	// exited is closed when sshd has ended, with waitErr set.
+	exited, waitErr := make(chan struct{}), error(nil)
+	go func() {
+		waitErr = cmd.Wait()
+		close(exited)
+	}()
 	t.Cleanup(func() {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-done
+		<-exited
 		if t.Failed() {
 			t.Logf("sshd: %s", log())
 		}
@@ -121,8 +125,8 @@ AllowStreamLocalForwarding yes
 			break
 		}
 		select {
-		case err := <-done:
-			t.Fatalf("sshd ended: %v: %s", err, log())
+		case <-exited:
+			t.Fatalf("sshd ended: %v: %s", waitErr, log())
 		case <-time.After(100 * time.Millisecond):
 		}
 		if i > 300 {
@@ -234,6 +238,17 @@ func createOn(t *testing.T, d *vm.Driver, node string, sp *driver.Spec) *driver.
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
+	inst, err := driver.Drive(ctx, beginCreate(ctx, t, d, node, sp))
+	if err != nil {
+		t.Fatalf("Create: operation: %v", err)
+	}
+	return inst
+}
+
+// beginCreate starts a create on node and deletes the instance when the
+// test ends; the caller drives the operation.
+func beginCreate(ctx context.Context, t *testing.T, d *vm.Driver, node string, sp *driver.Spec) driver.Operation {
+	t.Helper()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -249,11 +264,7 @@ func createOn(t *testing.T, d *vm.Driver, node string, sp *driver.Spec) *driver.
 	if err != nil {
 		t.Fatalf("Create: %v", err)
 	}
-	inst, err := driver.Drive(ctx, op)
-	if err != nil {
-		t.Fatalf("Create: operation: %v", err)
-	}
-	return inst
+	return op
 }
 
 // TestPreload copies an image's initrd from one node to another that
