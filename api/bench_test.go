@@ -3,17 +3,10 @@ package api_test
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
-	"math/big"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -30,6 +23,7 @@ import (
 	"github.com/berth-dev/berth/api/client"
 	"github.com/berth-dev/berth/config"
 	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/internal/pkitest"
 	"github.com/berth-dev/berth/leader"
 	"github.com/berth-dev/berth/scheduler"
 	"github.com/berth-dev/berth/simulate"
@@ -142,27 +136,19 @@ func benchSubmit(b *testing.B, st store.Store, useTLS bool) {
 	e := newEnvOn(b, st, map[string]any{"nodes": 1000, "shape": `{"cpus": 64, "memory": "256Gi"}`}, 0)
 	url, ca := e.http.URL, ""
 	if useTLS {
-		// An ECDSA P-256 certificate, as a deployment would use: its
-		// handshakes cost a fraction of RSA's.
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			b.Fatal(err)
-		}
-		tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "127.0.0.1"},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-		if err != nil {
-			b.Fatal(err)
-		}
+		// An ECDSA P-256 certificate signed by a CA that the load process
+		// trusts, as a deployment would have: its handshakes cost a
+		// fraction of RSA's.
+		tlsCA := pkitest.NewCA("berth bench CA")
 		ts := httptest.NewUnstartedServer(e.api)
-		ts.TLS = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}
+		ts.TLS = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{tlsCA.Server("127.0.0.1").TLSCertificate()}}
 		ts.StartTLS()
 		b.Cleanup(ts.Close)
-		ca = filepath.Join(b.TempDir(), "ca.pem")
-		if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		dir := b.TempDir()
+		if err := pkitest.WriteFiles(dir, map[string][]byte{"ca.pem": tlsCA.CertPEM}); err != nil {
 			b.Fatal(err)
 		}
+		ca = filepath.Join(dir, "ca.pem")
 		url = ts.URL
 	}
 	load := startLoad(b, url, loadSubmit, b.N, e.token, ca)
@@ -190,7 +176,7 @@ const (
 	loadKindEnv  = "BERTH_BENCH_LOAD_KIND"  // loadSubmit or loadW3
 	loadCountEnv = "BERTH_BENCH_LOAD_COUNT" // how many requests (loadSubmit)
 	loadTokenEnv = "BERTH_BENCH_LOAD_TOKEN" // the bearer token
-	loadCAEnv    = "BERTH_BENCH_LOAD_CA"    // PEM file of the server's certificate, for TLS
+	loadCAEnv    = "BERTH_BENCH_LOAD_CA"    // PEM file of the CA of the server's certificate, for TLS
 )
 
 // Kinds of load.

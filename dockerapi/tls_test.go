@@ -2,19 +2,11 @@ package dockerapi_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"io"
 	"log"
-	"math/big"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -23,6 +15,7 @@ import (
 
 	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/dockerapi"
+	"github.com/berth-dev/berth/internal/pkitest"
 )
 
 // TestClientCertificates: with client certificates, the docker CLI's
@@ -32,25 +25,18 @@ import (
 func TestClientCertificates(t *testing.T) {
 	e := setup(t)
 	dir := t.TempDir()
-	ca, caKey := newCert(t, nil, nil, pkix.Name{CommonName: "test ca"}, true)
-	writePEM(t, filepath.Join(dir, "ca.pem"), "CERTIFICATE", ca.Raw)
-	srvCert, srvKey := newCert(t, ca, caKey, pkix.Name{CommonName: "127.0.0.1"}, false)
+	ca := pkitest.NewCA("test ca")
 	opDir, readDir := filepath.Join(dir, "operator"), filepath.Join(dir, "reader")
 	for _, c := range []struct {
 		dir string
 		ou  string
 	}{{opDir, "operator"}, {readDir, "reader"}} {
-		if err := os.Mkdir(c.dir, 0o700); err != nil {
+		// The docker CLI's DOCKER_CERT_PATH layout.
+		cert := ca.Client("ci-" + c.ou)
+		if err := pkitest.WriteFiles(c.dir, map[string][]byte{"ca.pem": ca.CertPEM, "cert.pem": cert.CertPEM, "key.pem": cert.KeyPEM}); err != nil {
 			t.Fatal(err)
 		}
-		cert, key := newCert(t, ca, caKey, pkix.Name{CommonName: "ci-" + c.ou}, false)
-		writePEM(t, filepath.Join(c.dir, "ca.pem"), "CERTIFICATE", ca.Raw)
-		writePEM(t, filepath.Join(c.dir, "cert.pem"), "CERTIFICATE", cert.Raw)
-		kb, _ := x509.MarshalECPrivateKey(key)
-		writePEM(t, filepath.Join(c.dir, "key.pem"), "EC PRIVATE KEY", kb)
 	}
-	pool := x509.NewCertPool()
-	pool.AddCert(ca)
 	e.newToken(t, "ci-operator", auth.RoleOperator, "team")
 	e.newToken(t, "ci-reader", auth.RoleReader, auth.AllNamespaces)
 	srv := dockerapi.New(e.plane, dockerapi.Options{Authenticator: e.tokens, ClientCerts: true, Logger: quiet})
@@ -58,10 +44,7 @@ func TestClientCertificates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tln := tls.NewListener(ln, &tls.Config{
-		Certificates: []tls.Certificate{{Certificate: [][]byte{srvCert.Raw}, PrivateKey: srvKey}},
-		ClientCAs:    pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12,
-	})
+	tln := tls.NewListener(ln, ca.ServerConfig(ca.Server("127.0.0.1")))
 	// The client without a certificate speaks plain HTTP: its handshake
 	// errors are expected, not logged.
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}
@@ -94,39 +77,5 @@ func TestClientCertificates(t *testing.T) {
 	}
 	if out, code := docker("", "ps"); code == 0 {
 		t.Errorf("docker ps without a certificate: exit %d, %q", code, out)
-	}
-}
-
-func newCert(t *testing.T, parent *x509.Certificate, parentKey *ecdsa.PrivateKey, name pkix.Name, isCA bool) (*x509.Certificate, *ecdsa.PrivateKey) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
-	tmpl := &x509.Certificate{
-		SerialNumber: serial, Subject: name, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, BasicConstraintsValid: true, IsCA: isCA,
-	}
-	if parent == nil {
-		parent, parentKey = tmpl, key
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c, key
-}
-
-func writePEM(t *testing.T, path, typ string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
 	}
 }

@@ -1,13 +1,6 @@
 package e2e
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -15,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/berth-dev/berth/internal/pkitest"
 )
 
 // TestInsecureListenerWarns: --insecure starts a server off loopback
@@ -86,19 +81,18 @@ func TestTLSWithCurl(t *testing.T) {
 		t.Fatal("curl is needed (apt-get install curl)")
 	}
 	dir := t.TempDir()
-	ca, caKey := newCA(t, "berth test CA")
-	other, otherKey := newCA(t, "another CA")
-	writePEM(t, filepath.Join(dir, "ca.pem"), "CERTIFICATE", ca.Raw)
-	srvDER, srvKey := newLeaf(t, ca, caKey, "127.0.0.1", x509.ExtKeyUsageServerAuth)
-	writePEM(t, filepath.Join(dir, "server.pem"), "CERTIFICATE", srvDER)
-	writeKey(t, filepath.Join(dir, "server-key.pem"), srvKey)
+	ca, other := pkitest.NewCA("berth test CA"), pkitest.NewCA("another CA")
+	srv := ca.Server("127.0.0.1")
 	// The client certificate's common name names the bootstrap token.
-	cliDER, cliKey := newLeaf(t, ca, caKey, "bootstrap", x509.ExtKeyUsageClientAuth)
-	writePEM(t, filepath.Join(dir, "client.pem"), "CERTIFICATE", cliDER)
-	writeKey(t, filepath.Join(dir, "client-key.pem"), cliKey)
-	badDER, badKey := newLeaf(t, other, otherKey, "bootstrap", x509.ExtKeyUsageClientAuth)
-	writePEM(t, filepath.Join(dir, "bad.pem"), "CERTIFICATE", badDER)
-	writeKey(t, filepath.Join(dir, "bad-key.pem"), badKey)
+	cli, bad := ca.Client("bootstrap"), other.Client("bootstrap")
+	if err := pkitest.WriteFiles(dir, map[string][]byte{
+		"ca.pem":     ca.CertPEM,
+		"server.pem": srv.CertPEM, "server-key.pem": srv.KeyPEM,
+		"client.pem": cli.CertPEM, "client-key.pem": cli.KeyPEM,
+		"bad.pem": bad.CertPEM, "bad-key.pem": bad.KeyPEM,
+	}); err != nil {
+		t.Fatal(err)
+	}
 
 	data := filepath.Join(dir, "data")
 	s := startServerWith(t, "--dev", "--data-dir", data, "--listen", "127.0.0.1:0",
@@ -137,61 +131,6 @@ func TestTLSWithCurl(t *testing.T) {
 	if out, err := exec.Command("curl", "-sS", "--max-time", "10", "-o", "/dev/null", "-w", "%{http_code}", "http://"+s.addr+"/v1/health").Output(); err == nil && string(out) == "200" {
 		t.Errorf("plain HTTP answered on the TLS listener")
 	}
-}
-
-func newCA(t *testing.T, name string) (*x509.Certificate, *ecdsa.PrivateKey) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c, key
-}
-
-func newLeaf(t *testing.T, ca *x509.Certificate, caKey *ecdsa.PrivateKey, cn string, usage x509.ExtKeyUsage) ([]byte, *ecdsa.PrivateKey) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage}}
-	if ip := net.ParseIP(cn); ip != nil {
-		tmpl.IPAddresses = []net.IP{ip}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return der, key
-}
-
-func writePEM(t *testing.T, path, kind string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func writeKey(t *testing.T, path string, key *ecdsa.PrivateKey) {
-	t.Helper()
-	der, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writePEM(t, path, "EC PRIVATE KEY", der)
 }
 
 // TestRunAsUser: a process asked to run as uid 65534 runs as 65534 (it

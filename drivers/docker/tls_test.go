@@ -2,18 +2,10 @@ package docker
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"io"
-	"math/big"
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -21,96 +13,33 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/internal/pkitest"
 )
 
-// pki is a throw-away certificate authority with a server certificate for
-// 127.0.0.1 and a client certificate, written as PEM files.
+// pki is a throw-away certificate authority with a server certificate
+// for 127.0.0.1 and a client certificate, the files as PEM.
 type pki struct {
-	dir                          string
-	ca, serverCert, serverKey    string
-	clientCert, clientKey, other string // other: a CA that signed nothing here
-	serverTLS                    tls.Certificate
-	pool                         *x509.CertPool
+	ca, clientCert, clientKey string
+	other                     string      // a CA that signed nothing here
+	server                    *tls.Config // requires a client certificate the CA signed
 }
 
 func newPKI(t *testing.T) *pki {
 	t.Helper()
-	p := &pki{dir: t.TempDir()}
-	caKey, caCert, caDER := selfSigned(t, "berth test CA")
-	p.ca = p.writePEM(t, "ca.pem", "CERTIFICATE", caDER)
-	p.pool = x509.NewCertPool()
-	p.pool.AddCert(caCert)
-	_, _, otherDER := selfSigned(t, "some other CA")
-	p.other = p.writePEM(t, "other-ca.pem", "CERTIFICATE", otherDER)
-
-	issue := func(name string, usage x509.ExtKeyUsage, ips []net.IP) (certPath, keyPath string, pair tls.Certificate) {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(time.Now().UnixNano()),
-			Subject:      pkix.Name{CommonName: name},
-			NotBefore:    time.Now().Add(-time.Hour),
-			NotAfter:     time.Now().Add(time.Hour),
-			KeyUsage:     x509.KeyUsageDigitalSignature,
-			ExtKeyUsage:  []x509.ExtKeyUsage{usage},
-			IPAddresses:  ips,
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		kder, err := x509.MarshalECPrivateKey(key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		certPath = p.writePEM(t, name+".pem", "CERTIFICATE", der)
-		keyPath = p.writePEM(t, name+"-key.pem", "EC PRIVATE KEY", kder)
-		pair, err = tls.LoadX509KeyPair(certPath, keyPath)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return certPath, keyPath, pair
-	}
-	p.serverCert, p.serverKey, p.serverTLS = issue("server", x509.ExtKeyUsageServerAuth, []net.IP{net.IPv4(127, 0, 0, 1)})
-	p.clientCert, p.clientKey, _ = issue("client", x509.ExtKeyUsageClientAuth, nil)
-	return p
-}
-
-func selfSigned(t *testing.T, name string) (*ecdsa.PrivateKey, *x509.Certificate, []byte) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
+	ca, other := pkitest.NewCA("berth test CA"), pkitest.NewCA("some other CA")
+	client := ca.Client("client")
+	dir := t.TempDir()
+	if err := pkitest.WriteFiles(dir, map[string][]byte{
+		"ca.pem": ca.CertPEM, "other-ca.pem": other.CertPEM,
+		"client.pem": client.CertPEM, "client-key.pem": client.KeyPEM,
+	}); err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(time.Now().UnixNano()),
-		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	return &pki{
+		ca: filepath.Join(dir, "ca.pem"), other: filepath.Join(dir, "other-ca.pem"),
+		clientCert: filepath.Join(dir, "client.pem"), clientKey: filepath.Join(dir, "client-key.pem"),
+		server: ca.ServerConfig(ca.Server("127.0.0.1")),
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return key, cert, der
-}
-
-func (p *pki) writePEM(t *testing.T, name, typ string, der []byte) string {
-	t.Helper()
-	path := filepath.Join(p.dir, name)
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
 
 // tlsFront serves TLS on 127.0.0.1, requiring a client certificate signed
@@ -119,12 +48,7 @@ func (p *pki) writePEM(t *testing.T, name, typ string, der []byte) string {
 // end of the test.
 func tlsFront(t *testing.T, p *pki) string {
 	t.Helper()
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{
-		Certificates: []tls.Certificate{p.serverTLS},
-		ClientAuth:   tls.RequireAndVerifyClientCert,
-		ClientCAs:    p.pool,
-		MinVersion:   tls.VersionTLS12,
-	})
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", p.server)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,16 +2,10 @@ package vm_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"maps"
-	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -28,85 +22,16 @@ import (
 
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/drivers/vm"
+	"github.com/berth-dev/berth/internal/pkitest"
 )
-
-// testCA is a certificate authority of the test's own.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
-
-func newCA(t *testing.T, name string) testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// issue signs a certificate for name with the key usages libvirt checks
-// (digital signature and key encipherment, and the given purpose), valid
-// for 127.0.0.1; it returns the certificate and its key, in PEM.
-func (ca testCA) issue(t *testing.T, name string, usage x509.ExtKeyUsage) (certPEM, keyPEM []byte) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: name, Organization: []string{"berth-test"}},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		ExtKeyUsage:           []x509.ExtKeyUsage{usage},
-		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
-		DNSNames:              []string{"localhost"},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder})
-}
 
 // tlsDir writes a node's tls_dir: cacert.pem, clientcert.pem and
 // clientkey.pem.
 func tlsDir(t *testing.T, caPEM, certPEM, keyPEM []byte) string {
 	t.Helper()
 	dir := t.TempDir()
-	for name, b := range map[string][]byte{"cacert.pem": caPEM, "clientcert.pem": certPEM, "clientkey.pem": keyPEM} {
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
+	if err := pkitest.WriteFiles(dir, map[string][]byte{"cacert.pem": caPEM, "clientcert.pem": certPEM, "clientkey.pem": keyPEM}); err != nil {
+		t.Fatal(err)
 	}
 	return dir
 }
@@ -115,9 +40,10 @@ func tlsDir(t *testing.T, caPEM, certPEM, keyPEM []byte) string {
 // plain TCP on loopback ports, whose CA and client certificates the test
 // made.
 type libvirtHost struct {
-	tlsAddr, tcpAddr string // 127.0.0.1:port
-	ca               testCA // signed the daemon's certificate and trusts its clients
-	clientDir        string // tls_dir of a client the daemon accepts
+	tlsAddr, tcpAddr string        // 127.0.0.1:port
+	ca               *pkitest.CA   // signed the daemon's certificate and trusts its clients
+	client           *pkitest.Cert // a client the daemon accepts
+	clientDir        string        // client's tls_dir
 }
 
 // libvirtDirs are the directories where a libvirt daemon keeps its state
@@ -197,13 +123,10 @@ func startLibvirtd(t *testing.T) libvirtHost {
 		}
 	}
 
-	ca := newCA(t, "berth-test-ca")
-	serverCert, serverKey := ca.issue(t, "127.0.0.1", x509.ExtKeyUsageServerAuth)
-	clientCert, clientKey := ca.issue(t, "berth-test-client", x509.ExtKeyUsageClientAuth)
-	for name, b := range map[string][]byte{"cacert.pem": ca.pem, "servercert.pem": serverCert, "serverkey.pem": serverKey} {
-		if err := os.WriteFile(filepath.Join(pki, name), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
+	ca := pkitest.NewCA("berth-test-ca")
+	server := ca.Server("127.0.0.1", "localhost")
+	if err := pkitest.WriteFiles(pki, map[string][]byte{"cacert.pem": ca.CertPEM, "servercert.pem": server.CertPEM, "serverkey.pem": server.KeyPEM}); err != nil {
+		t.Fatal(err)
 	}
 	tlsAddr, tcpAddr := freePort(t), freePort(t)
 	_, tlsPort, _ := net.SplitHostPort(tlsAddr)
@@ -294,9 +217,10 @@ log_outputs = "3:file:%s"
 			}
 		}
 	}
+	client := ca.Client("berth-test-client")
 	return libvirtHost{
 		tlsAddr: tlsAddr, tcpAddr: tcpAddr, ca: ca,
-		clientDir: tlsDir(t, ca.pem, clientCert, clientKey),
+		client: client, clientDir: tlsDir(t, ca.CertPEM, client.CertPEM, client.KeyPEM),
 	}
 }
 
@@ -469,21 +393,13 @@ func TestTLSRefused(t *testing.T) {
 	// A CA of the same name as the daemon's but another key: a client
 	// sends a certificate it signed (its issuer is one the daemon names),
 	// and the daemon must find the signature wrong.
-	other := newCA(t, "berth-test-ca")
-	otherCert, otherKey := other.issue(t, "berth-test-client", x509.ExtKeyUsageClientAuth)
-	clientCert, err := os.ReadFile(filepath.Join(h.clientDir, "clientcert.pem"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	clientKey, err := os.ReadFile(filepath.Join(h.clientDir, "clientkey.pem"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	other := pkitest.NewCA("berth-test-ca")
+	otherClient := other.Client("berth-test-client")
 	dirs := map[string]string{
 		"good":           h.clientDir,
-		"untrusted-cert": tlsDir(t, h.ca.pem, otherCert, otherKey),
-		"unknown-server": tlsDir(t, other.pem, clientCert, clientKey),
-		"mismatched-key": tlsDir(t, h.ca.pem, clientCert, otherKey),
+		"untrusted-cert": tlsDir(t, h.ca.CertPEM, otherClient.CertPEM, otherClient.KeyPEM),
+		"unknown-server": tlsDir(t, other.CertPEM, h.client.CertPEM, h.client.KeyPEM),
+		"mismatched-key": tlsDir(t, h.ca.CertPEM, h.client.CertPEM, otherClient.KeyPEM),
 		"empty":          t.TempDir(),
 	}
 	want := map[string]string{
@@ -504,7 +420,7 @@ func TestTLSRefused(t *testing.T) {
 	if _, err := d.Images(ctx, "good"); err != nil {
 		t.Fatalf("Images over TLS with the daemon's CA's client certificate: %v", err)
 	}
-	keys := [][]byte{clientKey, otherKey}
+	keys := [][]byte{h.client.KeyPEM, otherClient.KeyPEM}
 	for _, name := range slices.Sorted(maps.Keys(want)) {
 		_, err := d.Images(ctx, name)
 		t.Logf("node %s: %v", name, err)

@@ -21,13 +21,11 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -46,6 +44,7 @@ import (
 	clientset "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/berth-dev/berth/internal/pkitest"
 	"github.com/berth-dev/berth/store/etcd"
 )
 
@@ -188,11 +187,14 @@ func Start(ctx context.Context, dir string) (c *Cluster, err error) {
 		return c, err
 	}
 
-	// Certificates, keys and the admin token.
-	certFile, keyFile, caPEM, err := servingCert(dir)
-	if err != nil {
+	// Certificates, keys and the admin token. The API server and KWOK's
+	// kubelet API serve the one certificate; clients trust its CA.
+	ca := pkitest.NewCA("k8stest CA")
+	serving := ca.Server("127.0.0.1", "localhost")
+	if err := pkitest.WriteFiles(dir, map[string][]byte{"serving.crt": serving.CertPEM, "serving.key": serving.KeyPEM}); err != nil {
 		return c, err
 	}
+	certFile, keyFile := filepath.Join(dir, "serving.crt"), filepath.Join(dir, "serving.key")
 	saKey := filepath.Join(dir, "sa.key")
 	if err := writeKey(saKey); err != nil {
 		return c, err
@@ -230,7 +232,7 @@ func Start(ctx context.Context, dir string) (c *Cluster, err error) {
 	if _, err := c.start("kube-apiserver", filepath.Join(bin, "kube-apiserver"), args, nil); err != nil {
 		return c, err
 	}
-	if err := c.waitReady(ctx, caPEM, token); err != nil {
+	if err := c.waitReady(ctx, ca.Pool(), token); err != nil {
 		return c, err
 	}
 
@@ -250,7 +252,7 @@ contexts:
 - name: k8stest
   context: {cluster: k8stest, user: admin}
 current-context: k8stest
-`, c.Host, b64(caPEM), token)
+`, c.Host, b64(ca.CertPEM), token)
 	if err := os.WriteFile(c.Kubeconfig, []byte(kc), 0o600); err != nil {
 		return c, err
 	}
@@ -607,11 +609,10 @@ func waitLine(ctx context.Context, r *bufio.Reader, line string) error {
 	}
 }
 
-// waitReady polls /readyz until the API server answers ok.
-func (c *Cluster) waitReady(ctx context.Context, caPEM []byte, token string) error {
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(caPEM)
-	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}
+// waitReady polls /readyz, trusting roots, until the API server answers
+// ok.
+func (c *Cluster) waitReady(ctx context.Context, roots *x509.CertPool, token string) error {
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr, Timeout: 5 * time.Second}
 	api := c.procs[len(c.procs)-1]
@@ -759,47 +760,12 @@ func freePort() int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// servingCert writes a self-signed certificate for 127.0.0.1 and
-// localhost, and returns its files and its PEM (the clients' CA).
-func servingCert(dir string) (certFile, keyFile string, certPEM []byte, err error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return "", "", nil, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(time.Now().UnixNano()),
-		Subject:               pkix.Name{CommonName: "k8stest"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1")},
-		DNSNames:              []string{"localhost"},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return "", "", nil, err
-	}
-	certPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	certFile, keyFile = filepath.Join(dir, "serving.crt"), filepath.Join(dir, "serving.key")
-	if err := os.WriteFile(certFile, certPEM, 0o600); err != nil {
-		return "", "", nil, err
-	}
-	return certFile, keyFile, certPEM, writeKeyOf(keyFile, key)
-}
-
 // writeKey writes a new ECDSA key (the service accounts' signing key).
 func writeKey(path string) error {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return err
 	}
-	return writeKeyOf(path, key)
-}
-
-func writeKeyOf(path string, key *ecdsa.PrivateKey) error {
 	der, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
 		return err
