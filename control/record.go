@@ -70,8 +70,13 @@ type seenRecord struct {
 	Addresses []string             `json:"a,omitempty"`
 	Ports     []driver.PortMapping `json:"pt,omitempty"`
 	Resources driver.Resources     `json:"rs,omitzero"`
-	Started   int64                `json:"t,omitempty"`
-	Finished  int64                `json:"f,omitempty"`
+	// AsSpec is set, and Resources left out, when the resources are
+	// exactly the spec's (sameResources): as a back-end shows them for
+	// nearly every instance. A record without it and without Resources
+	// saw none.
+	AsSpec   bool  `json:"q,omitempty"`
+	Started  int64 `json:"t,omitempty"`
+	Finished int64 `json:"f,omitempty"`
 }
 
 // legacyPrefix begins the JSON of every reconciler.Instance (its first
@@ -156,6 +161,9 @@ func encodeRecord(in *reconciler.Instance, shared *driver.Spec) []byte {
 	if o := in.Observed; o != nil {
 		r.Observed = &seenRecord{State: o.State, Message: o.Message, ExitCode: o.ExitCode, Addresses: o.Addresses,
 			Ports: o.Ports, Resources: o.Resources, Started: stamp(o.Started, created), Finished: stamp(o.Finished, created)}
+		if !o.Resources.IsZero() && sameResources(o.Resources, in.Spec) {
+			r.Observed.Resources, r.Observed.AsSpec = driver.Resources{}, true
+		}
 		if o.RawState != string(o.State) {
 			r.Observed.RawState = o.RawState
 		}
@@ -224,6 +232,9 @@ func decodeRecord(kv store.KV, spec func(request string) *driver.Spec) (*reconci
 	if o := r.Observed; o != nil {
 		in.Observed = &reconciler.Seen{State: o.State, RawState: o.RawState, Message: o.Message, ExitCode: o.ExitCode,
 			Addresses: o.Addresses, Ports: o.Ports, Resources: o.Resources, Started: unstamp(o.Started, in.Created), Finished: unstamp(o.Finished, in.Created)}
+		if o.AsSpec {
+			in.Observed.Resources = in.Spec.Resources
+		}
 		if in.Observed.State == "" {
 			in.Observed.State = driver.State(in.Phase)
 		}

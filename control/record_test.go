@@ -3,6 +3,7 @@ package control
 import (
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,6 +68,22 @@ func TestRecordRoundTrip(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, x) {
 		t.Errorf("decoded\n%+v\nwant\n%+v", got, x)
+	}
+
+	// Resources seen as the spec's are left to the spec; others, and none,
+	// are kept as they are.
+	for _, res := range []driver.Resources{shared.Resources, {CPU: 250}, {}} {
+		y := sampleInstance(shared)
+		y.Observed.Resources = res
+		b := encodeRecord(y, shared)
+		wantRS := !res.IsZero() && !reflect.DeepEqual(res, shared.Resources)
+		if strings.Contains(string(b), `"rs"`) != wantRS {
+			t.Errorf("resources %+v against the spec's %+v: record %s", res, shared.Resources, b)
+		}
+		got, err := decodeRecord(store.KV{Key: PrefixInstances + y.ID, Value: b}, lookup)
+		if err != nil || !reflect.DeepEqual(got.Observed.Resources, res) {
+			t.Errorf("resources %+v decoded from %s as %+v, %v", res, b, got.Observed.Resources, err)
+		}
 	}
 
 	// A request whose id has a '.' without being a group's service keeps

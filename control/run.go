@@ -15,7 +15,7 @@ import (
 )
 
 // taskKind says what a task does.
-type taskKind int
+type taskKind uint8
 
 const (
 	taskTick   taskKind = iota // step the instance with a Tick
@@ -29,32 +29,36 @@ const (
 
 // task is one unit of reconciler work, due at a time. Operations are
 // driven by re-queueing their task after each Advance, so a few workers
-// drive any number of them.
+// drive any number of them. While creates wait for workers there are
+// hundreds of thousands of tasks (a create and a tick for each): a task
+// is 64 bytes and an operation's state 112.
 type task struct {
-	kind  taskKind
-	id    string // instance id
-	due   time.Time
-	seq   uint64
-	index int
+	id  string // instance id
+	due time.Time
+	seq uint64
 	// taskOp is nil for a tick (which every instance being created or
 	// deleted has, besides its operation's task: most tasks are ticks),
 	// set for every other kind.
 	*taskOp
+	index int32
+	kind  taskKind
 }
 
 // taskOp is the state of a task that drives operations on a back-end.
 type taskOp struct {
-	prov  *provider.Provider
-	adopt bool
-	ref   reconciler.Ref
-	ops   []driver.Operation // operations in flight (a delete by tag may have several)
+	prov *provider.Provider
+	// ref is the resource a stale, leak, stop or start task acts on; nil
+	// for creates and deletes.
+	ref *reconciler.Ref
+	ops []driver.Operation // operations in flight (a delete by tag may have several)
 	// cancel ends the context the operations were started with; aborted
 	// says the task was abandoned. Both are guarded by runtime.mu.
 	cancel  context.CancelFunc
-	aborted bool
 	issued  time.Time     // when the back-end was asked to create; zero until then
 	poll    time.Duration // backoff when an operation gives no Wait hint
 	start   time.Time
+	adopt   bool
+	aborted bool
 }
 
 type taskHeap []*task
@@ -66,8 +70,12 @@ func (h taskHeap) Less(i, j int) bool {
 	}
 	return h[i].seq < h[j].seq
 }
-func (h taskHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i]; h[i].index = i; h[j].index = j }
-func (h *taskHeap) Push(x any)   { t := x.(*task); t.index = len(*h); *h = append(*h, t) }
+func (h taskHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index = int32(i)
+	h[j].index = int32(j)
+}
+func (h *taskHeap) Push(x any) { t := x.(*task); t.index = int32(len(*h)); *h = append(*h, t) }
 func (h *taskHeap) Pop() any {
 	old := *h
 	t := old[len(old)-1]
@@ -318,7 +326,7 @@ func (s *state) tickAt(rt *runtime, id string, at time.Time) {
 			return
 		}
 		t.due = at
-		heap.Fix(&rt.heap, t.index)
+		heap.Fix(&rt.heap, int(t.index))
 		rt.signal()
 		return
 	}
@@ -332,7 +340,7 @@ func (s *state) untick(rt *runtime, id string) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if t, ok := rt.ticks[id]; ok && t.due.After(s.now()) {
-		heap.Remove(&rt.heap, t.index)
+		heap.Remove(&rt.heap, int(t.index))
 		delete(rt.ticks, id)
 	}
 }
@@ -373,7 +381,7 @@ func (s *state) startSide(rt *runtime, in *reconciler.Instance, kind taskKind, r
 	if _, busy := rt.side[key]; busy {
 		return
 	}
-	t := &task{kind: kind, id: in.ID, due: s.now(), taskOp: &taskOp{prov: p, ref: ref, start: s.now()}}
+	t := &task{kind: kind, id: in.ID, due: s.now(), taskOp: &taskOp{prov: p, ref: &ref, start: s.now()}}
 	rt.side[key] = t
 	rt.push(t)
 }
@@ -954,7 +962,7 @@ func (s *state) workStale(ctx context.Context, rt *runtime, t *task) {
 		s.tickAt(rt, t.id, s.now().Add(staleRetry))
 	case done:
 		s.log.Info("stale copy deleted", "instance", t.id, "provider", t.ref.Provider, "backend_id", t.ref.BackendID)
-		s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.StaleGone, Ref: t.ref}, true)
+		s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.StaleGone, Ref: *t.ref}, true)
 	default:
 		s.again(rt, t, wait)
 	}

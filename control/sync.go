@@ -181,28 +181,44 @@ func (s *state) recordNodes(ctx context.Context, prov string, nodes []driver.Nod
 // LeakSightings consecutive sightings.
 func (s *state) syncInstances(ctx context.Context, rt *runtime, p *provider.Provider) {
 	listedAt := s.now()
-	// The walk only sorts what it is shown: most listed instances are known
-	// and unchanged, and only the others are kept for the work below, so a
-	// million instances cost no listing of a million in memory.
+	// The listing is skimmed: most listed instances are known and
+	// unchanged, told by their glance alone, and only the others are taken
+	// whole and kept for the work below, so that a million instances cost
+	// neither a listing of a million in memory nor a million instances'
+	// garbage. What is kept is kept without its tags (the largest part of
+	// a listed instance, read no further than here): while creates finish
+	// faster than their outcomes are stored, a listing finds hundreds of
+	// thousands changed.
 	seen := map[string]bool{}
-	var changed, others []*driver.Instance
-	err := p.Walk(ctx, map[string]string{driver.TagCluster: s.clusterID}, func(f *driver.Instance) error {
+	var changed, others []listed
+	var known *rec // the record of the instance skimmed last, when it is changed
+	err := p.Skim(ctx, map[string]string{driver.TagCluster: s.clusterID}, func(g *driver.Glance) bool {
+		s.mu.RLock()
+		cached := s.recs[g.Instance]
+		s.mu.RUnlock()
+		known = nil
+		if cached != nil && cached.Provider == p.Name() && cached.BackendID == g.ID && cached.Phase != reconciler.Deleted {
+			if state, code, ok := cached.seenState(); ok && state == g.State && sameExit(code, g.ExitCode) {
+				// Unchanged. It carries this cluster's tags, as the
+				// listing asked (ours). The record's id, not the
+				// glance's, is kept: the record holds it anyway.
+				seen[cached.ID] = true
+				return false
+			}
+			known = cached
+		}
+		return true
+	}, func(f *driver.Instance) error {
 		if !s.ours(f) {
 			// Not Berth's, or another installation's: never touched.
 			return nil
 		}
-		id := f.Tags[driver.TagInstance]
-		s.mu.RLock()
-		cached := s.recs[id]
-		s.mu.RUnlock()
-		if cached != nil && cached.Provider == p.Name() && cached.BackendID == f.ID && cached.Phase != reconciler.Deleted {
-			seen[id] = true
-			if state, code, ok := cached.seenState(); !ok || state != f.State || !sameExit(code, f) {
-				changed = append(changed, f)
-			}
+		if known != nil && known.ID == f.Tags[driver.TagInstance] && known.BackendID == f.ID {
+			seen[known.ID] = true
+			changed = append(changed, untagged(known.ID, f))
 			return nil
 		}
-		others = append(others, f)
+		others = append(others, untagged(f.Tags[driver.TagInstance], f))
 		return ctx.Err()
 	})
 	// A partial listing is complete for the nodes it covers: it updates
@@ -217,15 +233,15 @@ func (s *state) syncInstances(ctx context.Context, rt *runtime, p *provider.Prov
 			return
 		}
 	}
-	for _, f := range changed {
-		id := f.Tags[driver.TagInstance]
+	for _, l := range changed {
+		id, f := l.id, l.f
 		if _, _, err := s.apply(ctx, id, reconciler.Event{Kind: reconciler.Observed, Instance: f}); err != nil && ctx.Err() == nil {
 			s.log.Warn("observe", "instance", id, "err", err)
 		}
 	}
 	leakSeen := map[string]bool{}
-	for _, f := range others {
-		id := f.Tags[driver.TagInstance]
+	for _, l := range others {
+		id, f := l.id, l.f
 		s.mu.RLock()
 		cached := s.recs[id]
 		s.mu.RUnlock()
@@ -314,17 +330,33 @@ func (s *state) syncInstances(ctx context.Context, rt *runtime, p *provider.Prov
 	}
 }
 
+// listed is an instance a listing showed, kept without its tags, and the
+// id of the instance it was tagged with.
+type listed struct {
+	id string
+	f  *driver.Instance
+}
+
+// untagged returns f without its tags, as a listed of instance id. It
+// copies f: a driver without a Walk may hand out the instances of a
+// listing it shares.
+func untagged(id string, f *driver.Instance) listed {
+	g := *f
+	g.Tags = nil
+	return listed{id, &g}
+}
+
 // sighting counts the listings in a row that showed a leak, on node.
 type sighting struct {
 	n    int
 	node string
 }
 
-func sameExit(code *int, b *driver.Instance) bool {
-	if (code == nil) != (b.ExitCode == nil) {
+func sameExit(code, seen *int) bool {
+	if (code == nil) != (seen == nil) {
 		return false
 	}
-	return code == nil || *code == *b.ExitCode
+	return code == nil || *code == *seen
 }
 
 // accountedFor reports whether resource f, tagged with in's id but not in's
@@ -352,7 +384,7 @@ func (s *state) accountedFor(rt *runtime, in *reconciler.Instance, prov string, 
 // startLeak queues the deletion of a leaked resource.
 func (s *state) startLeak(rt *runtime, p *provider.Provider, instID, backendID string) {
 	ref := reconciler.Ref{Provider: p.Name(), BackendID: backendID}
-	t := &task{kind: taskLeak, id: instID, due: s.now(), taskOp: &taskOp{ref: ref, prov: p, start: s.now()}}
+	t := &task{kind: taskLeak, id: instID, due: s.now(), taskOp: &taskOp{ref: &ref, prov: p, start: s.now()}}
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	key := sideKey(t)

@@ -207,6 +207,31 @@ type Walker interface {
 	Walk(ctx context.Context, tags map[string]string, fn func(*Instance) error) error
 }
 
+// Skimmer walks a listing at a glance, for callers that already know most
+// instances and need the whole of few: Skim calls skim with the Glance of
+// each instance List(ctx, tags) would return, in the same order, and fn
+// with the whole instance (as Walk gives it) just after skim returns true
+// for it. It ends with the error List would return (a *PartialListError
+// included). A glance is valid only during skim. skim and fn follow fn's
+// rules in Walk: quick, never calling the back-end; an error from fn ends
+// the skim and Skim returns it.
+// Fallback: Walk (or List), each instance's glance taken from it.
+type Skimmer interface {
+	Skim(ctx context.Context, tags map[string]string, skim func(*Glance) bool, fn func(*Instance) error) error
+}
+
+// Glance is what a caller that knows an instance needs to tell whether it
+// changed: its id, the Berth instance it is tagged with, its state and
+// exit code, as Instance has them.
+type Glance struct {
+	ID string
+	// Instance is the value of the instance's TagInstance tag, "" when it
+	// has none.
+	Instance string
+	State    State
+	ExitCode *int
+}
+
 // UsageReporter measures one instance's live usage.
 // Fallback: ErrUnsupported; node usage comes from State's InUse.
 type UsageReporter interface {

@@ -90,6 +90,25 @@ func (p *Provider) Walk(ctx context.Context, tags map[string]string, fn func(*dr
 	return err
 }
 
+// Skim calls skim with the glance of each instance List(ctx, tags) would
+// return and fn with the whole instance when skim returns true, through the
+// driver's Skim when it has one (driver.Skimmer), else through Walk. It
+// counts as one list call against the budget and the breaker.
+func (p *Provider) Skim(ctx context.Context, tags map[string]string, skim func(*driver.Glance) bool, fn func(*driver.Instance) error) error {
+	if s, ok := p.d.(driver.Skimmer); ok {
+		_, err := call(ctx, p, callOpts{op: "list", budget: readBudget, timed: true},
+			func(ctx context.Context) (struct{}, error) { return struct{}{}, s.Skim(ctx, tags, skim, fn) })
+		return err
+	}
+	return p.Walk(ctx, tags, func(in *driver.Instance) error {
+		g := driver.Glance{ID: in.ID, Instance: in.Tags[driver.TagInstance], State: in.State, ExitCode: in.ExitCode}
+		if !skim(&g) {
+			return nil
+		}
+		return fn(in)
+	})
+}
+
 // Close closes the driver. It takes no budget and is not refused by the
 // breaker; instances keep running.
 func (p *Provider) Close(ctx context.Context) error {

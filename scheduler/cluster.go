@@ -280,10 +280,8 @@ func (c *Cluster) Reserve(as ...Allocation) error {
 		}
 		res := a.Resources
 		res.Other = maps.Clone(res.Other)
-		al := &alloc{
-			id: a.ID, name: name, node: i, res: res, ports: slices.Clone(a.Ports), elastic: a.Elastic,
-			info: &reqInfo{request: a.Request, owner: a.Owner, pool: a.Pool, group: a.Group, image: a.Image, labels: maps.Clone(a.Labels), priority: a.Priority},
-		}
+		al := newAlloc(a.ID, name, i, slices.Clone(a.Ports), &reqInfo{request: a.Request, owner: a.Owner, pool: a.Pool, group: a.Group,
+			image: a.Image, labels: maps.Clone(a.Labels), priority: a.Priority, res: res}, a.Elastic)
 		c.st.apply(al)
 		c.addAllocLocked(al)
 	}
@@ -437,18 +435,18 @@ func (c *Cluster) fitsLocked(a *alloc, online bool) bool {
 	if h.inst >= h.maxInst {
 		return false
 	}
-	need := resVec(a.res)
+	need := resVec(a.info.res)
 	for r := range nRes {
 		if need[r] > h.free[r] {
 			return false
 		}
 	}
-	for k, q := range a.res.Other {
+	for k, q := range a.info.res.Other {
 		if q > c.st.otherFree(i, k) {
 			return false
 		}
 	}
-	for _, p := range a.ports {
+	for _, p := range a.ports() {
 		if !c.st.portFree(i, p) {
 			return false
 		}
@@ -603,9 +601,9 @@ func (c *Cluster) Overbooked() []string {
 			x = &acc{ports: map[int]bool{}}
 			per[a.node] = x
 		}
-		x.res = x.res.Add(a.res)
+		x.res = x.res.Add(a.info.res)
 		x.n++
-		for _, p := range a.ports {
+		for _, p := range a.ports() {
 			if x.ports[p] || slices.Contains(c.nodes[a.node].Ports, p) {
 				x.dup = true
 			}

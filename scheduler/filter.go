@@ -91,7 +91,7 @@ func compile(r *Request, provider string) (*compiled, error) {
 		c.caps |= capBit(k)
 	}
 	c.slow = len(c.other) > 0 || len(c.fixedPorts) > 0 || c.anyPorts > 0 || len(c.affHard) > 0 || r.MaxPerNode > 0
-	c.info = &reqInfo{request: r.ID, owner: r.Owner, pool: r.Pool, group: r.Group, image: r.Image, labels: r.Labels, priority: r.Priority}
+	c.info = &reqInfo{request: r.ID, owner: r.Owner, pool: r.Pool, group: r.Group, image: r.Image, labels: r.Labels, priority: r.Priority, res: r.Resources}
 	return c, nil
 }
 
@@ -368,7 +368,7 @@ func (p *planner) affinityMatches(a *affExpr, i int32) bool {
 		ok := true
 		switch a.kind {
 		case affInstance:
-			v = e.a.name
+			v = e.a.name()
 		case affGroup:
 			v, ok = e.a.info.group, e.a.info.group != ""
 		case affImage:

@@ -279,7 +279,7 @@ func (p *planner) place(c *compiled, i int32, idx int, elastic bool, plan *Plan)
 			name += "-" + strconv.Itoa(idx)
 		}
 	}
-	a := &alloc{id: id, name: name, node: i, res: r.Resources, ports: ports, info: c.info, elastic: elastic}
+	a := newAlloc(id, name, i, ports, c.info, elastic)
 	p.st.apply(a)
 	t := p.st.t
 	plan.Placements = append(plan.Placements, Placement{

@@ -123,8 +123,8 @@ func (s *state) countQuotas(a *alloc, sign int) {
 		if s.quotas[k].Covers(a.info.owner, a.info.pool, prov) {
 			u := &s.qused[k]
 			u.n += sign
-			u.cpu += driver.MilliCPU(sign) * a.res.CPU
-			u.mem += driver.Bytes(sign) * a.res.Memory
+			u.cpu += driver.MilliCPU(sign) * a.info.res.CPU
+			u.mem += driver.Bytes(sign) * a.info.res.Memory
 		}
 	}
 }
@@ -164,8 +164,8 @@ func (s *state) quotaFits(a *alloc) bool {
 		}
 		u := &s.qused[k]
 		if (q.Instances > 0 && u.n+1 > q.Instances) ||
-			(q.CPU > 0 && u.cpu+a.res.CPU > q.CPU) ||
-			(q.Memory > 0 && u.mem+a.res.Memory > q.Memory) {
+			(q.CPU > 0 && u.cpu+a.info.res.CPU > q.CPU) ||
+			(q.Memory > 0 && u.mem+a.info.res.Memory > q.Memory) {
 			return false
 		}
 	}

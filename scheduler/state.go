@@ -52,15 +52,50 @@ type nodeExtra struct {
 	other map[string]int64 // allocated named resources
 }
 
-// alloc is one placed instance.
+// alloc is one placed instance. A cluster holds one per instance (a
+// million of them, in 48 bytes each): what the instances of a placed
+// request share is in info, the resources included, and what few
+// instances have is in more.
 type alloc struct {
 	id      string
-	name    string
 	node    int32
-	res     driver.Resources
-	ports   []int
-	info    *reqInfo
 	elastic bool
+	info    *reqInfo
+	more    *allocMore // nil when the name is the id and there are no ports
+}
+
+// allocMore is the part of an alloc few instances set.
+type allocMore struct {
+	name  string // "" when it is the id
+	ports []int
+}
+
+// newAlloc returns the alloc of instance id named name on node i.
+func newAlloc(id, name string, i int32, ports []int, info *reqInfo, elastic bool) *alloc {
+	a := &alloc{id: id, node: i, info: info, elastic: elastic}
+	if name == id {
+		name = ""
+	}
+	if name != "" || len(ports) > 0 {
+		a.more = &allocMore{name: name, ports: ports}
+	}
+	return a
+}
+
+// name returns the instance's name.
+func (a *alloc) name() string {
+	if a.more == nil || a.more.name == "" {
+		return a.id
+	}
+	return a.more.name
+}
+
+// ports returns the host ports the instance holds.
+func (a *alloc) ports() []int {
+	if a.more == nil {
+		return nil
+	}
+	return a.more.ports
 }
 
 // reqInfo is what every instance of one request shares.
@@ -72,6 +107,8 @@ type reqInfo struct {
 	image    string
 	labels   map[string]string
 	priority int
+	// res is what each instance holds.
+	res driver.Resources
 }
 
 // topo is the static picture of the nodes: names, providers, labels,
@@ -377,7 +414,7 @@ func (s *state) portFree(i int32, p int) bool {
 // apply adds a to node a.node. The caller has checked that it fits.
 func (s *state) apply(a *alloc) {
 	i := a.node
-	v := resVec(a.res)
+	v := resVec(a.info.res)
 	sm := &s.sum[i]
 	for r := range nRes {
 		sm.res[r] += v[r]
@@ -390,25 +427,25 @@ func (s *state) apply(a *alloc) {
 	s.touch(i)
 	s.countQuotas(a, 1)
 	s.lists[i] = &cell{a: a, next: s.lists[i]}
-	if len(a.ports) == 0 && len(a.res.Other) == 0 {
+	if len(a.ports()) == 0 && len(a.info.res.Other) == 0 {
 		return
 	}
 	x := &nodeExtra{}
 	if old := s.extra[i]; old != nil {
 		*x = *old
 	}
-	if len(a.ports) > 0 {
-		ports := make([]int, 0, len(x.ports)+len(a.ports))
-		ports = append(append(ports, x.ports...), a.ports...)
+	if len(a.ports()) > 0 {
+		ports := make([]int, 0, len(x.ports)+len(a.ports()))
+		ports = append(append(ports, x.ports...), a.ports()...)
 		slices.Sort(ports)
 		x.ports = ports
 	}
-	if len(a.res.Other) > 0 {
+	if len(a.info.res.Other) > 0 {
 		other := maps.Clone(x.other)
 		if other == nil {
 			other = map[string]int64{}
 		}
-		for k, q := range a.res.Other {
+		for k, q := range a.info.res.Other {
 			other[k] += q
 		}
 		x.other = other
@@ -428,7 +465,7 @@ func (s *state) touch(i int32) {
 // unapply removes a from its node.
 func (s *state) unapply(a *alloc) {
 	i := a.node
-	v := resVec(a.res)
+	v := resVec(a.info.res)
 	sm := &s.sum[i]
 	for r := range nRes {
 		sm.res[r] -= v[r]
@@ -456,22 +493,22 @@ func (s *state) unapply(a *alloc) {
 	}
 	s.lists[i] = c
 	old := s.extra[i]
-	if old == nil || (len(a.ports) == 0 && len(a.res.Other) == 0) {
+	if old == nil || (len(a.ports()) == 0 && len(a.info.res.Other) == 0) {
 		return
 	}
 	x := *old
-	if len(a.ports) > 0 {
+	if len(a.ports()) > 0 {
 		ports := make([]int, 0, len(x.ports))
 		for _, p := range x.ports {
-			if !slices.Contains(a.ports, p) {
+			if !slices.Contains(a.ports(), p) {
 				ports = append(ports, p)
 			}
 		}
 		x.ports = ports
 	}
-	if len(a.res.Other) > 0 {
+	if len(a.info.res.Other) > 0 {
 		other := maps.Clone(x.other)
-		for k, q := range a.res.Other {
+		for k, q := range a.info.res.Other {
 			other[k] -= q
 		}
 		x.other = other

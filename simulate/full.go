@@ -598,13 +598,14 @@ func (f *fullRunner) check(ctx context.Context) error {
 		return fmt.Errorf("sim back-end: %w", err)
 	}
 	// The back-end's instances are checked one at a time as it walks
-	// them: a listing of a million would be the run's largest allocation.
+	// their placements: a listing of a million would be the run's largest
+	// allocation, and a walk of a million snapshots 850 MB of garbage.
 	t := newTally(ps.Nodes)
 	n := 0
-	err = f.back.Walk(ctx, nil, func(in *driver.Instance) error {
-		t.add(in)
-		if id, bad := f.misplaced1(t.byName, ps.Nodes, in); bad {
-			f.misplaced[id] = true
+	err = f.back.Placements(ctx, func(p *sim.Placement) error {
+		t.add(p.Node, p.Resources)
+		if bad := f.misplaced1(t.byName, ps.Nodes, p.Instance, p.Node); bad {
+			f.misplaced[p.Instance] = true
 		}
 		n++
 		return nil
@@ -626,7 +627,7 @@ func (f *fullRunner) misplacedOn(nodes []driver.Node, ins []*driver.Instance) []
 	byName := nodesByName(nodes)
 	var out []string
 	for _, in := range ins {
-		if id, bad := f.misplaced1(byName, nodes, in); bad {
+		if id := in.Tags[driver.TagInstance]; f.misplaced1(byName, nodes, id, in.Node) {
 			out = append(out, id)
 		}
 	}
@@ -642,17 +643,16 @@ func nodesByName(nodes []driver.Node) map[string]*driver.Node {
 	return byName
 }
 
-// misplaced1 returns in's Berth id and whether its node breaks a hard
-// constraint of its request. A preplaced instance must be on the node it
+// misplaced1 reports whether node breaks a hard constraint of the request
+// of the instance whose Berth id is id. A preplaced instance must be on the node it
 // was pinned to; a workload request's constraints are matched as the
 // scheduler matches them: "node" is the node's name, "provider" the
 // provider's, any other key a label or, failing that, an attribute; a
 // node without the key fails == and passes !=. byName indexes nodes.
-func (f *fullRunner) misplaced1(byName map[string]*driver.Node, nodes []driver.Node, in *driver.Instance) (string, bool) {
-	id := in.Tags[driver.TagInstance]
-	n := byName[in.Node]
+func (f *fullRunner) misplaced1(byName map[string]*driver.Node, nodes []driver.Node, id, node string) bool {
+	n := byName[node]
 	if n == nil {
-		return id, true
+		return true
 	}
 	if rest, ok := strings.CutPrefix(id, "pre"); ok {
 		// pre<item>-<node index>[-<k>]
@@ -661,7 +661,7 @@ func (f *fullRunner) misplaced1(byName map[string]*driver.Node, nodes []driver.N
 		if len(parts) >= 2 {
 			k, _ = strconv.Atoi(parts[1])
 		}
-		return id, k < 0 || k >= len(nodes) || nodes[k].Name != in.Node
+		return k < 0 || k >= len(nodes) || nodes[k].Name != node
 	}
 	var rules []scheduler.Expr
 	if r, ok := f.svcRules[id]; ok {
@@ -673,7 +673,7 @@ func (f *fullRunner) misplaced1(byName map[string]*driver.Node, nodes []driver.N
 		num, _, _ := strings.Cut(strings.TrimPrefix(id, "r"), ".")
 		item, err := strconv.Atoi(num)
 		if err != nil || item < 0 || item >= len(f.rules) {
-			return id, true
+			return true
 		}
 		rules = f.rules[item]
 	}
@@ -692,10 +692,10 @@ func (f *fullRunner) misplaced1(byName map[string]*driver.Node, nodes []driver.N
 			}
 		}
 		if (has && e.MatchValue(v)) == e.Negate {
-			return id, true
+			return true
 		}
 	}
-	return id, false
+	return false
 }
 
 // groupRules keeps the hard constraints of g's services for the
@@ -738,7 +738,7 @@ func (f *fullRunner) checkDue() bool { return time.Since(f.lastCheck) >= f.check
 func overbooked(nodes []driver.Node, ins []*driver.Instance) []string {
 	t := newTally(nodes)
 	for _, in := range ins {
-		t.add(in)
+		t.add(in.Node, in.Resources)
 	}
 	return t.overbooked(nodes)
 }
@@ -760,14 +760,14 @@ func newTally(nodes []driver.Node) *tally {
 	return &tally{byName: nodesByName(nodes), used: make(map[string]*nodeUse, len(nodes))}
 }
 
-// add counts in on its node.
-func (t *tally) add(in *driver.Instance) {
-	u := t.used[in.Node]
+// add counts an instance holding r on node.
+func (t *tally) add(node string, r driver.Resources) {
+	u := t.used[node]
 	if u == nil {
 		u = &nodeUse{}
-		t.used[in.Node] = u
+		t.used[node] = u
 	}
-	u.r = u.r.Add(in.Resources)
+	u.r = u.r.Add(r)
 	u.n++
 }
 

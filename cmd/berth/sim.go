@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -33,6 +34,8 @@ func newSimCmd() *cobra.Command {
 		storeKind  string
 		asJSON     bool
 		advised    bool
+		cpuProfile string
+		memProfile string
 	)
 	cmd := &cobra.Command{
 		Use:   "sim --workload w1|w2|w3|w5|FILE [--full [--store memory|bolt]]",
@@ -62,7 +65,7 @@ FILE is a JSON workload: {"nodes": [{"count", "cpus", "memory", "labels", ...}],
 "groups": [{"id", "services", "repeat", "arrival", "duration", ...}]}.
 See docs/sim.md for how to read the output to size a cluster.`,
 		Args: nArgs(0, 0),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: func(cmd *cobra.Command, args []string) (err error) {
 			if workload == "" {
 				return usagef("--workload is required: one of %s or a JSON file", strings.Join(simulate.Builtins, ", "))
 			}
@@ -100,7 +103,6 @@ See docs/sim.md for how to read the output to size a cluster.`,
 				return usagef("--store applies to --full only")
 			}
 			var w *simulate.Workload
-			var err error
 			if slices.Contains(simulate.Builtins, workload) {
 				if nodes < 0 || nodes > 100_000 {
 					return usagef("--nodes %d: want 1 to 100000", nodes)
@@ -122,6 +124,17 @@ See docs/sim.md for how to read the output to size a cluster.`,
 			}
 			if opt.Path == simulate.PathFull {
 				opt.Store = storeKind
+			}
+			if cpuProfile != "" {
+				stop, err := startCPUProfile(cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer func() { err = errors.Join(err, stop()) }()
+			}
+			if memProfile != "" {
+				stop := watchHeap(cmd.Context(), memProfile)
+				defer func() { err = errors.Join(err, stop()) }()
 			}
 			stderr := cmd.ErrOrStderr()
 			var bar *progressbar.ProgressBar
@@ -183,6 +196,8 @@ See docs/sim.md for how to read the output to size a cluster.`,
 	f.StringVar(&path, "path", string(simulate.PathScheduler), "what the requests go through: scheduler (the scheduler alone) or full (the whole control plane)")
 	f.StringVar(&storeKind, "store", simulate.StoreMemory, "the control plane's store with --full: memory, or bolt (a temporary bbolt file, removed after)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object with the results")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
+	f.StringVar(&memProfile, "memprofile", "", "write to this file the heap profile of the largest live heap of the run (read every second)")
 	f.BoolVar(&advised, "advised", false, "replay also with the sizes `berth advise` would suggest for the requests that give their measured use (\"used\"), and compare")
 	return cmd
 }

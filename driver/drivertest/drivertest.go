@@ -457,6 +457,41 @@ func (s *suite) testLifecycle(t *testing.T) {
 			t.Errorf("Walk whose fn fails: %v, want fn's error", err)
 		}
 	}
+	if sk, ok := s.d.(driver.Skimmer); ok && len(list) == 1 {
+		// Every glance as List shows the instance; fn gets the whole
+		// instance of those skim asks for, and only of those.
+		var glanced []driver.Glance
+		var whole []*driver.Instance
+		tags := map[string]string{tagRun: s.run, "drivertest.case": "life"}
+		if err := sk.Skim(ctx, tags, func(g *driver.Glance) bool {
+			glanced = append(glanced, *g)
+			return true
+		}, func(in *driver.Instance) error {
+			whole = append(whole, in)
+			return nil
+		}); err != nil {
+			t.Fatalf("Skim: %v", err)
+		}
+		if len(glanced) != 1 || glanced[0].ID != id || glanced[0].Instance != list[0].Tags[driver.TagInstance] || glanced[0].State != list[0].State ||
+			(glanced[0].ExitCode == nil) != (list[0].ExitCode == nil) {
+			t.Errorf("Skim by the instance's tags: glances %+v, want exactly one of %s as List shows it (%s)", glanced, id, list[0].State)
+		}
+		if len(whole) != 1 || whole[0].ID != id || whole[0].Tags["drivertest.case"] != "life" {
+			t.Errorf("Skim asking for every instance: got %v, want exactly [%s] with its tags", ids(whole), id)
+		}
+		whole = nil
+		if err := sk.Skim(ctx, tags, func(*driver.Glance) bool { return false }, func(in *driver.Instance) error {
+			whole = append(whole, in)
+			return nil
+		}); err != nil || len(whole) != 0 {
+			t.Errorf("Skim asking for no instance: gave %v, %v", ids(whole), err)
+		}
+		stop := errors.New("stop")
+		if err := sk.Skim(ctx, map[string]string{tagRun: s.run}, func(*driver.Glance) bool { return true },
+			func(*driver.Instance) error { return stop }); !errors.Is(err, stop) {
+			t.Errorf("Skim whose fn fails: %v, want fn's error", err)
+		}
+	}
 	list, err = s.d.List(ctx, map[string]string{tagRun: s.run, "drivertest.case": "other"})
 	if err != nil {
 		t.Fatalf("List: %v", err)

@@ -222,6 +222,14 @@ func (s *Sim) snapshotNoTags(slot uint32, in *inst, now int64) *driver.Instance 
 	return out
 }
 
+// stateOf is the state snapshot shows for in.
+func (s *Sim) stateOf(in *inst, now int64) driver.State {
+	if st, _ := s.nodeStatus(in.node, now); st == driver.NodeOffline {
+		return driver.StateUnknown
+	}
+	return stateNames[in.state]
+}
+
 // setRunning starts the instance at time at and reports ev.
 func (s *Sim) setRunning(slot uint32, in *inst, at int64, ev driver.EventType) {
 	if in.state != stRunning && in.state != stSuspended {
@@ -646,6 +654,65 @@ func (s *Sim) List(ctx context.Context, tags map[string]string) ([]*driver.Insta
 // Walk is List one instance at a time (driver.Walker), under the sim's
 // lock.
 func (s *Sim) Walk(ctx context.Context, tags map[string]string, fn func(*driver.Instance) error) error {
+	return s.walk(tags, func(slot uint32, in *inst, now int64) error {
+		return fn(s.snapshot(slot, in, now))
+	})
+}
+
+// Skim is Walk at a glance (driver.Skimmer), under the sim's lock: an
+// instance's glance costs its id and its instance tag, where its snapshot
+// costs about 850 bytes.
+func (s *Sim) Skim(ctx context.Context, tags map[string]string, skim func(*driver.Glance) bool, fn func(*driver.Instance) error) error {
+	var g driver.Glance
+	return s.walk(tags, func(slot uint32, in *inst, now int64) error {
+		g = driver.Glance{ID: s.formatID(slot, in.gen), State: s.stateOf(in, now)}
+		if v, ok := s.lookupTag(s.chunkOf(slot), in, driver.TagInstance); ok {
+			g.Instance = string(v)
+		}
+		if in.hasExit {
+			code := int(in.exitCode)
+			g.ExitCode = &code
+		}
+		if !skim(&g) {
+			return nil
+		}
+		return fn(s.snapshot(slot, in, now))
+	})
+}
+
+// Placement is where an instance is and what it holds there, as the sim
+// really has it.
+type Placement struct {
+	Node      string
+	Resources driver.Resources
+	// Instance is the value of the instance's driver.TagInstance tag, ""
+	// when it has none.
+	Instance string
+}
+
+// Placements calls fn with the placement of each instance List(ctx, nil)
+// would return, under the sim's lock, for checks made on what the back-end
+// really holds (no node over its capacity, none breaking a constraint):
+// a placement costs its instance tag, where a snapshot costs about 850
+// bytes. The placement is valid only during fn; an error from fn ends the
+// walk and Placements returns it.
+func (s *Sim) Placements(ctx context.Context, fn func(*Placement) error) error {
+	var p Placement
+	return s.walk(nil, func(slot uint32, in *inst, now int64) error {
+		p = Placement{Node: s.nodes[in.node].name, Resources: in.resources()}
+		if len(p.Resources.Other) > 0 {
+			p.Resources.Other = maps.Clone(p.Resources.Other)
+		}
+		if v, ok := s.lookupTag(s.chunkOf(slot), in, driver.TagInstance); ok {
+			p.Instance = string(v)
+		}
+		return fn(&p)
+	})
+}
+
+// walk calls visit for each instance List(ctx, tags) would return, under
+// the sim's lock, and returns what List would.
+func (s *Sim) walk(tags map[string]string, visit func(slot uint32, in *inst, now int64) error) error {
 	now, err := s.enter()
 	if err != nil {
 		return err
@@ -670,7 +737,7 @@ func (s *Sim) Walk(ctx context.Context, tags map[string]string, fn func(*driver.
 			if !match {
 				continue
 			}
-			if err := fn(s.snapshot(uint32(ci)<<chunkBits|uint32(j), in, now)); err != nil {
+			if err := visit(uint32(ci)<<chunkBits|uint32(j), in, now); err != nil {
 				return err
 			}
 		}

@@ -38,6 +38,8 @@ var (
 	_ driver.EventWatcher  = (*Sim)(nil)
 	_ driver.UsageReporter = (*Sim)(nil)
 	_ driver.ConsoleReader = (*Sim)(nil)
+	_ driver.Walker        = (*Sim)(nil)
+	_ driver.Skimmer       = (*Sim)(nil)
 )
 
 // Sim is a simulated back-end: a cluster held in memory. It starts no

@@ -957,3 +957,66 @@ func TestSharedTags(t *testing.T) {
 		}
 	}
 }
+
+// Skim's glances and Placements agree with List, an instance on an offline
+// node included, and Skim takes whole only the instances asked for.
+func TestSkimAndPlacements(t *testing.T) {
+	s, _ := newSim(t, nil)
+	ctx := context.Background()
+	a := spec("a")
+	a.Tags[driver.TagInstance] = "berth-a"
+	mustRun(t, s, "node-01", a)
+	mustRun(t, s, "node-02", spec("b")) // no instance tag
+	if err := s.SetNodeStatus("node-02", driver.NodeOffline, "power cut"); err != nil {
+		t.Fatal(err)
+	}
+	list, err := s.List(ctx, nil)
+	if err != nil || len(list) != 2 {
+		t.Fatalf("List: %d instances, %v", len(list), err)
+	}
+	var glances []driver.Glance
+	var whole []*driver.Instance
+	err = s.Skim(ctx, nil, func(g *driver.Glance) bool {
+		glances = append(glances, *g)
+		return g.Instance == "berth-a"
+	}, func(in *driver.Instance) error {
+		whole = append(whole, in)
+		return nil
+	})
+	if err != nil || len(glances) != len(list) {
+		t.Fatalf("Skim: %d glances, %v; want %d", len(glances), err, len(list))
+	}
+	for i, in := range list {
+		g := glances[i]
+		if g.ID != in.ID || g.Instance != in.Tags[driver.TagInstance] || g.State != in.State || (g.ExitCode == nil) != (in.ExitCode == nil) {
+			t.Errorf("glance %+v of %s (%s, tag %q)", g, in.ID, in.State, in.Tags[driver.TagInstance])
+		}
+	}
+	if glances[1].State != driver.StateUnknown {
+		t.Errorf("glance of the instance on the offline node: %s, want unknown", glances[1].State)
+	}
+	if len(whole) != 1 || whole[0].ID != list[0].ID || whole[0].Tags["case"] != "a" {
+		t.Errorf("Skim took whole %v, want only %s with its tags", whole, list[0].ID)
+	}
+
+	var places []sim.Placement
+	if err := s.Placements(ctx, func(p *sim.Placement) error {
+		places = append(places, *p)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(places) != len(list) {
+		t.Fatalf("Placements: %d, want %d", len(places), len(list))
+	}
+	for i, in := range list {
+		p := places[i]
+		if p.Node != in.Node || p.Resources.CPU != in.Resources.CPU || p.Resources.Memory != in.Resources.Memory || p.Instance != in.Tags[driver.TagInstance] {
+			t.Errorf("placement %+v of %s on %s (%+v)", p, in.ID, in.Node, in.Resources)
+		}
+	}
+	stop := errors.New("stop")
+	if err := s.Placements(ctx, func(*sim.Placement) error { return stop }); !errors.Is(err, stop) {
+		t.Errorf("Placements whose fn fails: %v", err)
+	}
+}
