@@ -12,6 +12,7 @@ import (
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/reconciler"
+	"github.com/berth-dev/berth/scheduler"
 )
 
 // taskKind says what a task does.
@@ -637,6 +638,7 @@ func (s *state) workCreate(ctx context.Context, rt *runtime, t *task) {
 		t.issued = s.now()
 		rt.creating[t.id]++
 		rt.mu.Unlock()
+		s.cluster.presence(t.id, scheduler.Changing)
 		op, err := t.prov.Create(opCtx, in.Node, &spec)
 		rt.mu.Lock()
 		if rt.creating[t.id]--; rt.creating[t.id] == 0 {
@@ -667,6 +669,7 @@ func (s *state) workCreate(ctx context.Context, rt *runtime, t *task) {
 		s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.Abandoned, Instance: p.Instance}, true)
 	case p.Done:
 		s.launched(t, nil)
+		s.cluster.presence(t.id, scheduler.Present)
 		s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.Created, Instance: p.Instance}, true)
 	default:
 		if p.Instance != nil && p.Instance.ID != "" && in.BackendID != p.Instance.ID {
@@ -691,6 +694,7 @@ func (s *state) adopt(ctx context.Context, rt *runtime, t *task, found *driver.I
 		s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.Abandoned, Instance: found}, true)
 	default:
 		s.launched(t, nil)
+		s.cluster.presence(t.id, scheduler.Present)
 		s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.Created, Instance: found}, true)
 	}
 }
@@ -802,10 +806,12 @@ func (s *state) workDelete(ctx context.Context, rt *runtime, t *task) {
 	}
 	if t.prov == nil {
 		// Nothing can exist on an unknown provider.
+		s.cluster.presence(t.id, scheduler.Gone)
 		s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.Gone}, true)
 		return
 	}
 	if t.ops == nil {
+		s.cluster.presence(t.id, scheduler.Changing)
 		ids := []string{in.BackendID}
 		if in.BackendID == "" {
 			rt.mu.Lock()
@@ -839,6 +845,7 @@ func (s *state) workDelete(ctx context.Context, rt *runtime, t *task) {
 	case err != nil:
 		s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.DeleteFailed, Err: err}, true)
 	case done:
+		s.cluster.presence(t.id, scheduler.Gone)
 		s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.Gone}, true)
 	default:
 		s.again(rt, t, wait)
