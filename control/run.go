@@ -102,7 +102,8 @@ type runtime struct {
 	// creating counts the back-end Create calls in flight, by instance
 	// id. A delete that looks for an instance's copies by its tags waits
 	// until none is, or a create abandoned by the delete could make its
-	// copy after the delete looked and found nothing.
+	// copy after the delete looked and found nothing; a call that returns
+	// drops the shared listing (listings) for the same reason.
 	creating map[string]int
 
 	// outcomes carries the results of finished operations to the writers,
@@ -640,6 +641,10 @@ func (s *state) workCreate(ctx context.Context, rt *runtime, t *task) {
 		rt.mu.Unlock()
 		s.cluster.presence(t.id, scheduler.Changing)
 		op, err := t.prov.Create(opCtx, in.Node, &spec)
+		// A listing of the tagged resources taken before the call may
+		// lack the copy it made: a delete that looks for the instance's
+		// copies by tag (once the call has returned) must not be given it.
+		s.lists[t.prov.Name()].Invalidate()
 		rt.mu.Lock()
 		if rt.creating[t.id]--; rt.creating[t.id] == 0 {
 			delete(rt.creating, t.id)
