@@ -157,6 +157,8 @@ func (s *state) commit(ctx context.Context, t *txn) (ok bool, rev int64, err err
 	cmps = append(cmps, t.cmps...)
 	ops = append(ops, t.ops...)
 
+	s.committing.RLock()
+	defer s.committing.RUnlock()
 	res, err := s.st.Txn(ctx, cmps, ops)
 	if err != nil || !res.Succeeded {
 		forget()

@@ -2,7 +2,6 @@ package control
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -67,42 +66,27 @@ func allocationOf(in *reconciler.Instance) scheduler.Allocation {
 
 func (c *cluster) release(id string) { _ = c.c.Release(id) }
 
-// staleReadings is how many readings of a provider's nodes readNodes takes
-// while instances on them are released as it reads; the last is applied
-// as it is. It may hold a released instance's room until the next sync,
-// the safe side.
-const staleReadings = 3
+// presence tells the scheduler what instance id's back-end holds of it
+// (scheduler.Presence), so that a node reading that counts an instance
+// the back-end has let go does not hold its room. An instance that holds
+// no node has nothing to tell.
+func (c *cluster) presence(id string, p scheduler.Presence) { _ = c.c.SetPresence(id, p) }
 
-// readNodes reads p's nodes and hands them to the scheduler. A reading
-// that an instance was released during (scheduler.ErrStaleReading) is
-// taken again.
+// readNodes reads p's nodes and hands them to the scheduler.
 func (s *state) readNodes(ctx context.Context, p *provider.Provider) (*driver.PlatformState, error) {
-	for n := 1; ; n++ {
-		since := s.cluster.c.Releases()
-		ps, err := p.State(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if err := s.updateNodes(p, ps.Nodes, since, n < staleReadings); !errors.Is(err, scheduler.ErrStaleReading) {
-			return ps, nil
-		}
+	since := s.cluster.c.ReadBegin()
+	ps, err := p.State(ctx)
+	if err != nil {
+		return nil, err
 	}
+	s.updateNodes(p, ps.Nodes, since)
+	return ps, nil
 }
 
-// updateNodes hands a reading of p's nodes, begun when the cluster had
-// counted since releases, to the scheduler. With check, a reading that a
-// release came after is not applied: it returns scheduler.ErrStaleReading.
-func (s *state) updateNodes(p *provider.Provider, nodes []driver.Node, since uint64, check bool) error {
-	var err error
-	if check {
-		err = s.cluster.c.UpdateNodesRead(p.Name(), nodes, since)
-	} else {
-		err = s.cluster.c.UpdateNodes(p.Name(), nodes)
-	}
-	if errors.Is(err, scheduler.ErrStaleReading) {
-		return err
-	}
-	if err != nil {
+// updateNodes hands a reading of p's nodes, begun when the scheduler's
+// ReadBegin returned since, to the scheduler.
+func (s *state) updateNodes(p *provider.Provider, nodes []driver.Node, since uint64) {
+	if err := s.cluster.c.UpdateNodesRead(p.Name(), nodes, since); err != nil {
 		s.log.Warn("provider nodes", "provider", p.Name(), "err", err)
 	}
 	var top driver.Resources
@@ -125,7 +109,6 @@ func (s *state) updateNodes(p *provider.Provider, nodes []driver.Node, since uin
 	if len(nodes) > 0 {
 		s.largest[p.Name()] = top
 	}
-	return nil
 }
 
 // poolProvider returns the provider of the named pool, "" if none.

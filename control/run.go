@@ -12,6 +12,7 @@ import (
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/reconciler"
+	"github.com/berth-dev/berth/scheduler"
 )
 
 // taskKind says what a task does.
@@ -109,7 +110,8 @@ type runtime struct {
 	// creating counts the back-end Create calls in flight, by instance
 	// id. A delete that looks for an instance's copies by its tags waits
 	// until none is, or a create abandoned by the delete could make its
-	// copy after the delete looked and found nothing.
+	// copy after the delete looked and found nothing; a call that returns
+	// drops the shared listing (listings) for the same reason.
 	creating map[string]int
 
 	// outcomes carries the results of finished operations to the writers,
@@ -645,7 +647,12 @@ func (s *state) workCreate(ctx context.Context, rt *runtime, t *task) {
 		t.issued = s.now()
 		rt.creating[t.id]++
 		rt.mu.Unlock()
+		s.cluster.presence(t.id, scheduler.Changing)
 		op, err := t.prov.Create(opCtx, in.Node, &spec)
+		// A listing of the tagged resources taken before the call may
+		// lack the copy it made: a delete that looks for the instance's
+		// copies by tag (once the call has returned) must not be given it.
+		s.lists[t.prov.Name()].Invalidate()
 		rt.mu.Lock()
 		if rt.creating[t.id]--; rt.creating[t.id] == 0 {
 			delete(rt.creating, t.id)
@@ -675,6 +682,7 @@ func (s *state) workCreate(ctx context.Context, rt *runtime, t *task) {
 		s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.Abandoned, Instance: p.Instance}, true)
 	case p.Done:
 		s.launched(t, nil)
+		s.cluster.presence(t.id, scheduler.Present)
 		s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.Created, Instance: p.Instance}, true)
 	default:
 		if p.Instance != nil && p.Instance.ID != "" && in.BackendID != p.Instance.ID {
@@ -699,6 +707,7 @@ func (s *state) adopt(ctx context.Context, rt *runtime, t *task, found *driver.I
 		s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.Abandoned, Instance: found}, true)
 	default:
 		s.launched(t, nil)
+		s.cluster.presence(t.id, scheduler.Present)
 		s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.Created, Instance: found}, true)
 	}
 }
@@ -819,10 +828,12 @@ func (s *state) workDelete(ctx context.Context, rt *runtime, t *task) {
 	}
 	if t.prov == nil {
 		// Nothing can exist on an unknown provider.
+		s.cluster.presence(t.id, scheduler.Gone)
 		s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.Gone}, true)
 		return
 	}
 	if t.ops == nil {
+		s.cluster.presence(t.id, scheduler.Changing)
 		ids := []string{in.BackendID}
 		if in.BackendID == "" {
 			rt.mu.Lock()
@@ -856,6 +867,7 @@ func (s *state) workDelete(ctx context.Context, rt *runtime, t *task) {
 	case err != nil:
 		s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.DeleteFailed, Err: err}, true)
 	case done:
+		s.cluster.presence(t.id, scheduler.Gone)
 		s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.Gone}, true)
 	default:
 		s.again(rt, t, wait)

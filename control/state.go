@@ -81,16 +81,18 @@ const stripes = 256
 //
 //  1. the instance stripes (locks), several only in index order
 //     (applyBatch);
-//  2. gangMu (gangs);
-//  3. mu (records);
-//  4. the scheduler cluster's own lock (inside scheduler.Cluster, taken by
+//  2. committing (commit holds it for reading; the store watch for
+//     writing, see external);
+//  3. gangMu (gangs);
+//  4. mu (records);
+//  5. the scheduler cluster's own lock (inside scheduler.Cluster, taken by
 //     its methods);
 //
 // rtMu, the runtime's mu and usageMu (meter) are leaves: nothing else is
 // taken while one is held. The placer's schedulers (Config.Schedulers)
 // hold none of these between placements: each plans on a snapshot it alone
 // uses. The store is called with no lock of this list held but the
-// stripes of the instances being changed.
+// stripes of the instances being changed and committing.
 type state struct {
 	cfg       Config
 	st        store.Store // written by commit only
@@ -104,6 +106,11 @@ type state struct {
 	// with the records.
 	cluster *cluster
 	locks   [stripes]sync.Mutex
+	// committing is held for reading by every commit, from its store
+	// transaction until memory and the ledger are in step with it; the
+	// store watch takes it to wait for those before it takes a change it
+	// does not know (external).
+	committing sync.RWMutex
 
 	records
 	gangs

@@ -11,6 +11,7 @@ import (
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/reconciler"
+	"github.com/berth-dev/berth/scheduler"
 	"github.com/berth-dev/berth/store"
 )
 
@@ -307,6 +308,11 @@ func (s *state) syncInstances(ctx context.Context, rt *runtime, p *provider.Prov
 		rt.misses[in.ID]++
 		n := rt.misses[in.ID]
 		rt.mu.Unlock()
+		if n == 1 {
+			// Gone from its back-end without a delete, it may be missing
+			// from a reading of its node already.
+			s.cluster.presence(in.ID, scheduler.Untracked)
+		}
 		if n < 2 {
 			continue
 		}

@@ -42,9 +42,17 @@ func (s *state) watchStore(ctx context.Context, rt *runtime) {
 	}
 }
 
-// external applies one watched change to the cache.
+// external applies one watched change to the cache. A change of this
+// plane's own may be watched before its commit has brought memory and the
+// ledger in step: external waits for the commits in flight first, so that
+// its record, deleted say, is never seen before the ledger has released
+// what it held.
 func (s *state) external(rt *runtime, ev store.Event) {
 	id := ev.KV.Key[len(PrefixInstances):]
+	if !s.knows(id, ev.KV.ModRevision) {
+		s.committing.Lock() // waits for the commits in flight
+		s.committing.Unlock()
+	}
 	if ev.Type == store.EventDelete {
 		s.mu.Lock()
 		if old, ok := s.recs[id]; ok && old.Revision < ev.KV.ModRevision {
@@ -55,11 +63,7 @@ func (s *state) external(rt *runtime, ev store.Event) {
 	}
 	// Most changes are this plane's own, cached already: skip them before
 	// paying for the decoding.
-	s.mu.RLock()
-	cur, ok := s.recs[id]
-	known := ok && cur.Revision >= ev.KV.ModRevision
-	s.mu.RUnlock()
-	if known {
+	if s.knows(id, ev.KV.ModRevision) {
 		return
 	}
 	in, err := decodeRecord(ev.KV, s.requestSpec)
@@ -69,6 +73,14 @@ func (s *state) external(rt *runtime, ev store.Event) {
 	}
 	s.remember(*in)
 	s.tickAt(rt, id, s.now())
+}
+
+// knows reports whether memory holds instance id at revision rev or later.
+func (s *state) knows(id string, rev int64) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	cur, ok := s.recs[id]
+	return ok && cur.Revision >= rev
 }
 
 // resync reloads every instance after the watch fell too far behind.

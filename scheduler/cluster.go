@@ -2,7 +2,6 @@ package scheduler
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -35,7 +34,8 @@ const (
 // A node counts as using, per resource and for its instance count, the
 // larger of what its back-end reports (driver.Node.Reserved, Instances) and
 // what Berth allocated there: the back-end's figure is taken to include
-// Berth's own instances that already run. A host port is taken when the
+// Berth's own instances that already run, less those its back-end has let
+// go since it was read (SetPresence). A host port is taken when the
 // back-end reports it bound or Berth allocated it. A provider may admit
 // cpu and memory by measured usage instead (SetOvercommit, SetMeasured).
 type Cluster struct {
@@ -48,8 +48,15 @@ type Cluster struct {
 	caps    map[string][]string
 	oc      map[string]Overcommit // usage policies by provider
 	gen     uint64
-	// releases counts Release calls (UpdateNodesRead).
-	releases uint64
+	// seq counts the changes that tell whether a reading of a node counts
+	// an instance (SetPresence, Release): ReadBegin returns it.
+	seq uint64
+	// Per node, by index as nodes: moved is seq at the last such change of
+	// an instance there; changing how many allocations there are Changing;
+	// read whether a reading reported the node.
+	moved    []uint64
+	changing []int32
+	read     []bool
 	allocs   map[string]*alloc
 	elastic  map[*alloc]struct{} // the elastic ones among allocs
 	log      []int32
@@ -123,37 +130,96 @@ func (c *Cluster) provLocked(p string) int32 {
 }
 
 // UpdateNodes replaces what the cluster knows of provider's nodes with a
-// fresh reading (driver.PlatformState.Nodes). Nodes not in the list are
-// marked removed; their allocations stay until released. Node names are
-// unique within a provider.
+// fresh reading (driver.PlatformState.Nodes), as UpdateNodesRead does with
+// a reading begun now. Nodes not in the list are marked removed; their
+// allocations stay until released. Node names are unique within a
+// provider.
 func (c *Cluster) UpdateNodes(provider string, nodes []driver.Node) error {
 	return c.updateNodes(provider, nodes, false, 0)
 }
 
-// ErrStaleReading is UpdateNodesRead's answer to a reading that an
-// allocation was released after.
-var ErrStaleReading = errors.New("the nodes were read before an instance on them was released")
+// Presence is what the cluster is told of an allocation's instance on its
+// back-end (SetPresence). A node counts as using the larger of what its
+// reading reports (driver.Node.Reserved, Instances) and what Berth
+// allocated there; a reading that counts an instance its back-end has
+// since let go would hold that room until the next reading. Presence tells
+// which allocations a reading counts, so that their room is freed as soon
+// as their back-end lets them go.
+type Presence uint8
 
-// Releases counts the releases (Release) so far. Read it before reading a
-// back-end's nodes, for UpdateNodesRead.
-func (c *Cluster) Releases() uint64 {
+// Presences.
+const (
+	// Untracked, the zero value, says nothing: a reading that counts the
+	// instance holds its room until a later reading no longer does. An
+	// instance the back-end may have lost without a delete is untracked.
+	Untracked Presence = iota
+	// Changing: a create or a delete of the instance is under way; a
+	// reading may or may not count it.
+	Changing
+	// Present: the back-end holds the instance; every reading begun after
+	// counts it, until the instance is Changing (a delete under way),
+	// Gone or Untracked.
+	Present
+	// Gone: the back-end has let the instance go; no reading begun after
+	// counts it, and what the node's reading counted for it is free at
+	// once.
+	Gone
+)
+
+// SetPresence records what instance id's back-end holds of it (Presence).
+// An unknown id returns an error wrapping driver.ErrNotFound.
+func (c *Cluster) SetPresence(id string, p Presence) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.releases
+	a, ok := c.allocs[id]
+	if !ok {
+		return driver.Errorf(driver.ErrNotFound, "instance %q holds nothing", id)
+	}
+	if a.pres == p {
+		return nil
+	}
+	c.seq++
+	c.moved[a.node] = c.seq
+	if a.pres == Changing {
+		c.changing[a.node]--
+	}
+	if p == Changing {
+		c.changing[a.node]++
+	}
+	a.pres = p
+	switch {
+	case p == Gone && a.counted:
+		c.st.leave(a)
+		c.compactLocked()
+		fallthrough
+	case p == Untracked:
+		a.counted = false
+	}
+	return nil
 }
 
-// UpdateNodesRead is UpdateNodes for a reading begun after Releases
-// returned since. An instance is released once its back-end has let it
-// go, but a reading begun before that may still count it in the node's
-// Reserved and Instances, which the cluster takes when they are larger than
-// its own allocations: applied, such a reading would hold the instance's
-// room until the next one. So when anything was released since, the
-// reading is not applied and ErrStaleReading is returned: read again.
+// ReadBegin returns the mark to hand to UpdateNodesRead with a reading of a
+// back-end's nodes begun after it returned.
+func (c *Cluster) ReadBegin() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.seq
+}
+
+// UpdateNodesRead is UpdateNodes for a reading begun after ReadBegin
+// returned since. A node's reading counts the instances its back-end held
+// when it was read: those Present before since and no Gone one. It is
+// taken with what it counts whenever that is certain. When it is not (a
+// create or a delete on the node was under way, or an instance's presence
+// there changed after since, or an Untracked one was released) the node
+// keeps what its last reading reported in use and the instances it
+// counted, so that the room of an instance that goes is freed when it
+// goes; the node's other facts are taken.
 func (c *Cluster) UpdateNodesRead(provider string, nodes []driver.Node, since uint64) error {
 	return c.updateNodes(provider, nodes, true, since)
 }
 
-func (c *Cluster) updateNodes(provider string, nodes []driver.Node, check bool, since uint64) error {
+func (c *Cluster) updateNodes(provider string, nodes []driver.Node, begun bool, since uint64) error {
 	if provider == "" {
 		return &driver.FieldError{Path: "provider", Reason: "required"}
 	}
@@ -178,8 +244,8 @@ func (c *Cluster) updateNodes(provider string, nodes []driver.Node, check bool, 
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if check && c.releases != since {
-		return ErrStaleReading
+	if !begun {
+		since = c.seq
 	}
 	pi := c.provLocked(provider)
 	t := c.st.t
@@ -197,16 +263,40 @@ func (c *Cluster) updateNodes(provider string, nodes []driver.Node, check bool, 
 		n.Capacity.Other = maps.Clone(n.Capacity.Other)
 		n.Reserved.Other = maps.Clone(n.Reserved.Other)
 		n.InUse = nil
-		if i, ok := t.index[nodeKey{provider, n.Name}]; ok {
+		i, ok := t.index[nodeKey{provider, n.Name}]
+		if !ok {
+			// New: nothing is allocated there yet.
+			c.read[c.addNodeLocked(n, pi)] = true
+			continue
+		}
+		certain := c.changing[i] == 0 && c.moved[i] <= since
+		if !certain && c.read[i] && begun {
+			// Keep what the last reading counted.
+			n.Reserved, n.Instances = c.nodes[i].Reserved, c.nodes[i].Instances
 			c.nodes[i], c.removed[i] = n, false
 			continue
 		}
-		c.nodes = append(c.nodes, n)
-		c.provOf = append(c.provOf, pi)
-		c.removed = append(c.removed, false)
+		c.nodes[i], c.removed[i], c.read[i] = n, false, true
+		sm := &c.st.sum[i]
+		sm.left, sm.leftInst = [nRes]int64{}, 0
+		for cl := c.st.lists[i]; cl != nil; cl = cl.next {
+			cl.a.counted = certain && cl.a.pres == Present
+		}
 	}
 	c.rebuildLocked()
 	return nil
+}
+
+// addNodeLocked adds node n of provider pi and returns its index; the
+// state takes it at the next rebuildLocked.
+func (c *Cluster) addNodeLocked(n driver.Node, pi int32) int32 {
+	c.nodes = append(c.nodes, n)
+	c.provOf = append(c.provOf, pi)
+	c.removed = append(c.removed, false)
+	c.moved = append(c.moved, 0)
+	c.changing = append(c.changing, 0)
+	c.read = append(c.read, false)
+	return int32(len(c.nodes) - 1)
 }
 
 // SetCapabilities records the optional capabilities (driver.Capabilities)
@@ -235,6 +325,8 @@ type Allocation struct {
 	Labels    map[string]string
 	Priority  int
 	Elastic   bool
+	// Presence is what its back-end holds of it (SetPresence).
+	Presence Presence
 }
 
 // Reserve records instances that exist already (at start-up, from the
@@ -262,10 +354,7 @@ func (c *Cluster) Reserve(as ...Allocation) error {
 	for _, a := range as {
 		k := nodeKey{a.Provider, a.Node}
 		if _, ok := c.st.t.index[k]; !ok && !pending[k] {
-			pi := c.provLocked(a.Provider)
-			c.nodes = append(c.nodes, driver.Node{Name: a.Node, Status: driver.NodeOffline, Reason: "not reported by its provider yet"})
-			c.provOf = append(c.provOf, pi)
-			c.removed = append(c.removed, false)
+			c.addNodeLocked(driver.Node{Name: a.Node, Status: driver.NodeOffline, Reason: "not reported by its provider yet"}, c.provLocked(a.Provider))
 			pending[k] = true
 		}
 	}
@@ -284,6 +373,12 @@ func (c *Cluster) Reserve(as ...Allocation) error {
 			image: a.Image, labels: maps.Clone(a.Labels), priority: a.Priority, res: res}, a.Elastic)
 		c.st.apply(al)
 		c.addAllocLocked(al)
+		c.seq++
+		c.moved[i] = c.seq
+		al.pres = a.Presence
+		if al.pres == Changing {
+			c.changing[i]++
+		}
 	}
 	c.compactLocked()
 	return nil
@@ -301,7 +396,11 @@ func (c *Cluster) Release(id string) error {
 	}
 	c.delAllocLocked(a)
 	c.st.unapply(a)
-	c.releases++
+	if a.pres == Untracked {
+		// A reading under way may count it, or not.
+		c.seq++
+		c.moved[a.node] = c.seq
+	}
 	c.compactLocked()
 	return nil
 }
@@ -464,6 +563,9 @@ func (c *Cluster) addAllocLocked(a *alloc) {
 func (c *Cluster) delAllocLocked(a *alloc) {
 	delete(c.allocs, a.id)
 	delete(c.elastic, a)
+	if a.pres == Changing {
+		c.changing[a.node]--
+	}
 }
 
 // recordLocked registers a plan's placements as allocations.

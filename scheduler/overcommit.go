@@ -149,7 +149,8 @@ func (s *state) refusal(i int32, r int, need int64) string {
 		return PolicyReservations
 	}
 	c := resVec(t.capacity[i])[r]
-	reserved := max(resVec(t.ext[i])[r], s.sum[i].res[r])
+	e, _ := s.reported(i)
+	reserved := max(e[r], s.sum[i].res[r])
 	if need > oc.ratioLimit(c)-reserved {
 		return "usage, ratio " + fmtFloat(oc.ratio())
 	}

@@ -262,14 +262,15 @@ func (pk *packer) fits(m int32, outs, ins []int) bool {
 			sum[r] += n[r]
 		}
 	}
-	c, e := resVec(t.capacity[m]), resVec(t.ext[m])
+	c := resVec(t.capacity[m])
+	e, einst := st.reported(m)
 	for r := range nRes {
 		if max(e[r], sum[r]) > c[r] {
 			return false
 		}
 	}
 	inst := int(st.sum[m].inst) - len(outs) + len(ins)
-	return len(ins) <= len(outs) || max(int(t.extInst[m]), inst) <= int(t.maxInst[m])
+	return len(ins) <= len(outs) || max(int(einst), inst) <= int(t.maxInst[m])
 }
 
 // keep remembers item it's placement before the attempt first moves it.

@@ -296,37 +296,34 @@ func TestImagePresenceScores(t *testing.T) {
 	}
 }
 
-// TestStaleReading: a reading of the nodes begun before an instance was
-// released may still count it. UpdateNodesRead refuses it, so the room is
-// free for the next placement; UpdateNodes, which applies any reading,
-// shows what it would have cost.
+// TestStaleReading: a reading of the nodes begun before an untracked
+// instance was released may still count it. UpdateNodesRead keeps the
+// node's last reading then, so the room is free for the next placement;
+// UpdateNodes, which applies any reading, shows what it would have cost.
 func TestStaleReading(t *testing.T) {
 	c := newTestCluster(t, "p", mkNodes("n", 1, 4, 8, nil))
 	if p, err := c.Place(req("a", 4, 64)); err != nil || len(p.Placements) != 1 {
 		t.Fatalf("place a: %+v %v", p, err)
 	}
-	since := c.Releases()
+	since := c.ReadBegin()
 	// The back-end is read while a still runs there...
-	reading := mkNodes("n", 1, 4, 8, nil)
-	reading[0].Reserved = driver.Resources{CPU: driver.CPUs(4), Memory: 64 * driver.MiB}
-	reading[0].Instances = 1
+	reading := busyNodes(1, 4, 64)
 	// ...and a is deleted and released before the reading is applied.
 	if err := c.Release("a"); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.UpdateNodesRead("p", reading, since); !errors.Is(err, ErrStaleReading) {
-		t.Fatalf("UpdateNodesRead of a reading older than a release: %v, want ErrStaleReading", err)
+	if err := c.UpdateNodesRead("p", reading, since); err != nil {
+		t.Fatal(err)
 	}
 	if p, err := c.Place(req("b", 4, 64)); err != nil || len(p.Placements) != 1 {
-		t.Fatalf("place b after the stale reading was refused: %+v %v", p, err)
+		t.Fatalf("place b after the stale reading: %+v %v", p, err)
 	}
 	if err := c.Release("b"); err != nil {
 		t.Fatal(err)
 	}
-	// A reading begun after the last release is applied.
-	fresh := mkNodes("n", 1, 4, 8, nil)
-	if err := c.UpdateNodesRead("p", fresh, c.Releases()); err != nil {
-		t.Fatalf("UpdateNodesRead of a fresh reading: %v", err)
+	// A reading begun after the last release is taken.
+	if err := c.UpdateNodesRead("p", mkNodes("n", 1, 4, 8, nil), c.ReadBegin()); err != nil {
+		t.Fatal(err)
 	}
 	// Applied, the stale reading holds the released room.
 	if err := c.UpdateNodes("p", reading); err != nil {
@@ -334,5 +331,134 @@ func TestStaleReading(t *testing.T) {
 	}
 	if p, err := c.Place(req("c", 4, 64)); err != nil || len(p.Placements) != 0 {
 		t.Fatalf("place c on a node whose reading counts 4 cpus reserved: %+v %v", p, err)
+	}
+}
+
+// busyNodes returns a reading of n nodes of 4 cpus and 8 GiB, each
+// running one instance of cpus and mib.
+func busyNodes(n int, cpus float64, mib int64) []driver.Node {
+	nodes := mkNodes("n", n, 4, 8, nil)
+	for i := range nodes {
+		nodes[i].Reserved = driver.Resources{CPU: driver.CPUs(cpus), Memory: driver.Bytes(mib) * driver.MiB}
+		nodes[i].Instances = 1
+	}
+	return nodes
+}
+
+// TestPresenceFreesReading: a reading taken while an instance ran counts
+// it; once its back-end has let it go (Gone) and it is released, its room
+// is free although no reading has been taken since, on the cluster and on
+// a snapshot.
+func TestPresenceFreesReading(t *testing.T) {
+	c := newTestCluster(t, "p", mkNodes("n", 1, 4, 8, nil))
+	if p, err := c.Place(req("a", 4, 64)); err != nil || len(p.Placements) != 1 {
+		t.Fatalf("place a: %+v %v", p, err)
+	}
+	snap := c.Snapshot(Options{})
+	for _, p := range []Presence{Changing, Present} {
+		if err := c.SetPresence("a", p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.UpdateNodesRead("p", busyNodes(1, 4, 64), c.ReadBegin()); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []Presence{Changing, Gone} {
+		if err := c.SetPresence("a", p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Release("a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetPresence("a", Gone); !errors.Is(err, driver.ErrNotFound) {
+		t.Fatalf("SetPresence of a released instance: %v, want ErrNotFound", err)
+	}
+	snap.Refresh()
+	if p, _, err := snap.Place(req("b", 4, 64)); err != nil || len(p.Placements) != 1 {
+		t.Fatalf("place b on a snapshot after a left: %+v %v", p, err)
+	}
+	if err := c.Release("b"); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := c.Place(req("c", 4, 64)); err != nil || len(p.Placements) != 1 {
+		t.Fatalf("place c after a left: %+v %v", p, err)
+	}
+	// A later reading that counts c (Untracked) holds its room after its
+	// release, until a reading no longer counts it.
+	if err := c.UpdateNodesRead("p", busyNodes(1, 4, 64), c.ReadBegin()); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Release("c"); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := c.Place(req("d", 1, 64)); err != nil || len(p.Placements) != 0 {
+		t.Fatalf("place d while the reading counts the untracked c: %+v %v", p, err)
+	}
+}
+
+// TestPresenceUncertainReading: a reading begun while a create or a delete
+// was under way on a node, or before an instance there changed presence,
+// may or may not count that instance: the node keeps what its last
+// reading counted, so that the room is freed when the instance goes.
+func TestPresenceUncertainReading(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		// during moves a while the reading is taken, after it was placed
+		// (then Changing, Present: running) and before it is deleted
+		// (then Changing, Gone).
+		during []Presence
+	}{
+		{"creating", []Presence{Changing}},
+		{"created as read", []Presence{Changing, Present}},
+		{"deleting", []Presence{Changing, Present, Changing}},
+		{"deleted as read", []Presence{Changing, Present, Changing, Gone}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newTestCluster(t, "p", mkNodes("n", 2, 4, 8, nil))
+			if p, err := c.Place(req("a", 4, 64)); err != nil || len(p.Placements) != 1 {
+				t.Fatalf("place a: %+v %v", p, err)
+			}
+			px, err := c.Place(req("x", 1, 64))
+			if err != nil || len(px.Placements) != 1 {
+				t.Fatalf("place x: %+v %v", px, err)
+			}
+			node := px.Placements[0].Node // the other node
+			since := c.ReadBegin()
+			for _, p := range tt.during {
+				if err := c.SetPresence("a", p); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Read as a ran: the node of a counts it, the other counts x.
+			reading := busyNodes(2, 4, 64)
+			for i := range reading {
+				if reading[i].Name == node {
+					reading[i].Reserved.CPU = driver.CPUs(1)
+				}
+			}
+			if err := c.UpdateNodesRead("p", reading, since); err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range []Presence{Changing, Present, Changing, Gone}[len(tt.during):] {
+				if err := c.SetPresence("a", p); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := c.Release("a"); err != nil {
+				t.Fatal(err)
+			}
+			if p, err := c.Place(req("b", 4, 64)); err != nil || len(p.Placements) != 1 {
+				t.Fatalf("place b after a left: %+v %v", p, err)
+			}
+			// The other node took its reading: x is untracked, and the
+			// reading's 1 cpu stays after x is released.
+			if err := c.Release("x"); err != nil {
+				t.Fatal(err)
+			}
+			if p, err := c.Place(req("y", 4, 64)); err != nil || len(p.Placements) != 0 {
+				t.Fatalf("place y where the reading counts 1 cpu: %+v %v", p, err)
+			}
+		})
 	}
 }

@@ -31,10 +31,15 @@ type hot struct {
 	invMem  float64
 }
 
-// sums is what Berth has allocated on a node.
+// sums is what Berth has allocated on a node, and what the node's reading
+// (topo.ext, extInst) counts of Berth's instances that its back-end has
+// let go since (Cluster.SetPresence): the node counts as using the reading
+// less that.
 type sums struct {
-	res  [nRes]int64
-	inst int32
+	res      [nRes]int64
+	inst     int32
+	left     [nRes]int64
+	leftInst int32
 }
 
 // cell is one entry of a node's immutable list of allocations; snapshots
@@ -60,6 +65,11 @@ type alloc struct {
 	id      string
 	node    int32
 	elastic bool
+	// pres is what the cluster was told of the instance on its back-end
+	// and counted whether its node's reading counts it; the cluster's
+	// alone, under its lock (snapshots never read them).
+	pres    Presence
+	counted bool
 	info    *reqInfo
 	more    *allocMore // nil when the name is the id and there are no ports
 }
@@ -334,7 +344,7 @@ func resVec(r driver.Resources) [nRes]int64 {
 func (s *state) recompute(i int32) {
 	t := s.t
 	c := resVec(t.capacity[i])
-	e := resVec(t.ext[i])
+	e, einst := s.reported(i)
 	h := &s.hot[i]
 	sm := &s.sum[i]
 	oc := t.policyOf(i)
@@ -346,7 +356,7 @@ func (s *state) recompute(i int32) {
 		s.totUsed[r] += h.free[r] - free
 		h.free[r] = free
 	}
-	h.inst = max(t.extInst[i], sm.inst)
+	h.inst = max(einst, sm.inst)
 	h.maxInst = t.maxInst[i]
 	h.invCPU, h.invMem = 0, 0
 	if c[resCPU] > 0 {
@@ -360,6 +370,30 @@ func (s *state) recompute(i int32) {
 			g.update(j, h)
 		}
 	}
+}
+
+// reported returns what node i's reading counts, less what it counts of
+// instances its back-end has let go since: resources and instances.
+func (s *state) reported(i int32) ([nRes]int64, int32) {
+	e := resVec(s.t.ext[i])
+	sm := &s.sum[i]
+	for r := range nRes {
+		e[r] = max(e[r]-sm.left[r], 0)
+	}
+	return e, max(s.t.extInst[i]-sm.leftInst, 0)
+}
+
+// leave takes a, which node a.node's reading counts, out of what that
+// reading counts: its back-end has let it go.
+func (s *state) leave(a *alloc) {
+	i := a.node
+	v := resVec(a.info.res)
+	sm := &s.sum[i]
+	for r := range nRes {
+		sm.left[r] += v[r]
+	}
+	sm.leftInst++
+	s.touch(i)
 }
 
 // rebuild re-derives every hot entry after the topology changed.
