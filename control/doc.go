@@ -66,10 +66,11 @@
 // # Locks
 //
 // The lock order is written on state (state.go): the per-instance stripes,
-// then the gang queue's lock, then the records' lock, then the scheduler
-// cluster's own; the runtime's locks and the usage meter's are leaves. The
-// store is called with no lock held but the stripes of the instances being
-// changed.
+// then committing (held by every commit for reading, by the store watch
+// for writing), then the gang queue's lock, then the records' lock, then
+// the scheduler cluster's own; the runtime's locks and the usage meter's
+// are leaves. The store is called with no lock held but the stripes of the
+// instances being changed and committing.
 //
 // The placer's schedulers add no lock: each owns its snapshot, its
 // commits take the cluster's lock inside Snapshot.Commit (last in the
