@@ -259,8 +259,13 @@ func cleanEnv() []string {
 func (e *env) removeAll(t testing.TB) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := removeByLabel(ctx, driver.TagCluster, e.cluster); err != nil {
-		t.Errorf("cleanup: %v", err)
+	// The plane tags what it makes with the cluster's name and its id (not
+	// known here); a create in flight when the plane stopped is found by
+	// the name.
+	for _, key := range []string{driver.TagCluster, driver.TagClusterName} {
+		if _, err := removeByLabel(ctx, key, e.cluster); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
 	}
 }
 

@@ -66,7 +66,9 @@ func TestServerStoppedMidCreateResumes(t *testing.T) {
 	}
 	domains := func(d *vm.Driver, id string) []*driver.Instance {
 		t.Helper()
-		got, err := d.List(ctx, map[string]string{driver.TagInstance: id})
+		// This run's alone: a domain an earlier run left behind may carry
+		// the same instance id.
+		got, err := d.List(ctx, map[string]string{driver.TagInstance: id, driver.TagClusterName: cluster})
 		if err != nil {
 			t.Fatal(err)
 		}
