@@ -38,14 +38,7 @@ func (g *gatedSim) Create(ctx context.Context, node string, spec *driver.Spec) (
 // would be left behind, holding its room on the node.
 func TestDeleteFindsTheCopyOfAnAbandonedCreate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		back, err := sim.New(func() sim.Options {
-			o := *sim.DefaultOptions()
-			o.Nodes, o.Shape = 2, sim.Shape{Resources: driver.Resources{CPU: driver.CPUs(4), Memory: 8 * driver.GiB}}
-			return o
-		}())
-		if err != nil {
-			t.Fatal(err)
-		}
+		back, _ := newSim(t, 2, nil)
 		g := &gatedSim{Sim: back, entered: make(chan string), gates: map[string]chan struct{}{"x": make(chan struct{}), "z": make(chan struct{})}}
 		prov, err := provider.New(g, provider.Config{Name: "sim", Logger: quiet, StateTTL: time.Millisecond})
 		if err != nil {
