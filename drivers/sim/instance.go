@@ -156,14 +156,7 @@ func (s *Sim) tagsOf(slot uint32, in *inst) map[string]string {
 	if len(set) == 0 {
 		return pairMap(own)
 	}
-	m := pairMap(string(set))
-	for len(own) > 0 {
-		var k, v string
-		k, own = next(own)
-		v, own = next(own)
-		m[k] = v
-	}
-	return m
+	return addPairs(pairMap(string(set)), own)
 }
 
 // lookupTag returns the value of the tag key of the instance in, in

@@ -147,7 +147,11 @@ func pairMap(p string) map[string]string {
 	if p == "" {
 		return nil
 	}
-	m := make(map[string]string, 4)
+	return addPairs(make(map[string]string, 4), p)
+}
+
+// addPairs decodes p into m and returns m.
+func addPairs(m map[string]string, p string) map[string]string {
 	for len(p) > 0 {
 		var k, v string
 		k, p = next(p)
