@@ -8,7 +8,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -68,12 +67,7 @@ func startSSHD(t *testing.T) sshHost {
 	if err := os.WriteFile(filepath.Join(dir, "authorized_keys"), ssh.MarshalAuthorizedKey(clientKey), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := freeAddr(t)
 	cfg := fmt.Sprintf(`ListenAddress %s
 HostKey %s/host_key
 AuthorizedKeysFile %s/authorized_keys
@@ -105,33 +99,16 @@ AllowStreamLocalForwarding yes
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("sshd: %v", err)
 	}
-	// exited is closed when sshd has ended, with waitErr set.
-	exited, waitErr := make(chan struct{}), error(nil)
-	go func() {
-		waitErr = cmd.Wait()
-		close(exited)
-	}()
+	d := watch(cmd)
 	t.Cleanup(func() {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-exited
+		<-d.exited
 		if t.Failed() {
 			t.Logf("sshd: %s", log())
 		}
 	})
-	for i := 0; ; i++ {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-			break
-		}
-		select {
-		case <-exited:
-			t.Fatalf("sshd ended: %v: %s", waitErr, log())
-		case <-time.After(100 * time.Millisecond):
-		}
-		if i > 300 {
-			t.Fatalf("sshd does not listen on %s: %s", addr, log())
-		}
+	if err := d.listening(addr); err != nil {
+		t.Fatalf("sshd: %v: %s", err, log())
 	}
 	kh := filepath.Join(dir, "known_hosts")
 	if err := os.WriteFile(kh, []byte(knownhosts.Line([]string{addr}, hostKey)+"\n"), 0o600); err != nil {

@@ -128,7 +128,7 @@ func startLibvirtd(t *testing.T) libvirtHost {
 	if err := pkitest.WriteFiles(pki, map[string][]byte{"cacert.pem": ca.CertPEM, "servercert.pem": server.CertPEM, "serverkey.pem": server.KeyPEM}); err != nil {
 		t.Fatal(err)
 	}
-	tlsAddr, tcpAddr := freePort(t), freePort(t)
+	tlsAddr, tcpAddr := freeAddr(t), freeAddr(t)
 	_, tlsPort, _ := net.SplitHostPort(tlsAddr)
 	_, tcpPort, _ := net.SplitHostPort(tcpAddr)
 	logFile := filepath.Join(dir, "libvirtd.log")
@@ -178,20 +178,15 @@ log_outputs = "3:file:%s"
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("cannot start a libvirtd of the test's own in a mount namespace (it needs root with CAP_SYS_ADMIN): %v", err)
 	}
-	// exited is closed when the daemon has ended, with waitErr set.
-	exited, waitErr := make(chan struct{}), error(nil)
-	go func() {
-		waitErr = cmd.Wait()
-		close(exited)
-	}()
+	d := watch(cmd)
 	run := filepath.Join(dir, "run")
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
-		case <-exited:
+		case <-d.exited:
 		case <-time.After(30 * time.Second):
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-exited
+			<-d.exited
 		}
 		if killed := killGuests(run); len(killed) > 0 {
 			t.Errorf("the test's libvirtd left guests running, killed: %v", killed)
@@ -200,39 +195,14 @@ log_outputs = "3:file:%s"
 			t.Logf("libvirtd: %s", log())
 		}
 	})
-	for _, addr := range []string{tlsAddr, tcpAddr} {
-		for i := 0; ; i++ {
-			c, err := net.Dial("tcp", addr)
-			if err == nil {
-				c.Close()
-				break
-			}
-			select {
-			case <-exited:
-				t.Fatalf("the test's libvirtd, or the binds of its directories before it, ended (%v) before it listened (its output follows)", waitErr)
-			case <-time.After(100 * time.Millisecond):
-			}
-			if i > 600 {
-				t.Fatalf("the test's libvirtd does not listen on %s (its output follows)", addr)
-			}
-		}
+	if err := d.listening(tlsAddr, tcpAddr); err != nil {
+		t.Fatalf("the test's libvirtd, or the binds of its directories before it: %v (its output follows)", err)
 	}
 	client := ca.Client("berth-test-client")
 	return libvirtHost{
 		tlsAddr: tlsAddr, tcpAddr: tcpAddr, ca: ca,
 		client: client, clientDir: tlsDir(t, ca.CertPEM, client.CertPEM, client.KeyPEM),
 	}
-}
-
-// freePort is a loopback address with a port nothing listens on now.
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // killGuests ends the QEMU processes whose pid files are in the daemon's
