@@ -71,7 +71,9 @@ func TestCrashDuring200Launches(t *testing.T) {
 						return
 					}
 					i := todo[k]
-					_, err := cl.Submit(context.Background(), request(mark, i, id(i)))
+					ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+					_, err := cl.Submit(ctx, request(mark, i, id(i)))
+					cancel()
 					mu.Lock()
 					switch {
 					case err == nil, errors.Is(err, driver.ErrAlreadyExists):
@@ -110,9 +112,10 @@ func TestCrashDuring200Launches(t *testing.T) {
 	}
 
 	cl := newClient(t, s)
-	ctx := context.Background()
 	var list []control.Instance
 	waitFor(t, "every accepted instance to be running or terminal", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
 		var err error
 		list, err = cl.Instances(ctx, control.Filter{All: true})
 		if err != nil {
@@ -170,6 +173,8 @@ func TestCrashDuring200Launches(t *testing.T) {
 	t.Logf("%d running, %d failed, %d processes", len(byID)-failedCount, failedCount, len(procs))
 
 	// Clean up through Berth and check that nothing is left behind.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	for idv := range accepted {
 		if _, err := cl.Delete(ctx, idv); err != nil {
 			t.Fatalf("delete %s: %v", idv, err)

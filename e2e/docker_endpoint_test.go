@@ -41,10 +41,7 @@ func TestDockerEndpoint(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(cfg, "config.json"), []byte(`{"HttpHeaders": {"Authorization": "Bearer `+token+`"}}`), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command("docker", args...)
-		cmd.Env = append(os.Environ(), "DOCKER_HOST=unix://"+sock, "DOCKER_CONFIG="+cfg)
-		out, err := cmd.CombinedOutput()
-		return string(out), err
+		return dockerCLI([]string{"DOCKER_HOST=unix://" + sock, "DOCKER_CONFIG=" + cfg}, args...)
 	}
 	if out, err := docker("wrong", "ps"); err == nil || !strings.Contains(out, "unknown, revoked or expired") {
 		t.Errorf("docker ps with an unknown token: %v: %s", err, out)

@@ -160,6 +160,13 @@ func runServer(t *testing.T, cmd *exec.Cmd, home string) *server {
 // together, then waited for.
 func launch(t *testing.T, cmd *exec.Cmd, home string) *server {
 	t.Helper()
+	// A server dies with the test binary (killed at its -timeout, say)
+	// rather than go on loading the machine's engine for the packages
+	// that come after.
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -249,6 +256,22 @@ func (s *server) stop(t *testing.T) error {
 		t.Fatalf("server did not stop on SIGTERM\n%s", s.logs())
 	}
 	return nil
+}
+
+// dockerCLI runs the docker CLI with args and the environment env added
+// to the test's, and returns its combined output. It is given two minutes:
+// an engine or endpoint that does not answer fails the test step rather
+// than hold the package until its -timeout.
+func dockerCLI(env []string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "docker", args...)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		err = fmt.Errorf("docker %s: no answer in two minutes: %w", strings.Join(args, " "), err)
+	}
+	return string(out), err
 }
 
 // berth runs the CLI against the server and returns stdout, stderr and the

@@ -39,10 +39,7 @@ func TestDockerEndpointHighAvailability(t *testing.T) {
 		t.Fatal(err)
 	}
 	docker := func(i int, args ...string) (string, error) {
-		cmd := exec.Command("docker", args...)
-		cmd.Env = append(os.Environ(), "DOCKER_HOST=tcp://"+dockerAddr[i], "DOCKER_CONFIG="+cfg)
-		out, err := cmd.CombinedOutput()
-		return string(out), err
+		return dockerCLI([]string{"DOCKER_HOST=tcp://" + dockerAddr[i], "DOCKER_CONFIG=" + cfg}, args...)
 	}
 	name := h.name + "-web"
 	if out, err := docker(f1, "run", "-d", "--name", name, image); err != nil {
@@ -69,7 +66,7 @@ func TestDockerEndpointHighAvailability(t *testing.T) {
 		t.Fatalf("docker rm -f: %v: %s", err, out)
 	}
 	waitFor(t, "the container gone from the engine", func() bool {
-		out, err := exec.Command("docker", "ps", "-a", "--filter", "name="+name, "--format", "{{.Names}}").CombinedOutput()
-		return err == nil && strings.TrimSpace(string(out)) == ""
+		out, err := dockerCLI(nil, "ps", "-a", "--filter", "name="+name, "--format", "{{.Names}}")
+		return err == nil && strings.TrimSpace(out) == ""
 	})
 }

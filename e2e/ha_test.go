@@ -146,9 +146,14 @@ type health struct {
 	} `json:"leader"`
 }
 
+// quickHTTP is the client of the tests' polls: a server that does not
+// answer within ten seconds (frozen, say) is polled again, never waited
+// for until the package's -timeout.
+var quickHTTP = &http.Client{Timeout: 10 * time.Second}
+
 func (h *haCluster) health(i int) (health, error) {
 	var out health
-	resp, err := http.Get("http://" + h.servers[i].addr + "/v1/health")
+	resp, err := quickHTTP.Get("http://" + h.servers[i].addr + "/v1/health")
 	if err != nil {
 		return out, err
 	}
@@ -245,7 +250,9 @@ func (h *haCluster) submitAll(i int, ids []string, image string, after int, kill
 // engine, with how many containers each has.
 func (h *haCluster) containers(cli *docker.Client) map[string]int {
 	h.t.Helper()
-	list, err := cli.ContainerList(context.Background(), docker.ContainerListOptions{All: true, Filters: make(docker.Filters).Add("label", driver.TagClusterName+"="+h.name)})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	list, err := cli.ContainerList(ctx, docker.ContainerListOptions{All: true, Filters: make(docker.Filters).Add("label", driver.TagClusterName+"="+h.name)})
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -263,7 +270,9 @@ func (h *haCluster) settled(i, n int, cli *docker.Client) {
 	c := h.client(i)
 	var last string
 	ok := pollFor(5*time.Minute, func() bool {
-		ins, err := c.Instances(context.Background(), control.Filter{All: true})
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ins, err := c.Instances(ctx, control.Filter{All: true})
+		cancel()
 		if err != nil {
 			last = err.Error()
 			return false
@@ -448,7 +457,8 @@ func engineFor(t *testing.T, name string) (*docker.Client, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(unlock)
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
 	cli, err := dockertest.Connect(ctx, dockertest.MainHost)
 	if err != nil {
 		t.Fatal("this test needs the machine's Docker Engine: ", err)

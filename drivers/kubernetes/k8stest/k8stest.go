@@ -32,8 +32,10 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -143,7 +145,14 @@ type Cluster struct {
 	// LogsNamespace, as KWOK serves it (AppendLog writes it).
 	LogsFile string
 
-	dir   string
+	dir string
+	// stopping is closed by Stop; keeper is KWOK's keeper goroutine
+	// (keepKWOK).
+	stopping chan struct{}
+	stopOnce sync.Once
+	keeper   sync.WaitGroup
+	// mu guards procs (the keeper replaces KWOK's).
+	mu    sync.Mutex
 	procs []*proc
 }
 
@@ -152,6 +161,7 @@ type proc struct {
 	cmd   *exec.Cmd
 	log   string
 	stdin io.Closer
+	out   *bufio.Reader // its standard output, when start was given env
 	done  chan struct{}
 }
 
@@ -164,7 +174,7 @@ func Start(ctx context.Context, dir string) (c *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c = &Cluster{dir: dir}
+	c = &Cluster{dir: dir, stopping: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			c.Stop()
@@ -183,7 +193,7 @@ func Start(ctx context.Context, dir string) (c *Cluster, err error) {
 	if err != nil {
 		return c, err
 	}
-	if err := waitLine(ctx, ep, "etcd ready"); err != nil {
+	if err := waitLine(ctx, ep.out, "etcd ready"); err != nil {
 		return c, err
 	}
 
@@ -229,10 +239,11 @@ func Start(ctx context.Context, dir string) (c *Cluster, err error) {
 		"--profiling=false",
 		"--v=0",
 	}
-	if _, err := c.start("kube-apiserver", filepath.Join(bin, "kube-apiserver"), args, nil); err != nil {
+	api, err := c.start("kube-apiserver", filepath.Join(bin, "kube-apiserver"), args, nil)
+	if err != nil {
 		return c, err
 	}
-	if err := c.waitReady(ctx, ca.Pool(), token); err != nil {
+	if err := c.waitReady(ctx, api, ca.Pool(), token); err != nil {
 		return c, err
 	}
 
@@ -287,7 +298,7 @@ current-context: k8stest
 	if err := os.WriteFile(config, []byte(kept+"---\n"+extra), 0o600); err != nil {
 		return c, err
 	}
-	if _, err := c.start("kwok", filepath.Join(bin, "kwok"), []string{
+	if err := c.keepKWOK(filepath.Join(bin, "kwok"), []string{
 		"--kubeconfig=" + c.Kubeconfig,
 		"--config=" + config,
 		"--manage-all-nodes=true",
@@ -296,10 +307,52 @@ current-context: k8stest
 		"--node-port=" + strconv.Itoa(freePort()),
 		"--tls-cert-file=" + certFile,
 		"--tls-private-key-file=" + keyFile,
-	}, nil); err != nil {
+	}); err != nil {
 		return c, err
 	}
 	return c, nil
+}
+
+// kwokRestarts bounds how often keepKWOK starts KWOK again.
+const kwokRestarts = 5
+
+// keepKWOK starts KWOK, and starts it again whenever it ends before Stop,
+// up to kwokRestarts times: KWOK v0.8.0 can die at start-up of a race of
+// its own ("fatal error: concurrent map writes" in its CEL evaluation),
+// and it keeps no state that a new process would lack (the API server
+// holds it all). The log of an ended run is kept as kwok.log.N; Logs
+// gives the current one's.
+func (c *Cluster) keepKWOK(path string, args []string) error {
+	p, err := c.start("kwok", path, args, nil)
+	if err != nil {
+		return err
+	}
+	c.keeper.Add(1)
+	go func() {
+		defer c.keeper.Done()
+		for n := 1; n <= kwokRestarts; n++ {
+			select {
+			case <-c.stopping:
+				return
+			case <-p.done:
+			}
+			select {
+			case <-c.stopping:
+				return
+			default:
+			}
+			_ = os.Rename(p.log, p.log+"."+strconv.Itoa(n))
+			c.mu.Lock()
+			c.procs = slices.DeleteFunc(c.procs, func(q *proc) bool { return q == p })
+			c.mu.Unlock()
+			next, err := c.start("kwok", path, args, nil)
+			if err != nil {
+				return
+			}
+			p = next
+		}
+	}()
+	return nil
 }
 
 // LogsNamespace is the namespace whose pods' logs KWOK serves, from
@@ -543,7 +596,7 @@ func (c *Cluster) AppendLog(stream, line string) error {
 
 // start starts a child in its own process group, which dies with the test
 // process (Pdeathsig) and which Stop kills whole.
-func (c *Cluster) start(name, path string, args, env []string) (*bufio.Reader, error) {
+func (c *Cluster) start(name, path string, args, env []string) (*proc, error) {
 	logPath := filepath.Join(c.dir, name+".log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
@@ -572,16 +625,18 @@ func (c *Cluster) start(name, path string, args, env []string) (*bufio.Reader, e
 		return nil, fmt.Errorf("k8stest: start %s: %w", name, err)
 	}
 	p := &proc{name: name, cmd: cmd, log: logPath, stdin: stdin, done: make(chan struct{})}
+	if out != nil {
+		p.out = bufio.NewReader(out)
+	}
 	go func() {
 		_ = cmd.Wait()
 		logFile.Close()
 		close(p.done)
 	}()
+	c.mu.Lock()
 	c.procs = append(c.procs, p)
-	if out != nil {
-		return bufio.NewReader(out), nil
-	}
-	return nil, nil
+	c.mu.Unlock()
+	return p, nil
 }
 
 // waitLine waits until r gives line (the child is up) or ctx ends.
@@ -609,13 +664,12 @@ func waitLine(ctx context.Context, r *bufio.Reader, line string) error {
 	}
 }
 
-// waitReady polls /readyz, trusting roots, until the API server answers
-// ok.
-func (c *Cluster) waitReady(ctx context.Context, roots *x509.CertPool, token string) error {
+// waitReady polls /readyz, trusting roots, until the API server (process
+// api) answers ok.
+func (c *Cluster) waitReady(ctx context.Context, api *proc, roots *x509.CertPool, token string) error {
 	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr, Timeout: 5 * time.Second}
-	api := c.procs[len(c.procs)-1]
 	var last string
 	for {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.Host+"/readyz", nil)
@@ -644,6 +698,10 @@ func (c *Cluster) waitReady(ctx context.Context, roots *x509.CertPool, token str
 // Stop kills KWOK, the API server and etcd, each with its process group,
 // and waits for them.
 func (c *Cluster) Stop() {
+	c.stopOnce.Do(func() { close(c.stopping) })
+	c.keeper.Wait()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for i := len(c.procs) - 1; i >= 0; i-- {
 		p := c.procs[i]
 		if p.stdin != nil {
