@@ -40,6 +40,16 @@ func (c *Call) Finished() bool {
 // runs nothing and returns a call finished with ErrTimeout naming what
 // (the operation is abandoned, and may or may not have taken effect).
 func (cs *Calls) Go(ctx context.Context, timeout time.Duration, what string, fn func(ctx context.Context) (*Instance, error)) *Call {
+	return cs.GoAfter(ctx, nil, timeout, what, fn)
+}
+
+// GoAfter is Go for a call that first takes a slot of slots, a semaphore
+// shared by calls that must not all run at once (nil: none): the call
+// waits for a free slot in its goroutine, its timeout starts once it has
+// one, and the slot is given back when fn returns. A call whose ctx ends,
+// or that Cancel reaches, while it waits ends with ErrRetryable: nothing
+// was sent.
+func (cs *Calls) GoAfter(ctx context.Context, slots chan struct{}, timeout time.Duration, what string, fn func(ctx context.Context) (*Instance, error)) *Call {
 	c := &Call{done: make(chan struct{})}
 	cs.mu.Lock()
 	if cs.closed {
@@ -53,18 +63,39 @@ func (cs *Calls) Go(ctx context.Context, timeout time.Duration, what string, fn 
 	}
 	id := cs.next
 	cs.next++
-	cctx, cancel := context.WithTimeout(ctx, timeout)
+	cctx, cancel := context.WithCancel(ctx)
 	cs.cancels[id] = cancel
 	cs.wg.Add(1)
 	cs.mu.Unlock()
 	go func() {
 		defer cs.wg.Done()
-		c.Inst, c.Err = fn(cctx)
-		cs.mu.Lock()
-		delete(cs.cancels, id)
-		cs.mu.Unlock()
-		cancel()
-		close(c.done)
+		defer close(c.done)
+		defer func() {
+			cs.mu.Lock()
+			delete(cs.cancels, id)
+			cs.mu.Unlock()
+			cancel()
+		}()
+		if slots != nil {
+			select {
+			case slots <- struct{}{}:
+				defer func() { <-slots }()
+			case <-cctx.Done():
+			}
+			// A slot freed by the same Cancel (which marks cs closed
+			// before it cancels anything) may be taken before this call
+			// is cancelled: the end wins either way.
+			cs.mu.Lock()
+			closed := cs.closed
+			cs.mu.Unlock()
+			if err := cctx.Err(); err != nil || closed {
+				c.Err = Errorf(ErrRetryable, "%s: not sent, it was still waiting for its turn when the call was cancelled", what)
+				return
+			}
+		}
+		tctx, tcancel := context.WithTimeout(cctx, timeout)
+		defer tcancel()
+		c.Inst, c.Err = fn(tctx)
 	}()
 	return c
 }

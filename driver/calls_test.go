@@ -49,3 +49,66 @@ func TestCalls(t *testing.T) {
 		t.Fatalf("a call after Cancel: finished %v, err %v", late.Finished(), late.Err)
 	}
 }
+
+// TestCallsTakeTurns: calls sharing one slot run one at a time, each
+// one's timeout starting when it gets the slot; one still waiting when
+// Cancel comes ends ErrRetryable without having run.
+func TestCallsTakeTurns(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	var cs driver.Calls
+	slots := make(chan struct{}, 1)
+	release, holds := make(chan struct{}), make(chan struct{})
+	first := cs.GoAfter(context.Background(), slots, time.Hour, "first", func(ctx context.Context) (*driver.Instance, error) {
+		close(holds)
+		<-release
+		return &driver.Instance{ID: "first"}, nil
+	})
+	<-holds
+	var released time.Time
+	ran := make(chan time.Time, 1)
+	second := cs.GoAfter(context.Background(), slots, time.Minute, "second", func(ctx context.Context) (*driver.Instance, error) {
+		dl, _ := ctx.Deadline()
+		ran <- dl
+		return &driver.Instance{ID: "second"}, nil
+	})
+	// The second may only run once the first has given its slot back.
+	select {
+	case <-ran:
+		close(release)
+		t.Fatal("the second call ran while the first held the only slot")
+	case <-time.After(50 * time.Millisecond):
+	}
+	released = time.Now()
+	close(release)
+	deadline := <-ran
+	if !deadline.After(released) {
+		t.Errorf("the second call's deadline %v is before the first gave its slot back (%v): its timeout ran while it waited", deadline, released)
+	}
+	for !first.Finished() || !second.Finished() {
+		time.Sleep(time.Millisecond)
+	}
+	if first.Err != nil || second.Err != nil || second.Inst.ID != "second" {
+		t.Fatalf("first %v, second %+v %v", first.Err, second.Inst, second.Err)
+	}
+
+	// A call waiting for a slot when Cancel comes never runs.
+	hold := make(chan struct{})
+	holding := cs.GoAfter(context.Background(), slots, time.Hour, "hold", func(ctx context.Context) (*driver.Instance, error) {
+		close(hold)
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	<-hold
+	waiting := cs.GoAfter(context.Background(), slots, time.Hour, "waiting", func(context.Context) (*driver.Instance, error) {
+		t.Error("a call waiting for its turn ran after Cancel")
+		return nil, nil
+	})
+	cs.Cancel()
+	cs.Wait()
+	if !holding.Finished() || !errors.Is(holding.Err, context.Canceled) {
+		t.Errorf("the call holding the slot: finished %v, err %v", holding.Finished(), holding.Err)
+	}
+	if !waiting.Finished() || !errors.Is(waiting.Err, driver.ErrRetryable) {
+		t.Errorf("the waiting call: finished %v, err %v, want ErrRetryable (nothing sent)", waiting.Finished(), waiting.Err)
+	}
+}

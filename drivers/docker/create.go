@@ -110,7 +110,7 @@ func (d *Driver) Create(ctx context.Context, node string, spec *driver.Spec) (dr
 			return d.inspect(ctx, e, cid)
 		}},
 	)
-	m := d.newMachine(ctx, steps...)
+	m := d.newMachine(ctx, e, steps...)
 	m.cleanup = &cleanup{name: "remove after failure", call: func(ctx context.Context, failure error) error {
 		if cid == "" {
 			if isTimeout(failure) {
@@ -360,7 +360,7 @@ func (d *Driver) Delete(ctx context.Context, id string) (driver.Operation, error
 			return nil, fmt.Errorf("%w: engine %s: remove container %s: %v", driver.ErrDeleteFailed, e.cfg.Name, cid, err)
 		}
 	}}
-	return d.newMachine(ctx, stop, remove), nil
+	return d.newMachine(ctx, e, stop, remove), nil
 }
 
 // Features are what an engine runs: containers, with restart policies,

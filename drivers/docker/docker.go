@@ -72,6 +72,9 @@ type engine struct {
 	ping *client.Client // a new connection per call: see newClient
 	ext  string
 	wake chan struct{} // asks the health loop to probe now
+	// slots holds a token per container change in flight on the engine
+	// (max_in_flight; driver.Calls.GoAfter).
+	slots chan struct{}
 
 	mu     sync.Mutex
 	status driver.NodeStatus // online or offline; drain is applied when reported
@@ -131,7 +134,7 @@ func Open(ctx context.Context, opts *Options, env driver.Env) (*Driver, error) {
 			return nil, err
 		}
 		e := &engine{cfg: cfg, cli: cli, ping: ping, ext: cfg.externalAddress(), wake: make(chan struct{}, 1),
-			status: driver.NodeOffline, reason: "not yet probed", limits: map[string]driver.Resources{}}
+			slots: make(chan struct{}, opts.MaxInFlight), status: driver.NodeOffline, reason: "not yet probed", limits: map[string]driver.Resources{}}
 		d.engines = append(d.engines, e)
 		d.byName[cfg.Name] = e
 	}

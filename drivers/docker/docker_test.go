@@ -195,6 +195,8 @@ func TestOptionsValidate(t *testing.T) {
 		{"host and engines", map[string]any{"host": "unix:///x", "engines": `[{"name":"a","address":"unix:///x"}]`}, "host"},
 		{"bad api version", map[string]any{"api_version": "2"}, "api_version"},
 		{"zero timeout", map[string]any{"call_timeout": "0s"}, "call_timeout"},
+		{"no change in flight", map[string]any{"max_in_flight": 0}, "max_in_flight"},
+		{"too many changes in flight", map[string]any{"max_in_flight": "5000"}, "max_in_flight"},
 		{"negative usage interval", map[string]any{"usage_interval": "-1s"}, "usage_interval"},
 		{"wrong type", map[string]any{"pull": "maybe"}, "pull"},
 	}

@@ -53,17 +53,19 @@ type cleanup struct {
 	call func(ctx context.Context, failure error) error
 }
 
-// newMachine returns an operation bound to ctx, which bounds every step.
-func (d *Driver) newMachine(ctx context.Context, steps ...step) *machine {
+// newMachine returns an operation on engine e bound to ctx, which bounds
+// every step.
+func (d *Driver) newMachine(ctx context.Context, e *engine, steps ...step) *machine {
 	m := &machine{d: d, steps: steps}
-	m.start = func(s step) *driver.Call { return d.launch(ctx, s) }
+	m.start = func(s step) *driver.Call { return d.launch(ctx, e, s) }
 	return m
 }
 
-// launch runs s in the background under ctx with the call timeout (and the
-// step's extra time). Close cancels it and waits for it.
-func (d *Driver) launch(ctx context.Context, s step) *driver.Call {
-	return d.calls.Go(ctx, d.opts.CallTimeout+s.extra, s.name, s.call)
+// launch runs s in the background under ctx once one of e's slots is free
+// (max_in_flight), with the call timeout (and the step's extra time) from
+// then. Close cancels it and waits for it.
+func (d *Driver) launch(ctx context.Context, e *engine, s step) *driver.Call {
+	return d.calls.GoAfter(ctx, e.slots, d.opts.CallTimeout+s.extra, s.name, s.call)
 }
 
 // Advance starts the next step or collects the finished one; it never

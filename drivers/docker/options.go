@@ -28,9 +28,15 @@ type Options struct {
 	BackoffMin   time.Duration `option:"backoff_min" help:"first retry delay for an engine that stopped answering"`
 	BackoffMax   time.Duration `option:"backoff_max" help:"longest retry delay for an offline engine"`
 	StopGrace    time.Duration `option:"stop_grace" help:"how long Delete waits after SIGTERM before killing the container"`
-	Network      string        `option:"network" help:"network for containers whose spec names neither a network mode nor networks (engine default when empty)"`
-	UserDataPath string        `option:"user_data_path" help:"file in the container that receives the spec's user data"`
-	Pull         bool          `option:"pull" help:"let Preload try the registry before copying an image from another engine"`
+	// MaxInFlight bounds the container changes (create, start, stop,
+	// remove, and what a create does between them) sent to one engine at
+	// once. The engine performs starts largely one after another: a start
+	// it has queued past call_timeout would be undone and made again,
+	// while one waiting here has not started its call_timeout.
+	MaxInFlight  int    `option:"max_in_flight" help:"the most container changes (create, start, stop, remove) in flight on one engine at once; more wait their turn in Berth, before their call_timeout starts"`
+	Network      string `option:"network" help:"network for containers whose spec names neither a network mode nor networks (engine default when empty)"`
+	UserDataPath string `option:"user_data_path" help:"file in the container that receives the spec's user data"`
+	Pull         bool   `option:"pull" help:"let Preload try the registry before copying an image from another engine"`
 	// UsageInterval is how often each online engine's use is measured for
 	// Node.InUse: one stats call per running Berth container.
 	UsageInterval time.Duration `option:"usage_interval" help:"how often each engine's in-use cpus and memory are measured (one stats call per running Berth container); 0 turns it off"`
@@ -73,6 +79,7 @@ func defaultOptions() *Options {
 		BackoffMin:    time.Second,
 		BackoffMax:    time.Minute,
 		StopGrace:     10 * time.Second,
+		MaxInFlight:   8,
 		UserDataPath:  "/berth/user-data",
 		Pull:          true,
 		UsageInterval: 15 * time.Second,
@@ -127,6 +134,9 @@ func (o *Options) check() ([]*tls.Config, error) {
 	}
 	if o.UsageInterval > 0 && o.UsageInterval < 100*time.Millisecond {
 		es.Add("usage_interval", "%s: want 0 (off) or at least 100ms: each round asks every engine for every container's stats", o.UsageInterval)
+	}
+	if o.MaxInFlight < 1 || o.MaxInFlight > 1024 {
+		es.Add("max_in_flight", "%d: want 1 to 1024", o.MaxInFlight)
 	}
 	if o.StopGrace < 0 {
 		es.Add("stop_grace", "%s: must not be negative", o.StopGrace)
