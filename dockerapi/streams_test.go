@@ -12,6 +12,7 @@ import (
 
 	"github.com/berth-dev/berth/dockerapi"
 	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/reconciler"
 	"github.com/berth-dev/berth/scheduler"
 )
 
@@ -35,13 +36,18 @@ func TestStreamsOutliveWriteTimeout(t *testing.T) {
 	}
 	defer resp.Body.Close()
 	time.Sleep(time.Second) // past the write deadline
-	if _, err := e.plane.Submit(context.Background(), scheduler.Request{Spec: driver.Spec{Name: "late", Image: helloImage}}, "team"); err != nil {
+	ack, err := e.plane.Submit(context.Background(), scheduler.Request{Spec: driver.Spec{Name: "late", Image: helloImage}}, "team")
+	if err != nil {
 		t.Fatal(err)
 	}
 	line, err := bufio.NewReader(resp.Body).ReadString('\n')
 	if err != nil || !strings.Contains(line, `"name":"late"`) {
 		t.Fatalf("the events stream after the write deadline: %q, %v", line, err)
 	}
+	// Its launch ends before the test does: a create still in the engine
+	// when the plane stops could make its container after the cleanup
+	// looked.
+	e.waitPhase(t, ack.Instances[0].Instance.ID, reconciler.Running)
 	http.DefaultClient.CloseIdleConnections()
 }
 
