@@ -146,8 +146,8 @@ type Cluster struct {
 	LogsFile string
 
 	dir string
-	// stopping is closed by Stop; keeper is KWOK's keeper goroutine
-	// (keepKWOK).
+	// stopping is closed by Stop, before it takes mu; keeper is KWOK's
+	// keeper goroutine (keepKWOK). Lock order: mu is a leaf.
 	stopping chan struct{}
 	stopOnce sync.Once
 	keeper   sync.WaitGroup
@@ -162,7 +162,9 @@ type proc struct {
 	log   string
 	stdin io.Closer
 	out   *bufio.Reader // its standard output, when start was given env
-	done  chan struct{}
+	// logFile is closed by wait, which closes done once the child ended.
+	logFile *os.File
+	done    chan struct{}
 }
 
 // Start starts etcd, kube-apiserver and KWOK with their files in dir (a
@@ -321,31 +323,32 @@ const kwokRestarts = 5
 // its own ("fatal error: concurrent map writes" in its CEL evaluation),
 // and it keeps no state that a new process would lack (the API server
 // holds it all). The log of an ended run is kept as kwok.log.N; Logs
-// gives the current one's.
+// gives the current one's. One goroutine, started here, waits for every
+// KWOK process in turn, so that a restart during a test starts none that
+// the test's leak check would see.
 func (c *Cluster) keepKWOK(path string, args []string) error {
-	p, err := c.start("kwok", path, args, nil)
+	p, err := c.launch("kwok", path, args, nil)
 	if err != nil {
 		return err
 	}
 	c.keeper.Add(1)
 	go func() {
 		defer c.keeper.Done()
-		for n := 1; n <= kwokRestarts; n++ {
-			select {
-			case <-c.stopping:
-				return
-			case <-p.done:
-			}
+		for n := 1; ; n++ {
+			p.wait()
 			select {
 			case <-c.stopping:
 				return
 			default:
 			}
+			if n > kwokRestarts {
+				return
+			}
 			_ = os.Rename(p.log, p.log+"."+strconv.Itoa(n))
 			c.mu.Lock()
 			c.procs = slices.DeleteFunc(c.procs, func(q *proc) bool { return q == p })
 			c.mu.Unlock()
-			next, err := c.start("kwok", path, args, nil)
+			next, err := c.launch("kwok", path, args, nil)
 			if err != nil {
 				return
 			}
@@ -595,8 +598,30 @@ func (c *Cluster) AppendLog(stream, line string) error {
 }
 
 // start starts a child in its own process group, which dies with the test
-// process (Pdeathsig) and which Stop kills whole.
+// process (Pdeathsig) and which Stop kills whole, and waits for it in a
+// goroutine of its own.
 func (c *Cluster) start(name, path string, args, env []string) (*proc, error) {
+	p, err := c.launch(name, path, args, env)
+	if err != nil {
+		return nil, err
+	}
+	go p.wait()
+	return p, nil
+}
+
+// errStopping refuses a child started while Stop runs.
+var errStopping = errors.New("k8stest: the cluster is stopping")
+
+// launch starts a child as start does; the caller calls its wait. It
+// starts nothing once Stop has begun.
+func (c *Cluster) launch(name, path string, args, env []string) (*proc, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	select {
+	case <-c.stopping:
+		return nil, errStopping
+	default:
+	}
 	logPath := filepath.Join(c.dir, name+".log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
@@ -624,19 +649,19 @@ func (c *Cluster) start(name, path string, args, env []string) (*proc, error) {
 		logFile.Close()
 		return nil, fmt.Errorf("k8stest: start %s: %w", name, err)
 	}
-	p := &proc{name: name, cmd: cmd, log: logPath, stdin: stdin, done: make(chan struct{})}
+	p := &proc{name: name, cmd: cmd, log: logPath, logFile: logFile, stdin: stdin, done: make(chan struct{})}
 	if out != nil {
 		p.out = bufio.NewReader(out)
 	}
-	go func() {
-		_ = cmd.Wait()
-		logFile.Close()
-		close(p.done)
-	}()
-	c.mu.Lock()
 	c.procs = append(c.procs, p)
-	c.mu.Unlock()
 	return p, nil
+}
+
+// wait waits for the child to end, then closes done.
+func (p *proc) wait() {
+	_ = p.cmd.Wait()
+	p.logFile.Close()
+	close(p.done)
 }
 
 // waitLine waits until r gives line (the child is up) or ctx ends.
@@ -699,7 +724,7 @@ func (c *Cluster) waitReady(ctx context.Context, api *proc, roots *x509.CertPool
 // and waits for them.
 func (c *Cluster) Stop() {
 	c.stopOnce.Do(func() { close(c.stopping) })
-	c.keeper.Wait()
+	defer c.keeper.Wait()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i := len(c.procs) - 1; i >= 0; i-- {
