@@ -32,17 +32,21 @@ const (
 // driven by re-queueing their task after each Advance, so a few workers
 // drive any number of them. While creates wait for workers there are
 // hundreds of thousands of tasks (a create and a tick for each): a task
-// is 64 bytes and an operation's state 112.
+// is 64 bytes, and a create's operation state (112 bytes) is made only
+// when a worker first takes it.
 type task struct {
 	id  string // instance id
 	due time.Time
 	seq uint64
 	// taskOp is nil for a tick (which every instance being created or
-	// deleted has, besides its operation's task: most tasks are ticks),
-	// set for every other kind.
+	// deleted has, besides its operation's task: most tasks are ticks)
+	// and for a create no worker has taken yet (opOf makes it), set for
+	// every other kind.
 	*taskOp
 	index int32
 	kind  taskKind
+	// createAdopt is the adopt of a create whose taskOp is not made yet.
+	createAdopt bool
 }
 
 // taskOp is the state of a task that drives operations on a back-end.
@@ -359,9 +363,16 @@ func (s *state) startOp(rt *runtime, in *reconciler.Instance, kind taskKind, ado
 		}
 		rt.abortLocked(t)
 	}
-	t := &task{kind: kind, id: in.ID, due: s.now(), taskOp: &taskOp{prov: p, adopt: adopt, start: s.now()}}
-	if !ok {
-		t.prov = nil
+	t := &task{kind: kind, id: in.ID, due: s.now()}
+	switch {
+	case kind == taskCreate:
+		// Creates may wait long for a worker: the operation's state is
+		// made when one takes it (createOp), its start being due.
+		t.createAdopt = adopt
+	case ok:
+		t.taskOp = &taskOp{prov: p, start: t.due}
+	default:
+		t.taskOp = &taskOp{start: t.due}
 	}
 	rt.ops[in.ID] = t
 	rt.push(t)
@@ -442,6 +453,12 @@ func (rt *runtime) finish(t *task) {
 // abortLocked abandons t: its operations' context ends and its results are
 // ignored. rt.mu must be held.
 func (rt *runtime) abortLocked(t *task) {
+	if t.taskOp == nil {
+		if t.kind == taskTick {
+			return
+		}
+		t.taskOp = &taskOp{} // a create no worker took: it never will
+	}
 	t.aborted = true
 	if t.cancel != nil {
 		t.cancel()
@@ -452,7 +469,7 @@ func (rt *runtime) abortLocked(t *task) {
 func (rt *runtime) aborted(t *task) bool {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	return t.aborted
+	return t.taskOp != nil && t.aborted
 }
 
 // opContext returns the context t's operations are started with: derived
@@ -488,6 +505,10 @@ func (s *state) launchQueued(rt *runtime, id string) (time.Time, bool) {
 	t, busy := rt.ops[id]
 	if !busy || t.kind != taskCreate {
 		return time.Time{}, false
+	}
+	if t.taskOp == nil {
+		// No worker took the create yet: it started when it was due.
+		return s.now().Add(in.Deadline.Sub(t.due)), true
 	}
 	timeout := in.Deadline.Sub(t.start)
 	if t.issued.IsZero() {
@@ -614,6 +635,7 @@ func (s *state) workCreate(ctx context.Context, rt *runtime, t *task) {
 		rt.finish(t)
 		return
 	}
+	s.createOp(rt, t, in.Provider)
 	if t.prov == nil {
 		s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.CreateFailed, Err: driver.Errorf(driver.ErrPermanent, "provider %q is not configured", in.Provider)}, true)
 		return
@@ -691,6 +713,17 @@ func (s *state) workCreate(ctx context.Context, rt *runtime, t *task) {
 		if rt.current(t) {
 			s.again(rt, t, p.Wait)
 		}
+	}
+}
+
+// createOp makes the operation state of t, a create, when a worker first
+// takes it: its provider is prov's (nil when it is not configured) and it
+// started when it was first due.
+func (s *state) createOp(rt *runtime, t *task, prov string) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if t.taskOp == nil {
+		t.taskOp = &taskOp{prov: s.provs[prov], adopt: t.createAdopt, start: t.due}
 	}
 }
 
