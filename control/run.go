@@ -31,9 +31,9 @@ const (
 // task is one unit of reconciler work, due at a time. Operations are
 // driven by re-queueing their task after each Advance, so a few workers
 // drive any number of them. While creates wait for workers there are
-// hundreds of thousands of tasks (a create and a tick for each): a task
-// is 64 bytes, and a create's operation state (112 bytes) is made only
-// when a worker first takes it.
+// hundreds of thousands of them: a task is 64 bytes, a create's operation
+// state (112 bytes) is made only when a worker first takes it, and so is
+// its instance's tick (see perform).
 type task struct {
 	id  string // instance id
 	due time.Time
@@ -278,9 +278,19 @@ func (s *state) perform(in reconciler.Instance, acts []reconciler.Action, direct
 		// is not needed.
 		s.untick(rt, in.ID)
 	}
+	// held is the earliest wake held back while the instance's create
+	// waits for a worker: the worker arms it when it takes the create
+	// (takeCreate), as the launch timeout counts from then anyway.
+	var held time.Time
 	for _, a := range acts {
 		if slices.Contains(direct, a.Kind) {
 			out = append(out, a)
+			continue
+		}
+		if a.Kind == reconciler.Wake && rt != nil && rt.createWaits(in.ID) {
+			if held.IsZero() || a.At.Before(held) {
+				held = a.At
+			}
 			continue
 		}
 		switch a.Kind {
@@ -320,13 +330,31 @@ func (s *state) perform(in reconciler.Instance, acts []reconciler.Action, direct
 			s.startSide(rt, &in, taskStart, reconciler.Ref{})
 		}
 	}
+	if !held.IsZero() && !rt.createWaits(in.ID) {
+		// The create was abandoned by a later action: no worker will arm
+		// the wake.
+		s.tickAt(rt, in.ID, held)
+	}
 	return out
+}
+
+// createWaits reports whether instance id has a create no worker took yet.
+func (rt *runtime) createWaits(id string) bool {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	t, ok := rt.ops[id]
+	return ok && t.kind == taskCreate && t.taskOp == nil
 }
 
 // tickAt schedules a Tick of instance id at (or before) at.
 func (s *state) tickAt(rt *runtime, id string, at time.Time) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
+	rt.tickLocked(id, at)
+}
+
+// tickLocked is tickAt with rt.mu held.
+func (rt *runtime) tickLocked(id string, at time.Time) {
 	if t, ok := rt.ticks[id]; ok {
 		if !t.due.After(at) {
 			return
@@ -457,7 +485,11 @@ func (rt *runtime) abortLocked(t *task) {
 		if t.kind == taskTick {
 			return
 		}
-		t.taskOp = &taskOp{} // a create no worker took: it never will
+		// A create no worker took: none will, nor arm the wakes held
+		// back for it (perform). A tick now wakes the instance again at
+		// its deadline.
+		t.taskOp = &taskOp{}
+		rt.tickLocked(t.id, t.due)
 	}
 	t.aborted = true
 	if t.cancel != nil {
@@ -630,12 +662,20 @@ func (s *state) workCreate(ctx context.Context, rt *runtime, t *task) {
 	if !rt.current(t) {
 		return
 	}
+	took := rt.takeCreate(t)
 	in, ok := s.get(t.id)
+	if took && ok {
+		// Read after the take: every wake held back for the create
+		// (perform) is at this deadline or later.
+		t.prov = s.provs[in.Provider]
+		if !in.Deadline.IsZero() {
+			s.tickAt(rt, t.id, in.Deadline)
+		}
+	}
 	if !ok || in.Phase != reconciler.Creating {
 		rt.finish(t)
 		return
 	}
-	s.createOp(rt, t, in.Provider)
 	if t.prov == nil {
 		s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.CreateFailed, Err: driver.Errorf(driver.ErrPermanent, "provider %q is not configured", in.Provider)}, true)
 		return
@@ -716,15 +756,18 @@ func (s *state) workCreate(ctx context.Context, rt *runtime, t *task) {
 	}
 }
 
-// createOp makes the operation state of t, a create, when a worker first
-// takes it: its provider is prov's (nil when it is not configured) and it
-// started when it was first due.
-func (s *state) createOp(rt *runtime, t *task, prov string) {
+// takeCreate makes the operation state of t, a create in flight, when a
+// worker first takes it, and reports whether it did: then the worker sets
+// its provider (read by the worker alone) and arms the wakes perform held
+// back. The create started when it was first due.
+func (rt *runtime) takeCreate(t *task) bool {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	if t.taskOp == nil {
-		t.taskOp = &taskOp{prov: s.provs[prov], adopt: t.createAdopt, start: t.due}
+	if t.taskOp != nil || rt.ops[t.id] != t {
+		return false
 	}
+	t.taskOp = &taskOp{adopt: t.createAdopt, start: t.due}
+	return true
 }
 
 // adopt takes over found, an existing copy of t's instance: a running or
