@@ -121,8 +121,13 @@ func (a *admission) build() error {
 		spec.Name = ""
 		a.specs = append(a.specs, &spec)
 		for i := range r.N() {
+			id := r.InstanceID(i)
+			name := id
+			if r.Name != "" {
+				name = instanceName(r, i)
+			}
 			a.recs = append(a.recs, &reconciler.Instance{
-				ID: r.InstanceID(i), Name: instanceName(r, i), Spec: &spec, Phase: reconciler.Pending,
+				ID: id, Name: name, Spec: &spec, Phase: reconciler.Pending,
 				Owner: pt.owner, Pool: pt.pool, Label: pt.label, Group: r.Group, Request: r.ID,
 				Priority: r.Priority, Created: a.now, Updated: a.now,
 			})
@@ -183,6 +188,14 @@ func (a *admission) settle() {
 	s := a.s
 	for _, in := range a.recs {
 		pl, ok := a.byID[in.ID]
+		if ok {
+			// The scheduler's ledger keeps the instance's id for as long
+			// as the record: both hold the one copy.
+			if in.Name == in.ID {
+				in.Name = pl.Instance
+			}
+			in.ID = pl.Instance
+		}
 		if !ok {
 			in.Message = a.reasons[in.Request+"#"+strconv.Itoa(indexOf(in))]
 			if in.Message == "" {

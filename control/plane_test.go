@@ -377,6 +377,52 @@ func TestLaunchTimeoutDeletesWhatMayExistAndRetries(t *testing.T) {
 	})
 }
 
+// A create that waits for the worker (here behind the provider's write
+// budget) longer than the launch timeout times out only once the back-end
+// has been asked for that long: the wakes held back while it waited are
+// made when the worker takes it.
+func TestLaunchTimeoutOfCreatesThatWaited(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		opts := *sim.DefaultOptions()
+		opts.Nodes = 2
+		opts.Shape = sim.Shape{Resources: driver.Resources{CPU: driver.CPUs(4), Memory: 8 * driver.GiB}}
+		opts.HangRate = 1
+		s, err := sim.New(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Ten creates a second, one at a time: the last of twelve waits
+		// over a second for its turn.
+		prov, err := provider.New(s, provider.Config{Name: "sim", Logger: quiet, StateTTL: time.Millisecond, WriteRate: 10, WriteBurst: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = prov.Close(context.Background()) })
+		cfg := config(memory.New(memory.Options{}), prov)
+		cfg.LaunchTimeout, cfg.MaxAttempts, cfg.Workers = 200*time.Millisecond, 1, 1
+		p, _ := start(t, cfg)
+		const n = 12
+		if _, err := p.Submit(context.Background(), req("queued", n), ""); err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			in := waitPhase(t, p, fmt.Sprintf("queued-%d", i), reconciler.Failed)
+			if !strings.Contains(in.Message, "launch did not finish") {
+				t.Errorf("queued-%d failed with %q, want a launch timeout", i, in.Message)
+			}
+		}
+		creates := 0
+		for _, c := range s.Calls() {
+			if c.Op == "create" {
+				creates++
+			}
+		}
+		if creates != n {
+			t.Errorf("%d creates, want %d: each instance asked for once", creates, n)
+		}
+	})
+}
+
 func TestCrashResumeAdoptsWithoutDuplicates(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		_, prov := newSim(t, 4, func(o *sim.Options) { o.CreateLatency = 30 * time.Millisecond; o.LatencyJitter = 40 * time.Millisecond })

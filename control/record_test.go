@@ -153,6 +153,21 @@ func TestRecRoundTrip(t *testing.T) {
 			o.Resources, o.Ports = driver.Resources{CPU: 250}, []driver.PortMapping{{ContainerPort: 80, HostPort: 30080, Protocol: "tcp"}}
 		}},
 		{"seen with no resources", func(in *reconciler.Instance) { seen(in).Resources = driver.Resources{} }},
+		{"seen in a state that is not the phase", func(in *reconciler.Instance) {
+			in.Phase = reconciler.Stopping
+			seen(in).ExitCode = nil
+		}},
+		{"seen with no state", func(in *reconciler.Instance) {
+			o := seen(in)
+			o.ExitCode, o.State, o.RawState = nil, "", ""
+		}},
+		{"seen with two addresses", func(in *reconciler.Instance) {
+			o := seen(in)
+			o.ExitCode, o.Addresses = nil, []string{"10.0.12.34", "fd00::1"}
+		}},
+		{"seen with no address", func(in *reconciler.Instance) { seen(in).ExitCode, seen(in).Addresses = nil, nil }},
+		{"seen with an empty list of addresses", func(in *reconciler.Instance) { seen(in).ExitCode, seen(in).Addresses = nil, []string{} }},
+		{"seen with an empty address", func(in *reconciler.Instance) { seen(in).ExitCode, seen(in).Addresses = nil, []string{""} }},
 		{"a spec with other resources", func(in *reconciler.Instance) { in.Spec = other; seen(in).Resources = other.Resources }},
 		{"no spec", func(in *reconciler.Instance) { in.Spec = nil }},
 	}

@@ -31,18 +31,22 @@ const (
 // task is one unit of reconciler work, due at a time. Operations are
 // driven by re-queueing their task after each Advance, so a few workers
 // drive any number of them. While creates wait for workers there are
-// hundreds of thousands of tasks (a create and a tick for each): a task
-// is 64 bytes and an operation's state 112.
+// hundreds of thousands of them: a task is 64 bytes, a create's operation
+// state (112 bytes) is made only when a worker first takes it, and so is
+// its instance's tick (see perform).
 type task struct {
 	id  string // instance id
 	due time.Time
 	seq uint64
 	// taskOp is nil for a tick (which every instance being created or
-	// deleted has, besides its operation's task: most tasks are ticks),
-	// set for every other kind.
+	// deleted has, besides its operation's task: most tasks are ticks)
+	// and for a create no worker has taken yet (opOf makes it), set for
+	// every other kind.
 	*taskOp
 	index int32
 	kind  taskKind
+	// createAdopt is the adopt of a create whose taskOp is not made yet.
+	createAdopt bool
 }
 
 // taskOp is the state of a task that drives operations on a back-end.
@@ -274,9 +278,19 @@ func (s *state) perform(in reconciler.Instance, acts []reconciler.Action, direct
 		// is not needed.
 		s.untick(rt, in.ID)
 	}
+	// held is the earliest wake held back while the instance's create
+	// waits for a worker: the worker arms it when it takes the create
+	// (takeCreate), as the launch timeout counts from then anyway.
+	var held time.Time
 	for _, a := range acts {
 		if slices.Contains(direct, a.Kind) {
 			out = append(out, a)
+			continue
+		}
+		if a.Kind == reconciler.Wake && rt != nil && rt.createWaits(in.ID) {
+			if held.IsZero() || a.At.Before(held) {
+				held = a.At
+			}
 			continue
 		}
 		switch a.Kind {
@@ -316,13 +330,31 @@ func (s *state) perform(in reconciler.Instance, acts []reconciler.Action, direct
 			s.startSide(rt, &in, taskStart, reconciler.Ref{})
 		}
 	}
+	if !held.IsZero() && !rt.createWaits(in.ID) {
+		// The create was abandoned by a later action: no worker will arm
+		// the wake.
+		s.tickAt(rt, in.ID, held)
+	}
 	return out
+}
+
+// createWaits reports whether instance id has a create no worker took yet.
+func (rt *runtime) createWaits(id string) bool {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	t, ok := rt.ops[id]
+	return ok && t.kind == taskCreate && t.taskOp == nil
 }
 
 // tickAt schedules a Tick of instance id at (or before) at.
 func (s *state) tickAt(rt *runtime, id string, at time.Time) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
+	rt.tickLocked(id, at)
+}
+
+// tickLocked is tickAt with rt.mu held.
+func (rt *runtime) tickLocked(id string, at time.Time) {
 	if t, ok := rt.ticks[id]; ok {
 		if !t.due.After(at) {
 			return
@@ -359,9 +391,16 @@ func (s *state) startOp(rt *runtime, in *reconciler.Instance, kind taskKind, ado
 		}
 		rt.abortLocked(t)
 	}
-	t := &task{kind: kind, id: in.ID, due: s.now(), taskOp: &taskOp{prov: p, adopt: adopt, start: s.now()}}
-	if !ok {
-		t.prov = nil
+	t := &task{kind: kind, id: in.ID, due: s.now()}
+	switch {
+	case kind == taskCreate:
+		// Creates may wait long for a worker: the operation's state is
+		// made when one takes it (createOp), its start being due.
+		t.createAdopt = adopt
+	case ok:
+		t.taskOp = &taskOp{prov: p, start: t.due}
+	default:
+		t.taskOp = &taskOp{start: t.due}
 	}
 	rt.ops[in.ID] = t
 	rt.push(t)
@@ -442,6 +481,16 @@ func (rt *runtime) finish(t *task) {
 // abortLocked abandons t: its operations' context ends and its results are
 // ignored. rt.mu must be held.
 func (rt *runtime) abortLocked(t *task) {
+	if t.taskOp == nil {
+		if t.kind == taskTick {
+			return
+		}
+		// A create no worker took: none will, nor arm the wakes held
+		// back for it (perform). A tick now wakes the instance again at
+		// its deadline.
+		t.taskOp = &taskOp{}
+		rt.tickLocked(t.id, t.due)
+	}
 	t.aborted = true
 	if t.cancel != nil {
 		t.cancel()
@@ -452,7 +501,7 @@ func (rt *runtime) abortLocked(t *task) {
 func (rt *runtime) aborted(t *task) bool {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	return t.aborted
+	return t.taskOp != nil && t.aborted
 }
 
 // opContext returns the context t's operations are started with: derived
@@ -488,6 +537,10 @@ func (s *state) launchQueued(rt *runtime, id string) (time.Time, bool) {
 	t, busy := rt.ops[id]
 	if !busy || t.kind != taskCreate {
 		return time.Time{}, false
+	}
+	if t.taskOp == nil {
+		// No worker took the create yet: it started when it was due.
+		return s.now().Add(in.Deadline.Sub(t.due)), true
 	}
 	timeout := in.Deadline.Sub(t.start)
 	if t.issued.IsZero() {
@@ -609,7 +662,16 @@ func (s *state) workCreate(ctx context.Context, rt *runtime, t *task) {
 	if !rt.current(t) {
 		return
 	}
+	took := rt.takeCreate(t)
 	in, ok := s.get(t.id)
+	if took && ok {
+		// Read after the take: every wake held back for the create
+		// (perform) is at this deadline or later.
+		t.prov = s.provs[in.Provider]
+		if !in.Deadline.IsZero() {
+			s.tickAt(rt, t.id, in.Deadline)
+		}
+	}
 	if !ok || in.Phase != reconciler.Creating {
 		rt.finish(t)
 		return
@@ -692,6 +754,20 @@ func (s *state) workCreate(ctx context.Context, rt *runtime, t *task) {
 			s.again(rt, t, p.Wait)
 		}
 	}
+}
+
+// takeCreate makes the operation state of t, a create in flight, when a
+// worker first takes it, and reports whether it did: then the worker sets
+// its provider (read by the worker alone) and arms the wakes perform held
+// back. The create started when it was first due.
+func (rt *runtime) takeCreate(t *task) bool {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if t.taskOp != nil || rt.ops[t.id] != t {
+		return false
+	}
+	t.taskOp = &taskOp{adopt: t.createAdopt, start: t.due}
+	return true
 }
 
 // adopt takes over found, an existing copy of t's instance: a running or

@@ -153,7 +153,7 @@ func (s *Sim) Resize(ctx context.Context, id string, r driver.Resources) error {
 		return fmt.Errorf("sim: resize: %w", err)
 	}
 	return s.change("resize", id, fmt.Sprintf("cpus=%s memory=%s", r.CPU, r.Memory), func(now int64, slot uint32, in *inst) error {
-		old := in.resources()
+		old := s.resources(in)
 		next := old
 		if r.CPU != 0 {
 			next.CPU = r.CPU
@@ -170,7 +170,7 @@ func (s *Sim) Resize(ctx context.Context, id string, r driver.Resources) error {
 		if in.state == stRunning || in.state == stSuspended {
 			n.active = n.active.Sub(old).Add(next)
 		}
-		in.cpu, in.memory = next.CPU, next.Memory
+		in.size = s.internSize(next)
 		return nil
 	})
 }
@@ -365,8 +365,9 @@ func (s *Sim) Usage(ctx context.Context, id string) (*driver.Usage, error) {
 		h := mix(s.opts.Seed, uint64(slot), uint64(in.gen), uint64(now/int64(time.Minute)))
 		f := 0.05 + 0.9*unit(h)
 		g := 0.1 + 0.8*unit(mix(h))
-		u.CPU = driver.MilliCPU(float64(in.cpu) * f)
-		u.Memory = driver.Bytes(float64(in.memory) * g)
+		z := s.sizes[in.size]
+		u.CPU = driver.MilliCPU(float64(z.cpu) * f)
+		u.Memory = driver.Bytes(float64(z.memory) * g)
 	}
 	return u, nil
 }

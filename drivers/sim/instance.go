@@ -38,7 +38,7 @@ var stateNames = [...]driver.State{
 // inst is one simulated instance, kept compact and free of pointers but
 // for the rare extra: a million of them must fit in well under a gigabyte
 // and cost the garbage collector next to nothing. Its name and tags live in
-// its chunk's arena.
+// its chunk's arena, its size in Sim.sizes. It is 80 bytes.
 type inst struct {
 	x        *extra
 	gen      uint32
@@ -53,14 +53,11 @@ type inst struct {
 	hasExit  bool
 	exitCode int16
 	tagSet   uint16 // the tags it shares with others: index into Sim.tagSets
+	size     uint32 // index into Sim.sizes
 	due      int64  // when the create or delete in progress finishes
 	created  int64
 	started  int64
 	finished int64
-	cpu      driver.MilliCPU
-	memory   driver.Bytes
-	disk     driver.Bytes
-	gpus     int64
 }
 
 // extra holds what most instances do not have.
@@ -75,8 +72,9 @@ type extra struct {
 
 // resources returns what the instance reserves. Other is shared: callers
 // that hand it out clone it.
-func (in *inst) resources() driver.Resources {
-	r := driver.Resources{CPU: in.cpu, Memory: in.memory, Disk: in.disk, GPUs: in.gpus}
+func (s *Sim) resources(in *inst) driver.Resources {
+	z := s.sizes[in.size]
+	r := driver.Resources{CPU: z.cpu, Memory: z.memory, Disk: z.disk, GPUs: z.gpus}
 	if in.x != nil {
 		r.Other = in.x.other
 	}
@@ -188,7 +186,7 @@ func (s *Sim) snapshotNoTags(slot uint32, in *inst, now int64) *driver.Instance 
 		RawState:  string(stateNames[in.state]),
 		Message:   in.message(),
 		Addresses: []string{address(slot)},
-		Resources: in.resources(),
+		Resources: s.resources(in),
 		Created:   time.Unix(0, in.created),
 	}
 	if len(out.Resources.Other) > 0 {
@@ -227,7 +225,7 @@ func (s *Sim) stateOf(in *inst, now int64) driver.State {
 func (s *Sim) setRunning(slot uint32, in *inst, at int64, ev driver.EventType) {
 	if in.state != stRunning && in.state != stSuspended {
 		n := &s.nodes[in.node]
-		n.active = n.active.Add(in.resources())
+		n.active = n.active.Add(s.resources(in))
 	}
 	in.state = stRunning
 	in.starts++
@@ -242,7 +240,7 @@ func (s *Sim) setRunning(slot uint32, in *inst, at int64, ev driver.EventType) {
 func (s *Sim) setEnded(slot uint32, in *inst, st uint8, code int, at int64, ev driver.EventType) {
 	if in.state == stRunning || in.state == stSuspended {
 		n := &s.nodes[in.node]
-		n.active = n.active.Sub(in.resources())
+		n.active = n.active.Sub(s.resources(in))
 	}
 	in.state = st
 	in.finished = at
@@ -254,7 +252,7 @@ func (s *Sim) setEnded(slot uint32, in *inst, st uint8, code int, at int64, ev d
 // release frees the instance's slot and everything it held on its node.
 func (s *Sim) release(slot uint32, in *inst, at int64) {
 	n := &s.nodes[in.node]
-	r := in.resources()
+	r := s.resources(in)
 	n.reserved = n.reserved.Sub(r)
 	if in.state == stRunning || in.state == stSuspended {
 		n.active = n.active.Sub(r)
@@ -371,10 +369,7 @@ func (s *Sim) Create(ctx context.Context, nodeName string, spec *driver.Spec) (d
 		nameLen: uint8(len(spec.Name)),
 		image:   s.internImage(image),
 		kind:    kindCode(spec.KindOrDefault()),
-		cpu:     spec.CPU,
-		memory:  spec.Memory,
-		disk:    spec.Disk,
-		gpus:    spec.GPUs,
+		size:    s.internSize(spec.Resources),
 		created: now,
 	}
 	if len(spec.Other) > 0 || len(spec.Labels) > 0 || len(ports) > 0 || spec.Env[EnvStdout] != "" || spec.Env[EnvStderr] != "" {
@@ -389,7 +384,7 @@ func (s *Sim) Create(ctx context.Context, nodeName string, spec *driver.Spec) (d
 		}
 		n.images[image] = true
 	}
-	n.reserved = n.reserved.Add(in.resources())
+	n.reserved = n.reserved.Add(s.resources(in))
 	n.instances++
 	s.live++
 	if spec.Name != "" {
@@ -692,7 +687,7 @@ type Placement struct {
 func (s *Sim) Placements(ctx context.Context, fn func(*Placement) error) error {
 	var p Placement
 	return s.walk(nil, func(slot uint32, in *inst, now int64) error {
-		p = Placement{Node: s.nodes[in.node].name, Resources: in.resources()}
+		p = Placement{Node: s.nodes[in.node].name, Resources: s.resources(in)}
 		if len(p.Resources.Other) > 0 {
 			p.Resources.Other = maps.Clone(p.Resources.Other)
 		}

@@ -65,6 +65,10 @@ type Sim struct {
 	names   nameTable         // instance name -> slot
 	images  []string          // interned image names; 0 is no image
 	imageID map[string]uint32 // image name -> index in images
+	// sizes are the sizes instances have, interned: few, where
+	// instances are many. sizeID indexes them.
+	sizes  []size
+	sizeID map[size]uint32
 	// tagSets are the tags instances share, encoded (see splitTags); 0
 	// is none. tagSetID indexes them by their encoding.
 	tagSets  [][]byte
@@ -110,6 +114,7 @@ func New(opts Options) (*Sim, error) {
 		byNode:  map[string]int32{},
 		images:  []string{""},
 		imageID: map[string]uint32{"": 0},
+		sizes:   []size{{}}, sizeID: map[size]uint32{{}: 0},
 		tagSets: [][]byte{nil}, tagSetID: map[string]uint16{"": 0},
 		pending: map[*createOp]func() bool{},
 		done:    make(chan struct{}),
@@ -158,6 +163,26 @@ func (s *Sim) internImage(image string) uint32 {
 	id := uint32(len(s.images))
 	s.images = append(s.images, image)
 	s.imageID[image] = id
+	return id
+}
+
+// size is an instance's resources but Other (kept in its extra).
+type size struct {
+	cpu    driver.MilliCPU
+	memory driver.Bytes
+	disk   driver.Bytes
+	gpus   int64
+}
+
+// internSize returns the index of r's size in s.sizes, adding it if new.
+func (s *Sim) internSize(r driver.Resources) uint32 {
+	z := size{cpu: r.CPU, memory: r.Memory, disk: r.Disk, gpus: r.GPUs}
+	if id, ok := s.sizeID[z]; ok {
+		return id
+	}
+	id := uint32(len(s.sizes))
+	s.sizes = append(s.sizes, z)
+	s.sizeID[z] = id
 	return id
 }
 
