@@ -662,9 +662,12 @@ func (s *state) workCreate(ctx context.Context, rt *runtime, t *task) {
 	if !rt.current(t) {
 		return
 	}
-	took := rt.takeCreate(t)
+	first, live := rt.takeCreate(t)
+	if !live {
+		return // abandoned before a worker took it, or since: ignored
+	}
 	in, ok := s.get(t.id)
-	if took && ok {
+	if first && ok {
 		// Read after the take: every wake held back for the create
 		// (perform) is at this deadline or later.
 		t.prov = s.provs[in.Provider]
@@ -757,17 +760,23 @@ func (s *state) workCreate(ctx context.Context, rt *runtime, t *task) {
 }
 
 // takeCreate makes the operation state of t, a create in flight, when a
-// worker first takes it, and reports whether it did: then the worker sets
-// its provider (read by the worker alone) and arms the wakes perform held
-// back. The create started when it was first due.
-func (rt *runtime) takeCreate(t *task) bool {
+// worker first takes it, and reports whether it did (first: then the
+// worker sets its provider, read by the worker alone, and arms the wakes
+// perform held back; the create started when it was first due) and
+// whether t is still to be worked on (live: not abandoned, by a later
+// operation of its instance or by finish, before or since).
+func (rt *runtime) takeCreate(t *task) (first, live bool) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	if t.taskOp != nil || rt.ops[t.id] != t {
-		return false
+	switch {
+	case t.taskOp != nil:
+		return false, !t.aborted
+	case rt.ops[t.id] != t:
+		rt.abortLocked(t) // arms the wake held back for it
+		return false, false
 	}
 	t.taskOp = &taskOp{adopt: t.createAdopt, start: t.due}
-	return true
+	return true, true
 }
 
 // adopt takes over found, an existing copy of t's instance: a running or
