@@ -73,7 +73,7 @@ type extra struct {
 // resources returns what the instance reserves. Other is shared: callers
 // that hand it out clone it.
 func (s *Sim) resources(in *inst) driver.Resources {
-	z := s.sizes[in.size]
+	z := s.sizes.at(in.size)
 	r := driver.Resources{CPU: z.cpu, Memory: z.memory, Disk: z.disk, GPUs: z.gpus}
 	if in.x != nil {
 		r.Other = in.x.other
@@ -181,7 +181,7 @@ func (s *Sim) snapshotNoTags(slot uint32, in *inst, now int64) *driver.Instance 
 		Name:      s.nameOf(slot, in),
 		Node:      s.nodes[in.node].name,
 		Kind:      kinds[in.kind],
-		Image:     s.images[in.image],
+		Image:     s.images.at(in.image),
 		State:     stateNames[in.state],
 		RawState:  string(stateNames[in.state]),
 		Message:   in.message(),
@@ -367,9 +367,9 @@ func (s *Sim) Create(ctx context.Context, nodeName string, spec *driver.Spec) (d
 		off:     off,
 		tagsLen: tagsLen,
 		nameLen: uint8(len(spec.Name)),
-		image:   s.internImage(image),
+		image:   s.images.id(image),
 		kind:    kindCode(spec.KindOrDefault()),
-		size:    s.internSize(spec.Resources),
+		size:    s.sizeID(spec.Resources),
 		created: now,
 	}
 	if len(spec.Other) > 0 || len(spec.Labels) > 0 || len(ports) > 0 || spec.Env[EnvStdout] != "" || spec.Env[EnvStderr] != "" {

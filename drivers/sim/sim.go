@@ -55,20 +55,17 @@ type Sim struct {
 	// those of the last one.
 	epoch string
 
-	mu      sync.Mutex
-	rng     *rand.Rand
-	nodes   []node
-	byNode  map[string]int32
-	chunks  []*chunk
-	free    []uint32 // free instance slots, reused last in first out
-	live    int
-	names   nameTable         // instance name -> slot
-	images  []string          // interned image names; 0 is no image
-	imageID map[string]uint32 // image name -> index in images
-	// sizes are the sizes instances have, interned: few, where
-	// instances are many. sizeID indexes them.
-	sizes  []size
-	sizeID map[size]uint32
+	mu     sync.Mutex
+	rng    *rand.Rand
+	nodes  []node
+	byNode map[string]int32
+	chunks []*chunk
+	free   []uint32 // free instance slots, reused last in first out
+	live   int
+	names  nameTable        // instance name -> slot
+	images interned[string] // image names; 0 is no image
+	// sizes are the sizes instances have: few, where instances are many.
+	sizes interned[size]
 	// tagSets are the tags instances share, encoded (see splitTags); 0
 	// is none. tagSetID indexes them by their encoding.
 	tagSets  [][]byte
@@ -112,9 +109,8 @@ func New(opts Options) (*Sim, error) {
 		pools:   opts.pools(),
 		rng:     rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
 		byNode:  map[string]int32{},
-		images:  []string{""},
-		imageID: map[string]uint32{"": 0},
-		sizes:   []size{{}}, sizeID: map[size]uint32{{}: 0},
+		images:  newInterned[string](),
+		sizes:   newInterned[size](),
 		tagSets: [][]byte{nil}, tagSetID: map[string]uint16{"": 0},
 		pending: map[*createOp]func() bool{},
 		done:    make(chan struct{}),
@@ -155,16 +151,31 @@ func (s *Sim) slot(i uint32) *inst {
 
 func (s *Sim) chunkOf(i uint32) *chunk { return s.chunks[i>>chunkBits] }
 
-// internImage returns the index of image in s.images, adding it if new.
-func (s *Sim) internImage(image string) uint32 {
-	if id, ok := s.imageID[image]; ok {
+// interned is a table of distinct values, each known by the index it was
+// first added at; index 0 is the zero value.
+type interned[T comparable] struct {
+	vals []T
+	ids  map[T]uint32
+}
+
+func newInterned[T comparable]() interned[T] {
+	var zero T
+	return interned[T]{vals: []T{zero}, ids: map[T]uint32{zero: 0}}
+}
+
+// id returns the index of v, adding it if new.
+func (t *interned[T]) id(v T) uint32 {
+	if id, ok := t.ids[v]; ok {
 		return id
 	}
-	id := uint32(len(s.images))
-	s.images = append(s.images, image)
-	s.imageID[image] = id
+	id := uint32(len(t.vals))
+	t.vals = append(t.vals, v)
+	t.ids[v] = id
 	return id
 }
+
+// at returns the value at index id.
+func (t *interned[T]) at(id uint32) T { return t.vals[id] }
 
 // size is an instance's resources but Other (kept in its extra).
 type size struct {
@@ -174,16 +185,9 @@ type size struct {
 	gpus   int64
 }
 
-// internSize returns the index of r's size in s.sizes, adding it if new.
-func (s *Sim) internSize(r driver.Resources) uint32 {
-	z := size{cpu: r.CPU, memory: r.Memory, disk: r.Disk, gpus: r.GPUs}
-	if id, ok := s.sizeID[z]; ok {
-		return id
-	}
-	id := uint32(len(s.sizes))
-	s.sizes = append(s.sizes, z)
-	s.sizeID[z] = id
-	return id
+// sizeID returns the index of r's size (but Other) in s.sizes.
+func (s *Sim) sizeID(r driver.Resources) uint32 {
+	return s.sizes.id(size{cpu: r.CPU, memory: r.Memory, disk: r.Disk, gpus: r.GPUs})
 }
 
 // splitTags splits the tags of an instance being created into the set it
