@@ -81,19 +81,9 @@ func callAt(s *sim.Sim, op, id string) int {
 // listLog, whose after hook may be set before the plane starts.
 func newListedSim(t *testing.T, nodes int) (*sim.Sim, *provider.Provider, *listLog) {
 	t.Helper()
-	opts := *sim.DefaultOptions()
-	opts.Nodes = nodes
-	opts.Shape = sim.Shape{Resources: driver.Resources{CPU: driver.CPUs(4), Memory: 8 * driver.GiB}}
-	s, err := sim.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lists := &listLog{s: s}
-	prov, err := provider.New(s, provider.Config{Name: "sim", Logger: quiet, StateTTL: time.Millisecond, Observer: lists})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = prov.Close(context.Background()) })
+	lists := &listLog{}
+	s, prov := newSimWith(t, nodes, nil, provider.Config{Observer: lists})
+	lists.s = s // before anything is listed: the plane is not started
 	return s, prov, lists
 }
 

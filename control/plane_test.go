@@ -42,6 +42,13 @@ var quiet = func() *slog.Logger {
 // a provider named "sim", closed at the end of the test.
 func newSim(t *testing.T, nodes int, tune func(*sim.Options)) (*sim.Sim, *provider.Provider) {
 	t.Helper()
+	return newSimWith(t, nodes, tune, provider.Config{})
+}
+
+// newSimWith is newSim with the provider configured as pc (its name,
+// logger and state cache set as newSim's).
+func newSimWith(t *testing.T, nodes int, tune func(*sim.Options), pc provider.Config) (*sim.Sim, *provider.Provider) {
+	t.Helper()
 	opts := *sim.DefaultOptions()
 	opts.Nodes = nodes
 	opts.Shape = sim.Shape{Resources: driver.Resources{CPU: driver.CPUs(4), Memory: 8 * driver.GiB}}
@@ -52,7 +59,8 @@ func newSim(t *testing.T, nodes int, tune func(*sim.Options)) (*sim.Sim, *provid
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := provider.New(s, provider.Config{Name: "sim", Logger: quiet, StateTTL: time.Millisecond})
+	pc.Name, pc.Logger, pc.StateTTL = "sim", quiet, time.Millisecond
+	p, err := provider.New(s, pc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -383,21 +391,9 @@ func TestLaunchTimeoutDeletesWhatMayExistAndRetries(t *testing.T) {
 // made when the worker takes it.
 func TestLaunchTimeoutOfCreatesThatWaited(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		opts := *sim.DefaultOptions()
-		opts.Nodes = 2
-		opts.Shape = sim.Shape{Resources: driver.Resources{CPU: driver.CPUs(4), Memory: 8 * driver.GiB}}
-		opts.HangRate = 1
-		s, err := sim.New(opts)
-		if err != nil {
-			t.Fatal(err)
-		}
 		// Ten creates a second, one at a time: the last of twelve waits
 		// over a second for its turn.
-		prov, err := provider.New(s, provider.Config{Name: "sim", Logger: quiet, StateTTL: time.Millisecond, WriteRate: 10, WriteBurst: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = prov.Close(context.Background()) })
+		s, prov := newSimWith(t, 2, func(o *sim.Options) { o.HangRate = 1 }, provider.Config{WriteRate: 10, WriteBurst: 1})
 		cfg := config(memory.New(memory.Options{}), prov)
 		cfg.LaunchTimeout, cfg.MaxAttempts, cfg.Workers = 200*time.Millisecond, 1, 1
 		p, _ := start(t, cfg)
