@@ -166,25 +166,57 @@ func (h *haCluster) health(i int) (health, error) {
 func (h *haCluster) leader(among ...int) int {
 	h.t.Helper()
 	found := -1
-	waitFor(h.t, "one leader that every server names", func() bool {
+	var seen []string
+	ok := pollFor(90*time.Second, func() bool {
 		found = -1
+		seen = seen[:0]
 		names := map[string]bool{}
+		agree := true
 		for _, i := range among {
 			hl, err := h.health(i)
-			if err != nil || hl.Leader == nil {
-				return false
+			switch {
+			case err != nil:
+				seen = append(seen, memberNames[i]+": "+err.Error())
+				agree = false
+				continue
+			case hl.Leader == nil:
+				seen = append(seen, memberNames[i]+": "+hl.Role+", no leader known")
+				agree = false
+				continue
 			}
+			seen = append(seen, memberNames[i]+": "+hl.Role+", leader "+hl.Leader.Name)
 			names[hl.Leader.Name] = true
 			if hl.Role == "leader" {
 				if found >= 0 {
-					return false
+					agree = false
 				}
 				found = i
 			}
 		}
-		return found >= 0 && len(names) == 1 && names[memberNames[found]]
+		return agree && found >= 0 && len(names) == 1 && names[memberNames[found]]
 	})
+	if !ok {
+		h.dumpLogs()
+		h.t.Fatalf("no one leader that every server names; last seen: %s\nthe terms:\n%s", strings.Join(seen, "; "), h.leadership())
+	}
 	return found
+}
+
+// dumpLogs logs the tail of each running server's log, audit lines left
+// out: what a failed wait shows of why.
+func (h *haCluster) dumpLogs() {
+	for k, sv := range h.servers {
+		if sv == nil {
+			continue
+		}
+		var keep []string
+		for _, l := range strings.Split(sv.logs(), "\n") {
+			if !strings.Contains(l, `"msg":"audit"`) {
+				keep = append(keep, l)
+			}
+		}
+		h.t.Logf("server %s:\n%s", memberNames[k], tail(strings.Join(keep, "\n"), 25))
+	}
 }
 
 func (h *haCluster) client(i int) *client.Client {
@@ -299,17 +331,7 @@ func (h *haCluster) settled(i, n int, cli *docker.Client) {
 		return len(ins) == n && running == n && len(got) == n && sum(got) == n
 	})
 	if !ok {
-		for k, sv := range h.servers {
-			if sv != nil {
-				var keep []string
-				for _, l := range strings.Split(sv.logs(), "\n") {
-					if !strings.Contains(l, `"msg":"audit"`) {
-						keep = append(keep, l)
-					}
-				}
-				h.t.Logf("server %s:\n%s", memberNames[k], tail(strings.Join(keep, "\n"), 25))
-			}
-		}
+		h.dumpLogs()
 		h.t.Fatalf("not settled: %s", last)
 	}
 }
