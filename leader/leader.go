@@ -271,37 +271,56 @@ func handOff(ctx context.Context, fn func(ctx context.Context) error, log *slog.
 
 // Current returns the leader now, or false when there is none.
 func Current(ctx context.Context, c *clientv3.Client, prefix string) (Info, bool, error) {
+	in, ok, _, err := current(ctx, c, prefix)
+	return in, ok, err
+}
+
+// current is Current with the store revision it read at.
+func current(ctx context.Context, c *clientv3.Client, prefix string) (Info, bool, int64, error) {
 	resp, err := c.Get(ctx, prefix+ElectionKey, clientv3.WithFirstCreate()...)
 	if err != nil {
-		return Info{}, false, err
+		return Info{}, false, 0, err
 	}
 	if len(resp.Kvs) == 0 {
-		return Info{}, false, nil
+		return Info{}, false, resp.Header.Revision, nil
 	}
 	var in Info
 	if err := json.Unmarshal(resp.Kvs[0].Value, &in); err != nil {
-		return Info{}, false, fmt.Errorf("leader: the election key holds %q: %w", resp.Kvs[0].Value, err)
+		return Info{}, false, 0, fmt.Errorf("leader: the election key holds %q: %w", resp.Kvs[0].Value, err)
 	}
-	return in, true, nil
+	return in, true, resp.Header.Revision, nil
 }
 
+// afterRead, when set (by tests), runs between Watch's read of the leader
+// and the start of its watch.
+var afterRead func()
+
 // Watch keeps the current leader in step with etcd until ctx ends: it
-// calls fn with each leader seen (ok false when there is none).
+// calls fn with each leader seen (ok false when there is none). Each watch
+// starts just after the revision of the read before it, so that no change
+// between the two goes unseen.
 func Watch(ctx context.Context, c *clientv3.Client, prefix string, fn func(in Info, ok bool)) {
 	for ctx.Err() == nil {
-		in, ok, err := Current(ctx, c, prefix)
-		if err == nil {
-			fn(in, ok)
+		in, ok, rev, err := current(ctx, c, prefix)
+		if err != nil {
+			sleep(ctx, 200*time.Millisecond)
+			continue
+		}
+		fn(in, ok)
+		if afterRead != nil {
+			afterRead()
 		}
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		ch := c.Watch(wctx, prefix+ElectionKey, clientv3.WithPrefix())
+		ch := c.Watch(wctx, prefix+ElectionKey, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 		for resp := range ch {
 			if resp.Err() != nil {
+				break // no etcd leader, or the revision compacted: read again
+			}
+			in, ok, _, err := current(ctx, c, prefix)
+			if err != nil {
 				break
 			}
-			if in, ok, err := Current(ctx, c, prefix); err == nil {
-				fn(in, ok)
-			}
+			fn(in, ok)
 		}
 		cancel()
 		sleep(ctx, 200*time.Millisecond)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/goleak"
 
 	"github.com/berth-dev/berth/leader"
@@ -188,5 +189,56 @@ func TestLeaderWithADeadMemberIsReaped(t *testing.T) {
 		}
 	case <-time.After(time.Minute):
 		t.Fatalf("nobody took the lead from %s, whose member refuses connections", first)
+	}
+}
+
+// A leader elected between Watch's read and the start of its watch is
+// seen all the same: the watch starts from the read's revision.
+func TestWatchSeesALeaderElectedRightAfterItsRead(t *testing.T) {
+	m := etcdtest.Member(t)
+	c := etcdtest.Client(t, m)
+	const prefix = "/c3"
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	sess, err := concurrency.NewSession(c, concurrency.WithTTL(60))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	val, _ := json.Marshal(leader.Info{Name: "a", Address: "http://a"})
+	var once sync.Once
+	defer leader.SetAfterRead(func() {
+		once.Do(func() {
+			if err := concurrency.NewElection(sess, prefix+leader.ElectionKey).Campaign(ctx, string(val)); err != nil {
+				t.Error(err)
+			}
+		})
+	})()
+	seen := make(chan string, 8)
+	wg.Go(func() {
+		leader.Watch(ctx, c, prefix, func(in leader.Info, ok bool) {
+			if !ok {
+				in.Name = ""
+			}
+			select {
+			case seen <- in.Name:
+			default:
+			}
+		})
+	})
+	if got := <-seen; got != "" {
+		t.Fatalf("first seen %q, want no leader", got)
+	}
+	select {
+	case got := <-seen:
+		if got != "a" {
+			t.Fatalf("then seen %q, want a", got)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the leader elected between the read and the watch was never seen")
 	}
 }
