@@ -419,6 +419,50 @@ func TestLaunchTimeoutOfCreatesThatWaited(t *testing.T) {
 	})
 }
 
+// A create held back by the provider's write budget does not hold the
+// worker: with one worker and one change in ten seconds, the create sent
+// first is driven to its end meanwhile (its launch timeout is 5s), and the
+// one held back is sent when the budget allows, its launch timeout
+// counting from then. Deletes wait their turns the same way.
+func TestBudgetHoldsNoWorker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, prov := newSimWith(t, 2, func(o *sim.Options) { o.CreateLatency = 100 * time.Millisecond }, provider.Config{WriteRate: 0.1, WriteBurst: 1})
+		cfg := config(memory.New(memory.Options{}), prov)
+		cfg.Workers = 1 // LaunchTimeout 5s
+		p, _ := start(t, cfg)
+		if _, err := p.Submit(context.Background(), req("paced", 2), ""); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 2 {
+			in := waitPhase(t, p, fmt.Sprintf("paced-%d", i), reconciler.Running)
+			if in.Attempts != 0 {
+				t.Errorf("paced-%d: %d failed attempts (%s), want none", i, in.Attempts, in.Message)
+			}
+		}
+		creates := 0
+		for _, c := range s.Calls() {
+			if c.Op == "create" {
+				creates++
+			}
+		}
+		if creates != 2 {
+			t.Errorf("%d creates, want 2", creates)
+		}
+		// The deletes wait their turns the same way.
+		for i := range 2 {
+			if err := p.Delete(context.Background(), fmt.Sprintf("paced-%d", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := range 2 {
+			waitPhase(t, p, fmt.Sprintf("paced-%d", i), reconciler.Deleted)
+		}
+		if left := tagged(t, prov, map[string]string{driver.TagCluster: testCluster}); len(left) != 0 {
+			t.Errorf("%d copies left in the back-end", len(left))
+		}
+	})
+}
+
 func TestCrashResumeAdoptsWithoutDuplicates(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		_, prov := newSim(t, 4, func(o *sim.Options) { o.CreateLatency = 30 * time.Millisecond; o.LatencyJitter = 40 * time.Millisecond })

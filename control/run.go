@@ -56,6 +56,9 @@ type taskOp struct {
 	// for creates and deletes.
 	ref *reconciler.Ref
 	ops []driver.Operation // operations in flight (a delete by tag may have several)
+	// rest are the back-end ids a delete is still to start on, held back
+	// by the provider's write budget (startDeletes).
+	rest []string
 	// cancel ends the context the operations were started with; aborted
 	// says the task was abandoned. Both are guarded by runtime.mu.
 	cancel  context.CancelFunc
@@ -507,11 +510,11 @@ func (rt *runtime) aborted(t *task) bool {
 // opContext returns the context t's operations are started with: derived
 // from ctx (Run's), it bounds the whole operation and ends when t is
 // abandoned or finished. ok is false when t is abandoned already.
-func (rt *runtime) opContext(ctx context.Context, t *task) (opCtx context.Context, ok bool) {
+func (rt *runtime) opContext(ctx context.Context, t *task) (opCtx context.Context, undo func(), ok bool) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if t.aborted {
-		return nil, false
+		return nil, nil, false
 	}
 	opCtx, cancel := context.WithCancel(ctx)
 	prev := t.cancel
@@ -521,7 +524,14 @@ func (rt *runtime) opContext(ctx context.Context, t *task) (opCtx context.Contex
 			prev()
 		}
 	}
-	return opCtx, true
+	// undo ends the context when no operation was started on it.
+	undo = func() {
+		rt.mu.Lock()
+		t.cancel = prev
+		rt.mu.Unlock()
+		cancel()
+	}
+	return opCtx, undo, true
 }
 
 // launchQueued reports whether instance id has a create that has not been
@@ -699,7 +709,7 @@ func (s *state) workCreate(ctx context.Context, rt *runtime, t *task) {
 		spec := withPorts(*in.Spec, in.HostPorts)
 		spec.Name = in.BackendName()
 		spec.Tags = s.tags(&in)
-		opCtx, ok := rt.opContext(ctx, t)
+		opCtx, undo, ok := rt.opContext(ctx, t)
 		if !ok {
 			return
 		}
@@ -718,11 +728,22 @@ func (s *state) workCreate(ctx context.Context, rt *runtime, t *task) {
 		// lack the copy it made: a delete that looks for the instance's
 		// copies by tag (once the call has returned) must not be given it.
 		s.lists[t.prov.Name()].Invalidate()
+		busy, held := errors.AsType[*provider.Busy](err)
 		rt.mu.Lock()
 		if rt.creating[t.id]--; rt.creating[t.id] == 0 {
 			delete(rt.creating, t.id)
 		}
+		if held {
+			t.issued = time.Time{} // the back-end was not asked
+		}
 		rt.mu.Unlock()
+		if held {
+			// The write budget has no change to spare: the worker goes
+			// on with other operations, and this one waits its turn.
+			undo()
+			s.again(rt, t, busy.Wait)
+			return
+		}
 		if err != nil {
 			s.createFailed(ctx, rt, t, &in, err, nil)
 			return
@@ -917,10 +938,13 @@ func (s *state) workDelete(ctx context.Context, rt *runtime, t *task) {
 		s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.Gone}, true)
 		return
 	}
-	if t.ops == nil {
+	if t.ops == nil || t.rest != nil {
 		s.cluster.presence(t.id, scheduler.Changing)
-		ids := []string{in.BackendID}
-		if in.BackendID == "" {
+		ids := t.rest
+		if t.ops == nil {
+			ids = []string{in.BackendID}
+		}
+		if t.ops == nil && in.BackendID == "" {
 			rt.mu.Lock()
 			calls := rt.creating[t.id]
 			rt.mu.Unlock()
@@ -936,12 +960,16 @@ func (s *state) workDelete(ctx context.Context, rt *runtime, t *task) {
 				return
 			}
 		}
-		ok, err := s.startDeletes(ctx, rt, t, ids)
+		ok, wait, err := s.startDeletes(ctx, rt, t, ids)
 		if !ok {
 			return
 		}
 		if err != nil {
 			s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.DeleteFailed, Err: err}, true)
+			return
+		}
+		if wait > 0 {
+			s.again(rt, t, wait)
 			return
 		}
 	}
@@ -981,24 +1009,42 @@ func (s *state) taggedIDs(ctx context.Context, prov *provider.Provider, id, exce
 
 // startDeletes starts one delete per back-end id as t's operations,
 // skipping ids already gone. ok is false when Run is stopping; then nothing
-// was started.
-func (s *state) startDeletes(ctx context.Context, rt *runtime, t *task, ids []string) (ok bool, err error) {
-	opCtx, ok := rt.opContext(ctx, t)
+// was started. When the provider's write budget holds a delete back, wait
+// says when to call startDeletes again, with t.rest (the ids not started;
+// none started at all leaves t.ops nil, for the caller to look again).
+func (s *state) startDeletes(ctx context.Context, rt *runtime, t *task, ids []string) (ok bool, wait time.Duration, err error) {
+	opCtx, undo, ok := rt.opContext(ctx, t)
 	if !ok {
-		return false, nil
+		return false, 0, nil
 	}
-	t.ops = []driver.Operation{}
-	for _, id := range ids {
+	t.rest = nil
+	started := false
+	if t.ops == nil {
+		t.ops = []driver.Operation{}
+	}
+	for k, id := range ids {
 		op, err := t.prov.Delete(opCtx, id)
+		if busy, held := errors.AsType[*provider.Busy](err); held {
+			if !started {
+				undo()
+			}
+			if len(t.ops) == 0 {
+				t.ops = nil
+			} else {
+				t.rest = ids[k:]
+			}
+			return true, busy.Wait, nil
+		}
 		if errors.Is(err, driver.ErrNotFound) {
 			continue
 		}
 		if err != nil {
-			return true, err
+			return true, 0, err
 		}
+		started = true
 		t.ops = append(t.ops, op)
 	}
-	return true, nil
+	return true, 0, nil
 }
 
 // advanceAll advances every operation of t once, dropping finished ones; a
@@ -1029,9 +1075,12 @@ func (s *state) workStale(ctx context.Context, rt *runtime, t *task) {
 	if !rt.current(t) {
 		return
 	}
-	if t.ops == nil {
-		ids := []string{t.ref.BackendID}
-		if t.ref.BackendID == "" {
+	if t.ops == nil || t.rest != nil {
+		ids := t.rest
+		if t.ops == nil {
+			ids = []string{t.ref.BackendID}
+		}
+		if t.ops == nil && t.ref.BackendID == "" {
 			// The copy was still being created when its node went away:
 			// every tagged copy except the current one is stale.
 			in, _ := s.get(t.id)
@@ -1041,7 +1090,7 @@ func (s *state) workStale(ctx context.Context, rt *runtime, t *task) {
 				return
 			}
 		}
-		ok, err := s.startDeletes(ctx, rt, t, ids)
+		ok, wait, err := s.startDeletes(ctx, rt, t, ids)
 		if !ok {
 			return
 		}
@@ -1049,6 +1098,10 @@ func (s *state) workStale(ctx context.Context, rt *runtime, t *task) {
 			// The node may still be away: a tick tries again later.
 			rt.finish(t)
 			s.tickAt(rt, t.id, s.now().Add(staleRetry))
+			return
+		}
+		if wait > 0 {
+			s.again(rt, t, wait)
 			return
 		}
 	}
@@ -1070,11 +1123,16 @@ func (s *state) workLeak(ctx context.Context, rt *runtime, t *task) {
 		return
 	}
 	if t.ops == nil {
-		opCtx, ok := rt.opContext(ctx, t)
+		opCtx, undo, ok := rt.opContext(ctx, t)
 		if !ok {
 			return
 		}
 		op, err := t.prov.Delete(opCtx, t.ref.BackendID)
+		if busy, held := errors.AsType[*provider.Busy](err); held {
+			undo()
+			s.again(rt, t, busy.Wait)
+			return
+		}
 		if errors.Is(err, driver.ErrNotFound) {
 			rt.finish(t)
 			return

@@ -22,16 +22,18 @@ func (p *Provider) State(ctx context.Context) (*driver.PlatformState, error) {
 func (p *Provider) InvalidateState() { p.state.Invalidate() }
 
 // Create starts building an instance of spec on node (driver.Driver.Create).
-// It spends one change from the write budget. ctx bounds the whole
-// operation, so CallTimeout does not apply to it; the returned Operation
-// applies CallTimeout to each Advance, spends the read budget without ever
-// blocking, and reports its outcome to the breaker and the metrics.
+// It spends one change from the write budget, and never waits for one:
+// when the budget has none to spare it returns a *Busy at once, saying
+// when to try again. ctx bounds the whole operation, so CallTimeout does
+// not apply to it; the returned Operation applies CallTimeout to each
+// Advance, spends the read budget without ever blocking, and reports its
+// outcome to the breaker and the metrics.
 func (p *Provider) Create(ctx context.Context, node string, spec *driver.Spec) (driver.Operation, error) {
 	attrs := []any{"node", node}
 	if spec != nil && spec.Name != "" {
 		attrs = append(attrs, "name", spec.Name)
 	}
-	op, err := call(ctx, p, callOpts{op: "create", budget: writeBudget, attrs: attrs},
+	op, err := call(ctx, p, callOpts{op: "create", budget: writeBudget, noWait: true, attrs: attrs},
 		func(ctx context.Context) (driver.Operation, error) { return p.d.Create(ctx, node, spec) })
 	if err != nil {
 		return nil, err
@@ -44,7 +46,7 @@ func (p *Provider) Create(ctx context.Context, node string, spec *driver.Spec) (
 // instance was already gone.
 func (p *Provider) Delete(ctx context.Context, id string) (driver.Operation, error) {
 	attrs := []any{"instance", id}
-	op, err := call(ctx, p, callOpts{op: "delete", budget: writeBudget, attrs: attrs},
+	op, err := call(ctx, p, callOpts{op: "delete", budget: writeBudget, noWait: true, attrs: attrs},
 		func(ctx context.Context) (driver.Operation, error) { return p.d.Delete(ctx, id) })
 	if err != nil {
 		return nil, err
@@ -149,8 +151,8 @@ func (o *operation) Advance(ctx context.Context) (driver.Progress, error) {
 		attrs = append(attrs[:len(attrs):len(attrs)], "instance", o.last.Instance.ID)
 	}
 	pr, err := call(ctx, o.p, callOpts{op: o.name, budget: readBudget, timed: true, advance: true, quiet: true, attrs: attrs}, o.op.Advance)
-	if d, ok := errors.AsType[*deferred](err); ok {
-		return driver.Progress{Instance: o.last.Instance, Wait: d.wait}, nil
+	if b, ok := errors.AsType[*Busy](err); ok {
+		return driver.Progress{Instance: o.last.Instance, Wait: b.Wait}, nil
 	}
 	o.last = pr
 	if err != nil || pr.Done {

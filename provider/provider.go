@@ -343,8 +343,13 @@ type callOpts struct {
 	// timed applies CallTimeout.
 	timed bool
 	// advance makes the call non-blocking: over budget, or with the breaker
-	// refusing, it returns a *deferred instead of waiting or failing.
+	// refusing, it returns a *Busy instead of waiting or failing.
 	advance bool
+	// noWait makes the call return a *Busy at once when its budget has
+	// nothing to spare, instead of waiting (the breaker refuses it as any
+	// call): Create and Delete, which reconciler workers make, never hold
+	// a worker.
+	noWait bool
 	// long marks a call that may run for minutes (Watch, Logs follow,
 	// Attach, Preload): it does not hold the breaker's half-open trial slot and its
 	// outcome is recorded when it ends.
@@ -354,11 +359,22 @@ type callOpts struct {
 	attrs []any
 }
 
-// deferred is returned by a non-blocking call that must be retried after
-// wait without having reached the back-end.
-type deferred struct{ wait time.Duration }
+// Busy is the error of a call that did not reach the back-end because the
+// provider's budget for it has nothing to spare now (or, for a step of an
+// operation, because the breaker refuses calls): it may be made again
+// after Wait. It matches driver.ErrRetryable.
+type Busy struct {
+	Provider, Op string
+	// Why says what holds the call back.
+	Why  string
+	Wait time.Duration
+}
 
-func (d *deferred) Error() string { return fmt.Sprintf("deferred for %s", d.wait) }
+func (b *Busy) Error() string {
+	return fmt.Sprintf("provider %q: %s: %s; try again in %s", b.Provider, b.Op, b.Why, b.Wait)
+}
+
+func (b *Busy) Unwrap() error { return driver.ErrRetryable }
 
 // call runs fn against the back-end under the budget, the breaker, the
 // timeout, logging and metrics. Every driver call the provider makes goes
@@ -372,18 +388,18 @@ func call[T any](ctx context.Context, p *Provider, o callOpts, fn func(ctx conte
 	if p.cb.State() == gobreaker.StateOpen {
 		p.flushTransitions()
 		if o.advance {
-			return zero, &deferred{p.breakerWait()}
+			return zero, &Busy{Provider: p.cfg.Name, Op: o.op, Why: "its breaker refuses calls", Wait: p.breakerWait()}
 		}
 		return refuse(p.breakerError(o.op, gobreaker.ErrOpenState))
 	}
 	p.flushTransitions()
 
 	if lim := p.limiter(o.budget); lim != nil {
-		if o.advance {
+		if o.advance || o.noWait {
 			r := lim.Reserve()
 			if d := r.Delay(); d > 0 {
 				r.Cancel()
-				return zero, &deferred{d}
+				return zero, &Busy{Provider: p.cfg.Name, Op: o.op, Why: "its " + o.budget.String() + " budget is spent", Wait: d}
 			}
 		} else if err := lim.Wait(ctx); err != nil {
 			return refuse(fmt.Errorf("provider %q: %s: waiting for the %s budget: %w: %w", p.cfg.Name, o.op, o.budget, driver.ErrRetryable, err))
@@ -397,7 +413,7 @@ func call[T any](ctx context.Context, p *Provider, o callOpts, fn func(ctx conte
 		p.flushTransitions()
 		if err != nil {
 			if o.advance {
-				return zero, &deferred{p.breakerWait()}
+				return zero, &Busy{Provider: p.cfg.Name, Op: o.op, Why: "its breaker refuses calls", Wait: p.breakerWait()}
 			}
 			return refuse(p.breakerError(o.op, err))
 		}

@@ -384,6 +384,42 @@ func TestOpenBreakerDefersAdvance(t *testing.T) {
 	}
 }
 
+// Create and Delete never wait for the write budget: over it, they return
+// a *provider.Busy at once, without reaching the driver, saying when a
+// change is to spare again.
+func TestCreateAndDeleteDoNotWaitForTheBudget(t *testing.T) {
+	ctx := testCtx(t)
+	f := newFake()
+	f.put(driver.Instance{ID: "i-1", State: driver.StateRunning})
+	// One change per 1000 s with a burst of 1.
+	p := newProvider(t, lifecycle{f}, provider.Config{WriteRate: 0.001, WriteBurst: 1})
+	if _, err := p.Create(ctx, "n1", &driver.Spec{Image: "alpine:3"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, call := range []struct {
+		op string
+		fn func() error
+	}{
+		{"create", func() error { _, err := p.Create(ctx, "n1", &driver.Spec{Image: "alpine:3"}); return err }},
+		{"delete", func() error { _, err := p.Delete(ctx, "i-1"); return err }},
+	} {
+		err := call.fn()
+		busy, ok := errors.AsType[*provider.Busy](err)
+		if !ok || !errors.Is(err, driver.ErrRetryable) {
+			t.Fatalf("%s over the budget: %v, want a *provider.Busy matching ErrRetryable", call.op, err)
+		}
+		if busy.Op != call.op || busy.Wait < 900*time.Second || !strings.Contains(err.Error(), "write budget is spent") {
+			t.Errorf("%s: %+v (%v), want the op and a wait of about 1000s", call.op, busy, err)
+		}
+	}
+	if n := f.count("create"); n != 1 {
+		t.Errorf("the driver saw %d creates, want 1", n)
+	}
+	if n := f.count("delete"); n != 0 {
+		t.Errorf("the driver saw %d deletes, want 0", n)
+	}
+}
+
 func TestBudgetsAreSeparate(t *testing.T) {
 	ctx := testCtx(t)
 	f := newFake()
