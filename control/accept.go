@@ -242,7 +242,7 @@ func (a *admission) start() []Placed {
 	s := a.s
 	out := make([]Placed, 0, len(a.recs))
 	for _, in := range a.recs {
-		p := Placed{Instance: *in}
+		p := Placed{Instance: viewOf(in)}
 		if in.Phase.HoldsNode() {
 			p.Node = s.nodeRef(in.Provider, in.Node)
 		}

@@ -29,9 +29,15 @@
 //     (and most of what the back-end showed) behind pointers that few
 //     instances set, the name and group left out when the id and the
 //     request's id give them, the spec shared with the other instances
-//     of its request; reads get a reconciler.Instance made from it. An instance
-//     named by its id holds its name through the records alone: the
-//     names index keeps only the others.
+//     of its request. An instance named by its id holds its name through
+//     the records alone: the names index keeps only the others.
+//   - One type per role, each with one conversion from the lifecycle's
+//     reconciler.Instance, the form that is stepped and committed: record
+//     is the stored form (encodeRecord, decodeRecord back), rec the
+//     memory's (newRec, rec.instance back) and Instance the answer
+//     (viewOf), which leaves out the lifecycle's bookkeeping (After) and
+//     gives the caller a spec of its own. An answer is made when it is
+//     given, never kept: the plane holds only recs.
 //   - Placement (place.go, gang.go): the scheduler's Cluster is the one
 //     ledger of what every node and every quota holds. Quotas, nodes a
 //     launch just failed on, nodes that refused an instance are typed

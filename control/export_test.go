@@ -1,6 +1,10 @@
 package control
 
-import "context"
+import (
+	"context"
+
+	"github.com/berth-dev/berth/reconciler"
+)
 
 // RefreshNodes reads every provider's nodes again.
 func (p *Plane) RefreshNodes(ctx context.Context) { p.refreshNodes(ctx) }
@@ -9,3 +13,7 @@ func (p *Plane) RefreshNodes(ctx context.Context) { p.refreshNodes(ctx) }
 // the configured schedulers as the placer shares it. It needs no Run:
 // what it places is stored creating, and the creates wait for Run.
 func (p *Plane) PlaceOnce(ctx context.Context) { p.placePending(ctx, p.snapshots()) }
+
+// Record returns the plane's reconciler.Instance of the instance named
+// ref, as the lifecycle steps it.
+func (p *Plane) Record(ref string) (reconciler.Instance, error) { return p.find(ref) }

@@ -177,8 +177,8 @@ func TestRefusedNodeFailsOver(t *testing.T) {
 		if !strings.HasPrefix(in.Node, "img-") {
 			t.Fatalf("late runs on %s", in.Node)
 		}
-		for _, n := range in.RefusedNodes() {
-			if !strings.Contains(n, "bare-") {
+		for _, r := range in.Refused {
+			if n, _, _ := strings.Cut(r, ": "); !strings.Contains(n, "bare-") {
 				t.Errorf("late: refused by %s", n)
 			}
 		}

@@ -233,8 +233,8 @@ func TestExcludedNodeIsUsedWhenNoOtherIsHealthy(t *testing.T) {
 			in, _ := p.Instance(ctx, "svc")
 			return in.Phase == reconciler.Running && in.Node == b
 		})
-		if in, _ := p.Instance(ctx, "svc"); !slices.Contains(in.Excluded(time.Now()), reconciler.NodeID("sim", a)) {
-			t.Fatalf("svc does not exclude %s after it went offline: %v", a, in.Exclude)
+		if in, _ := p.Instance(ctx, "svc"); !slices.Contains(in.Exclude, reconciler.NodeID("sim", a)) || !time.Now().Before(in.ExcludeUntil) {
+			t.Fatalf("svc does not exclude %s after it went offline: %v until %v", a, in.Exclude, in.ExcludeUntil)
 		}
 		if err := s.SetNodeStatus(a, driver.NodeOnline, ""); err != nil {
 			t.Fatal(err)

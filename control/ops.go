@@ -27,7 +27,7 @@ func (s *state) instances(ctx context.Context, f Filter) ([]Instance, error) {
 			return nil, &driver.FieldError{Path: fmt.Sprintf("phases[%d]", i), Reason: fmt.Sprintf("%q: want one of %v", ph, reconciler.Phases)}
 		}
 	}
-	out := s.page(f.After, f.Limit, func(in *rec) bool {
+	recs := s.page(f.After, f.Limit, func(in *rec) bool {
 		switch {
 		case !f.All && in.Phase == reconciler.Deleted && !slices.Contains(f.Phases, reconciler.Deleted):
 			return false
@@ -44,18 +44,21 @@ func (s *state) instances(ctx context.Context, f Filter) ([]Instance, error) {
 		}
 		return true
 	})
-	if out == nil {
-		out = []Instance{}
+	out := make([]Instance, len(recs))
+	for i, r := range recs {
+		in := r.instance()
+		out[i] = viewOf(&in)
 	}
 	return out, nil
 }
 
-// page returns copies of the cached instances whose id sorts after after
-// and that keep returns true for, sorted by id: all of them when limit is
-// 0, else the first limit. It walks the ids in order, so a page costs what
-// it skips and holds, not the size of the cache.
-func (s *state) page(after string, limit int, keep func(*rec) bool) []reconciler.Instance {
-	var out []reconciler.Instance
+// page returns the cached instances whose id sorts after after and that
+// keep returns true for, sorted by id: all of them when limit is 0, else
+// the first limit. It walks the ids in order, so a page costs what it
+// skips and holds, not the size of the cache. A rec is never changed once
+// cached: the caller reads them without the lock.
+func (s *state) page(after string, limit int, keep func(*rec) bool) []*rec {
+	var out []*rec
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	s.ids.AscendGreaterOrEqual(after, func(id string) bool {
@@ -63,7 +66,7 @@ func (s *state) page(after string, limit int, keep func(*rec) bool) []reconciler
 			return true
 		}
 		if in := s.recs[id]; keep(in) {
-			out = append(out, in.instance())
+			out = append(out, in)
 		}
 		return limit == 0 || len(out) < limit
 	})
@@ -72,7 +75,11 @@ func (s *state) page(after string, limit int, keep func(*rec) bool) []reconciler
 
 // instance is Plane.Instance.
 func (s *state) instance(ctx context.Context, ref string) (Instance, error) {
-	return s.find(ref)
+	in, err := s.find(ref)
+	if err != nil {
+		return Instance{}, err
+	}
+	return viewOf(&in), nil
 }
 
 // delete is Plane.Delete.
@@ -350,7 +357,8 @@ func (s *state) events(ctx context.Context, since int64, fn func(Event)) error {
 					continue
 				}
 			}
-			out.Instance = in
+			v := viewOf(in)
+			out.Instance = &v
 		case strings.HasPrefix(key, PrefixNodes):
 			out.Kind = EventNode
 			var n NodeState

@@ -159,12 +159,94 @@ type Quota = scheduler.Quota
 // QuotaUse is a quota with what its scope holds now.
 type QuotaUse = scheduler.QuotaUse
 
-// Instance is Berth's record of one instance: what was asked, where it was
-// placed, its lifecycle phase and what the back-end last reported.
-type Instance = reconciler.Instance
+// Instance is one instance as the plane answers it (and the API with it):
+// what was asked, where it was placed, its lifecycle phase and what the
+// back-end last reported. It is a copy made when answering (viewOf); the
+// plane's own forms are the reconciler.Instance the lifecycle steps, the
+// record it stores and the rec it keeps in memory.
+type Instance struct {
+	ID       string `json:"id"`
+	Name     string `json:"name,omitempty"`
+	Provider string `json:"provider,omitempty"`
+	Node     string `json:"node,omitempty"`
+	// Spec is what the instance runs; the caller's own copy, never nil
+	// for an instance that is stored.
+	Spec  *driver.Spec `json:"spec"`
+	Phase Phase        `json:"phase"`
+	// HostPorts are the host ports the scheduler chose for the spec's
+	// published "any port" ports, in order.
+	HostPorts []int `json:"host_ports,omitempty"`
+	// BackendID is the back-end's id of the resource; empty until the
+	// back-end reports it.
+	BackendID string `json:"backend_id,omitempty"`
+	// Observed is what the back-end showed of the instance when last seen.
+	Observed *Seen  `json:"observed,omitempty"`
+	Owner    string `json:"owner,omitempty"`
+	Pool     string `json:"pool,omitempty"`
+	Label    string `json:"label,omitempty"`
+	Group    string `json:"group,omitempty"`
+	// Request is the id of the request the instance came from.
+	Request  string `json:"request,omitempty"`
+	Priority int    `json:"priority,omitempty"`
+	// Attempts counts failed create attempts (quota refusals excluded).
+	Attempts int `json:"attempts"`
+	// Incarnation counts the times the instance was placed again after its
+	// node or its back-end lost it; each copy has a back-end name of its
+	// own.
+	Incarnation int `json:"incarnation,omitempty"`
+	// Message says why the instance is pending, failed, or what last went
+	// wrong.
+	Message string `json:"message,omitempty"`
+	// Exclude lists the nodes ("provider/node") the instance is not placed
+	// on again until ExcludeUntil: nodes that went offline under it,
+	// refused a create with a retryable error or lacked capacity.
+	Exclude      []string  `json:"exclude,omitempty"`
+	ExcludeUntil time.Time `json:"exclude_until,omitzero"`
+	// Refused lists the nodes that refused the instance for good, each
+	// with its reason ("provider/node: reason"); it is never placed on
+	// them again.
+	Refused []string `json:"refused,omitempty"`
+	// Stale are older copies of the instance on nodes that went offline,
+	// deleted as soon as their node answers.
+	Stale []Ref `json:"stale,omitempty"`
+	// Deadline is the launch deadline while creating, the hold's expiry
+	// while held, and the earliest next attempt while pending or deleting.
+	Deadline time.Time `json:"deadline,omitzero"`
+	Created  time.Time `json:"created"`
+	Updated  time.Time `json:"updated"`
+	// Revision is the store revision of the instance as answered: Events
+	// since it shows the changes that follow.
+	Revision int64 `json:"revision"`
+}
+
+// viewOf is in as the plane answers it, with a copy of its spec (which the
+// plane shares between the instances of a request): what a caller does
+// with an instance it was given never reaches the plane. It is the one
+// conversion to Instance, made when answering.
+func viewOf(in *reconciler.Instance) Instance {
+	v := Instance{
+		ID: in.ID, Name: in.Name, Provider: in.Provider, Node: in.Node, Spec: in.Spec, Phase: in.Phase,
+		HostPorts: in.HostPorts, BackendID: in.BackendID, Observed: in.Observed, Owner: in.Owner, Pool: in.Pool,
+		Label: in.Label, Group: in.Group, Request: in.Request, Priority: in.Priority, Attempts: in.Attempts,
+		Incarnation: in.Incarnation, Message: in.Message, Exclude: in.Exclude, ExcludeUntil: in.ExcludeUntil,
+		Refused: in.Refused, Stale: in.Stale, Deadline: in.Deadline, Created: in.Created, Updated: in.Updated,
+		Revision: in.Revision,
+	}
+	if in.Spec != nil {
+		spec := *in.Spec
+		v.Spec = &spec
+	}
+	return v
+}
 
 // Phase is an instance's lifecycle phase.
 type Phase = reconciler.Phase
+
+// Seen is what a back-end showed of an instance.
+type Seen = reconciler.Seen
+
+// Ref names one back-end resource: a stale copy of an instance.
+type Ref = reconciler.Ref
 
 // NodeRef is the node an answer names: id (provider/node), address and total
 // capacity (Citadel's answer).
@@ -363,13 +445,7 @@ func (p *Plane) Submit(ctx context.Context, req scheduler.Request, owner string)
 	if err := p.refuse(); err != nil {
 		return nil, err
 	}
-	ans, err := p.submit(ctx, req, owner)
-	if ans != nil {
-		for i := range ans.Instances {
-			own(&ans.Instances[i].Instance)
-		}
-	}
-	return ans, err
+	return p.submit(ctx, req, owner)
 }
 
 // SubmitGroup places a group: its essential instances all or none. A node
@@ -384,13 +460,7 @@ func (p *Plane) SubmitGroup(ctx context.Context, g scheduler.Group, owner string
 	if err := p.refuse(); err != nil {
 		return nil, err
 	}
-	ans, err := p.submitGroup(ctx, g, owner)
-	if ans != nil {
-		for i := range ans.Instances {
-			own(&ans.Instances[i].Instance)
-		}
-	}
-	return ans, err
+	return p.submitGroup(ctx, g, owner)
 }
 
 // Plan is a dry run of Submit: where req's instances would go now and why
@@ -405,11 +475,7 @@ func (p *Plane) Plan(ctx context.Context, req scheduler.Request) (*PlanAnswer, e
 // Instances returns the instances matching f, sorted by id, at most
 // f.Limit of them. A negative f.Limit is a *driver.FieldError on "limit".
 func (p *Plane) Instances(ctx context.Context, f Filter) ([]Instance, error) {
-	list, err := p.instances(ctx, f)
-	for i := range list {
-		own(&list[i])
-	}
-	return list, err
+	return p.instances(ctx, f)
 }
 
 // Counts returns how many instances are in each phase (phases with none
@@ -420,19 +486,7 @@ func (p *Plane) Counts(ctx context.Context) (map[Phase]int, error) { return p.co
 // that holds the name ref or, when every instance named ref is deleted, the
 // newest of them; driver.ErrNotFound otherwise.
 func (p *Plane) Instance(ctx context.Context, ref string) (Instance, error) {
-	in, err := p.instance(ctx, ref)
-	own(&in)
-	return in, err
-}
-
-// own gives in a copy of its spec, which the plane shares between the
-// instances of a request: what a caller does with an instance it was given
-// never reaches the plane.
-func own(in *Instance) {
-	if in.Spec != nil {
-		spec := *in.Spec
-		in.Spec = &spec
-	}
+	return p.instance(ctx, ref)
 }
 
 // Delete marks the instance for deletion and returns; the reconciler

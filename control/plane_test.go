@@ -1025,7 +1025,11 @@ func TestChangesByAnotherWriterAreFollowed(t *testing.T) {
 		if _, err := p.Submit(ctx, req("shared", 1), ""); err != nil {
 			t.Fatal(err)
 		}
-		in := waitPhase(t, p, "shared", reconciler.Running)
+		waitPhase(t, p, "shared", reconciler.Running)
+		in, err := p.Record("shared")
+		if err != nil {
+			t.Fatal(err)
+		}
 		next, _ := reconciler.Step(in, reconciler.Event{Kind: reconciler.DeleteRequested}, time.Now())
 		b, err := json.Marshal(next)
 		if err != nil {

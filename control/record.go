@@ -16,8 +16,8 @@ import (
 )
 
 // record is an instance as stored under PrefixInstances+id, the one stored
-// form of reconciler.Instance (which is the plane's memory of it, and the
-// API's answer). It is about a third of the instance's own JSON:
+// form of reconciler.Instance (the form the lifecycle steps). It is about a
+// third of the instance's own JSON:
 //   - the id is the key's, not repeated; the name is left out when it is
 //     the id;
 //   - the spec is left out when it is its request's (the request's record

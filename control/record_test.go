@@ -189,3 +189,52 @@ func TestRecRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// An answer shows every field of the lifecycle's instance under the same
+// JSON name but the lifecycle's bookkeeping (left), with a spec of its own.
+func TestViewOf(t *testing.T) {
+	left := map[string]bool{"After": true}
+	it, vt := reflect.TypeFor[reconciler.Instance](), reflect.TypeFor[Instance]()
+	for f := range it.Fields() {
+		g, ok := vt.FieldByName(f.Name)
+		switch {
+		case left[f.Name] && ok:
+			t.Errorf("Instance shows %s, which answers leave out", f.Name)
+		case left[f.Name]:
+		case !ok:
+			t.Errorf("Instance has no field %s: show it, or leave it out in this test and say so in viewOf", f.Name)
+		case g.Tag != f.Tag || g.Type != f.Type:
+			t.Errorf("Instance.%s is %s `%s`, reconciler.Instance's %s `%s`", f.Name, g.Type, g.Tag, f.Type, f.Tag)
+		}
+	}
+	if n := it.NumField() - len(left); vt.NumField() != n {
+		t.Errorf("Instance has %d fields, want %d", vt.NumField(), n)
+	}
+
+	spec := &driver.Spec{Image: "app:1", Env: map[string]string{"K": "v"}}
+	x := sampleInstance(spec)
+	x.Name, x.HostPorts, x.Pool, x.Label, x.Priority, x.Attempts, x.Incarnation = "named", []int{30001}, "ci", "small", 3, 2, 1
+	x.Message, x.After, x.Exclude, x.ExcludeUntil = "retrying", reconciler.Pending, []string{"sim/n1"}, x.Created.Add(time.Minute)
+	x.Refused, x.Stale, x.Revision = []string{"sim/n2: no image"}, []reconciler.Ref{{Provider: "sim", Node: "n3", BackendID: "b3"}}, 9
+	v := viewOf(x)
+	var got, want map[string]any
+	for _, c := range []struct {
+		v   any
+		out *map[string]any
+	}{{v, &got}, {x, &want}} {
+		b, err := json.Marshal(c.v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b, c.out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	delete(want, "after")
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("answer\n%v\nwant\n%v", got, want)
+	}
+	if v.Spec == spec || !reflect.DeepEqual(*v.Spec, *spec) {
+		t.Errorf("answer's spec %p %+v, want a copy of %p %+v", v.Spec, v.Spec, spec, spec)
+	}
+}

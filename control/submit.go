@@ -342,7 +342,7 @@ func (s *state) reuse(ctx context.Context, g *scheduler.Group, owner string) ([]
 				return nil, err
 			}
 			if ok {
-				out = append(out, Placed{Instance: got, Node: s.nodeRef(got.Provider, got.Node)})
+				out = append(out, Placed{Instance: viewOf(&got), Node: s.nodeRef(got.Provider, got.Node)})
 				need--
 			}
 		}
