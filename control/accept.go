@@ -66,13 +66,19 @@ func (s *state) accept(ctx context.Context, parts []part, groupPlan *scheduler.P
 		}
 	}
 	a.settle()
+	// Nothing of a group that does not fit is placed: it waits in the
+	// gang queue and is placed all or none, its instances never alone,
+	// not even between their storing and its queueing.
+	waits := group != nil && groupPlan != nil && essentialMissing(groupPlan)
+	if waits {
+		release := s.holdGroup(group.ID)
+		defer release()
+	}
 	if err := a.store(ctx); err != nil {
 		return nil, err
 	}
 	out := a.start()
-	if group != nil && groupPlan != nil && essentialMissing(groupPlan) {
-		// Nothing of the group was placed: it waits in the gang queue and
-		// is placed all or none.
+	if waits {
 		s.queueGroup(group, a.now)
 	}
 	if len(a.byID) < len(a.recs) {

@@ -25,6 +25,9 @@ type gang struct {
 	// class (scheduler.Cluster.ScheduleQueues).
 	order []*scheduler.Queue
 	ids   map[string]bool
+	// held are the groups about to be queued: their instances are being
+	// stored, and the one-by-one placer leaves them alone already.
+	held map[string]bool
 }
 
 // init makes the server's queue with policy and one queue for each pool
@@ -32,6 +35,7 @@ type gang struct {
 func (g *gang) init(policy scheduler.Policy, pools []Pool) {
 	g.q.Policy = policy
 	g.ids = map[string]bool{}
+	g.held = map[string]bool{}
 	g.pools = map[string]*scheduler.Queue{}
 	g.order = []*scheduler.Queue{&g.q}
 	for _, p := range pools {
@@ -88,10 +92,25 @@ func essentialMissing(p *scheduler.Plan) bool {
 	return false
 }
 
-// queueGroup adds g to the gang queue.
+// holdGroup marks group id as about to be queued (queueGroup), before its
+// pending instances are stored: from then on the one-by-one placer never
+// places them alone. release undoes it when they are not stored.
+func (s *state) holdGroup(id string) (release func()) {
+	s.gangMu.Lock()
+	s.gang.held[id] = true
+	s.gangMu.Unlock()
+	return func() {
+		s.gangMu.Lock()
+		delete(s.gang.held, id)
+		s.gangMu.Unlock()
+	}
+}
+
+// queueGroup adds g to the gang queue (and ends its hold).
 func (s *state) queueGroup(g *scheduler.Group, now time.Time) {
 	s.gangMu.Lock()
 	defer s.gangMu.Unlock()
+	delete(s.gang.held, g.ID)
 	if s.gang.ids[g.ID] {
 		return
 	}
@@ -102,14 +121,15 @@ func (s *state) queueGroup(g *scheduler.Group, now time.Time) {
 	s.gang.ids[g.ID] = true
 }
 
-// gangQueued reports whether group id waits in the gang queue.
+// gangQueued reports whether group id waits in the gang queue, or is
+// about to (holdGroup).
 func (s *state) gangQueued(id string) bool {
 	if id == "" {
 		return false
 	}
 	s.gangMu.Lock()
 	defer s.gangMu.Unlock()
-	return s.gang.ids[id]
+	return s.gang.ids[id] || s.gang.held[id]
 }
 
 // loadGroups queues again the stored groups none of whose instances has
@@ -179,16 +199,40 @@ func (s *state) placeGroupsOnce(ctx context.Context) (released bool) {
 	for _, d := range done {
 		delete(s.gang.ids, d.Group.ID)
 	}
+	if err != nil {
+		// A group the pass dropped (scheduler.ScheduleQueues) waits no
+		// more: its instances go to the one-by-one placer.
+		queued := map[string]bool{}
+		for _, q := range s.gang.order {
+			for _, id := range q.IDs() {
+				queued[id] = true
+			}
+		}
+		for id := range s.gang.ids {
+			if !queued[id] {
+				delete(s.gang.ids, id)
+			}
+		}
+	}
 	s.gangMu.Unlock()
 	if err != nil {
 		s.log.Warn("gang queue", "err", err)
 	}
 	for _, d := range done {
+		// The instances evicted for the group (scheduler.Cluster.PlaceGroup
+		// released them already) are deleted; its creates on their nodes
+		// wait for that.
+		s.evict(d.Plan.Evicted)
 		for _, pl := range d.Plan.Placements {
 			got, _, err := s.apply(ctx, pl.Instance, reconciler.Event{Kind: reconciler.Placed, Provider: pl.Provider, Node: pl.Node, Ports: pl.Ports})
 			if err != nil || got.Provider != pl.Provider || got.Node != pl.Node || !got.Phase.HoldsNode() {
 				s.cluster.release(pl.Instance)
 				released = true
+			}
+		}
+		for _, id := range d.Plan.Evicted {
+			if err := s.delete(ctx, id); err != nil {
+				s.victimGone(id)
 			}
 		}
 	}

@@ -142,21 +142,25 @@ func phaseOf(t *testing.T, p *control.Plane, id string) reconciler.Phase {
 
 func waitPhase(t *testing.T, p *control.Plane, id string, want reconciler.Phase) control.Instance {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("instance %s to be %s", id, want), func() bool {
+	var last control.Instance
+	deadline := time.Now().Add(20 * time.Second)
+	for {
 		in, err := p.Instance(context.Background(), id)
 		if err != nil {
 			t.Fatal(err)
 		}
+		last = in
 		if in.Phase == want {
-			return true
+			return in
 		}
 		if in.Phase.Terminal() {
 			t.Fatalf("instance %s is %s (%s), want %s", id, in.Phase, in.Message, want)
 		}
-		return false
-	})
-	in, _ := p.Instance(context.Background(), id)
-	return in
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for instance %s to be %s: it is %s (%s)", id, want, last.Phase, last.Message)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 func tagged(t *testing.T, prov *provider.Provider, tags map[string]string) []*driver.Instance {

@@ -298,6 +298,7 @@ func (s *state) perform(in reconciler.Instance, acts []reconciler.Action, direct
 		}
 		switch a.Kind {
 		case reconciler.Release:
+			s.victimGone(in.ID)
 			s.cluster.release(in.ID)
 			s.meter.drop(in.ID)
 			s.kickPlacer()
@@ -705,6 +706,13 @@ func (s *state) workCreate(ctx context.Context, rt *runtime, t *task) {
 				s.adopt(ctx, rt, t, found)
 				return
 			}
+		}
+		if s.victimsOn(reconciler.NodeID(in.Provider, in.Node)) {
+			// Instances evicted for this one still hold its room in the
+			// back-end: its create waits for their deletes (its launch
+			// timeout counts from the create).
+			s.again(rt, t, victimPoll)
+			return
 		}
 		spec := withPorts(*in.Spec, in.HostPorts)
 		spec.Name = in.BackendName()

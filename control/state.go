@@ -88,7 +88,7 @@ const stripes = 256
 //  5. the scheduler cluster's own lock (inside scheduler.Cluster, taken by
 //     its methods);
 //
-// rtMu, the runtime's mu and usageMu (meter) are leaves: nothing else is
+// rtMu, the runtime's mu, usageMu (meter) and victims.mu are leaves: nothing else is
 // taken while one is held. The placer's schedulers (Config.Schedulers)
 // hold none of these between placements: each plans on a snapshot it alone
 // uses. The store is called with no lock of this list held but the
@@ -120,6 +120,8 @@ type state struct {
 
 	// meter is the usage loop's samples and node sums, in memory only.
 	meter meter
+	// victims are evicted instances whose room their evictors wait for.
+	victims victims
 	// follow is a read-only plane's progress along the store's changes.
 	follow follower
 

@@ -310,12 +310,16 @@ func (s *state) submitGroup(ctx context.Context, g scheduler.Group, owner string
 	if err != nil {
 		return nil, err
 	}
+	forget := s.evict(plan.Evicted)
 	placed, err := s.accept(ctx, parts, plan, &g)
 	if err != nil {
+		forget()
 		return nil, err
 	}
 	for _, id := range plan.Evicted {
-		_ = s.delete(ctx, id)
+		if err := s.delete(ctx, id); err != nil {
+			s.victimGone(id)
+		}
 	}
 	ans.Instances = append(ans.Instances, placed...)
 	return ans, nil

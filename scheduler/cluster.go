@@ -445,10 +445,14 @@ func (c *Cluster) PlaceGroup(g *Group) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	ids := gg.ids()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, list := range ids {
+	return c.placeGroupLocked(g, gg)
+}
+
+// placeGroupLocked is PlaceGroup of g, compiled as gg, with c.mu held.
+func (c *Cluster) placeGroupLocked(g *Group, gg *gang) (*Plan, error) {
+	for _, list := range gg.ids() {
 		for _, id := range list {
 			if _, dup := c.allocs[id]; dup {
 				return nil, driver.Errorf(driver.ErrAlreadyExists, "instance %q of group %q is already allocated", id, g.ID)
@@ -495,15 +499,30 @@ func (c *Cluster) evictFor(gg *gang, plan *Plan) {
 		}
 		return cmp.Compare(a.id, b.id)
 	})
-	for _, a := range cand {
+	// A candidate its node's reading counts is taken out of the reading
+	// too: evicted, its room is the group's (Berth deletes it; the
+	// group's creates wait for that).
+	out := func(a *alloc) {
 		c.st.unapply(a)
+		if a.counted {
+			c.st.leave(a)
+		}
+	}
+	back := func(a *alloc) {
+		if a.counted {
+			c.st.enter(a)
+		}
+		c.st.apply(a)
+	}
+	for _, a := range cand {
+		out(a)
 	}
 	trial := &Plan{}
 	c.planner.placeGroup(gg, trial)
 	if c.essentialMissing(trial) {
 		c.planner.rollback(trial, 0)
 		for _, a := range cand {
-			c.st.apply(a)
+			back(a)
 		}
 		return
 	}
@@ -511,7 +530,7 @@ func (c *Cluster) evictFor(gg *gang, plan *Plan) {
 	var evicted []string
 	for _, a := range cand {
 		if c.fitsLocked(a, false) {
-			c.st.apply(a)
+			back(a)
 		} else {
 			evicted = append(evicted, a.id)
 			c.delAllocLocked(a)

@@ -80,6 +80,15 @@ func (q *Queue) Push(g *Group, now time.Time) error {
 // Len returns how many groups wait.
 func (q *Queue) Len() int { return len(q.items) }
 
+// IDs returns the ids of the waiting groups, in arrival order.
+func (q *Queue) IDs() []string {
+	out := make([]string, len(q.items))
+	for k, it := range q.items {
+		out[k] = it.Group.ID
+	}
+	return out
+}
+
 // Remove drops the group with id; it reports whether it was queued.
 func (q *Queue) Remove(id string) bool {
 	for k, it := range q.items {
@@ -183,13 +192,33 @@ func (c *Cluster) Schedule(q *Queue, now time.Time) ([]Scheduled, error) {
 // before the second's. A Strict queue stops at its first group that does
 // not fit; the others go on.
 func (c *Cluster) ScheduleQueues(qs []*Queue, now time.Time) ([]Scheduled, error) {
-	total := c.totalCapacity()
+	// The groups are compiled first; the pass itself holds the lock
+	// throughout, so that what frees up meanwhile (a release) waits for
+	// the next pass rather than reaching the groups behind one that was
+	// tried before it: the order of the queues holds.
+	type compiledGroup struct {
+		gg  *gang
+		err error
+	}
+	compiled := map[*Group]compiledGroup{}
+	for _, q := range qs {
+		for _, it := range q.items {
+			cg := compiledGroup{err: it.Group.Validate()}
+			if cg.err == nil {
+				cg.gg, cg.err = compileGroup(it.Group)
+			}
+			compiled[it.Group] = cg
+		}
+	}
+	var errs []error
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	total := c.totalCapacityLocked()
 	orders := make([][]*QueueItem, len(qs))
 	for k, q := range qs {
 		orders[k] = q.Order(now, total)
 	}
 	var out []Scheduled
-	var errs []error
 	for {
 		// The queue whose next group has the highest class.
 		k := -1
@@ -206,7 +235,11 @@ func (c *Cluster) ScheduleQueues(qs []*Queue, now time.Time) ([]Scheduled, error
 		}
 		it, q := orders[k][0], qs[k]
 		orders[k] = orders[k][1:]
-		plan, err := c.PlaceGroup(it.Group)
+		cg := compiled[it.Group]
+		plan, err := (*Plan)(nil), cg.err
+		if err == nil {
+			plan, err = c.placeGroupLocked(it.Group, cg.gg)
+		}
 		if err != nil {
 			q.Remove(it.Group.ID)
 			errs = append(errs, fmt.Errorf("group %q: %w", it.Group.ID, err))
@@ -224,9 +257,8 @@ func (c *Cluster) ScheduleQueues(qs []*Queue, now time.Time) ([]Scheduled, error
 	return out, errors.Join(errs...)
 }
 
-func (c *Cluster) totalCapacity() driver.Resources {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+// totalCapacityLocked is the capacity of every node, with c.mu held.
+func (c *Cluster) totalCapacityLocked() driver.Resources {
 	t := c.st.totCap
 	return driver.Resources{CPU: driver.MilliCPU(t[resCPU]), Memory: driver.Bytes(t[resMem]), Disk: driver.Bytes(t[resDisk]), GPUs: t[resGPU]}
 }

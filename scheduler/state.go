@@ -396,6 +396,18 @@ func (s *state) leave(a *alloc) {
 	s.touch(i)
 }
 
+// enter undoes leave(a): node a.node's reading counts a again.
+func (s *state) enter(a *alloc) {
+	i := a.node
+	v := resVec(a.info.res)
+	sm := &s.sum[i]
+	for r := range nRes {
+		sm.left[r] -= v[r]
+	}
+	sm.leftInst--
+	s.touch(i)
+}
+
 // rebuild re-derives every hot entry after the topology changed.
 func (s *state) rebuild(t *topo) {
 	n := len(t.names)
