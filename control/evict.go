@@ -11,8 +11,9 @@ import (
 // Plan.Evicted) whose back-end copies may still hold that room: the ledger
 // gave it to the group at once, the back-end frees it only when their
 // deletes are done. The group's creates on their nodes wait until then
-// (workCreate), rather than reach a back-end that would refuse them for
-// lack of capacity and have their node excluded. mu is a leaf.
+// (workCreate; at most until their launch deadline), rather than reach a
+// back-end that would refuse them for lack of capacity and have their node
+// excluded. mu is a leaf.
 type victims struct {
 	mu     sync.Mutex
 	node   map[string]string // victim id → its node ("provider/node")

@@ -707,10 +707,11 @@ func (s *state) workCreate(ctx context.Context, rt *runtime, t *task) {
 				return
 			}
 		}
-		if s.victimsOn(reconciler.NodeID(in.Provider, in.Node)) {
+		if s.victimsOn(reconciler.NodeID(in.Provider, in.Node)) && s.now().Before(in.Deadline) {
 			// Instances evicted for this one still hold its room in the
-			// back-end: its create waits for their deletes (its launch
-			// timeout counts from the create).
+			// back-end: its create waits for their deletes, at most until
+			// its launch deadline (then it is tried; its launch timeout
+			// counts from the create).
 			s.again(rt, t, victimPoll)
 			return
 		}

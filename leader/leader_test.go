@@ -199,11 +199,6 @@ func TestWatchSeesALeaderElectedRightAfterItsRead(t *testing.T) {
 	c := etcdtest.Client(t, m)
 	const prefix = "/c3"
 	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	defer func() {
-		cancel()
-		wg.Wait()
-	}()
 	sess, err := concurrency.NewSession(c, concurrency.WithTTL(60))
 	if err != nil {
 		t.Fatal(err)
@@ -211,13 +206,19 @@ func TestWatchSeesALeaderElectedRightAfterItsRead(t *testing.T) {
 	defer sess.Close()
 	val, _ := json.Marshal(leader.Info{Name: "a", Address: "http://a"})
 	var once sync.Once
-	defer leader.SetAfterRead(func() {
+	restore := leader.SetAfterRead(func() {
 		once.Do(func() {
 			if err := concurrency.NewElection(sess, prefix+leader.ElectionKey).Campaign(ctx, string(val)); err != nil {
 				t.Error(err)
 			}
 		})
-	})()
+	})
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+		restore() // once Watch has returned
+	}()
 	seen := make(chan string, 8)
 	wg.Go(func() {
 		leader.Watch(ctx, c, prefix, func(in leader.Info, ok bool) {
