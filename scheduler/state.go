@@ -385,26 +385,21 @@ func (s *state) reported(i int32) ([nRes]int64, int32) {
 
 // leave takes a, which node a.node's reading counts, out of what that
 // reading counts: its back-end has let it go.
-func (s *state) leave(a *alloc) {
-	i := a.node
-	v := resVec(a.info.res)
-	sm := &s.sum[i]
-	for r := range nRes {
-		sm.left[r] += v[r]
-	}
-	sm.leftInst++
-	s.touch(i)
-}
+func (s *state) leave(a *alloc) { s.countLeft(a, 1) }
 
 // enter undoes leave(a): node a.node's reading counts a again.
-func (s *state) enter(a *alloc) {
+func (s *state) enter(a *alloc) { s.countLeft(a, -1) }
+
+// countLeft adds k times a to what node a.node's reading counts that its
+// back-end has let go.
+func (s *state) countLeft(a *alloc, k int64) {
 	i := a.node
 	v := resVec(a.info.res)
 	sm := &s.sum[i]
 	for r := range nRes {
-		sm.left[r] -= v[r]
+		sm.left[r] += k * v[r]
 	}
-	sm.leftInst--
+	sm.leftInst += int32(k)
 	s.touch(i)
 }
 
