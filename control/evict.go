@@ -1,6 +1,7 @@
 package control
 
 import (
+	"context"
 	"sync"
 	"time"
 
@@ -52,6 +53,16 @@ func (s *state) evict(ids []string) (forget func()) {
 	return func() {
 		for _, x := range vs {
 			s.victimGone(x.id)
+		}
+	}
+}
+
+// deleteVictims deletes the victims ids (recorded by evict); one whose
+// delete cannot be asked for is forgotten, so that nothing waits for it.
+func (s *state) deleteVictims(ctx context.Context, ids []string) {
+	for _, id := range ids {
+		if err := s.delete(ctx, id); err != nil {
+			s.victimGone(id)
 		}
 	}
 }

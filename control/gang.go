@@ -230,11 +230,7 @@ func (s *state) placeGroupsOnce(ctx context.Context) (released bool) {
 				released = true
 			}
 		}
-		for _, id := range d.Plan.Evicted {
-			if err := s.delete(ctx, id); err != nil {
-				s.victimGone(id)
-			}
-		}
+		s.deleteVictims(ctx, d.Plan.Evicted)
 	}
 	return released && ctx.Err() == nil
 }

@@ -88,8 +88,8 @@ const stripes = 256
 //  5. the scheduler cluster's own lock (inside scheduler.Cluster, taken by
 //     its methods);
 //
-// rtMu, the runtime's mu, usageMu (meter) and victims.mu are leaves: nothing else is
-// taken while one is held. The placer's schedulers (Config.Schedulers)
+// rtMu, the runtime's mu, usageMu (meter) and victims.mu are leaves:
+// nothing else is taken while one is held. The placer's schedulers (Config.Schedulers)
 // hold none of these between placements: each plans on a snapshot it alone
 // uses. The store is called with no lock of this list held but the
 // stripes of the instances being changed and committing.

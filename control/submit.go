@@ -316,11 +316,7 @@ func (s *state) submitGroup(ctx context.Context, g scheduler.Group, owner string
 		forget()
 		return nil, err
 	}
-	for _, id := range plan.Evicted {
-		if err := s.delete(ctx, id); err != nil {
-			s.victimGone(id)
-		}
-	}
+	s.deleteVictims(ctx, plan.Evicted)
 	ans.Instances = append(ans.Instances, placed...)
 	return ans, nil
 }
