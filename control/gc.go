@@ -63,7 +63,7 @@ func (s *state) collect(ctx context.Context) (int, error) {
 	}
 	s.mu.RUnlock()
 	slices.SortFunc(gone, func(a, b *rec) int {
-		if c := a.Updated.Compare(b.Updated); c != 0 {
+		if c := cmp.Compare(a.updated, b.updated); c != 0 {
 			return c
 		}
 		return cmp.Compare(a.ID, b.ID)
@@ -71,7 +71,7 @@ func (s *state) collect(ctx context.Context) (int, error) {
 	over := len(gone) - s.cfg.MaxRetained
 	var expired []*reconciler.Instance
 	for i, in := range gone {
-		if i < over || now.Sub(in.Updated) >= s.cfg.Retention {
+		if i < over || now.Sub(in.Updated()) >= s.cfg.Retention {
 			x := in.instance()
 			expired = append(expired, &x)
 		}

@@ -243,7 +243,7 @@ func (s *state) placePending(ctx context.Context, snaps []*scheduler.Snapshot) {
 	s.placeGroups(ctx)
 	now := s.now()
 	pending := s.pendingSnapshot(func(in *rec) bool {
-		return !now.Before(in.Deadline)
+		return !now.Before(in.deadline.time())
 	})
 	pending = slices.DeleteFunc(pending, func(in reconciler.Instance) bool { return s.gangQueued(in.Group) })
 	slices.SortStableFunc(pending, func(a, b reconciler.Instance) int { return b.Priority - a.Priority })

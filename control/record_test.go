@@ -2,10 +2,12 @@ package control
 
 import (
 	"encoding/json"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/reconciler"
@@ -236,5 +238,40 @@ func TestViewOf(t *testing.T) {
 	}
 	if v.Spec == spec || !reflect.DeepEqual(*v.Spec, *spec) {
 		t.Errorf("answer's spec %p %+v, want a copy of %p %+v", v.Spec, v.Spec, spec, spec)
+	}
+}
+
+// A rec and what it shows keep the sizes their doc gives: every byte counts
+// a million times over.
+func TestRecSizes(t *testing.T) {
+	if n := unsafe.Sizeof(rec{}); n != 144 {
+		t.Errorf("a rec is %d bytes, want 144", n)
+	}
+	if n := unsafe.Sizeof(seenRec{}); n != 32 {
+		t.Errorf("a seenRec is %d bytes, want 32", n)
+	}
+}
+
+// An instant keeps a time to the nanosecond, in UTC, and the zero time
+// apart from every other; times no clock gives are kept at the nearest
+// instant that is.
+func TestInstant(t *testing.T) {
+	at := time.Date(2026, 11, 26, 6, 40, 1, 123456789, time.FixedZone("CET", 3600))
+	for _, tt := range []struct {
+		in, want time.Time
+	}{
+		{time.Time{}, time.Time{}},
+		{at, at.UTC()},
+		{time.Unix(0, 0), time.Unix(0, 0).UTC()},
+		{time.Unix(0, math.MinInt64+1), time.Unix(0, math.MinInt64+1).UTC()},
+		{time.Date(1000, 1, 1, 0, 0, 0, 0, time.UTC), time.Unix(0, math.MinInt64+1).UTC()},
+		{time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC), time.Unix(0, math.MaxInt64).UTC()},
+	} {
+		if got := instantOf(tt.in).time(); got != tt.want {
+			t.Errorf("instantOf(%v).time() = %v, want %v", tt.in, got, tt.want)
+		}
+	}
+	if instantOf(at.Add(-time.Nanosecond)) >= instantOf(at) || instantOf(time.Time{}) >= instantOf(time.Unix(0, math.MinInt64+1)) {
+		t.Error("instants do not keep the order of their times")
 	}
 }

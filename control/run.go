@@ -642,6 +642,7 @@ const batchLinger = 10 * time.Millisecond
 // instances they concern.
 func (s *state) writer(ctx context.Context, rt *runtime) {
 	batch := make([]outcome, 0, maxBatch)
+	var scratch batchScratch
 	linger := time.NewTimer(batchLinger)
 	linger.Stop()
 	defer linger.Stop()
@@ -665,7 +666,7 @@ func (s *state) writer(ctx context.Context, rt *runtime) {
 			}
 		}
 		linger.Stop()
-		s.applyBatch(ctx, batch)
+		s.applyBatch(ctx, batch, &scratch)
 	}
 }
 

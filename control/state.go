@@ -490,7 +490,7 @@ func (s *state) snapshot(keep func(*rec) bool) []reconciler.Instance {
 	// stay valid after the lock is released.
 	s.mu.RUnlock()
 	slices.SortFunc(ptrs, func(a, b *rec) int {
-		if c := a.Created.Compare(b.Created); c != 0 {
+		if c := cmp.Compare(a.created, b.created); c != 0 {
 			return c
 		}
 		return cmp.Compare(a.ID, b.ID)
@@ -517,7 +517,7 @@ func (s *state) pendingSnapshot(keep func(*rec) bool) []reconciler.Instance {
 	}
 	s.mu.RUnlock()
 	slices.SortFunc(ptrs, func(a, b *rec) int {
-		if c := a.Created.Compare(b.Created); c != 0 {
+		if c := cmp.Compare(a.created, b.created); c != 0 {
 			return c
 		}
 		return cmp.Compare(a.ID, b.ID)
@@ -575,10 +575,26 @@ func (s *state) apply(ctx context.Context, id string, ev reconciler.Event, direc
 	return reconciler.Instance{}, nil, fmt.Errorf("control: instance %s: too many conflicting writes", id)
 }
 
+// batchResult is what applyBatch makes of one instance's outcomes.
+type batchResult struct {
+	base    int64 // the revision read
+	changed bool  // some step changed the instance
+	in      reconciler.Instance
+	acts    []reconciler.Action
+}
+
+// batchScratch is the memory applyBatch reuses from one batch to the next:
+// a writer's own, so that a batch allocates nothing per instance.
+type batchScratch struct {
+	results []batchResult
+	index   map[string]int // into results, by instance id
+}
+
 // applyBatch applies the outcomes like apply, storing all the changes in
 // one transaction. Should a comparison fail (someone else changed one of
-// the instances) each outcome is applied on its own instead.
-func (s *state) applyBatch(ctx context.Context, batch []outcome) {
+// the instances) each outcome is applied on its own instead. scratch is
+// the caller's, left for its next batch.
+func (s *state) applyBatch(ctx context.Context, batch []outcome, scratch *batchScratch) {
 	if len(batch) == 1 {
 		s.applyOne(ctx, batch[0])
 		return
@@ -601,25 +617,30 @@ func (s *state) applyBatch(ctx context.Context, batch []outcome) {
 			}
 		}
 	}
-	type result struct {
-		base reconciler.Instance // as read
-		in   reconciler.Instance
-		acts []reconciler.Action
+	if scratch.index == nil {
+		scratch.index = make(map[string]int, maxBatch)
 	}
-	results := map[string]*result{}
-	var order []string
+	results := scratch.results[:0]
+	defer func() {
+		// Nothing outlives the batch: what the results point to is let go.
+		clear(results)
+		scratch.results = results[:0]
+		clear(scratch.index)
+	}()
 	for _, o := range batch {
-		r, ok := results[o.id]
+		k, ok := scratch.index[o.id]
 		if !ok {
 			cur, found := s.get(o.id)
 			if !found {
 				continue
 			}
-			r = &result{base: cur, in: cur}
-			results[o.id] = r
-			order = append(order, o.id)
+			k = len(results)
+			scratch.index[o.id] = k
+			results = append(results, batchResult{base: cur.Revision, in: cur})
 		}
+		r := &results[k]
 		next, acts := s.m.Step(r.in, o.ev, s.now())
+		r.changed = r.changed || reconciler.Changed(r.in, next)
 		r.in = next
 		r.acts = append(r.acts, acts...)
 	}
@@ -627,12 +648,12 @@ func (s *state) applyBatch(ctx context.Context, batch []outcome) {
 	// submissions wait for the cache lock once per batch, not once per
 	// instance.
 	t := &txn{}
-	for _, id := range order {
-		r := results[id]
-		if reconciler.Changed(r.base, r.in) {
-			t.put(r.base.Revision, &r.in)
+	for k := range results {
+		r := &results[k]
+		if r.changed {
+			t.put(r.base, &r.in)
 		}
-		t.release = append(t.release, releases(id, r.acts)...)
+		t.release = append(t.release, releases(r.in.ID, r.acts)...)
 	}
 	if ok, _, err := s.commit(ctx, t); err != nil || !ok {
 		unlock()
@@ -644,9 +665,8 @@ func (s *state) applyBatch(ctx context.Context, batch []outcome) {
 		}
 		return
 	}
-	for _, id := range order {
-		r := results[id]
-		s.perform(r.in, r.acts, nil)
+	for k := range results {
+		s.perform(results[k].in, results[k].acts, nil)
 	}
 	unlock()
 }
@@ -686,7 +706,7 @@ func (s *state) find(ref string) (reconciler.Instance, error) {
 		if in.Name() != ref {
 			continue
 		}
-		if newest == nil || in.Created.After(newest.Created) || (in.Created.Equal(newest.Created) && in.ID > newest.ID) {
+		if newest == nil || in.created > newest.created || (in.created == newest.created && in.ID > newest.ID) {
 			newest = in
 		}
 	}

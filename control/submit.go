@@ -317,7 +317,11 @@ func (s *state) submitGroup(ctx context.Context, g scheduler.Group, owner string
 		return nil, err
 	}
 	s.deleteVictims(ctx, plan.Evicted)
-	ans.Instances = append(ans.Instances, placed...)
+	if ans.Instances == nil {
+		ans.Instances = placed // a thousand instances are not copied
+	} else {
+		ans.Instances = append(ans.Instances, placed...)
+	}
 	return ans, nil
 }
 

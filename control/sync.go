@@ -285,7 +285,7 @@ func (s *state) syncInstances(ctx context.Context, rt *runtime, p *provider.Prov
 	for _, in := range s.recs {
 		switch in.Phase {
 		case reconciler.Running, reconciler.Stopped, reconciler.Exited, reconciler.Held, reconciler.Suspended:
-			if in.Provider == p.Name() && in.BackendID != "" && !has(seen, in.ID) && in.Updated.Before(listedAt) {
+			if in.Provider == p.Name() && in.BackendID != "" && !has(seen, in.ID) && in.Updated().Before(listedAt) {
 				x := in.instance()
 				missing = append(missing, &x)
 			}
