@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"math"
 	"reflect"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -28,7 +30,7 @@ func sampleInstance(spec *driver.Spec) *reconciler.Instance {
 }
 
 // Every field survives a record, the spec is left to the request when it is
-// the request's, and the record is at most a third of the instance's JSON.
+// the request's, and the record is at most a fifth of the instance's JSON.
 func TestRecordRoundTrip(t *testing.T) {
 	shared := &driver.Spec{Image: "app:1", Kind: driver.KindContainer, Type: driver.TypeBatch, Resources: driver.Resources{CPU: 1000, Memory: driver.GiB}}
 	lookup := func(req string) *driver.Spec {
@@ -40,9 +42,9 @@ func TestRecordRoundTrip(t *testing.T) {
 	in := sampleInstance(shared)
 	b := encodeRecord(in, shared)
 	full, _ := json.Marshal(in)
-	t.Logf("record %d bytes, instance JSON %d: %s", len(b), len(full), b)
-	if 3*len(b) > len(full) {
-		t.Errorf("record of %d bytes is more than a third of the instance's %d: %s", len(b), len(full), b)
+	t.Logf("record %d bytes, instance JSON %d: %q", len(b), len(full), b)
+	if 5*len(b) > len(full) {
+		t.Errorf("record of %d bytes is more than a fifth of the instance's %d: %q", len(b), len(full), b)
 	}
 	got, err := decodeRecord(store.KV{Key: PrefixInstances + in.ID, Value: b, ModRevision: 7}, lookup)
 	if err != nil {
@@ -103,6 +105,47 @@ func TestRecordRoundTrip(t *testing.T) {
 	// error, not an instance without a spec.
 	if _, err := decodeRecord(store.KV{Key: PrefixInstances + in.ID, Value: b}, func(string) *driver.Spec { return nil }); err == nil {
 		t.Error("a record without its request's spec decoded")
+	}
+}
+
+// Records stored as JSON, before their binary form, are read as they
+// were written; a binary record cut short, or with bytes after its end,
+// is an error.
+func TestRecordForms(t *testing.T) {
+	shared := &driver.Spec{Image: "app:1", Resources: driver.Resources{CPU: 1000, Memory: driver.GiB}}
+	lookup := func(string) *driver.Spec { return shared }
+	in := sampleInstance(shared)
+	in.Observed.ExitCode = nil
+	created := in.Created.UnixMicro()
+	asJSON := `{"p":"sim","nd":"n01234","ph":"running","b":"sim-00012345-1","o":{"a":["10.0.12.34"],"q":true,"t":3001},` +
+		`"ow":"default","r":"w3-0123.s0","d":300001,"c":` + strconv.FormatInt(created, 10) + `,"u":3001}`
+	in.Observed.Resources = shared.Resources
+	got, err := decodeRecord(store.KV{Key: PrefixInstances + in.ID, Value: []byte(asJSON)}, lookup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, in) {
+		t.Errorf("from JSON\n%+v\nwant\n%+v", got, in)
+	}
+
+	b := encodeRecord(in, shared)
+	if len(b) > 96 {
+		t.Errorf("a running instance's record is %d bytes, want at most 96: %q", len(b), b)
+	}
+	got, err = decodeRecord(store.KV{Key: PrefixInstances + in.ID, Value: b}, lookup)
+	if err != nil || !reflect.DeepEqual(got, in) {
+		t.Errorf("from %q\n%+v, %v\nwant\n%+v", b, got, err, in)
+	}
+	in.Message = "with the rest as JSON"
+	for _, b := range [][]byte{b, encodeRecord(in, shared)} {
+		for n := range len(b) {
+			if _, err := decodeRecord(store.KV{Key: PrefixInstances + in.ID, Value: b[:n]}, lookup); err == nil {
+				t.Errorf("%q, cut to %d bytes, decoded", b, n)
+			}
+		}
+		if _, err := decodeRecord(store.KV{Key: PrefixInstances + in.ID, Value: append(slices.Clip(b), 0)}, lookup); err == nil {
+			t.Errorf("%q with a byte after its end decoded", b)
+		}
 	}
 }
 
