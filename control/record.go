@@ -156,7 +156,8 @@ func (r *record) append(b []byte) []byte {
 		return b
 	}
 	b[flagsAt] |= recordRest
-	rest, err := json.Marshal(r)
+	more := *r // only a record with more escapes to the heap
+	rest, err := json.Marshal(&more)
 	if err != nil {
 		// A record holds only JSON-safe types; failing here is a bug.
 		panic(fmt.Sprintf("control: encode record: %v", err))
