@@ -184,13 +184,13 @@ func (s *state) commit(ctx context.Context, t *txn) (ok bool, rev int64, err err
 	s.mu.Lock()
 	for _, p := range t.puts {
 		p.in.Revision = res.Revision
-		if old, ok := s.recs[p.in.ID]; ok && old.Phase != p.in.Phase && old.Revision <= res.Revision {
+		if old := s.recs.get(p.in.ID); old != nil && old.Phase != p.in.Phase && old.Revision <= res.Revision {
 			phases = append(phases, moved{p.in.ID, old.Phase, p.in.Phase})
 		}
 		s.rememberLocked(*p.in)
 	}
 	for _, in := range t.dels {
-		if cur, ok := s.recs[in.ID]; ok && cur.Revision <= res.Revision {
+		if cur := s.recs.get(in.ID); cur != nil && cur.Revision <= res.Revision {
 			s.dropLocked(cur)
 		}
 	}

@@ -109,12 +109,12 @@ func (s *state) followed(ctx context.Context, ev store.Event) {
 		id := strings.TrimPrefix(key, PrefixInstances)
 		if ev.Type == store.EventDelete {
 			s.mu.Lock()
-			old, ok := s.recs[id]
-			if ok && old.Revision < ev.KV.ModRevision {
+			old := s.recs.get(id)
+			if old != nil && old.Revision < ev.KV.ModRevision {
 				s.dropLocked(old)
 			}
 			s.mu.Unlock()
-			if ok {
+			if old != nil {
 				s.cluster.release(id)
 			}
 			return
@@ -125,8 +125,8 @@ func (s *state) followed(ctx context.Context, ev store.Event) {
 			return
 		}
 		s.mu.Lock()
-		cur, ok := s.recs[id]
-		newer := !ok || cur.Revision < in.Revision
+		cur := s.recs.get(id)
+		newer := cur == nil || cur.Revision < in.Revision
 		if newer {
 			s.putLocked(in)
 		}
@@ -204,8 +204,8 @@ func (s *state) refollow(ctx context.Context) (int64, error) {
 	}
 	var gone []*rec
 	s.mu.Lock()
-	for id, in := range s.recs {
-		if !seen[id] && in.Revision <= rev {
+	for in := range s.recs.all() {
+		if !seen[in.ID] && in.Revision <= rev {
 			gone = append(gone, in)
 			s.dropLocked(in)
 		}

@@ -146,7 +146,7 @@ func (s *state) loadGroups(ctx context.Context) error {
 	members := map[string]bool{}
 	owners := map[string]string{} // the group's owner, from its instances (not stored with the group)
 	s.mu.RLock()
-	for _, in := range s.recs {
+	for in := range s.recs.all() {
 		g := in.Group()
 		if g == "" {
 			continue

@@ -56,7 +56,7 @@ func (s *state) collect(ctx context.Context) (int, error) {
 	now := s.now()
 	s.mu.RLock()
 	var gone []*rec
-	for _, in := range s.recs {
+	for in := range s.recs.all() {
 		if in.Phase == reconciler.Deleted {
 			gone = append(gone, in)
 		}
@@ -129,7 +129,7 @@ func (s *state) forget(ctx context.Context, ins []*reconciler.Instance) error {
 		}
 	}
 	s.mu.RLock()
-	for _, in := range s.recs {
+	for in := range s.recs.all() {
 		delete(reqs, in.Request)
 		if in.Group() != "" {
 			delete(groups, in.Group())
@@ -155,7 +155,7 @@ func (s *state) forget(ctx context.Context, ins []*reconciler.Instance) error {
 // instance and its request).
 func (s *state) orphanRequests() []string {
 	used := make(map[string]bool, len(s.requests))
-	for _, in := range s.recs {
+	for in := range s.recs.all() {
 		used[in.Request] = true
 	}
 	var out []string

@@ -57,7 +57,7 @@ func (s *state) loadIdentity(ctx context.Context) error {
 			return nil
 		}
 		rec := clusterRecord{ID: newClusterID(), Name: s.cfg.Cluster, Created: s.now().UTC()}
-		if len(s.recs) > 0 {
+		if s.recs.len() > 0 {
 			rec.ID, rec.Legacy = s.cfg.Cluster, true
 			s.log.Warn("this store holds instances from before cluster ids: their back-end resources carry the cluster name as its id, so it stays the id; another server with the same name on the same back-ends would take them for its own: give each cluster its own name, or start from a new store",
 				"cluster", s.cfg.Cluster)

@@ -61,15 +61,15 @@ func (s *state) page(after string, limit int, keep func(*rec) bool) []*rec {
 	var out []*rec
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	s.ids.AscendGreaterOrEqual(after, func(id string) bool {
-		if id == after {
-			return true
+	for in := range s.recs.from(after) {
+		if in.ID == after || !keep(in) {
+			continue
 		}
-		if in := s.recs[id]; keep(in) {
-			out = append(out, in)
+		out = append(out, in)
+		if limit > 0 && len(out) == limit {
+			break
 		}
-		return limit == 0 || len(out) < limit
-	})
+	}
 	return out
 }
 

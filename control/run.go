@@ -870,8 +870,8 @@ func (s *state) createFailed(ctx context.Context, rt *runtime, t *task, in *reco
 func (s *state) releasedName(id string) bool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	in, ok := s.recs[id]
-	return !ok || !holdsName(in.Phase, in.After())
+	in := s.recs.get(id)
+	return in == nil || !holdsName(in.Phase, in.After())
 }
 
 // adoptGrace is how long an adopted copy may stay in the creating state:

@@ -16,7 +16,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/btree"
 
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/provider"
@@ -140,8 +139,7 @@ type state struct {
 // and the latest reading of every node. mu guards all of it.
 type records struct {
 	mu       sync.RWMutex
-	recs     map[string]*rec       // the store's instances, write-through
-	ids      *btree.BTreeG[string] // the ids of recs, in order
+	recs     recIndex // the store's instances, write-through
 	requests map[string]*storedRequest
 	names    map[string]string           // instance id by name, for live instances not named by their id (nameHolderLocked)
 	queued   int                         // pending instances
@@ -256,8 +254,7 @@ func newState(ctx context.Context, cfg Config) (*state, error) {
 		m:     reconciler.Machine{LaunchTimeout: cfg.LaunchTimeout, MaxAttempts: cfg.MaxAttempts, Backoff: cfg.RetryBackoff, ExcludeFor: cfg.ExcludeFor},
 		provs: provs,
 		records: records{
-			recs:     map[string]*rec{},
-			ids:      btree.NewOrderedG[string](32),
+			recs:     newRecIndex(),
 			requests: map[string]*storedRequest{},
 			names:    map[string]string{},
 			phases:   map[reconciler.Phase]int{},
@@ -356,8 +353,8 @@ func (s *state) load(ctx context.Context) error {
 func (s *state) get(id string) (reconciler.Instance, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	in, ok := s.recs[id]
-	if !ok {
+	in := s.recs.get(id)
+	if in == nil {
 		return reconciler.Instance{}, false
 	}
 	return in.instance(), true
@@ -372,7 +369,7 @@ func (s *state) remember(in reconciler.Instance) {
 
 // rememberLocked is remember with s.mu held for writing.
 func (s *state) rememberLocked(in reconciler.Instance) {
-	if cur, ok := s.recs[in.ID]; ok && cur.Revision > in.Revision {
+	if cur := s.recs.get(in.ID); cur != nil && cur.Revision > in.Revision {
 		return
 	}
 	s.putLocked(&in)
@@ -383,12 +380,10 @@ func (s *state) rememberLocked(in reconciler.Instance) {
 // length. s.mu must be held for writing.
 func (s *state) putLocked(inst *reconciler.Instance) {
 	in := newRec(inst)
-	if old, ok := s.recs[in.ID]; ok {
+	if old := s.recs.get(in.ID); old != nil {
 		s.countLocked(old, -1)
-	} else {
-		s.ids.ReplaceOrInsert(in.ID)
 	}
-	s.recs[in.ID] = in
+	s.recs.put(in)
 	s.countLocked(in, 1)
 	if !holdsName(in.Phase, in.After()) || inst.Name == in.ID {
 		// An instance named by its id holds its name through recs.
@@ -406,7 +401,7 @@ func (s *state) nameHolderLocked(name string) (string, bool) {
 	if id, ok := s.names[name]; ok {
 		return id, true
 	}
-	if in, ok := s.recs[name]; ok && in.Name() == name && holdsName(in.Phase, in.After()) {
+	if in := s.recs.get(name); in != nil && in.Name() == name && holdsName(in.Phase, in.After()) {
 		return name, true
 	}
 	return "", false
@@ -419,8 +414,7 @@ func (s *state) dropLocked(in *rec) {
 	if s.names[in.Name()] == in.ID {
 		delete(s.names, in.Name())
 	}
-	delete(s.recs, in.ID)
-	s.ids.Delete(in.ID)
+	s.recs.delete(in.ID)
 }
 
 // holdsName reports whether an instance in phase (with After after) keeps
@@ -457,7 +451,7 @@ func (s *state) reload(ctx context.Context, id string) error {
 	kv, err := s.st.Get(ctx, PrefixInstances+id)
 	if errors.Is(err, store.ErrNotFound) {
 		s.mu.Lock()
-		if old, ok := s.recs[id]; ok {
+		if old := s.recs.get(id); old != nil {
 			s.dropLocked(old)
 		}
 		s.mu.Unlock()
@@ -481,7 +475,7 @@ func (s *state) reload(ctx context.Context, id string) error {
 func (s *state) snapshot(keep func(*rec) bool) []reconciler.Instance {
 	s.mu.RLock()
 	ptrs := make([]*rec, 0, 64)
-	for _, in := range s.recs {
+	for in := range s.recs.all() {
 		if keep == nil || keep(in) {
 			ptrs = append(ptrs, in)
 		}
@@ -511,7 +505,7 @@ func (s *state) pendingSnapshot(keep func(*rec) bool) []reconciler.Instance {
 	s.mu.RLock()
 	ptrs := make([]*rec, 0, len(s.pending))
 	for id := range s.pending {
-		if in := s.recs[id]; in != nil && (keep == nil || keep(in)) {
+		if in := s.recs.get(id); in != nil && (keep == nil || keep(in)) {
 			ptrs = append(ptrs, in)
 		}
 	}
@@ -697,12 +691,12 @@ func (s *state) find(ref string) (reconciler.Instance, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if id, ok := s.nameHolderLocked(ref); ok {
-		if in, ok := s.recs[id]; ok {
+		if in := s.recs.get(id); in != nil {
 			return in.instance(), nil
 		}
 	}
 	var newest *rec
-	for _, in := range s.recs {
+	for in := range s.recs.all() {
 		if in.Name() != ref {
 			continue
 		}

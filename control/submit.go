@@ -240,7 +240,7 @@ func (s *state) unreserveNames(recs []*reconciler.Instance) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, in := range recs {
-		if cur, ok := s.recs[in.ID]; ok && holdsName(cur.Phase, cur.After()) {
+		if cur := s.recs.get(in.ID); cur != nil && holdsName(cur.Phase, cur.After()) {
 			continue
 		}
 		if s.names[in.Name] == in.ID {

@@ -197,7 +197,7 @@ func (s *state) syncInstances(ctx context.Context, rt *runtime, p *provider.Prov
 	var known *rec // the record of the instance skimmed last, when it is changed
 	err := p.Skim(ctx, map[string]string{driver.TagCluster: s.clusterID}, func(g *driver.Glance) bool {
 		s.mu.RLock()
-		cached := s.recs[g.Instance]
+		cached := s.recs.get(g.Instance)
 		s.mu.RUnlock()
 		known = nil
 		if cached != nil && cached.Provider == p.Name() && cached.BackendID == g.ID && cached.Phase != reconciler.Deleted {
@@ -246,7 +246,7 @@ func (s *state) syncInstances(ctx context.Context, rt *runtime, p *provider.Prov
 	for _, l := range others {
 		id, f := l.id, l.f
 		s.mu.RLock()
-		cached := s.recs[id]
+		cached := s.recs.get(id)
 		s.mu.RUnlock()
 		if cached != nil {
 			if in := cached.instance(); s.accountedFor(rt, &in, p.Name(), f) {
@@ -282,7 +282,7 @@ func (s *state) syncInstances(ctx context.Context, rt *runtime, p *provider.Prov
 	// listings, unless their node is offline (handled as node offline).
 	var missing []*reconciler.Instance
 	s.mu.RLock()
-	for _, in := range s.recs {
+	for in := range s.recs.all() {
 		switch in.Phase {
 		case reconciler.Running, reconciler.Stopped, reconciler.Exited, reconciler.Held, reconciler.Suspended:
 			if in.Provider == p.Name() && in.BackendID != "" && !has(seen, in.ID) && in.Updated().Before(listedAt) {

@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"errors"
+	"iter"
 	"slices"
 	"strings"
 	"sync"
@@ -200,20 +201,20 @@ func (s *state) batch(p *provider.Provider, from string) ([]target, string) {
 	defer s.mu.RUnlock()
 	var out []target
 	next := ""
-	take := func(id string) bool {
-		if len(out) == UsagePerRound {
-			next = id
-			return false
+	take := func(recs iter.Seq[*rec]) {
+		for in := range recs {
+			if len(out) == UsagePerRound {
+				next = in.ID
+				return
+			}
+			if in.Provider == p.Name() && in.Phase.HoldsNode() && in.Phase != reconciler.Deleting && in.BackendID != "" {
+				out = append(out, target{id: in.ID, backendID: in.BackendID, node: in.Node})
+			}
 		}
-		in := s.recs[id]
-		if in.Provider == p.Name() && in.Phase.HoldsNode() && in.Phase != reconciler.Deleting && in.BackendID != "" {
-			out = append(out, target{id: in.ID, backendID: in.BackendID, node: in.Node})
-		}
-		return true
 	}
-	s.ids.AscendGreaterOrEqual(from, take)
+	take(s.recs.from(from))
 	if next == "" && from != "" {
-		s.ids.AscendLessThan(from, take)
+		take(s.recs.before(from))
 	}
 	return out, next
 }
@@ -289,7 +290,7 @@ loop:
 	byNode := map[string]NodeUsage{}
 	s.mu.RLock()
 	s.meter.usageMu.Lock()
-	for _, in := range s.recs {
+	for in := range s.recs.all() {
 		if in.Provider != p.Name() || !in.Phase.HoldsNode() {
 			continue
 		}
@@ -363,7 +364,7 @@ func (s *state) forgetGone() {
 	var gone []string
 	s.mu.RLock()
 	for _, id := range ids {
-		if in := s.recs[id]; in == nil || !in.Phase.HoldsNode() {
+		if in := s.recs.get(id); in == nil || !in.Phase.HoldsNode() {
 			gone = append(gone, id)
 		}
 	}

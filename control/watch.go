@@ -55,7 +55,7 @@ func (s *state) external(rt *runtime, ev store.Event) {
 	}
 	if ev.Type == store.EventDelete {
 		s.mu.Lock()
-		if old, ok := s.recs[id]; ok && old.Revision < ev.KV.ModRevision {
+		if old := s.recs.get(id); old != nil && old.Revision < ev.KV.ModRevision {
 			s.dropLocked(old)
 		}
 		s.mu.Unlock()
@@ -79,8 +79,8 @@ func (s *state) external(rt *runtime, ev store.Event) {
 func (s *state) knows(id string, rev int64) bool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	cur, ok := s.recs[id]
-	return ok && cur.Revision >= rev
+	cur := s.recs.get(id)
+	return cur != nil && cur.Revision >= rev
 }
 
 // resync reloads every instance after the watch fell too far behind.
