@@ -5,7 +5,7 @@ package memory
 
 import (
 	"context"
-	"slices"
+	"encoding/binary"
 	"sort"
 	"strings"
 	"sync"
@@ -41,16 +41,35 @@ type Store struct {
 	kvs    map[string]entry
 }
 
-// entry is a key's value and revisions; the key is the map's. A million
-// keys hold 16 MB less than as store.KV values.
-type entry struct {
-	value          []byte
-	create, modRev int64
+// entry is a key's revisions and value in one string: the create and the
+// mod revision, 8 little-endian bytes each, then the value; the key is the
+// map's. A map slot is then a key and a string header, and the history
+// shares the value's bytes.
+type entry string
+
+// entryHeader is the length of an entry's revisions.
+const entryHeader = 16
+
+// newEntry returns the entry of value at revisions create and modRev.
+func newEntry(create, modRev int64, value []byte) entry {
+	var revs [entryHeader]byte
+	binary.LittleEndian.PutUint64(revs[:8], uint64(create))
+	binary.LittleEndian.PutUint64(revs[8:], uint64(modRev))
+	var b strings.Builder
+	b.Grow(entryHeader + len(value))
+	b.Write(revs[:])
+	b.Write(value)
+	return entry(b.String())
 }
+
+// create, modRev and value return e's parts; value shares e's bytes.
+func (e entry) create() int64 { return int64(binary.LittleEndian.Uint64([]byte(e[:8]))) }
+func (e entry) modRev() int64 { return int64(binary.LittleEndian.Uint64([]byte(e[8:entryHeader]))) }
+func (e entry) value() string { return string(e[entryHeader:]) }
 
 // kv returns e as the store.KV of key, with a copy of the value.
 func (e entry) kv(key string) store.KV {
-	return store.KV{Key: key, Value: slices.Clone(e.value), CreateRevision: e.create, ModRevision: e.modRev}
+	return store.KV{Key: key, Value: []byte(e.value()), CreateRevision: e.create(), ModRevision: e.modRev()}
 }
 
 // New returns an empty store at revision 0.
@@ -128,30 +147,32 @@ func (s *Store) apply(cmps []store.Cmp, ops []store.Op) (store.TxnResult, bool, 
 		return store.TxnResult{}, false, store.ErrClosed
 	}
 	for _, c := range cmps {
-		if s.kvs[c.Key].modRev != c.ModRevision {
+		var mod int64
+		if e, ok := s.kvs[c.Key]; ok {
+			mod = e.modRev()
+		}
+		if mod != c.ModRevision {
 			return store.TxnResult{Succeeded: false, Revision: s.rev}, false, nil
 		}
 	}
 	rev := s.rev + 1
-	var evs []store.Event
+	var evs []history.Change
 	for _, op := range ops {
 		switch op.Kind {
 		case store.OpPut:
-			kv := store.KV{Key: op.Key, Value: slices.Clone(op.Value), CreateRevision: rev, ModRevision: rev}
+			create := rev
 			if old, ok := s.kvs[op.Key]; ok {
-				kv.CreateRevision = old.create
+				create = old.create()
 			}
-			if kv.Value == nil {
-				kv.Value = []byte{}
-			}
-			s.kvs[op.Key] = entry{value: kv.Value, create: kv.CreateRevision, modRev: kv.ModRevision}
-			evs = append(evs, store.Event{Type: store.EventPut, KV: kv})
+			e := newEntry(create, rev, op.Value)
+			s.kvs[op.Key] = e
+			evs = append(evs, history.Change{Key: op.Key, Value: e.value(), Create: create})
 		case store.OpDelete:
 			if _, ok := s.kvs[op.Key]; !ok {
 				continue
 			}
 			delete(s.kvs, op.Key)
-			evs = append(evs, store.Event{Type: store.EventDelete, KV: store.KV{Key: op.Key, ModRevision: rev}})
+			evs = append(evs, history.Change{Key: op.Key})
 		}
 	}
 	if len(evs) == 0 {

@@ -26,6 +26,21 @@ const (
 // eventOverhead is what one held change costs besides its key and value.
 const eventOverhead = 96
 
+// Change is one change a Log holds: a put of Value to Key, whose key was
+// created at revision Create, or a delete of Key when Create is 0 (a key that
+// exists was created at revision 1 or later). Strings let a store share the
+// bytes it keeps for the key's current value with its history.
+type Change struct {
+	Key, Value string
+	Create     int64
+}
+
+// held is a Change at revision rev.
+type held struct {
+	Change
+	rev int64
+}
+
 // Log is a bounded history of changes. It is safe for concurrent use.
 type Log struct {
 	maxRevs  int64
@@ -34,7 +49,7 @@ type Log struct {
 	mu      sync.RWMutex
 	compact int64 // every change after compact is held
 	rev     int64 // the latest revision appended (or the start)
-	evs     []store.Event
+	evs     []held
 	head    int // evs[:head] are dropped
 	bytes   int64
 }
@@ -47,20 +62,18 @@ func New(rev int64, maxRevs int, maxBytes int64) *Log {
 	return &Log{maxRevs: int64(max(maxRevs, 1)), maxBytes: max(maxBytes, 1), compact: rev, rev: rev}
 }
 
-// Append records the changes of revision rev, which must be later than
-// every revision appended before. The log keeps evs' values; the caller
-// must not change them afterwards.
-func (l *Log) Append(rev int64, evs []store.Event) {
+// Append records the changes of revision rev, in order; rev must be later
+// than every revision appended before.
+func (l *Log) Append(rev int64, chs []Change) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if rev <= l.rev {
 		panic("history: revisions appended out of order")
 	}
 	l.rev = rev
-	for _, ev := range evs {
-		ev.KV.ModRevision = rev
-		l.evs = append(l.evs, ev)
-		l.bytes += size(ev)
+	for _, ch := range chs {
+		l.evs = append(l.evs, held{ch, rev})
+		l.bytes += size(ch)
 	}
 	l.trim()
 }
@@ -71,8 +84,8 @@ func (l *Log) trim() {
 	if c := l.rev - l.maxRevs; c > l.compact {
 		l.dropThrough(c)
 	}
-	for l.bytes > l.maxBytes && l.head < len(l.evs) && l.evs[l.head].KV.ModRevision < l.rev {
-		l.dropThrough(l.evs[l.head].KV.ModRevision)
+	for l.bytes > l.maxBytes && l.head < len(l.evs) && l.evs[l.head].rev < l.rev {
+		l.dropThrough(l.evs[l.head].rev)
 	}
 	// Release the dropped prefix once it is the larger part.
 	if l.head > 0 && l.head >= len(l.evs)-l.head {
@@ -83,16 +96,16 @@ func (l *Log) trim() {
 
 // dropThrough forgets every change at or before rev.
 func (l *Log) dropThrough(rev int64) {
-	for l.head < len(l.evs) && l.evs[l.head].KV.ModRevision <= rev {
-		l.bytes -= size(l.evs[l.head])
-		l.evs[l.head] = store.Event{}
+	for l.head < len(l.evs) && l.evs[l.head].rev <= rev {
+		l.bytes -= size(l.evs[l.head].Change)
+		l.evs[l.head] = held{}
 		l.head++
 	}
 	l.compact = max(l.compact, rev)
 }
 
-func size(ev store.Event) int64 {
-	return int64(len(ev.KV.Key) + len(ev.KV.Value) + eventOverhead)
+func size(ch Change) int64 {
+	return int64(len(ch.Key) + len(ch.Value) + eventOverhead)
 }
 
 // Revisions returns the compact revision (the log holds every change after
@@ -124,18 +137,24 @@ func (l *Log) Changes(prefix string, after int64, limit int) ([]store.Event, int
 	if through <= after {
 		return nil, after, nil
 	}
-	held := l.evs[l.head:]
-	i := sort.Search(len(held), func(i int) bool { return held[i].KV.ModRevision > after })
+	evs := l.evs[l.head:]
+	i := sort.Search(len(evs), func(i int) bool { return evs[i].rev > after })
 	var out []store.Event
-	for ; i < len(held) && held[i].KV.ModRevision <= through; i++ {
-		if ev := held[i]; strings.HasPrefix(ev.KV.Key, prefix) {
-			if ev.KV.Value != nil {
-				ev.KV.Value = slices.Clone(ev.KV.Value)
-			}
-			out = append(out, ev)
+	for ; i < len(evs) && evs[i].rev <= through; i++ {
+		if h := evs[i]; strings.HasPrefix(h.Key, prefix) {
+			out = append(out, h.event())
 		}
 	}
 	return out, through, nil
+}
+
+// event returns h as a store.Event, with a copy of the value.
+func (h held) event() store.Event {
+	if h.Create == 0 {
+		return store.Event{Type: store.EventDelete, KV: store.KV{Key: h.Key, ModRevision: h.rev}}
+	}
+	kv := store.KV{Key: h.Key, Value: []byte(h.Value), CreateRevision: h.Create, ModRevision: h.rev}
+	return store.Event{Type: store.EventPut, KV: kv}
 }
 
 // Source serves a store's watches (it is a watch.Source) from Log, and
