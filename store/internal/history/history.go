@@ -6,7 +6,6 @@
 package history
 
 import (
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -49,10 +48,16 @@ type Log struct {
 	mu      sync.RWMutex
 	compact int64 // every change after compact is held
 	rev     int64 // the latest revision appended (or the start)
-	evs     []held
-	head    int // evs[:head] are dropped
-	bytes   int64
+	// The held changes, oldest first, are ring[head], ring[head+1], ...,
+	// n of them, wrapping around the end of ring.
+	ring  []held
+	head  int
+	n     int
+	bytes int64
 }
+
+// minRing is the smallest ring a Log allocates.
+const minRing = 8
 
 // New returns an empty history at revision rev, which is also its compact
 // revision: watches may start at rev or later. It holds the changes of at
@@ -72,7 +77,11 @@ func (l *Log) Append(rev int64, chs []Change) {
 	}
 	l.rev = rev
 	for _, ch := range chs {
-		l.evs = append(l.evs, held{ch, rev})
+		if l.n == len(l.ring) {
+			l.resize(max(2*l.n, minRing))
+		}
+		*l.at(l.n) = held{ch, rev}
+		l.n++
 		l.bytes += size(ch)
 	}
 	l.trim()
@@ -84,24 +93,39 @@ func (l *Log) trim() {
 	if c := l.rev - l.maxRevs; c > l.compact {
 		l.dropThrough(c)
 	}
-	for l.bytes > l.maxBytes && l.head < len(l.evs) && l.evs[l.head].rev < l.rev {
-		l.dropThrough(l.evs[l.head].rev)
+	for l.bytes > l.maxBytes && l.n > 0 && l.at(0).rev < l.rev {
+		l.dropThrough(l.at(0).rev)
 	}
-	// Release the dropped prefix once it is the larger part.
-	if l.head > 0 && l.head >= len(l.evs)-l.head {
-		l.evs = slices.Clone(l.evs[l.head:])
-		l.head = 0
+	// Release most of the ring once it is mostly empty.
+	if len(l.ring) > minRing && l.n <= len(l.ring)/4 {
+		l.resize(max(2*l.n, minRing))
 	}
 }
 
 // dropThrough forgets every change at or before rev.
 func (l *Log) dropThrough(rev int64) {
-	for l.head < len(l.evs) && l.evs[l.head].rev <= rev {
-		l.bytes -= size(l.evs[l.head].Change)
-		l.evs[l.head] = held{}
-		l.head++
+	for l.n > 0 && l.at(0).rev <= rev {
+		h := l.at(0)
+		l.bytes -= size(h.Change)
+		*h = held{}
+		l.head = (l.head + 1) % len(l.ring)
+		l.n--
 	}
 	l.compact = max(l.compact, rev)
+}
+
+// at returns the ith held change, oldest first; i is at most len(l.ring)-1.
+func (l *Log) at(i int) *held {
+	return &l.ring[(l.head+i)%len(l.ring)]
+}
+
+// resize moves the held changes to a ring of c slots, at least l.n.
+func (l *Log) resize(c int) {
+	ring := make([]held, c)
+	for i := range l.n {
+		ring[i] = *l.at(i)
+	}
+	l.ring, l.head = ring, 0
 }
 
 func size(ch Change) int64 {
@@ -137,11 +161,10 @@ func (l *Log) Changes(prefix string, after int64, limit int) ([]store.Event, int
 	if through <= after {
 		return nil, after, nil
 	}
-	evs := l.evs[l.head:]
-	i := sort.Search(len(evs), func(i int) bool { return evs[i].rev > after })
+	i := sort.Search(l.n, func(i int) bool { return l.at(i).rev > after })
 	var out []store.Event
-	for ; i < len(evs) && evs[i].rev <= through; i++ {
-		if h := evs[i]; strings.HasPrefix(h.Key, prefix) {
+	for ; i < l.n && l.at(i).rev <= through; i++ {
+		if h := l.at(i); strings.HasPrefix(h.Key, prefix) {
 			out = append(out, h.event())
 		}
 	}

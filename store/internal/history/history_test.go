@@ -40,11 +40,11 @@ func TestRevisionBound(t *testing.T) {
 		if _, _, err := l.Changes("/", compact-1, 100); !errors.Is(err, store.ErrCompacted) {
 			t.Fatalf("after %d: Changes from %d: %v, want ErrCompacted", rev, compact-1, err)
 		}
-		if held := len(l.evs) - l.head; held > 2*3 {
-			t.Fatalf("after %d: %d changes held, want at most 6", rev, held)
+		if l.n > 2*3 {
+			t.Fatalf("after %d: %d changes held, want at most 6", rev, l.n)
 		}
-		if len(l.evs) > 4*3 {
-			t.Fatalf("after %d: the dropped prefix is not released: %d slots for %d changes", rev, len(l.evs), len(l.evs)-l.head)
+		if len(l.ring) > 4*3 {
+			t.Fatalf("after %d: the dropped prefix is not released: %d slots for %d changes", rev, len(l.ring), l.n)
 		}
 	}
 }
@@ -83,6 +83,9 @@ func TestByteBound(t *testing.T) {
 	l.Append(52, []Change{put("/k", "small")})
 	if compact, _ := l.Revisions(); compact != 51 {
 		t.Fatalf("compact after the next revision = %d, want 51", compact)
+	}
+	if len(l.ring) > minRing {
+		t.Fatalf("the ring keeps %d slots for %d changes", len(l.ring), l.n)
 	}
 }
 
