@@ -42,34 +42,34 @@ type Store struct {
 }
 
 // entry is a key's revisions and value in one string: the create and the
-// mod revision, 8 little-endian bytes each, then the value; the key is the
-// map's. A map slot is then a key and a string header, and the history
-// shares the value's bytes.
+// mod revision as uvarints, then the value; the key is the map's. A map slot
+// is then a key and a string header, and the history shares the value's
+// bytes.
 type entry string
-
-// entryHeader is the length of an entry's revisions.
-const entryHeader = 16
 
 // newEntry returns the entry of value at revisions create and modRev.
 func newEntry(create, modRev int64, value []byte) entry {
-	var revs [entryHeader]byte
-	binary.LittleEndian.PutUint64(revs[:8], uint64(create))
-	binary.LittleEndian.PutUint64(revs[8:], uint64(modRev))
+	var buf [2 * binary.MaxVarintLen64]byte
+	revs := binary.AppendUvarint(buf[:0], uint64(create))
+	revs = binary.AppendUvarint(revs, uint64(modRev))
 	var b strings.Builder
-	b.Grow(entryHeader + len(value))
-	b.Write(revs[:])
+	b.Grow(len(revs) + len(value))
+	b.Write(revs)
 	b.Write(value)
 	return entry(b.String())
 }
 
-// create, modRev and value return e's parts; value shares e's bytes.
-func (e entry) create() int64 { return int64(binary.LittleEndian.Uint64([]byte(e[:8]))) }
-func (e entry) modRev() int64 { return int64(binary.LittleEndian.Uint64([]byte(e[8:entryHeader]))) }
-func (e entry) value() string { return string(e[entryHeader:]) }
+// parts returns e's revisions and value; the value shares e's bytes.
+func (e entry) parts() (create, modRev int64, value string) {
+	c, n := binary.Uvarint([]byte(e))
+	m, k := binary.Uvarint([]byte(e[n:]))
+	return int64(c), int64(m), string(e[n+k:])
+}
 
 // kv returns e as the store.KV of key, with a copy of the value.
 func (e entry) kv(key string) store.KV {
-	return store.KV{Key: key, Value: []byte(e.value()), CreateRevision: e.create(), ModRevision: e.modRev()}
+	create, modRev, value := e.parts()
+	return store.KV{Key: key, Value: []byte(value), CreateRevision: create, ModRevision: modRev}
 }
 
 // New returns an empty store at revision 0.
@@ -149,7 +149,7 @@ func (s *Store) apply(cmps []store.Cmp, ops []store.Op) (store.TxnResult, bool, 
 	for _, c := range cmps {
 		var mod int64
 		if e, ok := s.kvs[c.Key]; ok {
-			mod = e.modRev()
+			_, mod, _ = e.parts()
 		}
 		if mod != c.ModRevision {
 			return store.TxnResult{Succeeded: false, Revision: s.rev}, false, nil
@@ -162,11 +162,12 @@ func (s *Store) apply(cmps []store.Cmp, ops []store.Op) (store.TxnResult, bool, 
 		case store.OpPut:
 			create := rev
 			if old, ok := s.kvs[op.Key]; ok {
-				create = old.create()
+				create, _, _ = old.parts()
 			}
 			e := newEntry(create, rev, op.Value)
 			s.kvs[op.Key] = e
-			evs = append(evs, history.Change{Key: op.Key, Value: e.value(), Create: create})
+			_, _, value := e.parts()
+			evs = append(evs, history.Change{Key: op.Key, Value: value, Create: create})
 		case store.OpDelete:
 			if _, ok := s.kvs[op.Key]; !ok {
 				continue
