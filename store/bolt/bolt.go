@@ -265,7 +265,7 @@ type call struct {
 	wake chan bool
 
 	res    store.TxnResult
-	events []store.Event // the changes, when it changed something
+	events []history.Change // the changes, when it changed something
 	err    error
 }
 
@@ -389,7 +389,7 @@ func (s *Store) apply(tx *bbolt.Tx, c *call) error {
 		}
 	}
 	next := rev + 1
-	var events []store.Event
+	var events []history.Change
 	for _, op := range c.ops {
 		key := []byte(op.Key)
 		old := kvs.Get(key)
@@ -403,8 +403,7 @@ func (s *Store) apply(tx *bbolt.Tx, c *call) error {
 			if err := kvs.Put(key, enc); err != nil {
 				return err
 			}
-			// The history keeps the encoded value; bbolt only reads it.
-			events = append(events, store.Event{Type: store.EventPut, KV: store.KV{Key: op.Key, Value: enc[kvHeader:], CreateRevision: create}})
+			events = append(events, history.Change{Key: op.Key, Value: string(op.Value), Create: create})
 		case store.OpDelete:
 			if old == nil {
 				continue
@@ -412,7 +411,7 @@ func (s *Store) apply(tx *bbolt.Tx, c *call) error {
 			if err := kvs.Delete(key); err != nil {
 				return err
 			}
-			events = append(events, store.Event{Type: store.EventDelete, KV: store.KV{Key: op.Key}})
+			events = append(events, history.Change{Key: op.Key})
 		}
 	}
 	if len(events) == 0 {

@@ -5,7 +5,7 @@ package memory
 
 import (
 	"context"
-	"slices"
+	"encoding/binary"
 	"sort"
 	"strings"
 	"sync"
@@ -41,16 +41,35 @@ type Store struct {
 	kvs    map[string]entry
 }
 
-// entry is a key's value and revisions; the key is the map's. A million
-// keys hold 16 MB less than as store.KV values.
-type entry struct {
-	value          []byte
-	create, modRev int64
+// entry is a key's revisions and value in one string: the create and the
+// mod revision as uvarints, then the value; the key is the map's. A map slot
+// is then a key and a string header, and the history shares the value's
+// bytes.
+type entry string
+
+// newEntry returns the entry of value at revisions create and modRev.
+func newEntry(create, modRev int64, value []byte) entry {
+	var buf [2 * binary.MaxVarintLen64]byte
+	revs := binary.AppendUvarint(buf[:0], uint64(create))
+	revs = binary.AppendUvarint(revs, uint64(modRev))
+	var b strings.Builder
+	b.Grow(len(revs) + len(value))
+	b.Write(revs)
+	b.Write(value)
+	return entry(b.String())
+}
+
+// parts returns e's revisions and value; the value shares e's bytes.
+func (e entry) parts() (create, modRev int64, value string) {
+	c, n := binary.Uvarint([]byte(e))
+	m, k := binary.Uvarint([]byte(e[n:]))
+	return int64(c), int64(m), string(e[n+k:])
 }
 
 // kv returns e as the store.KV of key, with a copy of the value.
 func (e entry) kv(key string) store.KV {
-	return store.KV{Key: key, Value: slices.Clone(e.value), CreateRevision: e.create, ModRevision: e.modRev}
+	create, modRev, value := e.parts()
+	return store.KV{Key: key, Value: []byte(value), CreateRevision: create, ModRevision: modRev}
 }
 
 // New returns an empty store at revision 0.
@@ -128,30 +147,33 @@ func (s *Store) apply(cmps []store.Cmp, ops []store.Op) (store.TxnResult, bool, 
 		return store.TxnResult{}, false, store.ErrClosed
 	}
 	for _, c := range cmps {
-		if s.kvs[c.Key].modRev != c.ModRevision {
+		var mod int64
+		if e, ok := s.kvs[c.Key]; ok {
+			_, mod, _ = e.parts()
+		}
+		if mod != c.ModRevision {
 			return store.TxnResult{Succeeded: false, Revision: s.rev}, false, nil
 		}
 	}
 	rev := s.rev + 1
-	var evs []store.Event
+	var evs []history.Change
 	for _, op := range ops {
 		switch op.Kind {
 		case store.OpPut:
-			kv := store.KV{Key: op.Key, Value: slices.Clone(op.Value), CreateRevision: rev, ModRevision: rev}
+			create := rev
 			if old, ok := s.kvs[op.Key]; ok {
-				kv.CreateRevision = old.create
+				create, _, _ = old.parts()
 			}
-			if kv.Value == nil {
-				kv.Value = []byte{}
-			}
-			s.kvs[op.Key] = entry{value: kv.Value, create: kv.CreateRevision, modRev: kv.ModRevision}
-			evs = append(evs, store.Event{Type: store.EventPut, KV: kv})
+			e := newEntry(create, rev, op.Value)
+			s.kvs[op.Key] = e
+			_, _, value := e.parts()
+			evs = append(evs, history.Change{Key: op.Key, Value: value, Create: create})
 		case store.OpDelete:
 			if _, ok := s.kvs[op.Key]; !ok {
 				continue
 			}
 			delete(s.kvs, op.Key)
-			evs = append(evs, store.Event{Type: store.EventDelete, KV: store.KV{Key: op.Key, ModRevision: rev}})
+			evs = append(evs, history.Change{Key: op.Key})
 		}
 	}
 	if len(evs) == 0 {

@@ -6,7 +6,6 @@
 package history
 
 import (
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -26,6 +25,21 @@ const (
 // eventOverhead is what one held change costs besides its key and value.
 const eventOverhead = 96
 
+// Change is one change a Log holds: a put of Value to Key, whose key was
+// created at revision Create, or a delete of Key when Create is 0 (a key that
+// exists was created at revision 1 or later). Strings let a store share the
+// bytes it keeps for the key's current value with its history.
+type Change struct {
+	Key, Value string
+	Create     int64
+}
+
+// held is a Change at revision rev.
+type held struct {
+	Change
+	rev int64
+}
+
 // Log is a bounded history of changes. It is safe for concurrent use.
 type Log struct {
 	maxRevs  int64
@@ -34,10 +48,16 @@ type Log struct {
 	mu      sync.RWMutex
 	compact int64 // every change after compact is held
 	rev     int64 // the latest revision appended (or the start)
-	evs     []store.Event
-	head    int // evs[:head] are dropped
-	bytes   int64
+	// The held changes, oldest first, are ring[head], ring[head+1], ...,
+	// n of them, wrapping around the end of ring.
+	ring  []held
+	head  int
+	n     int
+	bytes int64
 }
+
+// minRing is the smallest ring a Log allocates.
+const minRing = 8
 
 // New returns an empty history at revision rev, which is also its compact
 // revision: watches may start at rev or later. It holds the changes of at
@@ -47,20 +67,22 @@ func New(rev int64, maxRevs int, maxBytes int64) *Log {
 	return &Log{maxRevs: int64(max(maxRevs, 1)), maxBytes: max(maxBytes, 1), compact: rev, rev: rev}
 }
 
-// Append records the changes of revision rev, which must be later than
-// every revision appended before. The log keeps evs' values; the caller
-// must not change them afterwards.
-func (l *Log) Append(rev int64, evs []store.Event) {
+// Append records the changes of revision rev, in order; rev must be later
+// than every revision appended before.
+func (l *Log) Append(rev int64, chs []Change) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if rev <= l.rev {
 		panic("history: revisions appended out of order")
 	}
 	l.rev = rev
-	for _, ev := range evs {
-		ev.KV.ModRevision = rev
-		l.evs = append(l.evs, ev)
-		l.bytes += size(ev)
+	for _, ch := range chs {
+		if l.n == len(l.ring) {
+			l.resize(max(2*l.n, minRing))
+		}
+		*l.at(l.n) = held{ch, rev}
+		l.n++
+		l.bytes += size(ch)
 	}
 	l.trim()
 }
@@ -71,28 +93,43 @@ func (l *Log) trim() {
 	if c := l.rev - l.maxRevs; c > l.compact {
 		l.dropThrough(c)
 	}
-	for l.bytes > l.maxBytes && l.head < len(l.evs) && l.evs[l.head].KV.ModRevision < l.rev {
-		l.dropThrough(l.evs[l.head].KV.ModRevision)
+	for l.bytes > l.maxBytes && l.n > 0 && l.at(0).rev < l.rev {
+		l.dropThrough(l.at(0).rev)
 	}
-	// Release the dropped prefix once it is the larger part.
-	if l.head > 0 && l.head >= len(l.evs)-l.head {
-		l.evs = slices.Clone(l.evs[l.head:])
-		l.head = 0
+	// Release most of the ring once it is mostly empty.
+	if len(l.ring) > minRing && l.n <= len(l.ring)/4 {
+		l.resize(max(2*l.n, minRing))
 	}
 }
 
 // dropThrough forgets every change at or before rev.
 func (l *Log) dropThrough(rev int64) {
-	for l.head < len(l.evs) && l.evs[l.head].KV.ModRevision <= rev {
-		l.bytes -= size(l.evs[l.head])
-		l.evs[l.head] = store.Event{}
-		l.head++
+	for l.n > 0 && l.at(0).rev <= rev {
+		h := l.at(0)
+		l.bytes -= size(h.Change)
+		*h = held{}
+		l.head = (l.head + 1) % len(l.ring)
+		l.n--
 	}
 	l.compact = max(l.compact, rev)
 }
 
-func size(ev store.Event) int64 {
-	return int64(len(ev.KV.Key) + len(ev.KV.Value) + eventOverhead)
+// at returns the ith held change, oldest first; i is at most len(l.ring)-1.
+func (l *Log) at(i int) *held {
+	return &l.ring[(l.head+i)%len(l.ring)]
+}
+
+// resize moves the held changes to a ring of c slots, at least l.n.
+func (l *Log) resize(c int) {
+	ring := make([]held, c)
+	for i := range l.n {
+		ring[i] = *l.at(i)
+	}
+	l.ring, l.head = ring, 0
+}
+
+func size(ch Change) int64 {
+	return int64(len(ch.Key) + len(ch.Value) + eventOverhead)
 }
 
 // Revisions returns the compact revision (the log holds every change after
@@ -124,18 +161,23 @@ func (l *Log) Changes(prefix string, after int64, limit int) ([]store.Event, int
 	if through <= after {
 		return nil, after, nil
 	}
-	held := l.evs[l.head:]
-	i := sort.Search(len(held), func(i int) bool { return held[i].KV.ModRevision > after })
+	i := sort.Search(l.n, func(i int) bool { return l.at(i).rev > after })
 	var out []store.Event
-	for ; i < len(held) && held[i].KV.ModRevision <= through; i++ {
-		if ev := held[i]; strings.HasPrefix(ev.KV.Key, prefix) {
-			if ev.KV.Value != nil {
-				ev.KV.Value = slices.Clone(ev.KV.Value)
-			}
-			out = append(out, ev)
+	for ; i < l.n && l.at(i).rev <= through; i++ {
+		if h := l.at(i); strings.HasPrefix(h.Key, prefix) {
+			out = append(out, h.event())
 		}
 	}
 	return out, through, nil
+}
+
+// event returns h as a store.Event, with a copy of the value.
+func (h held) event() store.Event {
+	if h.Create == 0 {
+		return store.Event{Type: store.EventDelete, KV: store.KV{Key: h.Key, ModRevision: h.rev}}
+	}
+	kv := store.KV{Key: h.Key, Value: []byte(h.Value), CreateRevision: h.Create, ModRevision: h.rev}
+	return store.Event{Type: store.EventPut, KV: kv}
 }
 
 // Source serves a store's watches (it is a watch.Source) from Log, and

@@ -9,8 +9,8 @@ import (
 	"github.com/berth-dev/berth/store"
 )
 
-func put(key, value string) store.Event {
-	return store.Event{Type: store.EventPut, KV: store.KV{Key: key, Value: []byte(value)}}
+func put(key, value string) Change {
+	return Change{Key: key, Value: value, Create: 1}
 }
 
 // revs returns the revisions of evs.
@@ -28,7 +28,7 @@ func TestRevisionBound(t *testing.T) {
 		t.Fatalf("new log: Revisions = %d, %d; want 5, 5", c, cur)
 	}
 	for rev := int64(6); rev <= 20; rev++ {
-		l.Append(rev, []store.Event{put("/a", "x"), put("/b", "y")})
+		l.Append(rev, []Change{put("/a", "x"), put("/b", "y")})
 		compact, cur := l.Revisions()
 		if want := max(5, rev-3); compact != want || cur != rev {
 			t.Fatalf("after %d: Revisions = %d, %d; want %d, %d", rev, compact, cur, want, rev)
@@ -40,11 +40,11 @@ func TestRevisionBound(t *testing.T) {
 		if _, _, err := l.Changes("/", compact-1, 100); !errors.Is(err, store.ErrCompacted) {
 			t.Fatalf("after %d: Changes from %d: %v, want ErrCompacted", rev, compact-1, err)
 		}
-		if held := len(l.evs) - l.head; held > 2*3 {
-			t.Fatalf("after %d: %d changes held, want at most 6", rev, held)
+		if l.n > 2*3 {
+			t.Fatalf("after %d: %d changes held, want at most 6", rev, l.n)
 		}
-		if len(l.evs) > 4*3 {
-			t.Fatalf("after %d: the dropped prefix is not released: %d slots for %d changes", rev, len(l.evs), len(l.evs)-l.head)
+		if len(l.ring) > 4*3 {
+			t.Fatalf("after %d: the dropped prefix is not released: %d slots for %d changes", rev, len(l.ring), l.n)
 		}
 	}
 }
@@ -56,7 +56,7 @@ func TestByteBound(t *testing.T) {
 	per := int64(len("/k") + len(value) + eventOverhead)
 	l := New(0, 1000, 10*per)
 	for rev := int64(1); rev <= 50; rev++ {
-		l.Append(rev, []store.Event{put("/k", value)})
+		l.Append(rev, []Change{put("/k", value)})
 		if l.Bytes() > 10*per {
 			t.Fatalf("after %d: %d bytes held, bound %d", rev, l.Bytes(), 10*per)
 		}
@@ -66,7 +66,7 @@ func TestByteBound(t *testing.T) {
 		t.Fatalf("compact = %d, want 40 (ten revisions of one change fit)", compact)
 	}
 	// One revision larger than the bound is kept whole, alone.
-	var big []store.Event
+	var big []Change
 	for i := range 30 {
 		big = append(big, put(fmt.Sprintf("/big/%d", i), value))
 	}
@@ -80,17 +80,20 @@ func TestByteBound(t *testing.T) {
 		t.Fatalf("Changes of the large revision = %d events, %v; want 30", len(evs), err)
 	}
 	// The next revision pushes it out.
-	l.Append(52, []store.Event{put("/k", "small")})
+	l.Append(52, []Change{put("/k", "small")})
 	if compact, _ := l.Revisions(); compact != 51 {
 		t.Fatalf("compact after the next revision = %d, want 51", compact)
+	}
+	if len(l.ring) > minRing {
+		t.Fatalf("the ring keeps %d slots for %d changes", len(l.ring), l.n)
 	}
 }
 
 func TestChangesWindowPrefixAndCopies(t *testing.T) {
 	l := New(0, 100, 1<<20)
 	for rev := int64(1); rev <= 10; rev++ {
-		l.Append(rev, []store.Event{put(fmt.Sprintf("/a/%d", rev), "a"), put(fmt.Sprintf("/b/%d", rev), "b"),
-			{Type: store.EventDelete, KV: store.KV{Key: fmt.Sprintf("/a/%d", rev-1)}}})
+		l.Append(rev, []Change{put(fmt.Sprintf("/a/%d", rev), "a"), put(fmt.Sprintf("/b/%d", rev), "b"),
+			{Key: fmt.Sprintf("/a/%d", rev-1)}})
 	}
 	evs, through, err := l.Changes("/a/", 3, 4)
 	if err != nil || through != 7 {
@@ -123,5 +126,5 @@ func TestAppendOutOfOrderPanics(t *testing.T) {
 			t.Fatal("Append of an old revision did not panic")
 		}
 	}()
-	l.Append(4, []store.Event{put("/a", "x")})
+	l.Append(4, []Change{put("/a", "x")})
 }
