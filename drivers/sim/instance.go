@@ -130,10 +130,11 @@ func (s *Sim) nameIs(slot uint32, name string) bool {
 	return string(s.chunkOf(slot).name(s.slot(slot))) == name
 }
 
-// nameOf returns the name of the instance in slot, its id if it has none.
-func (s *Sim) nameOf(slot uint32, in *inst) string {
+// nameOf returns the name of the instance in slot; id, its id, if it has
+// none.
+func (s *Sim) nameOf(slot uint32, in *inst, id string) string {
 	if in.nameLen == 0 {
-		return s.formatID(slot, in.gen)
+		return id
 	}
 	return string(s.chunkOf(slot).name(in))
 }
@@ -170,17 +171,22 @@ func (s *Sim) lookupTag(c *chunk, in *inst, key string) ([]byte, bool) {
 
 // snapshot returns the instance as the driver contract describes it.
 func (s *Sim) snapshot(slot uint32, in *inst, now int64) *driver.Instance {
-	out := s.snapshotNoTags(slot, in, now)
+	out := s.snapshotNoTags(slot, in, now, "")
 	out.Tags = s.tagsOf(slot, in)
 	return out
 }
 
-// snapshotNoTags is snapshot without Tags, for a caller that has them.
-func (s *Sim) snapshotNoTags(slot uint32, in *inst, now int64) *driver.Instance {
+// snapshotNoTags is snapshot without Tags, for a caller that has them;
+// name is the instance's name when the caller has it too, else "".
+func (s *Sim) snapshotNoTags(slot uint32, in *inst, now int64, name string) *driver.Instance {
 	lk := s.looks.at(in.look)
+	id := s.formatID(slot, in.gen)
+	if name == "" {
+		name = s.nameOf(slot, in, id)
+	}
 	out := &driver.Instance{
-		ID:        s.formatID(slot, in.gen),
-		Name:      s.nameOf(slot, in),
+		ID:        id,
+		Name:      name,
 		Node:      s.nodes[in.node].name,
 		Kind:      lk.kind,
 		Image:     lk.image,
@@ -495,7 +501,12 @@ func (op *createOp) Advance(ctx context.Context) (driver.Progress, error) {
 	case in.gen != op.gen || in.state == stFree:
 		op.finish(nil, driver.Errorf(driver.ErrNotFound, "sim: instance %s was deleted before its create finished", s.formatID(op.slot, op.gen)))
 	case in.state == stCreating:
-		p := driver.Progress{Instance: &driver.Instance{ID: s.formatID(op.slot, op.gen), Name: s.nameOf(op.slot, in), Node: s.nodes[in.node].name, State: driver.StateCreating}, Wait: hangWait}
+		id := s.formatID(op.slot, op.gen)
+		name := op.name
+		if name == "" {
+			name = id
+		}
+		p := driver.Progress{Instance: &driver.Instance{ID: id, Name: name, Node: s.nodes[in.node].name, State: driver.StateCreating}, Wait: hangWait}
 		if !op.hang {
 			p.Wait = time.Duration(op.due - now)
 		}
@@ -503,11 +514,8 @@ func (op *createOp) Advance(ctx context.Context) (driver.Progress, error) {
 	case in.state == stDeleting:
 		op.finish(nil, driver.Errorf(driver.ErrNotFound, "sim: instance %s is being deleted", s.formatID(op.slot, op.gen)))
 	default:
-		inst := s.snapshotNoTags(op.slot, in, now)
+		inst := s.snapshotNoTags(op.slot, in, now, op.name)
 		inst.Tags = cloneMap(op.tags)
-		if op.name != "" {
-			inst.Name = op.name
-		}
 		op.finish(inst, nil)
 	}
 	return driver.Progress{Done: op.err == nil, Instance: op.inst}, op.err
