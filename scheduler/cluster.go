@@ -361,16 +361,14 @@ func (c *Cluster) Reserve(as ...Allocation) error {
 	if len(pending) > 0 {
 		c.rebuildLocked()
 	}
+	infos := map[infoKey]*reqInfo{}
 	for _, a := range as {
 		i := c.st.t.index[nodeKey{a.Provider, a.Node}]
 		name := a.Name
 		if name == "" {
 			name = a.ID
 		}
-		res := a.Resources
-		res.Other = maps.Clone(res.Other)
-		al := newAlloc(a.ID, name, i, slices.Clone(a.Ports), &reqInfo{request: a.Request, owner: a.Owner, pool: a.Pool, group: a.Group,
-			image: a.Image, labels: maps.Clone(a.Labels), priority: a.Priority, res: res}, a.Elastic)
+		al := newAlloc(a.ID, name, i, slices.Clone(a.Ports), sharedInfo(infos, &a), a.Elastic)
 		c.st.apply(al)
 		c.addAllocLocked(al)
 		c.seq++
@@ -382,6 +380,32 @@ func (c *Cluster) Reserve(as ...Allocation) error {
 	}
 	c.compactLocked()
 	return nil
+}
+
+// infoKey is the comparable part of the reqInfo of an Allocation.
+type infoKey struct {
+	request, owner, pool, group, image string
+	priority                           int
+	cpu                                driver.MilliCPU
+	memory, disk                       driver.Bytes
+	gpus                               int64
+}
+
+// sharedInfo returns the reqInfo of a, one for all the allocations of a
+// Reserve call that have the same (as a request's instances do): a restarted
+// plane reserves a million at once.
+func sharedInfo(infos map[infoKey]*reqInfo, a *Allocation) *reqInfo {
+	r := a.Resources
+	k := infoKey{request: a.Request, owner: a.Owner, pool: a.Pool, group: a.Group, image: a.Image, priority: a.Priority,
+		cpu: r.CPU, memory: r.Memory, disk: r.Disk, gpus: r.GPUs}
+	if info, ok := infos[k]; ok && maps.Equal(info.labels, a.Labels) && maps.Equal(info.res.Other, r.Other) {
+		return info
+	}
+	r.Other = maps.Clone(r.Other)
+	info := &reqInfo{request: a.Request, owner: a.Owner, pool: a.Pool, group: a.Group,
+		image: a.Image, labels: maps.Clone(a.Labels), priority: a.Priority, res: r}
+	infos[k] = info
+	return info
 }
 
 // Release frees what instance id holds (after it was deleted). An unknown
