@@ -700,27 +700,31 @@ func (s *Sim) Skim(ctx context.Context, tags map[string]string, skim func(*drive
 type Placement struct {
 	Node      string
 	Resources driver.Resources
-	// Instance is the value of the instance's driver.TagInstance tag, ""
-	// when it has none.
-	Instance string
+	// Instance is the value of the instance's driver.TagInstance tag,
+	// empty when it has none: a copy that the walk reuses.
+	Instance []byte
 }
 
 // Placements calls fn with the placement of each instance List(ctx, nil)
 // would return, under the sim's lock, for checks made on what the back-end
 // really holds (no node over its capacity, none breaking a constraint):
-// a placement costs its instance tag, where a snapshot costs about 850
-// bytes. The placement is valid only during fn; an error from fn ends the
-// walk and Placements returns it.
+// a placement costs nothing but its named resources, where a snapshot
+// costs about 850 bytes. The placement, its Instance bytes included, is
+// valid only during fn; an error from fn ends the walk and Placements
+// returns it.
 func (s *Sim) Placements(ctx context.Context, fn func(*Placement) error) error {
 	var p Placement
+	var id []byte
 	return s.walk(nil, func(slot uint32, in *inst, now int64) error {
 		p = Placement{Node: s.nodes[in.node].name, Resources: s.resources(in)}
 		if len(p.Resources.Other) > 0 {
 			p.Resources.Other = maps.Clone(p.Resources.Other)
 		}
+		id = id[:0]
 		if v, ok := s.lookupTag(s.chunkOf(slot), in, driver.TagInstance); ok {
-			p.Instance = string(v)
+			id = append(id, v...)
 		}
+		p.Instance = id
 		return fn(&p)
 	})
 }

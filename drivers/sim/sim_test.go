@@ -1000,7 +1000,7 @@ func TestInstanceTagOtherThanName(t *testing.T) {
 	}
 	var tagged []string
 	if err := s.Placements(ctx, func(p *sim.Placement) error {
-		tagged = append(tagged, p.Instance)
+		tagged = append(tagged, string(p.Instance))
 		return nil
 	}); err != nil || !slices.Equal(tagged, []string{"i1", "i2"}) {
 		t.Errorf("Placements: instances %q, %v; want i1, i2", tagged, err)
@@ -1050,7 +1050,9 @@ func TestSkimAndPlacements(t *testing.T) {
 
 	var places []sim.Placement
 	if err := s.Placements(ctx, func(p *sim.Placement) error {
-		places = append(places, *p)
+		q := *p
+		q.Instance = slices.Clone(p.Instance) // p's bytes are the walk's
+		places = append(places, q)
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -1060,7 +1062,7 @@ func TestSkimAndPlacements(t *testing.T) {
 	}
 	for i, in := range list {
 		p := places[i]
-		if p.Node != in.Node || p.Resources.CPU != in.Resources.CPU || p.Resources.Memory != in.Resources.Memory || p.Instance != in.Tags[driver.TagInstance] {
+		if p.Node != in.Node || p.Resources.CPU != in.Resources.CPU || p.Resources.Memory != in.Resources.Memory || string(p.Instance) != in.Tags[driver.TagInstance] {
 			t.Errorf("placement %+v of %s on %s (%+v)", p, in.ID, in.Node, in.Resources)
 		}
 	}
