@@ -57,7 +57,7 @@ type Cluster struct {
 	moved    []uint64
 	changing []int32
 	read     []bool
-	allocs   map[string]*alloc
+	allocs   allocTable
 	elastic  map[*alloc]struct{} // the elastic ones among allocs
 	log      []int32
 	logBase  uint64 // position of log[0] in the whole change history
@@ -99,7 +99,7 @@ func WithOptions(o Options) ClusterOption {
 // NewCluster returns an empty cluster; add nodes with UpdateNodes.
 func NewCluster(opts ...ClusterOption) *Cluster {
 	c := &Cluster{
-		caps: map[string][]string{}, oc: map[string]Overcommit{}, allocs: map[string]*alloc{}, elastic: map[*alloc]struct{}{},
+		caps: map[string][]string{}, oc: map[string]Overcommit{}, elastic: map[*alloc]struct{}{},
 		portMin: DefaultPortMin, portMax: DefaultPortMax,
 	}
 	for _, o := range opts {
@@ -171,8 +171,8 @@ const (
 func (c *Cluster) SetPresence(id string, p Presence) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	a, ok := c.allocs[id]
-	if !ok {
+	a := c.allocs.get(id)
+	if a == nil {
 		return driver.Errorf(driver.ErrNotFound, "instance %q holds nothing", id)
 	}
 	if a.pres == p {
@@ -345,7 +345,7 @@ func (c *Cluster) Reserve(as ...Allocation) error {
 		if err := driver.ValidateResources(fmt.Sprintf("[%d].", k), a.Resources); err != nil {
 			return fmt.Errorf("reserve: %w", err)
 		}
-		if _, dup := c.allocs[a.ID]; dup || seen[a.ID] {
+		if c.allocs.get(a.ID) != nil || seen[a.ID] {
 			return driver.Errorf(driver.ErrAlreadyExists, "reserve: instance %q is already allocated", a.ID)
 		}
 		seen[a.ID] = true
@@ -361,16 +361,14 @@ func (c *Cluster) Reserve(as ...Allocation) error {
 	if len(pending) > 0 {
 		c.rebuildLocked()
 	}
+	infos := map[infoKey]*reqInfo{}
 	for _, a := range as {
 		i := c.st.t.index[nodeKey{a.Provider, a.Node}]
 		name := a.Name
 		if name == "" {
 			name = a.ID
 		}
-		res := a.Resources
-		res.Other = maps.Clone(res.Other)
-		al := newAlloc(a.ID, name, i, slices.Clone(a.Ports), &reqInfo{request: a.Request, owner: a.Owner, pool: a.Pool, group: a.Group,
-			image: a.Image, labels: maps.Clone(a.Labels), priority: a.Priority, res: res}, a.Elastic)
+		al := newAlloc(a.ID, name, i, slices.Clone(a.Ports), sharedInfo(infos, &a), a.Elastic)
 		c.st.apply(al)
 		c.addAllocLocked(al)
 		c.seq++
@@ -384,14 +382,40 @@ func (c *Cluster) Reserve(as ...Allocation) error {
 	return nil
 }
 
+// infoKey is the comparable part of the reqInfo of an Allocation.
+type infoKey struct {
+	request, owner, pool, group, image string
+	priority                           int
+	cpu                                driver.MilliCPU
+	memory, disk                       driver.Bytes
+	gpus                               int64
+}
+
+// sharedInfo returns the reqInfo of a, one for all the allocations of a
+// Reserve call that have the same (as a request's instances do): a restarted
+// plane reserves a million at once.
+func sharedInfo(infos map[infoKey]*reqInfo, a *Allocation) *reqInfo {
+	r := a.Resources
+	k := infoKey{request: a.Request, owner: a.Owner, pool: a.Pool, group: a.Group, image: a.Image, priority: a.Priority,
+		cpu: r.CPU, memory: r.Memory, disk: r.Disk, gpus: r.GPUs}
+	if info, ok := infos[k]; ok && maps.Equal(info.labels, a.Labels) && maps.Equal(info.res.Other, r.Other) {
+		return info
+	}
+	r.Other = maps.Clone(r.Other)
+	info := &reqInfo{request: a.Request, owner: a.Owner, pool: a.Pool, group: a.Group,
+		image: a.Image, labels: maps.Clone(a.Labels), priority: a.Priority, res: r}
+	infos[k] = info
+	return info
+}
+
 // Release frees what instance id holds (after it was deleted). An unknown
 // id returns an error wrapping driver.ErrNotFound, which callers count as
 // done.
 func (c *Cluster) Release(id string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	a, ok := c.allocs[id]
-	if !ok {
+	a := c.allocs.get(id)
+	if a == nil {
 		return driver.Errorf(driver.ErrNotFound, "instance %q holds nothing", id)
 	}
 	c.delAllocLocked(a)
@@ -419,7 +443,7 @@ func (c *Cluster) Place(r *Request) (*Plan, error) {
 	defer c.mu.Unlock()
 	if r.ID != "" {
 		for k := range r.N() {
-			if _, dup := c.allocs[r.InstanceID(k)]; dup {
+			if c.allocs.get(r.InstanceID(k)) != nil {
 				return nil, driver.Errorf(driver.ErrAlreadyExists, "instance %q is already allocated", r.InstanceID(k))
 			}
 		}
@@ -454,7 +478,7 @@ func (c *Cluster) PlaceGroup(g *Group) (*Plan, error) {
 func (c *Cluster) placeGroupLocked(g *Group, gg *gang) (*Plan, error) {
 	for _, list := range gg.ids() {
 		for _, id := range list {
-			if _, dup := c.allocs[id]; dup {
+			if c.allocs.get(id) != nil {
 				return nil, driver.Errorf(driver.ErrAlreadyExists, "instance %q of group %q is already allocated", id, g.ID)
 			}
 		}
@@ -573,14 +597,14 @@ func (c *Cluster) fitsLocked(a *alloc, online bool) bool {
 }
 
 func (c *Cluster) addAllocLocked(a *alloc) {
-	c.allocs[a.id] = a
+	c.allocs.add(a)
 	if a.elastic {
 		c.elastic[a] = struct{}{}
 	}
 }
 
 func (c *Cluster) delAllocLocked(a *alloc) {
-	delete(c.allocs, a.id)
+	c.allocs.del(a)
 	delete(c.elastic, a)
 	if a.pres == Changing {
 		c.changing[a.node]--
@@ -680,7 +704,7 @@ func (c *Cluster) acceptableLocked(pl *Placement) bool {
 	if pl.a == nil || int(pl.a.node) >= len(c.nodes) {
 		return false
 	}
-	if _, dup := c.allocs[pl.Instance]; dup {
+	if c.allocs.get(pl.Instance) != nil {
 		return false
 	}
 	return c.fitsLocked(pl.a, true) && c.st.quotaFits(pl.a)
@@ -691,7 +715,7 @@ func (c *Cluster) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.stats
-	s.Instances = len(c.allocs)
+	s.Instances = c.allocs.len()
 	for _, r := range c.removed {
 		if !r {
 			s.Nodes++
@@ -716,7 +740,7 @@ func (c *Cluster) Overbooked() []string {
 		dup   bool
 	}
 	per := map[int32]*acc{}
-	for _, a := range c.allocs {
+	for a := range c.allocs.all() {
 		x := per[a.node]
 		if x == nil {
 			x = &acc{ports: map[int]bool{}}

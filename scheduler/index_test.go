@@ -66,7 +66,7 @@ func TestIndexMatchesScan(t *testing.T) {
 			// Place it so that the state moves on.
 			p := &Plan{}
 			c.planner.place(cr, a, 0, false, p)
-			c.allocs[p.Placements[0].Instance] = p.Placements[0].a
+			c.allocs.add(p.Placements[0].a)
 		}
 		if bad := c.Overbooked(); len(bad) > 0 {
 			t.Fatalf("overbooked %v", bad)

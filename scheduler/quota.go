@@ -193,7 +193,7 @@ func (c *Cluster) SetQuotas(qs []Quota) error {
 	defer c.mu.Unlock()
 	c.st.quotas = slices.Clone(qs)
 	c.st.qused = make([]quotaUsed, len(qs))
-	for _, a := range c.allocs {
+	for a := range c.allocs.all() {
 		c.st.countQuotas(a, 1)
 	}
 	return nil

@@ -58,57 +58,47 @@ type nodeExtra struct {
 }
 
 // alloc is one placed instance. A cluster holds one per instance (a
-// million of them, in 48 bytes each): what the instances of a placed
-// request share is in info, the resources included, and what few
-// instances have is in more.
+// million of them, in 32 bytes each): what the instances of a placed
+// request share is in info, the resources included.
 type alloc struct {
-	id      string
-	node    int32
-	elastic bool
+	id   string
+	info *reqInfo
+	node int32
 	// pres is what the cluster was told of the instance on its back-end
 	// and counted whether its node's reading counts it; the cluster's
 	// alone, under its lock (snapshots never read them).
 	pres    Presence
 	counted bool
-	info    *reqInfo
-	more    *allocMore // nil when the name is the id and there are no ports
-}
-
-// allocMore is the part of an alloc few instances set.
-type allocMore struct {
-	name  string // "" when it is the id
-	ports []int
+	elastic bool
 }
 
 // newAlloc returns the alloc of instance id named name on node i.
 func newAlloc(id, name string, i int32, ports []int, info *reqInfo, elastic bool) *alloc {
-	a := &alloc{id: id, node: i, info: info, elastic: elastic}
 	if name == id {
 		name = ""
 	}
 	if name != "" || len(ports) > 0 {
-		a.more = &allocMore{name: name, ports: ports}
+		own := *info
+		own.name, own.ports = name, ports
+		info = &own
 	}
-	return a
+	return &alloc{id: id, node: i, info: info, elastic: elastic}
 }
 
 // name returns the instance's name.
 func (a *alloc) name() string {
-	if a.more == nil || a.more.name == "" {
+	if a.info.name == "" {
 		return a.id
 	}
-	return a.more.name
+	return a.info.name
 }
 
 // ports returns the host ports the instance holds.
-func (a *alloc) ports() []int {
-	if a.more == nil {
-		return nil
-	}
-	return a.more.ports
-}
+func (a *alloc) ports() []int { return a.info.ports }
 
-// reqInfo is what every instance of one request shares.
+// reqInfo is what every instance of one request shares. The few instances
+// with a name other than their id or with host ports each have a copy of
+// their own, with name and ports set.
 type reqInfo struct {
 	request  string
 	owner    string
@@ -119,6 +109,10 @@ type reqInfo struct {
 	priority int
 	// res is what each instance holds.
 	res driver.Resources
+	// name is the instance's name when it is not its id, ports the host
+	// ports it holds: set only in an instance's own copy.
+	name  string
+	ports []int
 }
 
 // topo is the static picture of the nodes: names, providers, labels,

@@ -604,8 +604,8 @@ func (f *fullRunner) check(ctx context.Context) error {
 	n := 0
 	err = f.back.Placements(ctx, func(p *sim.Placement) error {
 		t.add(p.Node, p.Resources)
-		if bad := f.misplaced1(t.byName, ps.Nodes, p.Instance, p.Node); bad {
-			f.misplaced[p.Instance] = true
+		if bad := f.misplaced1(t.byName, ps.Nodes, string(p.Instance), p.Node); bad {
+			f.misplaced[string(p.Instance)] = true
 		}
 		n++
 		return nil
@@ -656,10 +656,10 @@ func (f *fullRunner) misplaced1(byName map[string]*driver.Node, nodes []driver.N
 	}
 	if rest, ok := strings.CutPrefix(id, "pre"); ok {
 		// pre<item>-<node index>[-<k>]
-		parts := strings.Split(rest, "-")
 		k := -1
-		if len(parts) >= 2 {
-			k, _ = strconv.Atoi(parts[1])
+		if _, after, ok := strings.Cut(rest, "-"); ok {
+			index, _, _ := strings.Cut(after, "-")
+			k, _ = strconv.Atoi(index)
 		}
 		return k < 0 || k >= len(nodes) || nodes[k].Name != node
 	}

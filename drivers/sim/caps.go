@@ -170,7 +170,8 @@ func (s *Sim) Resize(ctx context.Context, id string, r driver.Resources) error {
 		if in.state == stRunning || in.state == stSuspended {
 			n.active = n.active.Sub(old).Add(next)
 		}
-		in.size = s.sizeID(next)
+		lk := s.looks.at(in.look)
+		in.look = s.lookID(lk.image, lk.kind, next)
 		return nil
 	})
 }
@@ -365,7 +366,7 @@ func (s *Sim) Usage(ctx context.Context, id string) (*driver.Usage, error) {
 		h := mix(s.opts.Seed, uint64(slot), uint64(in.gen), uint64(now/int64(time.Minute)))
 		f := 0.05 + 0.9*unit(h)
 		g := 0.1 + 0.8*unit(mix(h))
-		z := s.sizes.at(in.size)
+		z := s.looks.at(in.look).size
 		u.CPU = driver.MilliCPU(float64(z.cpu) * f)
 		u.Memory = driver.Bytes(float64(z.memory) * g)
 	}

@@ -120,10 +120,13 @@
 //
 // Instances live in fixed-size chunks of a slot table indexed by the id
 // ("sim-<slot>.<generation>", base 36), so an id lookup is arithmetic and a
-// freed slot is reused without ever reusing an id. A slot holds no pointers
-// (but one to the rare extras: labels, ports, log lines); its name and tags
-// are bytes in its chunk's arena, which drops the bytes of deleted instances
-// when it grows. Names are found through an open-addressing table of hashes
+// freed slot is reused without ever reusing an id. A slot is 64 bytes and
+// holds no pointers (but one to the rare extras: labels, ports, log lines);
+// its image, kind and size are an index into a table of the few there are;
+// its name and own tags are bytes in its chunk's arena, which drops the
+// bytes of deleted instances when it grows, and the tags it shares with
+// other instances are kept once (an instance tag that is the name is not
+// written twice). Names are found through an open-addressing table of hashes
 // and slots. The garbage collector thus has next to nothing to scan however
 // many instances run. One mutex guards the whole sim.
 //

@@ -203,6 +203,17 @@ func (h *timers) push(t timer) {
 	}
 }
 
+// find returns when the timer of kind for slot and gen is due, 0 when
+// there is none.
+func (h timers) find(slot, gen uint32, kind uint8) int64 {
+	for _, t := range h {
+		if t.slot == slot && t.gen == gen && t.kind == kind {
+			return t.at
+		}
+	}
+	return 0
+}
+
 func (h *timers) pop() timer {
 	a := *h
 	top := a[0]

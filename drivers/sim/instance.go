@@ -38,23 +38,25 @@ var stateNames = [...]driver.State{
 // inst is one simulated instance, kept compact and free of pointers but
 // for the rare extra: a million of them must fit in well under a gigabyte
 // and cost the garbage collector next to nothing. Its name and tags live in
-// its chunk's arena, its size in Sim.sizes. It is 80 bytes.
+// its chunk's arena, its image, kind and size in Sim.looks, and when a
+// create or delete will be over in the operation and the timer that wait
+// for it. It is 64 bytes.
 type inst struct {
-	x        *extra
-	gen      uint32
-	node     int32
-	starts   uint32 // how many times it has started: one log line each
-	off      uint32 // where its name, then its tags, start in the arena
-	tagsLen  uint32
-	image    uint32 // index into Sim.images
-	nameLen  uint8  // 0: the name is the id
-	state    uint8
-	kind     uint8 // index into kinds
-	hasExit  bool
+	x       *extra
+	gen     uint32
+	node    int32
+	starts  uint32 // how many times it has started: one log line each
+	off     uint32 // where its name, then its tags, start in the arena
+	tagsLen uint32
+	look    uint32 // index into Sim.looks
+	nameLen uint8  // 0: the name is the id
+	state   uint8
+	hasExit bool
+	// nameTag: its driver.TagInstance tag, not among those in the arena,
+	// has its name for value.
+	nameTag  bool
 	exitCode int16
 	tagSet   uint16 // the tags it shares with others: index into Sim.tagSets
-	size     uint32 // index into Sim.sizes
-	due      int64  // when the create or delete in progress finishes
 	created  int64
 	started  int64
 	finished int64
@@ -73,23 +75,12 @@ type extra struct {
 // resources returns what the instance reserves. Other is shared: callers
 // that hand it out clone it.
 func (s *Sim) resources(in *inst) driver.Resources {
-	z := s.sizes.at(in.size)
+	z := s.looks.at(in.look).size
 	r := driver.Resources{CPU: z.cpu, Memory: z.memory, Disk: z.disk, GPUs: z.gpus}
 	if in.x != nil {
 		r.Other = in.x.other
 	}
 	return r
-}
-
-var kinds = [...]driver.Kind{driver.KindContainer, driver.KindProcess, driver.KindVM, driver.KindBareMetal}
-
-func kindCode(k driver.Kind) uint8 {
-	for i, x := range kinds {
-		if x == k {
-			return uint8(i)
-		}
-	}
-	return 0
 }
 
 func (in *inst) message() string {
@@ -139,27 +130,39 @@ func (s *Sim) nameIs(slot uint32, name string) bool {
 	return string(s.chunkOf(slot).name(s.slot(slot))) == name
 }
 
-// nameOf returns the name of the instance in slot, its id if it has none.
-func (s *Sim) nameOf(slot uint32, in *inst) string {
+// nameOf returns the name of the instance in slot; id, its id, if it has
+// none.
+func (s *Sim) nameOf(slot uint32, in *inst, id string) string {
 	if in.nameLen == 0 {
-		return s.formatID(slot, in.gen)
+		return id
 	}
 	return string(s.chunkOf(slot).name(in))
 }
 
 // tagsOf decodes the tags of the instance in slot.
 func (s *Sim) tagsOf(slot uint32, in *inst) map[string]string {
-	own := string(s.chunkOf(slot).tags(in))
+	c := s.chunkOf(slot)
+	own := string(c.tags(in))
 	set := s.tagSets[in.tagSet]
-	if len(set) == 0 {
+	if len(set) == 0 && !in.nameTag {
 		return pairMap(own)
 	}
-	return addPairs(pairMap(string(set)), own)
+	m := addPairs(pairMap(string(set)), own)
+	if in.nameTag {
+		if m == nil {
+			m = map[string]string{}
+		}
+		m[driver.TagInstance] = string(c.name(in))
+	}
+	return m
 }
 
 // lookupTag returns the value of the tag key of the instance in, in
 // chunk c.
 func (s *Sim) lookupTag(c *chunk, in *inst, key string) ([]byte, bool) {
+	if in.nameTag && key == driver.TagInstance {
+		return c.name(in), true
+	}
 	if v, ok := lookupBytes(c.tags(in), key); ok {
 		return v, true
 	}
@@ -168,20 +171,25 @@ func (s *Sim) lookupTag(c *chunk, in *inst, key string) ([]byte, bool) {
 
 // snapshot returns the instance as the driver contract describes it.
 func (s *Sim) snapshot(slot uint32, in *inst, now int64) *driver.Instance {
-	out := s.snapshotNoTags(slot, in, now)
+	out := s.snapshotNoTags(slot, in, now, "")
 	out.Tags = s.tagsOf(slot, in)
 	return out
 }
 
-// snapshotNoTags is snapshot without Tags, for a caller that has them.
-func (s *Sim) snapshotNoTags(slot uint32, in *inst, now int64) *driver.Instance {
+// snapshotNoTags is snapshot without Tags, for a caller that has them;
+// name is the instance's name when the caller has it too, else "".
+func (s *Sim) snapshotNoTags(slot uint32, in *inst, now int64, name string) *driver.Instance {
+	lk := s.looks.at(in.look)
 	id := s.formatID(slot, in.gen)
+	if name == "" {
+		name = s.nameOf(slot, in, id)
+	}
 	out := &driver.Instance{
 		ID:        id,
-		Name:      s.nameOf(slot, in),
+		Name:      name,
 		Node:      s.nodes[in.node].name,
-		Kind:      kinds[in.kind],
-		Image:     s.images.at(in.image),
+		Kind:      lk.kind,
+		Image:     lk.image,
 		State:     stateNames[in.state],
 		RawState:  string(stateNames[in.state]),
 		Message:   in.message(),
@@ -357,19 +365,31 @@ func (s *Sim) Create(ctx context.Context, nodeName string, spec *driver.Spec) (d
 
 	slot := s.newSlot()
 	in := s.slot(slot)
-	set, own := s.splitTags(spec.Tags)
-	off, tagsLen := s.chunkOf(slot).store(spec.Name, own)
+	// The tags kept in the arena: all of them, or when they split the
+	// instance tag alone, and not even that when its value is the name.
+	var stack [256]byte
+	own := stack[:0]
+	set, split := s.splitTags(spec.Tags)
+	instTag := spec.Tags[driver.TagInstance]
+	nameTag := split && spec.Name != "" && instTag == spec.Name
+	switch {
+	case nameTag:
+	case split:
+		own = appendPair(own, driver.TagInstance, instTag)
+	default:
+		own = appendPairs(own, spec.Tags)
+	}
+	off := s.chunkOf(slot).store(spec.Name, own)
 	*in = inst{
 		tagSet:  set,
+		nameTag: nameTag,
 		gen:     in.gen,
 		state:   stCreating,
 		node:    ni,
 		off:     off,
-		tagsLen: tagsLen,
+		tagsLen: uint32(len(own)),
 		nameLen: uint8(len(spec.Name)),
-		image:   s.images.id(image),
-		kind:    kindCode(spec.KindOrDefault()),
-		size:    s.sizeID(spec.Resources),
+		look:    s.lookID(image, spec.KindOrDefault(), spec.Resources),
 		created: now,
 	}
 	if len(spec.Other) > 0 || len(spec.Labels) > 0 || len(ports) > 0 || spec.Env[EnvStdout] != "" || spec.Env[EnvStderr] != "" {
@@ -397,8 +417,8 @@ func (s *Sim) Create(ctx context.Context, nodeName string, spec *driver.Spec) (d
 	case latency <= 0:
 		s.setRunning(slot, in, now, driver.EventStart)
 	default:
-		in.due = now + latency
-		s.due.push(timer{at: in.due, slot: slot, gen: in.gen, kind: dueReady})
+		op.due = now + latency
+		s.due.push(timer{at: op.due, slot: slot, gen: in.gen, kind: dueReady})
 	}
 	if in.state == stCreating && ctx.Done() != nil {
 		s.pending[op] = context.AfterFunc(ctx, op.abandon)
@@ -452,6 +472,7 @@ type createOp struct {
 	s         *Sim
 	slot, gen uint32
 	hang      bool
+	due       int64             // when the create is over, unless it hangs
 	name      string            // the spec's name
 	tags      map[string]string // the spec's tags, copied into the result
 	abandoned bool
@@ -480,19 +501,21 @@ func (op *createOp) Advance(ctx context.Context) (driver.Progress, error) {
 	case in.gen != op.gen || in.state == stFree:
 		op.finish(nil, driver.Errorf(driver.ErrNotFound, "sim: instance %s was deleted before its create finished", s.formatID(op.slot, op.gen)))
 	case in.state == stCreating:
-		p := driver.Progress{Instance: &driver.Instance{ID: s.formatID(op.slot, op.gen), Name: s.nameOf(op.slot, in), Node: s.nodes[in.node].name, State: driver.StateCreating}, Wait: hangWait}
+		id := s.formatID(op.slot, op.gen)
+		name := op.name
+		if name == "" {
+			name = id
+		}
+		p := driver.Progress{Instance: &driver.Instance{ID: id, Name: name, Node: s.nodes[in.node].name, State: driver.StateCreating}, Wait: hangWait}
 		if !op.hang {
-			p.Wait = time.Duration(in.due - now)
+			p.Wait = time.Duration(op.due - now)
 		}
 		return p, nil
 	case in.state == stDeleting:
 		op.finish(nil, driver.Errorf(driver.ErrNotFound, "sim: instance %s is being deleted", s.formatID(op.slot, op.gen)))
 	default:
-		inst := s.snapshotNoTags(op.slot, in, now)
+		inst := s.snapshotNoTags(op.slot, in, now, op.name)
 		inst.Tags = cloneMap(op.tags)
-		if op.name != "" {
-			inst.Name = op.name
-		}
 		op.finish(inst, nil)
 	}
 	return driver.Progress{Done: op.err == nil, Instance: op.inst}, op.err
@@ -551,7 +574,10 @@ func (s *Sim) Delete(ctx context.Context, id string) (driver.Operation, error) {
 		return driver.Finished(nil, err), nil
 	}
 	s.calls.add(Call{Op: "delete", Node: nodeName, Instance: id, Time: time.Unix(0, now)})
-	if in.state != stDeleting {
+	op := &deleteOp{s: s, slot: slot, gen: in.gen}
+	if in.state == stDeleting {
+		op.due = s.due.find(slot, in.gen, dueGone)
+	} else {
 		if in.state == stRunning || in.state == stSuspended {
 			s.setEnded(slot, in, stDeleting, 137, now, driver.EventDie)
 		} else {
@@ -565,16 +591,17 @@ func (s *Sim) Delete(ctx context.Context, id string) (driver.Operation, error) {
 			s.release(slot, in, now)
 			return driver.Finished(nil, nil), nil
 		}
-		in.due = now + latency
-		s.due.push(timer{at: in.due, slot: slot, gen: in.gen, kind: dueGone})
+		op.due = now + latency
+		s.due.push(timer{at: op.due, slot: slot, gen: in.gen, kind: dueGone})
 	}
-	return &deleteOp{s: s, slot: slot, gen: in.gen}, nil
+	return op, nil
 }
 
 // deleteOp is a delete in progress.
 type deleteOp struct {
 	s         *Sim
 	slot, gen uint32
+	due       int64 // when the delete is over
 }
 
 func (op *deleteOp) Advance(ctx context.Context) (driver.Progress, error) {
@@ -588,7 +615,7 @@ func (op *deleteOp) Advance(ctx context.Context) (driver.Progress, error) {
 	if in.gen != op.gen {
 		return driver.Progress{Done: true}, nil
 	}
-	return driver.Progress{Wait: time.Duration(in.due - now)}, nil
+	return driver.Progress{Wait: time.Duration(op.due - now)}, nil
 }
 
 // Get returns the instance with id id. An instance on an offline node is
@@ -673,27 +700,31 @@ func (s *Sim) Skim(ctx context.Context, tags map[string]string, skim func(*drive
 type Placement struct {
 	Node      string
 	Resources driver.Resources
-	// Instance is the value of the instance's driver.TagInstance tag, ""
-	// when it has none.
-	Instance string
+	// Instance is the value of the instance's driver.TagInstance tag,
+	// empty when it has none: a copy that the walk reuses.
+	Instance []byte
 }
 
 // Placements calls fn with the placement of each instance List(ctx, nil)
 // would return, under the sim's lock, for checks made on what the back-end
 // really holds (no node over its capacity, none breaking a constraint):
-// a placement costs its instance tag, where a snapshot costs about 850
-// bytes. The placement is valid only during fn; an error from fn ends the
-// walk and Placements returns it.
+// a placement costs nothing but its named resources, where a snapshot
+// costs about 850 bytes. The placement, its Instance bytes included, is
+// valid only during fn; an error from fn ends the walk and Placements
+// returns it.
 func (s *Sim) Placements(ctx context.Context, fn func(*Placement) error) error {
 	var p Placement
+	var id []byte
 	return s.walk(nil, func(slot uint32, in *inst, now int64) error {
 		p = Placement{Node: s.nodes[in.node].name, Resources: s.resources(in)}
 		if len(p.Resources.Other) > 0 {
 			p.Resources.Other = maps.Clone(p.Resources.Other)
 		}
+		id = id[:0]
 		if v, ok := s.lookupTag(s.chunkOf(slot), in, driver.TagInstance); ok {
-			p.Instance = string(v)
+			id = append(id, v...)
 		}
+		p.Instance = id
 		return fn(&p)
 	})
 }

@@ -62,10 +62,10 @@ type Sim struct {
 	chunks []*chunk
 	free   []uint32 // free instance slots, reused last in first out
 	live   int
-	names  nameTable        // instance name -> slot
-	images interned[string] // image names; 0 is no image
-	// sizes are the sizes instances have: few, where instances are many.
-	sizes interned[size]
+	names  nameTable // instance name -> slot
+	// looks are the images, kinds and sizes instances have: few, where
+	// instances are many.
+	looks interned[look]
 	// tagSets are the tags instances share, encoded (see splitTags); 0
 	// is none. tagSetID indexes them by their encoding.
 	tagSets  [][]byte
@@ -109,8 +109,7 @@ func New(opts Options) (*Sim, error) {
 		pools:   opts.pools(),
 		rng:     rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
 		byNode:  map[string]int32{},
-		images:  newInterned[string](),
-		sizes:   newInterned[size](),
+		looks:   newInterned[look](),
 		tagSets: [][]byte{nil}, tagSetID: map[string]uint16{"": 0},
 		pending: map[*createOp]func() bool{},
 		done:    make(chan struct{}),
@@ -185,23 +184,33 @@ type size struct {
 	gpus   int64
 }
 
-// sizeID returns the index of r's size (but Other) in s.sizes.
-func (s *Sim) sizeID(r driver.Resources) uint32 {
-	return s.sizes.id(size{cpu: r.CPU, memory: r.Memory, disk: r.Disk, gpus: r.GPUs})
+// look is what an instance shares with many others: its image
+// (normalised), its kind and its size.
+type look struct {
+	image string
+	kind  driver.Kind
+	size  size
 }
 
-// splitTags splits the tags of an instance being created into the set it
-// shares with others (every tag but driver.TagInstance, which a Berth
-// plane writes with the same cluster and provider tags on thousands of
-// instances), kept once in tagSets, and the tags of its own, kept in its
-// chunk's arena. Tags without an instance tag, and any once tagSets is
-// full, are all its own.
-func (s *Sim) splitTags(tags map[string]string) (set uint16, own map[string]string) {
-	id, ok := tags[driver.TagInstance]
-	if !ok || len(tags) < 2 {
-		return 0, tags
+// lookID returns the index in s.looks of an instance of image, kind and
+// resources r (but Other).
+func (s *Sim) lookID(image string, kind driver.Kind, r driver.Resources) uint32 {
+	return s.looks.id(look{image: image, kind: kind, size: size{cpu: r.CPU, memory: r.Memory, disk: r.Disk, gpus: r.GPUs}})
+}
+
+// splitTags tells whether the tags of an instance being created split into
+// a set it shares with others (every tag but driver.TagInstance, which a
+// Berth plane writes with the same cluster and provider tags on thousands
+// of instances), kept once in tagSets, and its instance tag, kept in its
+// chunk's arena; it returns the index of the set. Tags without an instance
+// tag, and any once tagSets is full, do not split: they are all the
+// instance's own.
+func (s *Sim) splitTags(tags map[string]string) (set uint16, ok bool) {
+	if _, ok := tags[driver.TagInstance]; !ok || len(tags) < 2 {
+		return 0, false
 	}
-	keys := make([]string, 0, len(tags)-1)
+	var few [8]string
+	keys := few[:0]
 	for k := range tags {
 		if k != driver.TagInstance {
 			keys = append(keys, k)
@@ -214,15 +223,15 @@ func (s *Sim) splitTags(tags map[string]string) (set uint16, own map[string]stri
 		enc = appendPair(enc, k, tags[k])
 	}
 	if i, ok := s.tagSetID[string(enc)]; ok {
-		return i, map[string]string{driver.TagInstance: id}
+		return i, true
 	}
 	if len(s.tagSets) > math.MaxUint16 {
-		return 0, tags
+		return 0, false
 	}
 	i := uint16(len(s.tagSets))
 	s.tagSets = append(s.tagSets, slices.Clone(enc))
 	s.tagSetID[string(enc)] = i
-	return i, map[string]string{driver.TagInstance: id}
+	return i, true
 }
 
 // newSlot returns a free slot, growing the table when none is free.

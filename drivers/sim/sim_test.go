@@ -958,6 +958,55 @@ func TestSharedTags(t *testing.T) {
 	}
 }
 
+// An instance tag that is not the instance's name (a later incarnation's
+// name) reads back as written, beside one that is, in its tags, in a
+// listing's filter, in a glance and in a placement.
+func TestInstanceTagOtherThanName(t *testing.T) {
+	s, _ := newSim(t, nil)
+	ctx := context.Background()
+	tags := func(id string) map[string]string {
+		return map[string]string{driver.TagManaged: "true", driver.TagCluster: "c1", driver.TagInstance: id}
+	}
+	same := spec("i1")
+	same.Tags = tags("i1")
+	other := spec("i2.1")
+	other.Tags = tags("i2")
+	want := map[string]string{}
+	for _, sp := range []*driver.Spec{same, other} {
+		in := mustRun(t, s, "node-01", sp)
+		if !maps.Equal(in.Tags, sp.Tags) || in.Name != sp.Name {
+			t.Errorf("created %s with tags %v, want %v", in.Name, in.Tags, sp.Tags)
+		}
+		got, err := s.Get(ctx, in.ID)
+		if err != nil || !maps.Equal(got.Tags, sp.Tags) {
+			t.Errorf("Get %s: tags %v, %v; want %v", in.ID, got.Tags, err, sp.Tags)
+		}
+		want[in.ID] = sp.Tags[driver.TagInstance]
+	}
+	for id, n := range map[string]int{"i1": 1, "i2": 1, "i2.1": 0} {
+		got, err := s.List(ctx, map[string]string{driver.TagInstance: id})
+		if err != nil || len(got) != n {
+			t.Errorf("List instance %s: %d instances, %v; want %d", id, len(got), err, n)
+		}
+	}
+	err := s.Skim(ctx, nil, func(g *driver.Glance) bool {
+		if g.Instance != want[g.ID] {
+			t.Errorf("glance of %s: instance %q, want %q", g.ID, g.Instance, want[g.ID])
+		}
+		return false
+	}, func(*driver.Instance) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tagged []string
+	if err := s.Placements(ctx, func(p *sim.Placement) error {
+		tagged = append(tagged, string(p.Instance))
+		return nil
+	}); err != nil || !slices.Equal(tagged, []string{"i1", "i2"}) {
+		t.Errorf("Placements: instances %q, %v; want i1, i2", tagged, err)
+	}
+}
+
 // Skim's glances and Placements agree with List, an instance on an offline
 // node included, and Skim takes whole only the instances asked for.
 func TestSkimAndPlacements(t *testing.T) {
@@ -1001,7 +1050,9 @@ func TestSkimAndPlacements(t *testing.T) {
 
 	var places []sim.Placement
 	if err := s.Placements(ctx, func(p *sim.Placement) error {
-		places = append(places, *p)
+		q := *p
+		q.Instance = slices.Clone(p.Instance) // p's bytes are the walk's
+		places = append(places, q)
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -1011,7 +1062,7 @@ func TestSkimAndPlacements(t *testing.T) {
 	}
 	for i, in := range list {
 		p := places[i]
-		if p.Node != in.Node || p.Resources.CPU != in.Resources.CPU || p.Resources.Memory != in.Resources.Memory || p.Instance != in.Tags[driver.TagInstance] {
+		if p.Node != in.Node || p.Resources.CPU != in.Resources.CPU || p.Resources.Memory != in.Resources.Memory || string(p.Instance) != in.Tags[driver.TagInstance] {
 			t.Errorf("placement %+v of %s on %s (%+v)", p, in.ID, in.Node, in.Resources)
 		}
 	}

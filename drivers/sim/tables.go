@@ -170,28 +170,17 @@ type chunk struct {
 	dead  int // bytes of arena that no live instance uses
 }
 
-// store appends name and the encoded tags to the arena and returns where
-// they start and the length of the tags.
-func (c *chunk) store(name string, tags map[string]string) (off, tagsLen uint32) {
-	// Measure only when the arena may be short of room: appending past its
-	// capacity would grow it without dropping dead bytes.
-	if cap(c.arena)-len(c.arena) < len(name)+arenaSlack {
-		need := len(name)
-		for k, v := range tags {
-			need += uvarintLen(len(k)) + len(k) + uvarintLen(len(v)) + len(v)
-		}
-		if cap(c.arena)-len(c.arena) < need {
-			c.reserve(need)
-		}
+// store appends name and the encoded tags own to the arena and returns
+// where they start.
+func (c *chunk) store(name string, own []byte) (off uint32) {
+	if need := len(name) + len(own); cap(c.arena)-len(c.arena) < need {
+		c.reserve(need)
 	}
 	start := len(c.arena)
 	c.arena = append(c.arena, name...)
-	c.arena = appendPairs(c.arena, tags)
-	return uint32(start), uint32(len(c.arena) - start - len(name))
+	c.arena = append(c.arena, own...)
+	return uint32(start)
 }
-
-// arenaSlack is the headroom below which store measures what it appends.
-const arenaSlack = 1024
 
 // maxArenaGuess caps the first allocation of a chunk's arena.
 const maxArenaGuess = 4 << 20
@@ -233,15 +222,6 @@ func (c *chunk) name(in *inst) []byte { return c.arena[in.off : in.off+uint32(in
 func (c *chunk) tags(in *inst) []byte {
 	start := in.off + uint32(in.nameLen)
 	return c.arena[start : start+in.tagsLen]
-}
-
-// uvarintLen is the length of n's uvarint encoding.
-func uvarintLen(n int) int {
-	l := 1
-	for ; n >= 0x80; n >>= 7 {
-		l++
-	}
-	return l
 }
 
 // appendPairs appends the encoding of m to b.

@@ -2,7 +2,6 @@ package sim
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -141,13 +140,5 @@ func TestArenaCompaction(t *testing.T) {
 	}
 	if arena > stored/2 {
 		t.Errorf("arenas hold %d bytes after %d were written for %d live instances: dead bytes are not dropped", arena, stored, len(live))
-	}
-}
-
-func TestUvarintLen(t *testing.T) {
-	for _, n := range []int{0, 1, 127, 128, 300, 16383, 16384, 1 << 20, 1<<31 - 1} {
-		if got, want := uvarintLen(n), len(binary.AppendUvarint(nil, uint64(n))); got != want {
-			t.Errorf("uvarintLen(%d) = %d, want %d", n, got, want)
-		}
 	}
 }
