@@ -23,9 +23,11 @@
 //     ledger in step. A store that guards its writes (a leader's fence)
 //     therefore sees every write of the plane.
 //   - Records (record.go, state.go): the store's instances and requests in
-//     memory with their indexes. An instance is stored as a record, about a
-//     third of its JSON: the spec lives once, in its request. In memory it
-//     is a rec: the fields the plane reads of every instance, the rest
+//     memory with their indexes. An instance is stored as a record, a
+//     fifth of its JSON or less: the spec lives once, in its request, and
+//     the fields nearly every record sets are binary. In memory it is a
+//     rec, in a B-tree by id (recIndex): the fields the plane reads of
+//     every instance, its times as 8-byte instants, the rest
 //     (and most of what the back-end showed) behind pointers that few
 //     instances set, the name and group left out when the id and the
 //     request's id give them, the spec shared with the other instances

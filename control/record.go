@@ -522,7 +522,7 @@ type coldRec struct {
 // differs from the instance's phase, the raw state only when it differs
 // from the state, the resources only when they differ from the spec's, one
 // address as a string, and the rest of what is seldom set behind one
-// pointer. It is 48 bytes.
+// pointer. It is 32 bytes.
 type seenRec struct {
 	// address is the one address seen, "" for none (Addresses nil);
 	// other addresses are in more.

@@ -16,7 +16,6 @@ import (
 	"sync"
 	"time"
 
-
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/reconciler"
