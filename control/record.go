@@ -232,24 +232,16 @@ type recordReader struct {
 	err error
 }
 
-func (d *recordReader) uvarint() uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.err = errors.New("record: truncated or overlong number")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
+func (d *recordReader) uvarint() uint64 { return readNumber(d, binary.Uvarint) }
 
-func (d *recordReader) varint() int64 {
+func (d *recordReader) varint() int64 { return readNumber(d, binary.Varint) }
+
+// readNumber reads a number with decode (binary.Uvarint or binary.Varint).
+func readNumber[T uint64 | int64](d *recordReader, decode func([]byte) (T, int)) T {
 	if d.err != nil {
 		return 0
 	}
-	v, n := binary.Varint(d.b)
+	v, n := decode(d.b)
 	if n <= 0 {
 		d.err = errors.New("record: truncated or overlong number")
 		return 0
