@@ -124,8 +124,11 @@ func (r *record) append(b []byte) []byte {
 		if o.AsSpec {
 			flags |= recordAsSpec
 		}
-		if len(o.Addresses) == 1 && o.Addresses[0] != "" {
-			address, o.Addresses = o.Addresses[0], nil
+		switch a := o.Addresses; {
+		case len(a) == 1 && a[0] != "":
+			address, o.Addresses = a[0], nil
+		case len(a) == 0:
+			o.Addresses = nil // none, as JSON leaves an empty list out
 		}
 	}
 	if r.NoGroup {

@@ -136,6 +136,21 @@ func TestRecordForms(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(got, in) {
 		t.Errorf("from %q\n%+v, %v\nwant\n%+v", b, got, err, in)
 	}
+	// Addresses in every form: one is binary, the others JSON; an empty
+	// list is none.
+	for _, addrs := range [][]string{nil, {}, {""}, {"10.0.0.1"}, {"10.0.0.1", "fd00::1"}} {
+		x := *in
+		o := *in.Observed
+		o.Addresses, x.Observed = addrs, &o
+		b := encodeRecord(&x, shared)
+		if len(addrs) == 0 {
+			o.Addresses = nil
+		}
+		got, err := decodeRecord(store.KV{Key: PrefixInstances + x.ID, Value: b}, lookup)
+		if err != nil || !reflect.DeepEqual(got, &x) {
+			t.Errorf("addresses %#v: decoded %+v, %v", addrs, got, err)
+		}
+	}
 	in.Message = "with the rest as JSON"
 	for _, b := range [][]byte{b, encodeRecord(in, shared)} {
 		for n := range len(b) {
