@@ -374,13 +374,7 @@ func TestLaunchTimeoutDeletesWhatMayExistAndRetries(t *testing.T) {
 		if in.Attempts != 2 || !strings.Contains(in.Message, "launch did not finish") {
 			t.Fatalf("attempts %d, message %q", in.Attempts, in.Message)
 		}
-		creates := 0
-		for _, c := range s.Calls() {
-			if c.Op == "create" {
-				creates++
-			}
-		}
-		if creates != 2 {
+		if creates := countCalls(s, "create"); creates != 2 {
 			t.Fatalf("%d creates, want 2", creates)
 		}
 		waitFor(t, "no copy left in the back-end", func() bool {
@@ -411,13 +405,7 @@ func TestLaunchTimeoutOfCreatesThatWaited(t *testing.T) {
 				t.Errorf("queued-%d failed with %q, want a launch timeout", i, in.Message)
 			}
 		}
-		creates := 0
-		for _, c := range s.Calls() {
-			if c.Op == "create" {
-				creates++
-			}
-		}
-		if creates != n {
+		if creates := countCalls(s, "create"); creates != n {
 			t.Errorf("%d creates, want %d: each instance asked for once", creates, n)
 		}
 	})
@@ -443,13 +431,7 @@ func TestBudgetHoldsNoWorker(t *testing.T) {
 				t.Errorf("paced-%d: %d failed attempts (%s), want none", i, in.Attempts, in.Message)
 			}
 		}
-		creates := 0
-		for _, c := range s.Calls() {
-			if c.Op == "create" {
-				creates++
-			}
-		}
-		if creates != 2 {
+		if creates := countCalls(s, "create"); creates != 2 {
 			t.Errorf("%d creates, want 2", creates)
 		}
 		// The deletes wait their turns the same way.
@@ -1468,4 +1450,15 @@ func TestResumedLaunchOfUnreadableCopy(t *testing.T) {
 			})
 		})
 	}
+}
+
+// countCalls returns how many calls of op the sim has logged.
+func countCalls(s *sim.Sim, op string) int {
+	n := 0
+	for _, c := range s.Calls() {
+		if c.Op == op {
+			n++
+		}
+	}
+	return n
 }
