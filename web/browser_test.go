@@ -21,17 +21,15 @@ import (
 	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/drivers/local"
+	"github.com/berth-dev/berth/internal/testdeps"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/scheduler"
 	"github.com/berth-dev/berth/store/bolt"
 	"github.com/berth-dev/berth/web"
 )
 
-// browserInstall is how CI installs the browser the tests drive.
-const browserInstall = "apt-get install chromium-headless-shell"
-
-// browserPath finds Debian's headless Chromium. Without it the test fails
-// naming the install command, unless BERTH_SKIP_BROWSER=1.
+// browserPath finds Debian's headless Chromium. Without it the test skips,
+// naming the package, or fails under testdeps.EnvRequireAll (.ci/run).
 func browserPath(t *testing.T) string {
 	t.Helper()
 	for _, name := range []string{"chromium-headless-shell", "/usr/lib/chromium/chromium-headless-shell"} {
@@ -39,10 +37,7 @@ func browserPath(t *testing.T) string {
 			return p
 		}
 	}
-	if os.Getenv("BERTH_SKIP_BROWSER") == "1" {
-		t.Skip("no chromium-headless-shell and BERTH_SKIP_BROWSER=1")
-	}
-	t.Fatalf("the browser tests need Chromium's headless shell: %s (or BERTH_SKIP_BROWSER=1 to skip them)", browserInstall)
+	testdeps.Need(t, testdeps.Missing("Chromium headless shell for the browser tests", "chromium-headless-shell"))
 	return ""
 }
 
