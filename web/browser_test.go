@@ -50,7 +50,9 @@ type realServer struct {
 	Plane  *control.Plane
 }
 
-func startReal(t *testing.T) *realServer {
+// startReal starts the server; with options, they change the plane's
+// configuration before it starts.
+func startReal(t *testing.T, options ...func(*control.Config)) *realServer {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -74,9 +76,13 @@ func startReal(t *testing.T) *realServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plane, err := control.New(ctx, control.Config{Store: st, Providers: []*provider.Provider{p}, Cluster: cluster, Logger: quiet,
+	cfg := control.Config{Store: st, Providers: []*provider.Provider{p}, Cluster: cluster, Logger: quiet,
 		SyncInterval: 50 * time.Millisecond, RetryBackoff: 20 * time.Millisecond,
-		Quotas: []control.Quota{{Owner: "team-a", Instances: 50}}})
+		Quotas: []control.Quota{{Owner: "team-a", Instances: 50}}}
+	for _, o := range options {
+		o(&cfg)
+	}
+	plane, err := control.New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +240,8 @@ func signInBrowser(t *testing.T, ctx context.Context, base, tok string) {
 // appear on the instances page without a reload, opens it, sees its log
 // lines stream, stops it and sees the phase change.
 func TestBrowserInstanceLifecycle(t *testing.T) {
-	srv := startReal(t)
+	// Use measured often, so that the pictures show it.
+	srv := startReal(t, func(c *control.Config) { c.UsageInterval = 500 * time.Millisecond })
 	ctx := browse(t)
 	signInBrowser(t, ctx, srv.URL, "operator-secret")
 	waitText(t, ctx, "#live-status", "on")
@@ -372,5 +379,91 @@ func TestBrowserWhatIf(t *testing.T) {
 	}
 	if os.Getenv("BERTH_UPDATE_SCREENSHOTS") == "1" {
 		screenshot(t, ctx, filepath.Join("testdata", "out", "whatif.png"))
+	}
+}
+
+// waitTrue waits until the script expr is true in the page.
+func waitTrue(t *testing.T, ctx context.Context, what, expr string) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		ok, _ := chromedp.Run(wctx, chromedp.Evaluate[bool](expr))
+		cancel()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never saw %s (%s)", what, expr)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestBrowserUsageCharts: an instance idles, then burns cpu, then idles
+// again. Its page draws its hour of cpu and memory, used against
+// reserved, and the cpu chart moves up without a reload as its use grows;
+// the overview draws the node's and the cluster's, and they come down
+// when the burning stops. The instances table shows the process's
+// program.
+func TestBrowserUsageCharts(t *testing.T) {
+	srv := startReal(t, func(c *control.Config) { c.UsageInterval = 200 * time.Millisecond })
+	ctx := browse(t)
+	burn := filepath.Join(t.TempDir(), "burn")
+	id := fmt.Sprintf("burner-%d", rand.Uint32())
+	// Idle until the file exists, burn while it does, then sleep.
+	script := fmt.Sprintf(`while [ ! -e %[1]s ]; do sleep 0.2; done; while [ -e %[1]s ]; do :; done; exec sleep 600`, burn)
+	_, err := srv.Client.Submit(context.Background(), scheduler.Request{ID: id, Spec: driver.Spec{Name: id, Kind: driver.KindProcess,
+		Entrypoint: []string{"/bin/sh", "-c", script},
+		Resources:  driver.Resources{CPU: driver.CPUs(0.5), Memory: 64 * driver.MiB}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	signInBrowser(t, ctx, srv.URL, "operator-secret")
+	waitText(t, ctx, `tr[data-id="`+id+`"]`, "/bin/sh -c")
+
+	cpu := `document.querySelector('svg.hour[data-resource="cpus"]')`
+	run(t, ctx, "open the instance", chromedp.Navigate(srv.URL+"/ui/instances/"+id), chromedp.WaitVisible(`#use-h`))
+	waitText(t, ctx, "#live-status", "on")
+	waitTrue(t, ctx, "the instance's charts drawn with two points", cpu+` && Number(`+cpu+`.dataset.points) >= 2 && `+
+		`document.querySelector('svg.hour[data-resource="memory"] polyline.use') !== null`)
+	if r := evaluate[string](t, ctx, cpu+`.dataset.reserved`); r != "500" {
+		t.Errorf("the cpu chart's reservation: %q millicpus, want 500", r)
+	}
+	if used := evaluate[int](t, ctx, `Number(`+cpu+`.dataset.used)`); used >= 200 {
+		t.Fatalf("the idle instance is drawn using %d millicpus", used)
+	}
+	before := evaluate[string](t, ctx, cpu+`.querySelector("polyline.use").getAttribute("points")`)
+	evaluate[int](t, ctx, `window.berthMark = 7`)
+
+	if err := os.WriteFile(burn, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitTrue(t, ctx, "the cpu chart move up as the instance burns", `Number(`+cpu+`.dataset.used) >= 200`)
+	if after := evaluate[string](t, ctx, cpu+`.querySelector("polyline.use").getAttribute("points")`); after == before {
+		t.Error("the cpu line did not move")
+	}
+	if mark := evaluate[int](t, ctx, `window.berthMark || 0`); mark != 7 {
+		t.Fatal("the instance page was reloaded; its charts should update in place")
+	}
+	if os.Getenv("BERTH_UPDATE_SCREENSHOTS") == "1" {
+		screenshot(t, ctx, filepath.Join("testdata", "out", "usage-instance.png"))
+	}
+
+	run(t, ctx, "open the overview", chromedp.Navigate(srv.URL+"/ui/"), chromedp.WaitVisible(`#totals-h`))
+	waitText(t, ctx, "#live-status", "on")
+	cluster := `document.querySelector('#live-overview section[aria-labelledby="totals-h"] svg.hour[data-resource="cpus"]')`
+	node := `document.querySelector('td.hours svg.hour[data-resource="cpus"]')`
+	waitTrue(t, ctx, "the cluster's and the node's cpu charts up", cluster+` && `+node+` && Number(`+cluster+`.dataset.used) >= 200 && Number(`+node+`.dataset.used) >= 200`)
+	if os.Getenv("BERTH_UPDATE_SCREENSHOTS") == "1" {
+		screenshot(t, ctx, filepath.Join("testdata", "out", "usage-overview.png"))
+	}
+	evaluate[int](t, ctx, `window.berthMark = 8`)
+	if err := os.Remove(burn); err != nil {
+		t.Fatal(err)
+	}
+	waitTrue(t, ctx, "the cluster's cpu chart come down when the burning stops", `Number(`+cluster+`.dataset.used) < 200`)
+	if mark := evaluate[int](t, ctx, `window.berthMark || 0`); mark != 8 {
+		t.Fatal("the overview was reloaded; its charts should update in place")
 	}
 }
