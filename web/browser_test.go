@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -405,20 +406,29 @@ func waitTrue(t *testing.T, ctx context.Context, what, expr string) {
 // reserved, and the cpu chart moves up without a reload as its use grows;
 // the overview draws the node's and the cluster's, and they come down
 // when the burning stops. The instances table shows the process's
-// program.
+// program. Idling blocks (a read of a FIFO, then a sleep), so that even on
+// a loaded machine, where the burning gets a small share of a cpu, the
+// two differ plainly.
 func TestBrowserUsageCharts(t *testing.T) {
 	srv := startReal(t, func(c *control.Config) { c.UsageInterval = 200 * time.Millisecond })
 	ctx := browse(t)
-	burn := filepath.Join(t.TempDir(), "burn")
+	dir := t.TempDir()
+	burn, start := filepath.Join(dir, "burn"), filepath.Join(dir, "start")
+	if err := syscall.Mkfifo(start, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	id := fmt.Sprintf("burner-%d", rand.Uint32())
-	// Idle until the file exists, burn while it does, then sleep.
-	script := fmt.Sprintf(`while [ ! -e %[1]s ]; do sleep 0.2; done; while [ -e %[1]s ]; do :; done; exec sleep 600`, burn)
+	// Wait for a line on the FIFO, burn while the file exists, then sleep.
+	script := fmt.Sprintf(`read go < %s; while [ -e %s ]; do :; done; exec sleep 600`, start, burn)
 	_, err := srv.Client.Submit(context.Background(), scheduler.Request{ID: id, Spec: driver.Spec{Name: id, Kind: driver.KindProcess,
 		Entrypoint: []string{"/bin/sh", "-c", script},
 		Resources:  driver.Resources{CPU: driver.CPUs(0.5), Memory: 64 * driver.MiB}}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	// burning is the millicpus above which the instance is taken to burn:
+	// idle, it uses none.
+	const burning = 20
 	signInBrowser(t, ctx, srv.URL, "operator-secret")
 	waitText(t, ctx, `tr[data-id="`+id+`"]`, "/bin/sh -c")
 
@@ -430,7 +440,7 @@ func TestBrowserUsageCharts(t *testing.T) {
 	if r := evaluate[string](t, ctx, cpu+`.dataset.reserved`); r != "500" {
 		t.Errorf("the cpu chart's reservation: %q millicpus, want 500", r)
 	}
-	if used := evaluate[int](t, ctx, `Number(`+cpu+`.dataset.used)`); used >= 200 {
+	if used := evaluate[int](t, ctx, `Number(`+cpu+`.dataset.used)`); used >= burning {
 		t.Fatalf("the idle instance is drawn using %d millicpus", used)
 	}
 	before := evaluate[string](t, ctx, cpu+`.querySelector("polyline.use").getAttribute("points")`)
@@ -439,7 +449,8 @@ func TestBrowserUsageCharts(t *testing.T) {
 	if err := os.WriteFile(burn, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	waitTrue(t, ctx, "the cpu chart move up as the instance burns", `Number(`+cpu+`.dataset.used) >= 200`)
+	startBurning(t, start)
+	waitTrue(t, ctx, "the cpu chart move up as the instance burns", fmt.Sprintf(`Number(%s.dataset.used) >= %d`, cpu, burning))
 	if after := evaluate[string](t, ctx, cpu+`.querySelector("polyline.use").getAttribute("points")`); after == before {
 		t.Error("the cpu line did not move")
 	}
@@ -454,7 +465,8 @@ func TestBrowserUsageCharts(t *testing.T) {
 	waitText(t, ctx, "#live-status", "on")
 	cluster := `document.querySelector('#live-overview section[aria-labelledby="totals-h"] svg.hour[data-resource="cpus"]')`
 	node := `document.querySelector('td.hours svg.hour[data-resource="cpus"]')`
-	waitTrue(t, ctx, "the cluster's and the node's cpu charts up", cluster+` && `+node+` && Number(`+cluster+`.dataset.used) >= 200 && Number(`+node+`.dataset.used) >= 200`)
+	waitTrue(t, ctx, "the cluster's and the node's cpu charts up",
+		fmt.Sprintf(`%[1]s && %[2]s && Number(%[1]s.dataset.used) >= %[3]d && Number(%[2]s.dataset.used) >= %[3]d`, cluster, node, burning))
 	if os.Getenv("BERTH_UPDATE_SCREENSHOTS") == "1" {
 		screenshot(t, ctx, filepath.Join("testdata", "out", "usage-overview.png"))
 	}
@@ -462,8 +474,31 @@ func TestBrowserUsageCharts(t *testing.T) {
 	if err := os.Remove(burn); err != nil {
 		t.Fatal(err)
 	}
-	waitTrue(t, ctx, "the cluster's cpu chart come down when the burning stops", `Number(`+cluster+`.dataset.used) < 200`)
+	waitTrue(t, ctx, "the cluster's cpu chart come down when the burning stops", fmt.Sprintf(`Number(%s.dataset.used) < %d`, cluster, burning))
 	if mark := evaluate[int](t, ctx, `window.berthMark || 0`); mark != 8 {
 		t.Fatal("the overview was reloaded; its charts should update in place")
+	}
+}
+
+// startBurning writes a line to the FIFO the instance waits on. The open
+// does not block: until the instance has opened its end it fails, and is
+// tried again for a while.
+func startBurning(t *testing.T, fifo string) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0)
+		if err == nil {
+			_, err = f.WriteString("go\n")
+			f.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the instance never read its FIFO: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
