@@ -123,8 +123,9 @@ func (p *Plane) NodeUsageHour(provider, node string) []UsagePoint {
 	return []UsagePoint{}
 }
 
-// ClusterUsageHour returns the hour of use of every measured node
-// together, oldest first.
+// ClusterUsageHour returns the hour of use of the measured nodes
+// together (those with an hour of their own: up to NodeHistories), oldest
+// first.
 func (p *Plane) ClusterUsageHour() []UsagePoint {
 	m := &p.meter
 	m.usageMu.Lock()
