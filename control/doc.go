@@ -57,8 +57,9 @@
 //     waits, sync compares the back-ends with the records (lost instances,
 //     leaks), the store watch takes other writers' changes, the
 //     collector removes old deleted records, and the usage loop (usage.go)
-//     measures the running instances, keeps their recent samples in memory
-//     and hands each node's measured use to the scheduler, where a
+//     measures the running instances, keeps their recent samples and an
+//     hour of use per instance, node and the cluster (history.go) in
+//     memory, and hands each node's measured use to the scheduler, where a
 //     provider under the usage policy (scheduler.Overcommit) admits
 //     instances by it.
 //   - The read-only plane (follow.go, Config.ReadOnly), for a server that

@@ -270,6 +270,7 @@ func newState(ctx context.Context, cfg Config) (*state, error) {
 	slices.Sort(s.provNames)
 	s.lists = s.newListings()
 	s.meter.rings, s.meter.nodes = map[string]*ring{}, map[string]NodeUsage{}
+	s.meter.nodeHours, s.meter.measured = map[string]*hour{}, make(chan struct{})
 	s.gang.init(cfg.QueuePolicy, cfg.Pools)
 	if err := s.load(ctx); err != nil {
 		return nil, err

@@ -90,6 +90,8 @@ type ring struct {
 	// backend is the back-end resource the samples are of: an instance
 	// placed again starts afresh.
 	backend string
+	// hour is the instance's hour of use (HistoryStep).
+	hour hour
 }
 
 // latest returns the newest sample.
@@ -126,6 +128,12 @@ type meter struct {
 	usageMu sync.Mutex
 	rings   map[string]*ring     // by instance id
 	nodes   map[string]NodeUsage // by provider/node
+	// nodeHours is the hour of use of up to NodeHistories nodes, by
+	// provider/node; cluster is theirs together.
+	nodeHours map[string]*hour
+	cluster   hour
+	// measured is closed, and replaced, when a provider's round ends.
+	measured chan struct{}
 }
 
 // samples returns instance id's samples, oldest first.
@@ -191,6 +199,8 @@ func (s *state) usageLoop(ctx context.Context) {
 // target is one instance the usage loop measures.
 type target struct {
 	id, backendID, node string
+	// cpu and mem are the instance's reservation.
+	cpu, mem int64
 }
 
 // batch returns up to UsagePerRound instances of p with a back-end
@@ -208,7 +218,11 @@ func (s *state) batch(p *provider.Provider, from string) ([]target, string) {
 				return
 			}
 			if in.Provider == p.Name() && in.Phase.HoldsNode() && in.Phase != reconciler.Deleting && in.BackendID != "" {
-				out = append(out, target{id: in.ID, backendID: in.BackendID, node: in.Node})
+				t := target{id: in.ID, backendID: in.BackendID, node: in.Node}
+				if in.Spec != nil {
+					t.cpu, t.mem = int64(in.Spec.CPU), int64(in.Spec.Memory)
+				}
+				out = append(out, t)
 			}
 		}
 	}
@@ -282,12 +296,14 @@ loop:
 			s.meter.rings[t.id] = r
 		}
 		r.add(sample)
+		r.hour.put(point{at: now.UnixNano(), cpu: int64(sample.CPU), mem: int64(sample.Memory), rcpu: t.cpu, rmem: t.mem})
 	}
 	s.meter.usageMu.Unlock()
 	// Every instance on p's nodes counts, read afresh: one placed while
 	// the samples were taken counts at its reservation. The records are
 	// walked in place, with no copy of them: a provider may have millions.
 	byNode := map[string]NodeUsage{}
+	reserved := map[string][2]int64{} // cpu, memory by node
 	s.mu.RLock()
 	s.meter.usageMu.Lock()
 	for in := range s.recs.all() {
@@ -309,6 +325,10 @@ loop:
 			n.MemoryBytes += int64(in.Spec.Memory)
 		}
 		byNode[in.Node] = n
+		if in.Spec != nil {
+			r := reserved[in.Node]
+			reserved[in.Node] = [2]int64{r[0] + int64(in.Spec.CPU), r[1] + int64(in.Spec.Memory)}
+		}
 	}
 	s.mu.RUnlock()
 	sums := make(map[string]NodeUsage, len(byNode))
@@ -327,6 +347,7 @@ loop:
 	for key, n := range sums {
 		s.meter.nodes[key] = n
 	}
+	s.meter.recordHours(p.Name(), now, sums, reserved)
 	s.meter.usageMu.Unlock()
 	// The scheduler's lock is taken with the meter's released: the
 	// meter's lock is a leaf.

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -21,17 +22,15 @@ import (
 	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/drivers/local"
+	"github.com/berth-dev/berth/internal/testdeps"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/scheduler"
 	"github.com/berth-dev/berth/store/bolt"
 	"github.com/berth-dev/berth/web"
 )
 
-// browserInstall is how CI installs the browser the tests drive.
-const browserInstall = "apt-get install chromium-headless-shell"
-
-// browserPath finds Debian's headless Chromium. Without it the test fails
-// naming the install command, unless BERTH_SKIP_BROWSER=1.
+// browserPath finds Debian's headless Chromium. Without it the test skips,
+// naming the package, or fails under testdeps.EnvRequireAll (.ci/run).
 func browserPath(t *testing.T) string {
 	t.Helper()
 	for _, name := range []string{"chromium-headless-shell", "/usr/lib/chromium/chromium-headless-shell"} {
@@ -39,10 +38,7 @@ func browserPath(t *testing.T) string {
 			return p
 		}
 	}
-	if os.Getenv("BERTH_SKIP_BROWSER") == "1" {
-		t.Skip("no chromium-headless-shell and BERTH_SKIP_BROWSER=1")
-	}
-	t.Fatalf("the browser tests need Chromium's headless shell: %s (or BERTH_SKIP_BROWSER=1 to skip them)", browserInstall)
+	testdeps.Need(t, testdeps.Missing("Chromium headless shell for the browser tests", "chromium-headless-shell"))
 	return ""
 }
 
@@ -55,7 +51,9 @@ type realServer struct {
 	Plane  *control.Plane
 }
 
-func startReal(t *testing.T) *realServer {
+// startReal starts the server; with options, they change the plane's
+// configuration before it starts.
+func startReal(t *testing.T, options ...func(*control.Config)) *realServer {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -79,9 +77,13 @@ func startReal(t *testing.T) *realServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plane, err := control.New(ctx, control.Config{Store: st, Providers: []*provider.Provider{p}, Cluster: cluster, Logger: quiet,
+	cfg := control.Config{Store: st, Providers: []*provider.Provider{p}, Cluster: cluster, Logger: quiet,
 		SyncInterval: 50 * time.Millisecond, RetryBackoff: 20 * time.Millisecond,
-		Quotas: []control.Quota{{Owner: "team-a", Instances: 50}}})
+		Quotas: []control.Quota{{Owner: "team-a", Instances: 50}}}
+	for _, o := range options {
+		o(&cfg)
+	}
+	plane, err := control.New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +241,8 @@ func signInBrowser(t *testing.T, ctx context.Context, base, tok string) {
 // appear on the instances page without a reload, opens it, sees its log
 // lines stream, stops it and sees the phase change.
 func TestBrowserInstanceLifecycle(t *testing.T) {
-	srv := startReal(t)
+	// Use measured often, so that the pictures show it.
+	srv := startReal(t, func(c *control.Config) { c.UsageInterval = 500 * time.Millisecond })
 	ctx := browse(t)
 	signInBrowser(t, ctx, srv.URL, "operator-secret")
 	waitText(t, ctx, "#live-status", "on")
@@ -377,5 +380,125 @@ func TestBrowserWhatIf(t *testing.T) {
 	}
 	if os.Getenv("BERTH_UPDATE_SCREENSHOTS") == "1" {
 		screenshot(t, ctx, filepath.Join("testdata", "out", "whatif.png"))
+	}
+}
+
+// waitTrue waits until the script expr is true in the page.
+func waitTrue(t *testing.T, ctx context.Context, what, expr string) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		ok, _ := chromedp.Run(wctx, chromedp.Evaluate[bool](expr))
+		cancel()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never saw %s (%s)", what, expr)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestBrowserUsageCharts: an instance idles, then burns cpu, then idles
+// again. Its page draws its hour of cpu and memory, used against
+// reserved, and the cpu chart moves up without a reload as its use grows;
+// the overview draws the node's and the cluster's, and they come down
+// when the burning stops. The instances table shows the process's
+// program. Idling blocks (a read of a FIFO, then a sleep), so that even on
+// a loaded machine, where the burning gets a small share of a cpu, the
+// two differ plainly.
+func TestBrowserUsageCharts(t *testing.T) {
+	srv := startReal(t, func(c *control.Config) { c.UsageInterval = 200 * time.Millisecond })
+	ctx := browse(t)
+	dir := t.TempDir()
+	burn, start := filepath.Join(dir, "burn"), filepath.Join(dir, "start")
+	if err := syscall.Mkfifo(start, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	id := fmt.Sprintf("burner-%d", rand.Uint32())
+	// Wait for a line on the FIFO, burn while the file exists, then sleep.
+	script := fmt.Sprintf(`read go < %s; while [ -e %s ]; do :; done; exec sleep 600`, start, burn)
+	_, err := srv.Client.Submit(context.Background(), scheduler.Request{ID: id, Spec: driver.Spec{Name: id, Kind: driver.KindProcess,
+		Entrypoint: []string{"/bin/sh", "-c", script},
+		Resources:  driver.Resources{CPU: driver.CPUs(0.5), Memory: 64 * driver.MiB}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// burning is the millicpus above which the instance is taken to burn:
+	// idle, it uses none.
+	const burning = 20
+	signInBrowser(t, ctx, srv.URL, "operator-secret")
+	waitText(t, ctx, `tr[data-id="`+id+`"]`, "/bin/sh -c")
+
+	cpu := `document.querySelector('svg.hour[data-resource="cpus"]')`
+	run(t, ctx, "open the instance", chromedp.Navigate(srv.URL+"/ui/instances/"+id), chromedp.WaitVisible(`#use-h`))
+	waitText(t, ctx, "#live-status", "on")
+	waitTrue(t, ctx, "the instance's charts drawn with two points", cpu+` && Number(`+cpu+`.dataset.points) >= 2 && `+
+		`document.querySelector('svg.hour[data-resource="memory"] polyline.use') !== null`)
+	if r := evaluate[string](t, ctx, cpu+`.dataset.reserved`); r != "500" {
+		t.Errorf("the cpu chart's reservation: %q millicpus, want 500", r)
+	}
+	if used := evaluate[int](t, ctx, `Number(`+cpu+`.dataset.used)`); used >= burning {
+		t.Fatalf("the idle instance is drawn using %d millicpus", used)
+	}
+	before := evaluate[string](t, ctx, cpu+`.querySelector("polyline.use").getAttribute("points")`)
+	evaluate[int](t, ctx, `window.berthMark = 7`)
+
+	if err := os.WriteFile(burn, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	startBurning(t, start)
+	waitTrue(t, ctx, "the cpu chart move up as the instance burns", fmt.Sprintf(`Number(%s.dataset.used) >= %d`, cpu, burning))
+	if after := evaluate[string](t, ctx, cpu+`.querySelector("polyline.use").getAttribute("points")`); after == before {
+		t.Error("the cpu line did not move")
+	}
+	if mark := evaluate[int](t, ctx, `window.berthMark || 0`); mark != 7 {
+		t.Fatal("the instance page was reloaded; its charts should update in place")
+	}
+	if os.Getenv("BERTH_UPDATE_SCREENSHOTS") == "1" {
+		screenshot(t, ctx, filepath.Join("testdata", "out", "usage-instance.png"))
+	}
+
+	run(t, ctx, "open the overview", chromedp.Navigate(srv.URL+"/ui/"), chromedp.WaitVisible(`#totals-h`))
+	waitText(t, ctx, "#live-status", "on")
+	cluster := `document.querySelector('#live-overview section[aria-labelledby="totals-h"] svg.hour[data-resource="cpus"]')`
+	node := `document.querySelector('td.hours svg.hour[data-resource="cpus"]')`
+	waitTrue(t, ctx, "the cluster's and the node's cpu charts up",
+		fmt.Sprintf(`%[1]s && %[2]s && Number(%[1]s.dataset.used) >= %[3]d && Number(%[2]s.dataset.used) >= %[3]d`, cluster, node, burning))
+	if os.Getenv("BERTH_UPDATE_SCREENSHOTS") == "1" {
+		screenshot(t, ctx, filepath.Join("testdata", "out", "usage-overview.png"))
+	}
+	evaluate[int](t, ctx, `window.berthMark = 8`)
+	if err := os.Remove(burn); err != nil {
+		t.Fatal(err)
+	}
+	waitTrue(t, ctx, "the cluster's cpu chart come down when the burning stops", fmt.Sprintf(`Number(%s.dataset.used) < %d`, cluster, burning))
+	if mark := evaluate[int](t, ctx, `window.berthMark || 0`); mark != 8 {
+		t.Fatal("the overview was reloaded; its charts should update in place")
+	}
+}
+
+// startBurning writes a line to the FIFO the instance waits on. The open
+// does not block: until the instance has opened its end it fails, and is
+// tried again for a while.
+func startBurning(t *testing.T, fifo string) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0)
+		if err == nil {
+			_, err = f.WriteString("go\n")
+			f.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the instance never read its FIFO: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

@@ -131,7 +131,7 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request, c *caller) err
 		return err
 	}
 	f := s.frame(c, "Overview", "overview", d)
-	f.Events, f.Refresh = Prefix+"events", 3000 // the heaviest page
+	f.Events, f.Refresh = Prefix+"events?usage=1", 3000 // the heaviest page
 	return s.render(w, http.StatusOK, "overview", f)
 }
 
@@ -156,7 +156,11 @@ func (s *Server) overviewData(r *http.Request, c *caller, nodeLimit int) (overvi
 	if err != nil {
 		return overviewData{}, err
 	}
-	return buildOverview(nodes, provs, quotas, counts, c.Identity, s.permit, nodeLimit), nil
+	d := buildOverview(nodes, provs, quotas, counts, c.Identity, s.permit, nodeLimit)
+	now := s.now()
+	d.Hour = viewHour(s.plane.ClusterUsageHour(), now, hourW, hourH)
+	s.nodeHours(&d, now)
+	return d, nil
 }
 
 // instancesData is the instances page.
@@ -274,6 +278,7 @@ type instanceData struct {
 	Pool      string
 	CanManage bool
 	Logs      string
+	Hour      hourView
 }
 
 type changeRow struct {
@@ -304,11 +309,14 @@ func (s *Server) instance(w http.ResponseWriter, r *http.Request, c *caller) err
 	if !in.Created.IsZero() {
 		d.Created = in.Created.UTC().Format("2006-01-02 15:04:05")
 	}
+	if pts, err := s.plane.UsageHour(r.Context(), in.ID); err == nil {
+		d.Hour = viewHour(pts, s.now(), hourW, hourH)
+	}
 	for _, ch := range s.hub.history(in.ID) {
 		d.History = append(d.History, changeRow{At: ch.At.UTC().Format("15:04:05.000"), Phase: string(ch.Phase), Node: ch.Node, Message: ch.Message})
 	}
 	f := s.frame(c, "Instance "+in.ID, "instances", d)
-	f.Events = Prefix + "events?instance=" + url.QueryEscape(in.ID)
+	f.Events = Prefix + "events?usage=1&instance=" + url.QueryEscape(in.ID)
 	return s.render(w, http.StatusOK, "instance", f)
 }
 

@@ -150,3 +150,10 @@ func TestOverviewListsNodesInPages(t *testing.T) {
 	wantBody(t, get(s, "/ui/?nodes=many", "admin-secret"), http.StatusBadRequest, "want all")
 	wantBody(t, get(s, "/ui/?node=all", "admin-secret"), http.StatusBadRequest, "unknown query parameter")
 }
+
+// TestEventsUsageParameter: the event stream takes usage=1 only.
+func TestEventsUsageParameter(t *testing.T) {
+	s := newWeb(t, simPlane(t, 1), nil)
+	wantBody(t, get(s, "/ui/events?usage=yes", "admin-secret"), http.StatusBadRequest, "usage &#34;yes&#34;: want 1")
+	wantBody(t, get(s, "/ui/events?usage=1&since=4", "admin-secret"), http.StatusBadRequest, "known: instance, usage")
+}

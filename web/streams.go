@@ -115,13 +115,23 @@ type liveChange struct {
 }
 
 // events streams the changes the caller may see: instances of its
-// namespaces (one instance with ?instance=ID) and, without it, nodes.
+// namespaces (one instance with ?instance=ID) and, without it, nodes; with
+// ?usage=1, also the end of every round of the usage loop (new points of
+// the hour-of-use charts).
 func (s *Server) events(w http.ResponseWriter, r *http.Request, c *caller) error {
 	q := r.URL.Query()
 	for k := range q {
-		if k != "instance" {
-			return &httpError{http.StatusBadRequest, "unknown query parameter " + fmt.Sprintf("%q", k) + "; known: instance"}
+		if k != "instance" && k != "usage" {
+			return &httpError{http.StatusBadRequest, "unknown query parameter " + fmt.Sprintf("%q", k) + "; known: instance, usage"}
 		}
+	}
+	var usage <-chan struct{} // nil: never
+	switch v := q.Get("usage"); v {
+	case "":
+	case "1":
+		usage = s.plane.UsageMeasured()
+	default:
+		return &httpError{http.StatusBadRequest, fmt.Sprintf("usage %q: want 1, or leave it out", v)}
 	}
 	only := q.Get("instance")
 	if only != "" {
@@ -147,6 +157,11 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, c *caller) error
 			return nil
 		case <-tick.C:
 			if out.comment() != nil {
+				return nil
+			}
+		case <-usage:
+			usage = s.plane.UsageMeasured()
+			if out.send("change", liveChange{Kind: "usage"}) != nil {
 				return nil
 			}
 		case ev, ok := <-ch:

@@ -130,6 +130,9 @@ type nodeRow struct {
 	Instances int
 	Berth     int
 	Bars      [4]bar
+	// Hour is the node's hour of use; nil when not measured or past
+	// nodeCharts.
+	Hour *hourView
 }
 
 // HTML renders the node's table row by hand, every value escaped, for the
@@ -160,7 +163,14 @@ func (n nodeRow) HTML() template.HTML {
 		b.write(&sb)
 		sb.WriteString("</td>")
 	}
-	sb.WriteString("</tr>\n")
+	sb.WriteString(`<td class="hours">`)
+	if n.Hour != nil {
+		sb.WriteString(string(n.Hour.CPU))
+		sb.WriteString(string(n.Hour.Memory))
+	} else {
+		sb.WriteString("–")
+	}
+	sb.WriteString("</td></tr>\n")
 	return template.HTML(sb.String())
 }
 
@@ -211,6 +221,8 @@ type overviewData struct {
 	Statuses  []statusCount
 	Phases    []statusCount
 	Quotas    []quotaRow
+	// Hour is the cluster's hour of use.
+	Hour hourView
 }
 
 // buildOverview gathers the overview from the plane's answers.
@@ -357,14 +369,27 @@ func rowOf(in *control.Instance) instanceRow {
 		Phase: string(in.Phase), Message: in.Message}
 	if in.Spec != nil {
 		r.Kind, r.Image = string(in.Spec.Kind), in.Spec.Image
-		if r.Image == "" && len(in.Spec.Entrypoint) > 0 {
-			r.Image = in.Spec.Entrypoint[0]
+		if r.Image == "" {
+			r.Image = program(in.Spec)
 		}
 	}
 	if !in.Updated.IsZero() {
 		r.Updated = in.Updated.UTC().Format("2006-01-02 15:04:05")
 	}
 	return r
+}
+
+// programWidth bounds the program shown in a row of the instances table.
+const programWidth = 60
+
+// program is what a process runs, as a shell would read it (entrypoint,
+// then command), cut to programWidth runes.
+func program(s *driver.Spec) string {
+	p := quoteArgs(append(slices.Clip(s.Entrypoint), s.Command...))
+	if r := []rune(p); len(r) > programWidth {
+		p = string(r[:programWidth-1]) + "…"
+	}
+	return p
 }
 
 // namespaceOf is the namespace an instance belongs to: its owner.

@@ -36,6 +36,7 @@ const (
 //
 //	go test -run '^$' -bench Create1000 -benchtime 1x ./drivers/kubernetes/
 func BenchmarkCreate1000(b *testing.B) {
+	needCluster(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	names, err := cluster.AddNodes(ctx, "bench", benchNodes, k8stest.NodeShape{CPU: "64", Memory: "256Gi", Labels: map[string]string{"pool": "bench"}})

@@ -24,6 +24,7 @@ import (
 // nothing and report no images, so what the nodes list here is what the
 // driver remembers of its preloads; the pods are real.
 func TestPreload(t *testing.T) {
+	needCluster(t)
 	ctx := ctxT(t)
 	const ns = "preload"
 	if err := cluster.CreateNamespace(ctx, ns); err != nil {
@@ -110,6 +111,7 @@ func TestPreload(t *testing.T) {
 // TestPreloadBadImage: an image the node cannot pull fails the preload
 // with ErrPermanent naming the kubelet's reason, and the pod goes.
 func TestPreloadBadImage(t *testing.T) {
+	needCluster(t)
 	ctx := ctxT(t)
 	const ns = "preload-bad"
 	if err := cluster.CreateNamespace(ctx, ns); err != nil {
@@ -135,6 +137,7 @@ func TestPreloadBadImage(t *testing.T) {
 // (tail), and following as lines are added. stdout and stderr come as one
 // stream (stdout); stderr alone is ErrUnsupported.
 func TestLogs(t *testing.T) {
+	needCluster(t)
 	ctx := ctxT(t)
 	ns := k8stest.LogsNamespace
 	if err := cluster.CreateNamespace(ctx, ns); err != nil {
@@ -211,6 +214,7 @@ func TestLogs(t *testing.T) {
 // the kubelet that applies them). A node that reports no container
 // resources cannot resize: ErrUnsupported.
 func TestResize(t *testing.T) {
+	needCluster(t)
 	ctx := ctxT(t)
 	const ns = "resize"
 	if err := cluster.CreateNamespace(ctx, ns); err != nil {

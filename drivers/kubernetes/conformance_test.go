@@ -39,6 +39,7 @@ func open(t *testing.T, opts map[string]any) driver.Driver {
 // as a kubelet reports an image that does not exist. The preloaded image
 // is present on no node before, since KWOK's nodes report no images.
 func TestConformance(t *testing.T) {
+	needCluster(t)
 	drivertest.Run(t, drivertest.Harness{
 		Open: func(t *testing.T) driver.Driver { return open(t, nil) },
 		Spec: func() *driver.Spec {

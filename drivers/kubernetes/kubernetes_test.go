@@ -79,6 +79,7 @@ func pod(t *testing.T, ns, name string) *corev1.Pod {
 // TestBind: with bind, Berth binds the pod to the node it chose, under a
 // scheduler name no one else answers to.
 func TestBind(t *testing.T) {
+	needCluster(t)
 	d := open(t, nil)
 	closeT(t, d)
 	inst, err := create(t, d, nodes[1], spec("bind-on", nil))
@@ -98,6 +99,7 @@ func TestBind(t *testing.T) {
 // the test plays it, and picks another node than the one asked for); the
 // instance reports where the pod went.
 func TestNoBind(t *testing.T) {
+	needCluster(t)
 	if err := cluster.CreateNamespace(ctxT(t), "nobind"); err != nil {
 		t.Fatal(err)
 	}
@@ -185,6 +187,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // offline (and refuses creates as retryable); a deleted node is gone from
 // State, but reported offline while Berth's pods are bound to it.
 func TestNodeNotReadyAndGone(t *testing.T) {
+	needCluster(t)
 	ctx := ctxT(t)
 	extra, err := cluster.AddNodes(ctx, "extra", 2, k8stest.NodeShape{CPU: "4", Memory: "8Gi", Labels: map[string]string{"pool": "extra"}})
 	if err != nil {
@@ -272,6 +275,7 @@ func TestNodeNotReadyAndGone(t *testing.T) {
 // one whose create was abandoned right after the pod was made, and none of
 // another cluster's, nor pods Berth did not make.
 func TestLeaks(t *testing.T) {
+	needCluster(t)
 	if err := cluster.CreateNamespace(ctxT(t), "leaks"); err != nil {
 		t.Fatal(err)
 	}
@@ -342,6 +346,7 @@ func TestLeaks(t *testing.T) {
 // TestQuota: a ResourceQuota that is full makes the create end with
 // ErrQuotaExceeded, and leaves nothing behind.
 func TestQuota(t *testing.T) {
+	needCluster(t)
 	ctx := ctxT(t)
 	if err := cluster.CreateNamespace(ctx, "quota"); err != nil {
 		t.Fatal(err)
@@ -376,6 +381,7 @@ func TestQuota(t *testing.T) {
 // from a config map and user data from a secret, both owned by the pod
 // and deleted with it.
 func TestSpecMapping(t *testing.T) {
+	needCluster(t)
 	ctx := ctxT(t)
 	if err := cluster.CreateNamespace(ctx, "mapping"); err != nil {
 		t.Fatal(err)
@@ -442,6 +448,7 @@ func TestSpecMapping(t *testing.T) {
 // TestCapacity: a spec larger than what the node has free is refused by
 // the driver's own count, before anything is made.
 func TestCapacity(t *testing.T) {
+	needCluster(t)
 	d := open(t, nil)
 	closeT(t, d)
 	sp := spec("too-big", nil)
@@ -456,6 +463,7 @@ func TestCapacity(t *testing.T) {
 
 // TestCheckSpec: what a pod cannot carry is refused by name.
 func TestCheckSpec(t *testing.T) {
+	needCluster(t)
 	d := open(t, nil)
 	closeT(t, d)
 	sc := d.(driver.SpecChecker)

@@ -22,6 +22,7 @@ import (
 // with the same id. Delete of a stopped instance removes the marker, the
 // config map and the secret.
 func TestStopStart(t *testing.T) {
+	needCluster(t)
 	ctx := ctxT(t)
 	const ns = "stopstart"
 	if err := cluster.CreateNamespace(ctx, ns); err != nil {
@@ -158,6 +159,7 @@ func TestStopStart(t *testing.T) {
 // TestStartExited: a pod that ran to its end is exited; Start makes it
 // again with the same id; Stop leaves an exited pod as it is.
 func TestStartExited(t *testing.T) {
+	needCluster(t)
 	ctx := ctxT(t)
 	const ns = "exited"
 	if err := cluster.CreateNamespace(ctx, ns); err != nil {
@@ -204,6 +206,7 @@ func TestStartExited(t *testing.T) {
 // started (ErrInsufficientCapacity, by the driver's count) and stays
 // stopped.
 func TestStartNoRoom(t *testing.T) {
+	needCluster(t)
 	ctx := ctxT(t)
 	const ns = "noroom"
 	if err := cluster.CreateNamespace(ctx, ns); err != nil {
@@ -235,6 +238,7 @@ func TestStartNoRoom(t *testing.T) {
 // TestStopStartNoBind: without bind, Start leaves the new pod to the
 // cluster's scheduler (played by the test) and waits until it runs.
 func TestStopStartNoBind(t *testing.T) {
+	needCluster(t)
 	ctx := ctxT(t)
 	const ns = "nobind-stop"
 	if err := cluster.CreateNamespace(ctx, ns); err != nil {

@@ -3,12 +3,15 @@ package vm
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
+
+	"github.com/berth-dev/berth/internal/testdeps"
 )
 
 // TestDownloads reads a file through the node's daemon a thousand times in
@@ -16,7 +19,7 @@ import (
 // download hung within a few dozen of these.
 func TestDownloads(t *testing.T) {
 	if _, err := os.Stat(DefaultSocket); err != nil {
-		t.Fatalf("no libvirt daemon: %v", err)
+		testdeps.Need(t, fmt.Errorf("no libvirt daemon (%v): apt-get install libvirt-daemon-system, and start libvirtd (.ci/run does)", err))
 	}
 	dir := t.TempDir()
 	o := *DefaultOptions()

@@ -21,6 +21,7 @@ import (
 
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/drivers/vm"
+	"github.com/berth-dev/berth/internal/testdeps"
 )
 
 // sshHost is an sshd of the test's own on a loopback port, which lets in
@@ -39,7 +40,7 @@ func startSSHD(t *testing.T) sshHost {
 	sshd, err := exec.LookPath("sshd")
 	if err != nil {
 		if _, serr := os.Stat("/usr/sbin/sshd"); serr != nil {
-			t.Fatalf("no sshd (apt-get install openssh-server; .ci/run does): %v", err)
+			testdeps.Need(t, testdeps.Missing("sshd", "openssh-server"))
 		}
 		sshd = "/usr/sbin/sshd"
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/drivers/vm"
 	"github.com/berth-dev/berth/drivers/vm/vmtest"
+	"github.com/berth-dev/berth/internal/testdeps"
 )
 
 var (
@@ -43,7 +44,7 @@ func cacheDir() string {
 func options(t *testing.T) vm.Options {
 	t.Helper()
 	if _, err := os.Stat(vm.DefaultSocket); err != nil {
-		t.Fatalf("no libvirt daemon (%v): install libvirt-daemon-system, qemu-system-x86, qemu-utils, busybox-static and a kernel, and start libvirtd (.ci/run does)", err)
+		testdeps.Need(t, fmt.Errorf("no libvirt daemon (%v): apt-get install libvirt-daemon-system qemu-system-x86 qemu-utils busybox-static linux-image-amd64, and start libvirtd (.ci/run does)", err))
 	}
 	guestOnce.Do(func() { guest, guestErr = vmtest.Build(cacheDir()) })
 	if guestErr != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/drivers/vm"
 	"github.com/berth-dev/berth/internal/pkitest"
+	"github.com/berth-dev/berth/internal/testdeps"
 )
 
 // tlsDir writes a node's tls_dir: cacert.pem, clientcert.pem and
@@ -76,7 +77,7 @@ func startLibvirtd(t *testing.T) libvirtHost {
 	if err != nil {
 		libvirtd = "/usr/sbin/libvirtd"
 		if _, serr := os.Stat(libvirtd); serr != nil {
-			t.Fatalf("no libvirtd (apt-get install libvirt-daemon-system; .ci/run does): %v", err)
+			testdeps.Need(t, testdeps.Missing("libvirtd", "libvirt-daemon-system"))
 		}
 	}
 	modules, _ := filepath.Glob("/usr/lib*/*/libvirt/connection-driver/libvirt_driver_qemu.so")
@@ -84,7 +85,7 @@ func startLibvirtd(t *testing.T) libvirtHost {
 		modules = append(modules, more...)
 	}
 	if len(modules) == 0 {
-		t.Fatal("libvirt's QEMU driver module (libvirt_driver_qemu.so) is not installed: apt-get install libvirt-daemon-driver-qemu (.ci/run does)")
+		testdeps.Need(t, testdeps.Missing("libvirt QEMU driver module (libvirt_driver_qemu.so)", "libvirt-daemon-driver-qemu"))
 	}
 	dir := t.TempDir()
 	mk := func(parts ...string) string {
