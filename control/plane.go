@@ -489,6 +489,20 @@ func (p *Plane) Instance(ctx context.Context, ref string) (Instance, error) {
 	return p.instance(ctx, ref)
 }
 
+// Lookup is Instance within sc: the instance with id ref when it lives in
+// sc, else the one that holds the name ref in one of sc's namespaces (a
+// name held in several is a *driver.FieldError on "ref" naming them), else
+// the newest deleted one named ref in sc; driver.ErrNotFound otherwise, as
+// for what lives outside sc. Surfaces that act for a caller resolve refs
+// with it (ScopeOf the caller), then act on the instance's id.
+func (p *Plane) Lookup(ctx context.Context, ref string, sc Scope) (Instance, error) {
+	in, err := p.findIn(ref, sc)
+	if err != nil {
+		return Instance{}, err
+	}
+	return viewOf(&in), nil
+}
+
 // Delete marks the instance for deletion and returns; the reconciler
 // removes it from its back-end. Deleting a deleted instance is no error.
 func (p *Plane) Delete(ctx context.Context, ref string) error {

@@ -217,19 +217,20 @@ func indexOf(in *reconciler.Instance) int {
 	return n
 }
 
-// reserveNames claims the names of recs, refusing names that a live
-// instance (or a submission in flight) holds.
+// reserveNames claims the names of recs in their namespaces, refusing
+// names that a live instance (or a submission in flight) of the same
+// namespace holds. The error names only that namespace's instance.
 func (s *state) reserveNames(recs []*reconciler.Instance) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for k, in := range recs {
-		if id, taken := s.nameHolderLocked(in.Name); taken {
+		if id, taken := s.nameHolderLocked(in.Owner, in.Name); taken {
 			for _, done := range recs[:k] {
-				delete(s.names, done.Name)
+				s.releaseNameLocked(nameKey{done.Owner, done.Name}, done.ID)
 			}
 			return fmt.Errorf("%w: %w", driver.ErrAlreadyExists, &driver.FieldError{Path: "name", Reason: fmt.Sprintf("%q is in use by instance %s", in.Name, id)})
 		}
-		s.names[in.Name] = in.ID
+		s.claimNameLocked(nameKey{in.Owner, in.Name}, in.ID)
 	}
 	return nil
 }
@@ -243,9 +244,7 @@ func (s *state) unreserveNames(recs []*reconciler.Instance) {
 		if cur := s.recs.get(in.ID); cur != nil && holdsName(cur.Phase, cur.After()) {
 			continue
 		}
-		if s.names[in.Name] == in.ID {
-			delete(s.names, in.Name)
-		}
+		s.releaseNameLocked(nameKey{in.Owner, in.Name}, in.ID)
 	}
 }
 
