@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/store"
 )
@@ -125,6 +126,11 @@ func toError(err error) *Error {
 		}
 	}
 	switch {
+	case errors.Is(err, auth.ErrForbidden):
+		e.Code, e.Status = CodeForbidden, http.StatusForbidden
+	case errors.Is(err, auth.ErrNotVisible):
+		// What the caller may not see does not exist, for it.
+		e.Code, e.Status, e.Message = CodeNotFound, http.StatusNotFound, "not found"
 	case errors.Is(err, store.ErrCompacted):
 		e.Code, e.Status = CodeCompacted, http.StatusGone
 	case errors.Is(err, store.ErrClosed):

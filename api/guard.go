@@ -221,7 +221,16 @@ func (h handler) guarded(w http.ResponseWriter, r *http.Request) (*http.Request,
 		w.Header().Set("Retry-After", strconv.Itoa(max(1, int((wait+time.Second-1)/time.Second))))
 		return nil, errRateLimited
 	}
-	return r.WithContext(auth.NewContext(r.Context(), id)), nil
+	ctx := context.WithValue(auth.NewContext(r.Context(), id), permKey{}, h.perm)
+	return r.WithContext(ctx), nil
+}
+
+type permKey struct{}
+
+// permission is what r's route needs, set by its guard.
+func permission(r *http.Request) auth.Permission {
+	p, _ := r.Context().Value(permKey{}).(auth.Permission)
+	return p
 }
 
 // audit writes one mutating call to the audit log: who (the token's name
@@ -248,14 +257,22 @@ func caller(r *http.Request) auth.Identity {
 // visible returns the instance r's {ref} names when the caller may see it;
 // otherwise the same not-found error as for an instance that does not
 // exist, so that nothing is learnt of other namespaces.
+//
+// A name is looked up among the caller's namespaces only, and the caller
+// must be authorized (auth.Identity.Authorize) for the route's permission
+// on the instance's namespace.
 func (s *Server) visible(r *http.Request) (control.Instance, error) {
 	ref := r.PathValue("ref")
-	in, err := s.plane.Instance(r.Context(), ref)
+	id := caller(r)
+	in, err := s.plane.Lookup(r.Context(), ref, control.ScopeOf(id))
 	if err != nil {
 		return in, err
 	}
-	if !caller(r).Sees(in.Owner) {
-		return control.Instance{}, notFound(ref)
+	if err := id.Authorize(permission(r), in.Owner); err != nil {
+		if errors.Is(err, auth.ErrNotVisible) {
+			return control.Instance{}, notFound(ref)
+		}
+		return control.Instance{}, err
 	}
 	return in, nil
 }

@@ -374,7 +374,7 @@ func (s *Server) group(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
-		if len(members) == 0 || !c.Sees(members[0].Owner) {
+		if len(members) == 0 || c.Authorize(auth.Read, members[0].Owner) != nil {
 			return driver.Errorf(driver.ErrNotFound, "group %q", id)
 		}
 	}

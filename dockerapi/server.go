@@ -316,6 +316,13 @@ func permit(id auth.Identity, r *http.Request) error {
 	return nil
 }
 
+// authorized reports whether r's caller may do what r asks (its
+// permission) to an object of namespace: the rule of auth.Identity.Authorize,
+// the same as the REST API's and the dashboard's.
+func authorized(r *http.Request, namespace string) bool {
+	return identityOf(r).Authorize(permission(r), namespace) == nil
+}
+
 // acquire takes a stream slot of the server and of r's token for the
 // response w, and lifts the server's write deadline, which bounds every
 // other response; release gives the slots back.

@@ -6,9 +6,9 @@
 // Security: every page needs a signed-in session (a token given once on
 // the sign-in page; the session cookie is HttpOnly, SameSite=Strict, and
 // Secure where TLS is on) or an Authorization: Bearer header. Without an
-// Options.Authenticator every page refuses. Options.Permit decides what an
-// identity may see and do (DefaultPermit: readers see, operators act in
-// their namespaces). Every form carries the session's CSRF token and every
+// Options.Authenticator every page refuses. What an identity may see and
+// do is auth.Identity.Authorize's answer, as for the REST API and the
+// Docker endpoint: readers see, operators also act, in their namespaces. Every form carries the session's CSRF token and every
 // post is also checked by net/http's cross-origin protection. Secrets of a
 // spec (env values, user data, config file contents) are shown as their
 // size and SHA-256 digest only; the event streams carry ids and phases,
@@ -66,8 +66,6 @@ type Options struct {
 	// Authenticator checks tokens. Nil refuses every page: the dashboard
 	// starts locked.
 	Authenticator Authenticator
-	// Permit decides what an identity may do; nil means DefaultPermit.
-	Permit Permit
 	// SecureCookies marks the session cookie Secure even on requests that
 	// did not arrive over TLS (a TLS-terminating proxy in front). Requests
 	// that arrive over TLS always get Secure cookies.
@@ -96,7 +94,6 @@ type Options struct {
 type Server struct {
 	plane    *control.Plane
 	auth     Authenticator
-	permit   Permit
 	secure   bool
 	pageSize int
 	log      *slog.Logger
@@ -119,9 +116,6 @@ func New(plane *control.Plane, opts Options) (*Server, error) {
 	p, err := parsePages()
 	if err != nil {
 		return nil, err
-	}
-	if opts.Permit == nil {
-		opts.Permit = DefaultPermit
 	}
 	if opts.SessionTTL <= 0 {
 		opts.SessionTTL = DefaultSessionTTL
@@ -146,7 +140,7 @@ func New(plane *control.Plane, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		plane: plane, auth: opts.Authenticator, permit: opts.Permit, secure: opts.SecureCookies,
+		plane: plane, auth: opts.Authenticator, secure: opts.SecureCookies,
 		pageSize: min(opts.PageSize, api.MaxPageSize), log: opts.Logger, now: opts.Now,
 		sessions: newSessions(opts.SessionTTL, opts.MaxSessions), signins: rate.NewLimiter(SignInRate, SignInBurst), pages: p,
 		hub: newHub(), sim: newSimRunner(opts.Sim), streams: make(chan struct{}, opts.MaxStreams),

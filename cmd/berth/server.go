@@ -604,7 +604,7 @@ func webAuth(tokens *auth.Tokens) web.Authenticator {
 		if err != nil {
 			return web.Identity{}, err
 		}
-		return web.Identity{Name: id.Name, Role: web.Role(id.Role), Namespaces: id.Namespaces}, nil
+		return id, nil
 	})
 }
 
