@@ -233,10 +233,17 @@ func permission(r *http.Request) auth.Permission {
 	return p
 }
 
-// audit writes one mutating call to the audit log: who (the token's name
-// and accessor, never its secret), what, and how it ended.
+// audit writes one mutating call to the audit log (Audit).
 func (s *Server) audit(r *http.Request, status int, err error) {
-	id, _ := auth.FromContext(r.Context())
+	Audit(s.auditLog, r, caller(r), status, err)
+}
+
+// Audit writes one mutating call to log as an audit record: who (the
+// token's name and accessor, never its secret), what (method and path),
+// from where, and how it ended (the status, and the error's message as
+// the API shows it). It is the one form of audit record of every surface
+// of the server: the REST API, the dashboard and the Docker endpoint.
+func Audit(log *slog.Logger, r *http.Request, id auth.Identity, status int, err error) {
 	attrs := []slog.Attr{
 		slog.String("method", r.Method), slog.String("path", r.URL.Path),
 		slog.String("token", id.Name), slog.String("accessor", id.Accessor),
@@ -245,7 +252,7 @@ func (s *Server) audit(r *http.Request, status int, err error) {
 	if err != nil {
 		attrs = append(attrs, slog.String("error", toError(err).Message))
 	}
-	s.auditLog.LogAttrs(context.WithoutCancel(r.Context()), slog.LevelInfo, "audit", attrs...)
+	log.LogAttrs(context.WithoutCancel(r.Context()), slog.LevelInfo, "audit", attrs...)
 }
 
 // caller returns the identity of r, set by the route's guard.

@@ -88,6 +88,9 @@ type Options struct {
 	MaxCreated int
 	// Logger receives request errors; nil means slog.Default().
 	Logger *slog.Logger
+	// AuditLog receives one record per call that is not a read (api.Audit,
+	// as the REST API's); nil means Logger.
+	AuditLog *slog.Logger
 }
 
 // Server serves the Engine API over a plane. It is an http.Handler; Close
@@ -97,6 +100,7 @@ type Server struct {
 	auth    Authenticator
 	certs   bool
 	log     *slog.Logger
+	audit   *slog.Logger
 	version string
 	name    string
 	maxBody int64
@@ -138,6 +142,9 @@ func New(plane *control.Plane, opts Options) *Server {
 	}
 	if s.log == nil {
 		s.log = slog.Default()
+	}
+	if s.audit = opts.AuditLog; s.audit == nil {
+		s.audit = s.log
 	}
 	if s.name == "" {
 		s.name = "berth"
@@ -451,6 +458,13 @@ func (h handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	err := h.fn(cw, r)
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		status := cw.code
+		if err != nil && !cw.committed && !cw.hijacked {
+			status = statusOf(err)
+		}
+		api.Audit(h.s.audit, r, identityOf(r), status, err)
+	}
 	if err == nil {
 		return
 	}
@@ -467,14 +481,21 @@ type committedWriter struct {
 	http.ResponseWriter
 	committed bool
 	hijacked  bool
+	code      int // the status sent, once committed
 }
 
 func (w *committedWriter) WriteHeader(code int) {
+	if !w.committed {
+		w.code = code
+	}
 	w.committed = true
 	w.ResponseWriter.WriteHeader(code)
 }
 
 func (w *committedWriter) Write(b []byte) (int, error) {
+	if !w.committed {
+		w.code = http.StatusOK
+	}
 	w.committed = true
 	return w.ResponseWriter.Write(b)
 }

@@ -213,7 +213,10 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) error {
 		s.mu.Unlock()
 	}()
 	if cw, ok := w.(*committedWriter); ok {
-		cw.hijacked = true
+		cw.hijacked, cw.code = true, http.StatusOK
+		if r.Header.Get("Upgrade") != "" {
+			cw.code = http.StatusSwitchingProtocols
+		}
 	}
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {

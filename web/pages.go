@@ -323,8 +323,16 @@ func (s *Server) instance(w http.ResponseWriter, r *http.Request, c *caller) err
 	return s.render(w, http.StatusOK, "instance", f)
 }
 
-// act stops, starts, restarts or deletes an instance, then shows it.
-func (s *Server) act(w http.ResponseWriter, r *http.Request, c *caller) error {
+// act stops, starts, restarts or deletes an instance, then shows it. Each
+// is an audit record, as the API's calls are (api.Audit).
+func (s *Server) act(w http.ResponseWriter, r *http.Request, c *caller) (err error) {
+	defer func() {
+		status := http.StatusSeeOther
+		if err != nil {
+			status, _ = statusOf(err)
+		}
+		api.Audit(s.audit, r, c.Identity, status, err)
+	}()
 	in, err := s.visibleInstance(r, c, r.PathValue("ref"), auth.Operate)
 	if err != nil {
 		return err
@@ -345,7 +353,6 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request, c *caller) error {
 	if err != nil {
 		return err
 	}
-	s.log.Info("web: instance changed", "action", r.PathValue("action"), "instance", in.ID, "token", c.Name)
 	http.Redirect(w, r, Prefix+"instances/"+url.PathEscape(in.ID), http.StatusSeeOther)
 	return nil
 }

@@ -85,6 +85,9 @@ type Options struct {
 	Sim SimLimits
 	// Logger receives errors; nil means slog.Default().
 	Logger *slog.Logger
+	// AuditLog receives one record per action on an instance (api.Audit,
+	// as the API's); nil means Logger.
+	AuditLog *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -97,6 +100,7 @@ type Server struct {
 	secure   bool
 	pageSize int
 	log      *slog.Logger
+	audit    *slog.Logger
 	now      func() time.Time
 	sessions *sessions
 	signins  *rate.Limiter // sign-in attempts, all browsers together
@@ -132,6 +136,9 @@ func New(plane *control.Plane, opts Options) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.AuditLog == nil {
+		opts.AuditLog = opts.Logger
+	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -141,7 +148,7 @@ func New(plane *control.Plane, opts Options) (*Server, error) {
 	}
 	s := &Server{
 		plane: plane, auth: opts.Authenticator, secure: opts.SecureCookies,
-		pageSize: min(opts.PageSize, api.MaxPageSize), log: opts.Logger, now: opts.Now,
+		pageSize: min(opts.PageSize, api.MaxPageSize), log: opts.Logger, audit: opts.AuditLog, now: opts.Now,
 		sessions: newSessions(opts.SessionTTL, opts.MaxSessions), signins: rate.NewLimiter(SignInRate, SignInBurst), pages: p,
 		hub: newHub(), sim: newSimRunner(opts.Sim), streams: make(chan struct{}, opts.MaxStreams),
 		mux: http.NewServeMux(), cop: http.NewCrossOriginProtection(),
