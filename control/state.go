@@ -196,6 +196,7 @@ func newState(ctx context.Context, cfg Config) (*state, error) {
 		provs[p.Name()] = p
 	}
 	es = append(es, CheckPools(cfg.Pools, cfg.Quotas, func(name string) bool { _, ok := provs[name]; return ok })...)
+	es = append(es, CheckRunAs(cfg.RunAs)...)
 	var fe *driver.FieldError
 	if err := cfg.QueuePolicy.Check("queue_policy"); errors.As(err, &fe) {
 		es = append(es, fe)

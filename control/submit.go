@@ -45,6 +45,9 @@ type part struct {
 
 // submit is Plane.Submit.
 func (s *state) submit(ctx context.Context, req scheduler.Request, owner string) (*Answer, error) {
+	if err := s.checkSubmitted(ctx, &req.Spec, owner, ""); err != nil {
+		return nil, err
+	}
 	if err := s.checkRequest(&req, ""); err != nil {
 		return nil, err
 	}
@@ -250,6 +253,11 @@ func (s *state) unreserveNames(recs []*reconciler.Instance) {
 
 // submitGroup is Plane.SubmitGroup.
 func (s *state) submitGroup(ctx context.Context, g scheduler.Group, owner string) (*GroupAnswer, error) {
+	for i := range g.Services {
+		if err := s.checkSubmitted(ctx, &g.Services[i].Spec, owner, fmt.Sprintf("services[%d].", i)); err != nil {
+			return nil, err
+		}
+	}
 	if err := s.fromPool(&g); err != nil {
 		return nil, err
 	}

@@ -256,6 +256,9 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := s.plane.CheckSubmitter(r.Context(), &req.Spec, ns); err != nil {
+		return err // refused now, not at start
+	}
 	id := newID()
 	req.ID = id
 	if err := s.checkName(r.Context(), name, ns); err != nil {

@@ -238,7 +238,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	r = r.WithContext(context.WithValue(r.Context(), identityKey{}, id))
+	r = r.WithContext(auth.NewContext(r.Context(), id))
 	r.Body = http.MaxBytesReader(w, r.Body, s.maxBody)
 	if _, pattern := s.mux.Handler(r); pattern == "" {
 		writeError(w, unsupported("%s %s is not supported by Berth's Docker endpoint", r.Method, r.URL.Path))
@@ -270,10 +270,8 @@ func versionLess(a, b string) bool {
 	return false
 }
 
-type identityKey struct{}
-
 func identityOf(r *http.Request) auth.Identity {
-	id, _ := r.Context().Value(identityKey{}).(auth.Identity)
+	id, _ := auth.FromContext(r.Context())
 	return id
 }
 

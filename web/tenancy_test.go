@@ -355,3 +355,48 @@ func TestNamesPerNamespaceOnEverySurface(t *testing.T) {
 		running(t, s.plane, id)
 	}
 }
+
+// TestSubmitRefusesBerthsFieldsAndRoot: the REST API and the Docker
+// endpoint refuse Berth's own labels, tags and variables (400) and, from
+// an operator, root (403), each naming the field; an admin may ask for
+// root.
+func TestSubmitRefusesBerthsFieldsAndRoot(t *testing.T) {
+	s := newSurfaces(t)
+	base := func() map[string]any { return map[string]any{"image": "berth/sim", "cpus": 0.1} }
+	for _, c := range []struct {
+		key    string
+		val    any
+		dkey   string // the Docker endpoint's field, "" for none
+		dval   any
+		status int
+		field  string
+	}{
+		{"tags", map[string]string{"berth.cluster": "x"}, "", nil, http.StatusBadRequest, "tags.berth.cluster"},
+		{"labels", map[string]string{"berth.managed": "true"}, "Labels", map[string]string{"berth.managed": "true"}, http.StatusBadRequest, "labels.berth.managed"},
+		{"env", map[string]string{"BERTH_INSTANCE_ID": "x"}, "Env", []string{"BERTH_INSTANCE_ID=x"}, http.StatusBadRequest, "env.BERTH_INSTANCE_ID"},
+		{"user", "root", "User", "root", http.StatusForbidden, "user"},
+		{"user", "0", "User", "0", http.StatusForbidden, "user"},
+	} {
+		body := base()
+		body[c.key] = c.val
+		w := s.call(s.api, http.MethodPost, "/v1/requests", "op-alice", body)
+		var e struct {
+			Error api.Error `json:"error"`
+		}
+		_ = json.Unmarshal(w.Body.Bytes(), &e)
+		if w.Code != c.status || e.Error.Field != c.field {
+			t.Errorf("REST: %s %v: %d field %q, want %d naming %s: %s", c.key, c.val, w.Code, e.Error.Field, c.status, c.field, w.Body.String())
+		}
+		if c.dkey != "" {
+			w := s.call(s.docker, http.MethodPost, "/containers/create", "op-alice", map[string]any{"Image": "berth/sim", c.dkey: c.dval})
+			if w.Code != c.status || !strings.Contains(w.Body.String(), c.field) {
+				t.Errorf("Docker: %s %v: %d %s, want %d naming %s", c.dkey, c.dval, w.Code, w.Body.String(), c.status, c.field)
+			}
+		}
+	}
+	body := base()
+	body["user"] = "0"
+	if w := s.call(s.api, http.MethodPost, "/v1/requests", "admin", body); w.Code != http.StatusCreated {
+		t.Errorf("REST: an admin's user 0: %d %s, want 201", w.Code, w.Body.String())
+	}
+}
