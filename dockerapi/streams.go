@@ -545,7 +545,6 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) error {
 	rc := http.NewResponseController(w)
 	_ = rc.Flush()
 	msgs := make(chan events.Message, 256)
-	who := identityOf(r)
 	watched := make(chan struct{})
 	defer func() { cancel(); <-watched }()
 	go func() {
@@ -556,7 +555,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) error {
 				return
 			}
 			in := *ev.Instance
-			if !ev.Deleted && !who.Sees(in.Owner) {
+			if !ev.Deleted && !authorized(r, in.Owner) {
 				return
 			}
 			var actions []events.Action
