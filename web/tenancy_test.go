@@ -9,7 +9,6 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/dockerapi"
 	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/driver/drivertest"
 	"github.com/berth-dev/berth/drivers/sim"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/reconciler"
@@ -36,25 +36,7 @@ type surfaces struct {
 	ui     http.Handler
 	// secrets by token name.
 	secrets map[string]string
-	audit   *syncBuffer
-}
-
-// syncBuffer is a bytes.Buffer safe for the loggers' goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
+	audit   *drivertest.SyncBuffer
 }
 
 // newSurfaces runs a plane over a sim back-end with a warm pool of one
@@ -83,7 +65,7 @@ func newSurfaces(t *testing.T) *surfaces {
 		t.Fatal(err)
 	}
 	tokens := auth.NewTokens(st, nil)
-	s := &surfaces{plane: plane, secrets: map[string]string{}, audit: &syncBuffer{}}
+	s := &surfaces{plane: plane, secrets: map[string]string{}, audit: &drivertest.SyncBuffer{}}
 	for _, spec := range []auth.Spec{
 		{Name: "admin", Role: auth.RoleAdmin},
 		{Name: "op-alice", Role: auth.RoleOperator, Namespaces: []string{"alice"}},

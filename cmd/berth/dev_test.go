@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,28 +16,10 @@ import (
 	"github.com/berth-dev/berth/api/client"
 	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/driver/drivertest"
 	"github.com/berth-dev/berth/reconciler"
 	"github.com/berth-dev/berth/scheduler"
 )
-
-// lockedBuffer is a bytes.Buffer the server's log may write while the
-// test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
 
 var listeningRE = regexp.MustCompile(`msg=listening addr=(\S+)`)
 
@@ -56,7 +37,7 @@ func TestDevAsRootRunsNobody(t *testing.T) {
 	}
 	dir := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
-	var out, errb lockedBuffer
+	var out, errb drivertest.SyncBuffer
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"server", "--dev", "--data-dir", dir, "--listen", "127.0.0.1:0"}, &out, &errb)
