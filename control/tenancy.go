@@ -112,15 +112,23 @@ func (s *state) checkRunAs(ctx context.Context, spec *driver.Spec, owner, prefix
 		case f.v == "":
 		case slices.Contains(f.allow, f.v):
 		case len(f.allow) > 0:
-			return fmt.Errorf("%w: %w", auth.ErrForbidden, &driver.FieldError{Path: prefix + f.name,
-				Reason: fmt.Sprintf("%q: namespace %q runs its workloads as %s %s only", f.v, owner, f.name, strings.Join(f.allow, ", "))})
+			return &refused{&driver.FieldError{Path: prefix + f.name,
+				Reason: fmt.Sprintf("%q: namespace %q runs its workloads as %s %s only", f.v, owner, f.name, strings.Join(f.allow, ", "))}}
 		case isRoot(f.v):
-			return fmt.Errorf("%w: %w", auth.ErrForbidden, &driver.FieldError{Path: prefix + f.name,
-				Reason: fmt.Sprintf("%q is root: namespace %q runs its workloads as non-root %ss only (run_as in the server's configuration)", f.v, owner, f.name)})
+			return &refused{&driver.FieldError{Path: prefix + f.name,
+				Reason: fmt.Sprintf("%q is root: namespace %q runs its workloads as non-root %ss only (run_as in the server's configuration)", f.v, owner, f.name)}}
 		}
 	}
 	return nil
 }
+
+// refused is a field a policy does not allow the caller: auth.ErrForbidden
+// (403) and the *driver.FieldError naming the field, with the field's
+// message alone.
+type refused struct{ fe *driver.FieldError }
+
+func (e *refused) Error() string   { return e.fe.Error() }
+func (e *refused) Unwrap() []error { return []error{auth.ErrForbidden, e.fe} }
 
 // checkSubmitted is what a caller's submission must satisfy beyond its
 // validity: no field of Berth's own, and a user its namespace allows.
