@@ -555,7 +555,9 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) error {
 				return
 			}
 			in := *ev.Instance
-			if !ev.Deleted && !authorized(r, in.Owner) {
+			if _, seen := last[in.ID]; ev.Deleted && !seen || !ev.Deleted && !authorized(r, in.Owner) {
+				// A deleted record names no namespace: only what this
+				// stream has shown may be said to be destroyed.
 				return
 			}
 			var actions []events.Action

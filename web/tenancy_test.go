@@ -1,7 +1,9 @@
 package web_test
 
 import (
+	"bufio"
 	"bytes"
+	"errors"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -41,7 +43,7 @@ type surfaces struct {
 
 // newSurfaces runs a plane over a sim back-end with a warm pool of one
 // instance, and makes the tokens of the tenancy tests.
-func newSurfaces(t *testing.T) *surfaces {
+func newSurfaces(t *testing.T, tune ...func(*control.Config)) *surfaces {
 	t.Helper()
 	ctx := context.Background()
 	opts := *sim.DefaultOptions()
@@ -56,11 +58,15 @@ func newSurfaces(t *testing.T) *surfaces {
 		t.Fatal(err)
 	}
 	st := memory.New(memory.Options{})
-	plane, err := control.New(ctx, control.Config{Store: st, Providers: []*provider.Provider{p}, Cluster: "tenancy", Logger: quiet,
+	cfg := control.Config{Store: st, Providers: []*provider.Provider{p}, Cluster: "tenancy", Logger: quiet,
 		SyncInterval: 20 * time.Millisecond, RetryBackoff: 10 * time.Millisecond,
 		Pools: []control.Pool{{Name: "warm", Provider: "sim", MaxInstances: 1, Labels: []control.Label{
 			{Name: "small", Spec: driver.Spec{Image: "berth/sim", Resources: driver.Resources{CPU: driver.CPUs(0.1)}}, MinReady: 1},
-		}}}})
+		}}}}
+	for _, f := range tune {
+		f(&cfg)
+	}
+	plane, err := control.New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,5 +386,71 @@ func TestSubmitRefusesBerthsFieldsAndRoot(t *testing.T) {
 	body["user"] = "0"
 	if w := s.call(s.api, http.MethodPost, "/v1/requests", "admin", body); w.Code != http.StatusCreated {
 		t.Errorf("REST: an admin's user 0: %d %s, want 201", w.Code, w.Body.String())
+	}
+}
+
+// TestDockerEventsShowNoOtherNamespace: a record removed from the store
+// names no namespace; the Docker endpoint's event stream says "destroy"
+// only of what it has shown, never of another namespace's container.
+func TestDockerEventsShowNoOtherNamespace(t *testing.T) {
+	s := newSurfaces(t, func(c *control.Config) { c.Retention = 20 * time.Millisecond })
+	ctx := context.Background()
+	hs := httptest.NewServer(s.docker)
+	defer hs.Close()
+	req, _ := http.NewRequest(http.MethodGet, hs.URL+"/events", nil)
+	req.Header.Set("Authorization", "Bearer "+s.secrets["op-mallory"])
+	resp, err := hs.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 1000)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	defer func() {
+		resp.Body.Close()
+		for range lines {
+		}
+	}()
+
+	spec := driver.Spec{Image: "berth/sim", Resources: driver.Resources{CPU: driver.CPUs(0.1)}}
+	ans, err := s.plane.Submit(ctx, scheduler.Request{Spec: spec}, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	aliceID := ans.Instances[0].Instance.ID
+	running(t, s.plane, aliceID)
+	if err := s.plane.Delete(ctx, aliceID); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "alice's record removed", func() bool {
+		_, err := s.plane.Instance(ctx, aliceID)
+		return errors.Is(err, driver.ErrNotFound)
+	})
+	ans, err = s.plane.Submit(ctx, scheduler.Request{Spec: spec}, "mallory")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine := ans.Instances[0].Instance.ID
+	timeout := time.After(60 * time.Second)
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatal("the event stream ended")
+			}
+			if strings.Contains(l, aliceID) {
+				t.Fatalf("mallory's event stream shows alice's container: %s", l)
+			}
+			if strings.Contains(l, mine) {
+				return
+			}
+		case <-timeout:
+			t.Fatal("mallory's own container never showed in its event stream")
+		}
 	}
 }
