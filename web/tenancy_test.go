@@ -3,9 +3,9 @@ package web_test
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
