@@ -15,7 +15,9 @@
 //
 // A namespace is a DNS label. The namespace of a submission is its token's
 // (its first, or the one the submission names among the token's); quotas,
-// pools and listings are per namespace.
+// pools and listings are per namespace. Identity.Authorize is the one rule
+// of what a token may do to what, applied by every surface of the server
+// (the REST API, the Docker endpoint, the dashboard).
 package auth
 
 import (
