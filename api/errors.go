@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/store"
 )
@@ -118,6 +119,11 @@ func toError(err error) *Error {
 		e.Code, e.Status = CodeTooLarge, http.StatusRequestEntityTooLarge
 		return e
 	}
+	if errors.Is(err, auth.ErrForbidden) {
+		// Before the codes: a refusal may name a field, which is ErrInvalid.
+		e.Code, e.Status = CodeForbidden, http.StatusForbidden
+		return e
+	}
 	for _, c := range codes {
 		if errors.Is(err, c.kind) {
 			e.Code, e.Status = c.code, c.status
@@ -125,6 +131,9 @@ func toError(err error) *Error {
 		}
 	}
 	switch {
+	case errors.Is(err, auth.ErrNotVisible):
+		// What the caller may not see does not exist, for it.
+		e.Code, e.Status, e.Message = CodeNotFound, http.StatusNotFound, "not found"
 	case errors.Is(err, store.ErrCompacted):
 		e.Code, e.Status = CodeCompacted, http.StatusGone
 	case errors.Is(err, store.ErrClosed):

@@ -221,13 +221,29 @@ func (h handler) guarded(w http.ResponseWriter, r *http.Request) (*http.Request,
 		w.Header().Set("Retry-After", strconv.Itoa(max(1, int((wait+time.Second-1)/time.Second))))
 		return nil, errRateLimited
 	}
-	return r.WithContext(auth.NewContext(r.Context(), id)), nil
+	ctx := context.WithValue(auth.NewContext(r.Context(), id), permKey{}, h.perm)
+	return r.WithContext(ctx), nil
 }
 
-// audit writes one mutating call to the audit log: who (the token's name
-// and accessor, never its secret), what, and how it ended.
+type permKey struct{}
+
+// permission is what r's route needs, set by its guard.
+func permission(r *http.Request) auth.Permission {
+	p, _ := r.Context().Value(permKey{}).(auth.Permission)
+	return p
+}
+
+// audit writes one mutating call to the audit log (Audit).
 func (s *Server) audit(r *http.Request, status int, err error) {
-	id, _ := auth.FromContext(r.Context())
+	Audit(s.auditLog, r, caller(r), status, err)
+}
+
+// Audit writes one mutating call to log as an audit record: who (the
+// token's name and accessor, never its secret), what (method and path),
+// from where, and how it ended (the status, and the error's message as
+// the API shows it). It is the one form of audit record of every surface
+// of the server: the REST API, the dashboard and the Docker endpoint.
+func Audit(log *slog.Logger, r *http.Request, id auth.Identity, status int, err error) {
 	attrs := []slog.Attr{
 		slog.String("method", r.Method), slog.String("path", r.URL.Path),
 		slog.String("token", id.Name), slog.String("accessor", id.Accessor),
@@ -236,7 +252,7 @@ func (s *Server) audit(r *http.Request, status int, err error) {
 	if err != nil {
 		attrs = append(attrs, slog.String("error", toError(err).Message))
 	}
-	s.auditLog.LogAttrs(context.WithoutCancel(r.Context()), slog.LevelInfo, "audit", attrs...)
+	log.LogAttrs(context.WithoutCancel(r.Context()), slog.LevelInfo, "audit", attrs...)
 }
 
 // caller returns the identity of r, set by the route's guard.
@@ -248,14 +264,22 @@ func caller(r *http.Request) auth.Identity {
 // visible returns the instance r's {ref} names when the caller may see it;
 // otherwise the same not-found error as for an instance that does not
 // exist, so that nothing is learnt of other namespaces.
+//
+// A name is looked up among the caller's namespaces only, and the caller
+// must be authorized (auth.Identity.Authorize) for the route's permission
+// on the instance's namespace.
 func (s *Server) visible(r *http.Request) (control.Instance, error) {
 	ref := r.PathValue("ref")
-	in, err := s.plane.Instance(r.Context(), ref)
+	id := caller(r)
+	in, err := s.plane.Lookup(r.Context(), ref, control.ScopeOf(id))
 	if err != nil {
 		return in, err
 	}
-	if !caller(r).Sees(in.Owner) {
-		return control.Instance{}, notFound(ref)
+	if err := id.Authorize(permission(r), in.Owner); err != nil {
+		if errors.Is(err, auth.ErrNotVisible) {
+			return control.Instance{}, notFound(ref)
+		}
+		return control.Instance{}, err
 	}
 	return in, nil
 }

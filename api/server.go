@@ -374,7 +374,7 @@ func (s *Server) group(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
-		if len(members) == 0 || !c.Sees(members[0].Owner) {
+		if len(members) == 0 || c.Authorize(auth.Read, members[0].Owner) != nil {
 			return driver.Errorf(driver.ErrNotFound, "group %q", id)
 		}
 	}
@@ -509,7 +509,7 @@ func (s *Server) instances(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if c := caller(r); !c.All() {
-		if f.Owner != "" && !c.Sees(f.Owner) {
+		if f.Owner != "" && c.Authorize(auth.Read, f.Owner) != nil {
 			return writeJSON(w, http.StatusOK, []control.Instance{})
 		}
 		if f.Owner == "" {
@@ -553,7 +553,7 @@ func (s *Server) advice(w http.ResponseWriter, r *http.Request) error {
 		f.Limit = n
 	}
 	if c := caller(r); !c.All() {
-		if f.Owner != "" && !c.Sees(f.Owner) {
+		if f.Owner != "" && c.Authorize(auth.Read, f.Owner) != nil {
 			return writeJSON(w, http.StatusOK, control.AdviceAnswer{Instances: []control.InstanceAdvice{}, Groups: []control.GroupAdvice{}})
 		}
 		if f.Owner == "" {
@@ -1025,7 +1025,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) error {
 	}
 	err = s.plane.Events(ctx, since, func(ev control.Event) {
 		if ev.Instance != nil {
-			if !c.Sees(ev.Instance.Owner) {
+			if c.Authorize(auth.Read, ev.Instance.Owner) != nil {
 				return
 			}
 			in := redacted(*ev.Instance)
@@ -1148,7 +1148,7 @@ func (s *Server) quotas(w http.ResponseWriter, r *http.Request) error {
 	c := caller(r)
 	// A namespace's quota is seen by those who see the namespace; the
 	// others (per provider or pool) by everyone.
-	list = slices.DeleteFunc(list, func(q control.QuotaUse) bool { return q.Owner != "" && !c.Sees(q.Owner) })
+	list = slices.DeleteFunc(list, func(q control.QuotaUse) bool { return q.Owner != "" && c.Authorize(auth.Read, q.Owner) != nil })
 	if list == nil {
 		list = []control.QuotaUse{}
 	}

@@ -15,7 +15,9 @@
 //
 // A namespace is a DNS label. The namespace of a submission is its token's
 // (its first, or the one the submission names among the token's); quotas,
-// pools and listings are per namespace.
+// pools and listings are per namespace. Identity.Authorize is the one rule
+// of what a token may do to what, applied by every surface of the server
+// (the REST API, the Docker endpoint, the dashboard).
 package auth
 
 import (
@@ -122,6 +124,25 @@ func (id Identity) Sees(namespace string) bool {
 	return namespace != "" && slices.Contains(id.Namespaces, namespace)
 }
 
+// Authorize is the one access rule of every surface (the REST API, the
+// Docker endpoint, the dashboard): whether id may do what needs p to an
+// object of namespace ("" is the cluster's own: warm pool instances not
+// handed out, groups of none). It answers nil, ErrForbidden when id's role
+// does not allow p whatever the object (checked first: it tells nothing of
+// the object), or ErrNotVisible when the object lives where id does not
+// see, which every surface answers as it answers for an object that does
+// not exist. What belongs to no namespace but the cluster as a whole
+// (nodes, providers, the simulator) needs only Allows.
+func (id Identity) Authorize(p Permission, namespace string) error {
+	if !id.Allows(p) {
+		return ErrForbidden
+	}
+	if p != Public && !id.Sees(namespace) {
+		return ErrNotVisible
+	}
+	return nil
+}
+
 // All reports whether id sees every namespace.
 func (id Identity) All() bool {
 	return id.Role == RoleAdmin || slices.Contains(id.Namespaces, AllNamespaces)
@@ -172,6 +193,10 @@ var (
 	// API answers 403. What a token may not see is answered as not found
 	// instead, so that it learns nothing of other namespaces.
 	ErrForbidden = errors.New("auth: the token's role does not allow this")
+	// ErrNotVisible: the object lives in a namespace the token does not
+	// see. Every surface answers it as not found (404), with the same
+	// message as for an object that does not exist.
+	ErrNotVisible = errors.New("auth: not in the token's namespaces")
 )
 
 // secretPrefix starts every secret, so that a leaked one is recognisable

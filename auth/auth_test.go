@@ -109,3 +109,42 @@ func TestSpecAndNamespaces(t *testing.T) {
 		t.Error("Allows is wrong")
 	}
 }
+
+// TestAuthorize: the role is checked first (ErrForbidden, whatever the
+// object), then the namespace (ErrNotVisible); the cluster's own objects
+// (namespace "") are for admins and readers of every namespace only.
+func TestAuthorize(t *testing.T) {
+	ids := map[string]auth.Identity{
+		"admin":      {Role: auth.RoleAdmin},
+		"op-alice":   {Role: auth.RoleOperator, Namespaces: []string{"alice"}},
+		"reader-all": {Role: auth.RoleReader, Namespaces: []string{auth.AllNamespaces}},
+		"reader-a":   {Role: auth.RoleReader, Namespaces: []string{"alice"}},
+		"unknown":    {Role: "root", Namespaces: []string{"alice"}},
+	}
+	for _, c := range []struct {
+		id   string
+		p    auth.Permission
+		ns   string
+		want error
+	}{
+		{"admin", auth.Operate, "", nil},
+		{"admin", auth.Admin, "mallory", nil},
+		{"op-alice", auth.Operate, "alice", nil},
+		{"op-alice", auth.Read, "alice", nil},
+		{"op-alice", auth.Operate, "mallory", auth.ErrNotVisible},
+		{"op-alice", auth.Operate, "", auth.ErrNotVisible},
+		{"op-alice", auth.Admin, "alice", auth.ErrForbidden},
+		{"reader-a", auth.Read, "alice", nil},
+		{"reader-a", auth.Operate, "alice", auth.ErrForbidden},
+		{"reader-a", auth.Operate, "mallory", auth.ErrForbidden},
+		{"reader-a", auth.Read, "", auth.ErrNotVisible},
+		{"reader-all", auth.Read, "", nil},
+		{"reader-all", auth.Read, "mallory", nil},
+		{"reader-all", auth.Operate, "", auth.ErrForbidden},
+		{"unknown", auth.Read, "alice", auth.ErrForbidden},
+	} {
+		if err := ids[c.id].Authorize(c.p, c.ns); !errors.Is(err, c.want) || (c.want == nil) != (err == nil) {
+			t.Errorf("%s %s in %q: %v, want %v", c.id, c.p, c.ns, err, c.want)
+		}
+	}
+}

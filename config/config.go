@@ -71,6 +71,9 @@ type Config struct {
 	Pools []control.Pool `yaml:"pools"`
 	// Quotas limit a provider, a pool or a namespace.
 	Quotas []control.Quota `yaml:"quotas"`
+	// RunAs are the namespaces' policies of who their workloads may run
+	// as (control.RunAs); a namespace without one runs non-root only.
+	RunAs []control.RunAs `yaml:"run_as"`
 	// QueuePolicy orders the groups waiting to be placed whole within a
 	// priority class: fifo (the default), size (smallest first) or
 	// dynsize (smallest first, with aging).
@@ -438,6 +441,7 @@ func (c *Config) validate(es *driver.FieldErrors) {
 		}
 	}
 	*es = append(*es, control.CheckPools(c.Pools, c.Quotas, func(name string) bool { return providers[name] })...)
+	*es = append(*es, control.CheckRunAs(c.RunAs)...)
 }
 
 // checkRange adds an error naming key when v is outside [lo, hi]; a

@@ -75,6 +75,8 @@ pools:
 quotas:
   - {provider: a, instances: 100, cpus: 8, memory: 16Gi}
   - {namespace: alice, instances: 5}
+run_as:
+  - {namespace: ops, users: [root, deploy], groups: ["0"]}
 `
 
 func TestLoadGood(t *testing.T) {
@@ -107,6 +109,9 @@ func TestLoadGood(t *testing.T) {
 	}
 	if q := cfg.Quotas[0]; q.CPU != 8000 || q.Memory != 16*driver.GiB {
 		t.Errorf("quota: %+v", q)
+	}
+	if len(cfg.RunAs) != 1 || cfg.RunAs[0].Namespace != "ops" || len(cfg.RunAs[0].Users) != 2 || cfg.RunAs[0].Groups[0] != "0" {
+		t.Errorf("run_as: %+v", cfg.RunAs)
 	}
 }
 
@@ -178,6 +183,10 @@ func TestBadFiles(t *testing.T) {
 		{"negative gc_percent", "gc_percent: -1\n", "gc_percent"},
 		{"huge gc_percent", "gc_percent: 20000\n", "gc_percent"},
 		{"bad queue_policy", "queue_policy: lifo\n", "queue_policy"},
+		{"run_as bad namespace", "run_as:\n  - {namespace: Ops}\n", "run_as[0].namespace"},
+		{"run_as twice", "run_as:\n  - {namespace: ops}\n  - {namespace: ops}\n", "run_as[1].namespace"},
+		{"run_as user:group", "run_as:\n  - {namespace: ops, users: [\"app:app\"]}\n", "run_as[0].users[0]"},
+		{"run_as unknown key", "run_as:\n  - {namespace: ops, user: app}\n", "run_as[0].user"},
 		{"bad pool queue_policy", "providers:\n  - {name: a, driver: cfgtest}\npools:\n  - {name: p, provider: a, queue_policy: lifo}\n", "pools[0].queue_policy"},
 		{"negative schedulers", "schedulers: -1\n", "schedulers"},
 		{"too many schedulers", "schedulers: 65\n", "schedulers"},

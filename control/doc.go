@@ -31,8 +31,11 @@
 //     (and most of what the back-end showed) behind pointers that few
 //     instances set, the name and group left out when the id and the
 //     request's id give them, the spec shared with the other instances
-//     of its request. An instance named by its id holds its name through
-//     the records alone: the names index keeps only the others.
+//     of its request. Names are per namespace (the owner), as
+//     Kubernetes' are: the names index is keyed by namespace and name, and
+//     Lookup resolves a name within a caller's namespaces. An instance
+//     named by its id holds its name through the records alone: the names
+//     index keeps only the others.
 //   - One type per role, each with one conversion from the lifecycle's
 //     reconciler.Instance, the form that is stepped and committed: record
 //     is the stored form (encodeRecord, decodeRecord back), rec the

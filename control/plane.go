@@ -26,6 +26,10 @@ type Config struct {
 	Pools []Pool
 	// Quotas limit instances, cpus and memory per provider, pool or owner.
 	Quotas []Quota
+	// RunAs are the namespaces' policies of who their workloads may run
+	// as; a namespace without one runs non-root workloads only. They bind
+	// the callers that are not admins (see Submit).
+	RunAs []RunAs
 	// Logger receives the plane's logs; nil means slog.Default().
 	Logger *slog.Logger
 	// Metrics receives measurements; nil means none.
@@ -439,13 +443,27 @@ func (p *Plane) PlaceRound(ctx context.Context) error {
 //
 // A request without an id gets a fresh one. Ids are never reused: a
 // request id given by the client is refused while any record of that
-// request is kept (see Config.Retention). Names are reusable once their
-// holder is deleted or being deleted.
+// request is kept (see Config.Retention). Names are per namespace (owner)
+// and reusable once their holder is deleted or being deleted.
+//
+// A submission may not set Berth's own labels, tags ("berth.") or
+// variables ("BERTH_"): a *driver.FieldError naming the field. When ctx
+// carries a caller (auth.NewContext) that is not an admin, its user and
+// group must be allowed by the namespace's run-as policy (Config.RunAs):
+// auth.ErrForbidden with a *driver.FieldError naming the field.
 func (p *Plane) Submit(ctx context.Context, req scheduler.Request, owner string) (*Answer, error) {
 	if err := p.refuse(); err != nil {
 		return nil, err
 	}
 	return p.submit(ctx, req, owner)
+}
+
+// CheckSubmitter answers what Submit would of spec by the caller ctx
+// carries in namespace owner: Berth's own fields and the run-as policy. A
+// surface that takes a spec long before it submits it (the Docker
+// endpoint's create) refuses it at once with it.
+func (p *Plane) CheckSubmitter(ctx context.Context, spec *driver.Spec, owner string) error {
+	return p.checkSubmitted(ctx, spec, owner, "")
 }
 
 // SubmitGroup places a group: its essential instances all or none. A node
@@ -487,6 +505,20 @@ func (p *Plane) Counts(ctx context.Context) (map[Phase]int, error) { return p.co
 // newest of them; driver.ErrNotFound otherwise.
 func (p *Plane) Instance(ctx context.Context, ref string) (Instance, error) {
 	return p.instance(ctx, ref)
+}
+
+// Lookup is Instance within sc: the instance with id ref when it lives in
+// sc, else the one that holds the name ref in one of sc's namespaces (a
+// name held in several is a *driver.FieldError on "ref" naming them), else
+// the newest deleted one named ref in sc; driver.ErrNotFound otherwise, as
+// for what lives outside sc. Surfaces that act for a caller resolve refs
+// with it (ScopeOf the caller), then act on the instance's id.
+func (p *Plane) Lookup(ctx context.Context, ref string, sc Scope) (Instance, error) {
+	in, err := p.findIn(ref, sc)
+	if err != nil {
+		return Instance{}, err
+	}
+	return viewOf(&in), nil
 }
 
 // Delete marks the instance for deletion and returns; the reconciler

@@ -849,6 +849,13 @@ func (s *state) createFailed(ctx context.Context, rt *runtime, t *task, in *reco
 			s.launched(t, err)
 			s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.NameTaken, Err: fmt.Errorf("%w: the name %q is held by the resource of deleted instance %s: %w", driver.ErrRetryable, in.BackendName(), got.Tags[driver.TagInstance], err)}, true)
 			return
+		case ferr == nil && s.ours(got) && !s.sameNamespace(got.Tags[driver.TagInstance], in.Owner):
+			// Names are per namespace; the back-end's are not: held by an
+			// instance of the same name in another namespace, try again
+			// under another name (and never say whose).
+			s.launched(t, err)
+			s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.NameTaken, Err: fmt.Errorf("%w: the name %q is held in provider %s by an instance of another namespace: %w", driver.ErrRetryable, in.BackendName(), in.Provider, err)}, true)
+			return
 		}
 		err = fmt.Errorf("%w: the name %q is taken in provider %s by a resource that is not this instance: %w", driver.ErrPermanent, in.BackendName(), in.Provider, err)
 	}
@@ -863,6 +870,12 @@ func (s *state) createFailed(ctx context.Context, rt *runtime, t *task, in *reco
 	}
 	s.launched(t, err)
 	s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.CreateFailed, Err: err, Instance: partial, Provider: in.Provider, Node: in.Node}, true)
+}
+
+// sameNamespace reports whether instance id lives in namespace owner.
+func (s *state) sameNamespace(id, owner string) bool {
+	in, ok := s.get(id)
+	return ok && in.Owner == owner
 }
 
 // releasedName reports whether instance id gave up its name: it is deleted

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/reconciler"
@@ -140,7 +141,8 @@ type records struct {
 	mu       sync.RWMutex
 	recs     recIndex // the store's instances, write-through
 	requests map[string]*storedRequest
-	names    map[string]string           // instance id by name, for live instances not named by their id (nameHolderLocked)
+	names    map[nameKey]string          // instance id by namespace and name, for live instances not named by their id (nameHolderLocked)
+	nameNS   map[string]int              // keys of names per namespace, for lookups in every namespace
 	queued   int                         // pending instances
 	pending  map[string]bool             // ids of the pending instances
 	phases   map[reconciler.Phase]int    // instances per phase
@@ -194,6 +196,7 @@ func newState(ctx context.Context, cfg Config) (*state, error) {
 		provs[p.Name()] = p
 	}
 	es = append(es, CheckPools(cfg.Pools, cfg.Quotas, func(name string) bool { _, ok := provs[name]; return ok })...)
+	es = append(es, CheckRunAs(cfg.RunAs)...)
 	var fe *driver.FieldError
 	if err := cfg.QueuePolicy.Check("queue_policy"); errors.As(err, &fe) {
 		es = append(es, fe)
@@ -255,7 +258,8 @@ func newState(ctx context.Context, cfg Config) (*state, error) {
 		records: records{
 			recs:     newRecIndex(),
 			requests: map[string]*storedRequest{},
-			names:    map[string]string{},
+			names:    map[nameKey]string{},
+			nameNS:   map[string]int{},
 			phases:   map[reconciler.Phase]int{},
 			pending:  map[string]bool{},
 			nodeInfo: map[string]driver.Node{},
@@ -382,26 +386,55 @@ func (s *state) putLocked(inst *reconciler.Instance) {
 	in := newRec(inst)
 	if old := s.recs.get(in.ID); old != nil {
 		s.countLocked(old, -1)
+		if old.Owner != in.Owner {
+			// A pool instance handed out changes namespace.
+			s.releaseNameLocked(nameKey{old.Owner, old.Name()}, in.ID)
+		}
 	}
 	s.recs.put(in)
 	s.countLocked(in, 1)
+	key := nameKey{inst.Owner, inst.Name}
 	if !holdsName(in.Phase, in.After()) || inst.Name == in.ID {
 		// An instance named by its id holds its name through recs.
-		if s.names[inst.Name] == in.ID {
-			delete(s.names, inst.Name)
-		}
+		s.releaseNameLocked(key, in.ID)
 		return
 	}
-	s.names[inst.Name] = in.ID
+	s.claimNameLocked(key, in.ID)
+}
+
+// nameKey is an instance's name within its namespace (its owner): names
+// are per namespace, as Kubernetes' are, and two namespaces may each have
+// an instance of the same name.
+type nameKey struct{ owner, name string }
+
+// claimNameLocked records that instance id holds key. s.mu must be held
+// for writing.
+func (s *state) claimNameLocked(key nameKey, id string) {
+	if _, ok := s.names[key]; !ok {
+		s.nameNS[key.owner]++
+	}
+	s.names[key] = id
+}
+
+// releaseNameLocked forgets key when instance id holds it. s.mu must be
+// held for writing.
+func (s *state) releaseNameLocked(key nameKey, id string) {
+	if s.names[key] != id {
+		return
+	}
+	delete(s.names, key)
+	if s.nameNS[key.owner]--; s.nameNS[key.owner] <= 0 {
+		delete(s.nameNS, key.owner)
+	}
 }
 
 // nameHolderLocked returns the id of the live instance (or submission in
-// flight) that holds name. s.mu must be held.
-func (s *state) nameHolderLocked(name string) (string, bool) {
-	if id, ok := s.names[name]; ok {
+// flight) that holds name in namespace owner. s.mu must be held.
+func (s *state) nameHolderLocked(owner, name string) (string, bool) {
+	if id, ok := s.names[nameKey{owner, name}]; ok {
 		return id, true
 	}
-	if in := s.recs.get(name); in != nil && in.Name() == name && holdsName(in.Phase, in.After()) {
+	if in := s.recs.get(name); in != nil && in.Owner == owner && in.Name() == name && holdsName(in.Phase, in.After()) {
 		return name, true
 	}
 	return "", false
@@ -411,9 +444,7 @@ func (s *state) nameHolderLocked(name string) (string, bool) {
 // indexes. s.mu must be held for writing.
 func (s *state) dropLocked(in *rec) {
 	s.countLocked(in, -1)
-	if s.names[in.Name()] == in.ID {
-		delete(s.names, in.Name())
-	}
+	s.releaseNameLocked(nameKey{in.Owner, in.Name()}, in.ID)
 	s.recs.delete(in.ID)
 }
 
@@ -680,24 +711,68 @@ func newID() string {
 
 // find returns the instance with id ref, or else the instance that holds
 // the name ref, or else the newest (by creation, then id) of the instances
-// that were named ref, deleted or being deleted.
+// that were named ref, deleted or being deleted; in every namespace.
 func (s *state) find(ref string) (reconciler.Instance, error) {
+	return s.findIn(ref, Everywhere)
+}
+
+// Scope is the namespaces a lookup searches, and the only ones whose
+// instances it finds: Namespaces, or every namespace (the cluster's own
+// pool instances included) when All. An instance outside it is not found,
+// exactly as one that does not exist.
+type Scope struct {
+	All        bool
+	Namespaces []string
+}
+
+// Everywhere is the scope of every namespace.
+var Everywhere = Scope{All: true}
+
+// ScopeOf is the scope of what id sees (auth.Identity.Sees).
+func ScopeOf(id auth.Identity) Scope {
+	return Scope{All: id.All(), Namespaces: id.Namespaces}
+}
+
+// Has reports whether namespace is in sc.
+func (sc Scope) Has(namespace string) bool {
+	return sc.All || namespace != "" && slices.Contains(sc.Namespaces, namespace)
+}
+
+// findIn is find within sc. A name is looked up in each namespace of sc;
+// a name that live instances hold in several of them is an error that
+// names those namespaces (all of them in sc) and asks for the id.
+func (s *state) findIn(ref string, sc Scope) (reconciler.Instance, error) {
 	if ref == "" {
 		return reconciler.Instance{}, &driver.FieldError{Path: "ref", Reason: "an instance id or name is required"}
 	}
-	if in, ok := s.get(ref); ok {
+	if in, ok := s.get(ref); ok && sc.Has(in.Owner) {
 		return in, nil
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if id, ok := s.nameHolderLocked(ref); ok {
+	namespaces := sc.Namespaces
+	if sc.All {
+		namespaces = slices.Collect(maps.Keys(s.nameNS))
+	}
+	var held []string // namespaces where a live instance holds ref
+	id := ""
+	for _, ns := range namespaces {
+		if hid, ok := s.nameHolderLocked(ns, ref); ok && !slices.Contains(held, ns) {
+			held, id = append(held, ns), hid
+		}
+	}
+	if len(held) > 1 {
+		slices.Sort(held)
+		return reconciler.Instance{}, &driver.FieldError{Path: "ref", Reason: fmt.Sprintf("instances named %q live in namespaces %s: give the instance's id", ref, strings.Join(held, ", "))}
+	}
+	if id != "" {
 		if in := s.recs.get(id); in != nil {
 			return in.instance(), nil
 		}
 	}
 	var newest *rec
 	for in := range s.recs.all() {
-		if in.Name() != ref {
+		if in.Name() != ref || !sc.Has(in.Owner) {
 			continue
 		}
 		if newest == nil || in.created > newest.created || (in.created == newest.created && in.ID > newest.ID) {

@@ -45,6 +45,9 @@ type part struct {
 
 // submit is Plane.Submit.
 func (s *state) submit(ctx context.Context, req scheduler.Request, owner string) (*Answer, error) {
+	if err := s.checkSubmitted(ctx, &req.Spec, owner, ""); err != nil {
+		return nil, err
+	}
 	if err := s.checkRequest(&req, ""); err != nil {
 		return nil, err
 	}
@@ -217,19 +220,20 @@ func indexOf(in *reconciler.Instance) int {
 	return n
 }
 
-// reserveNames claims the names of recs, refusing names that a live
-// instance (or a submission in flight) holds.
+// reserveNames claims the names of recs in their namespaces, refusing
+// names that a live instance (or a submission in flight) of the same
+// namespace holds. The error names only that namespace's instance.
 func (s *state) reserveNames(recs []*reconciler.Instance) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for k, in := range recs {
-		if id, taken := s.nameHolderLocked(in.Name); taken {
+		if id, taken := s.nameHolderLocked(in.Owner, in.Name); taken {
 			for _, done := range recs[:k] {
-				delete(s.names, done.Name)
+				s.releaseNameLocked(nameKey{done.Owner, done.Name}, done.ID)
 			}
 			return fmt.Errorf("%w: %w", driver.ErrAlreadyExists, &driver.FieldError{Path: "name", Reason: fmt.Sprintf("%q is in use by instance %s", in.Name, id)})
 		}
-		s.names[in.Name] = in.ID
+		s.claimNameLocked(nameKey{in.Owner, in.Name}, in.ID)
 	}
 	return nil
 }
@@ -243,14 +247,17 @@ func (s *state) unreserveNames(recs []*reconciler.Instance) {
 		if cur := s.recs.get(in.ID); cur != nil && holdsName(cur.Phase, cur.After()) {
 			continue
 		}
-		if s.names[in.Name] == in.ID {
-			delete(s.names, in.Name)
-		}
+		s.releaseNameLocked(nameKey{in.Owner, in.Name}, in.ID)
 	}
 }
 
 // submitGroup is Plane.SubmitGroup.
 func (s *state) submitGroup(ctx context.Context, g scheduler.Group, owner string) (*GroupAnswer, error) {
+	for i := range g.Services {
+		if err := s.checkSubmitted(ctx, &g.Services[i].Spec, owner, fmt.Sprintf("services[%d].", i)); err != nil {
+			return nil, err
+		}
+	}
 	if err := s.fromPool(&g); err != nil {
 		return nil, err
 	}

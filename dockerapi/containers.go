@@ -256,9 +256,12 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := s.plane.CheckSubmitter(r.Context(), &req.Spec, ns); err != nil {
+		return err // refused now, not at start
+	}
 	id := newID()
 	req.ID = id
-	if err := s.checkName(r.Context(), name); err != nil {
+	if err := s.checkName(r.Context(), name, ns); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -267,7 +270,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) error {
 		return &httpError{http.StatusTooManyRequests, fmt.Sprintf("%d containers are created and not started: start or remove some first", s.maxNew)}
 	}
 	for _, c := range s.created {
-		if name != "" && c.req.Name == name {
+		if name != "" && c.req.Name == name && c.owner == ns {
 			s.mu.Unlock()
 			return nameInUse(name)
 		}
@@ -281,12 +284,13 @@ func nameInUse(name string) error {
 	return &httpError{http.StatusConflict, fmt.Sprintf("Conflict. The container name %q is already in use. Remove it or choose another name.", "/"+name)}
 }
 
-// checkName refuses a name held by an instance that is not deleted.
-func (s *Server) checkName(ctx context.Context, name string) error {
+// checkName refuses a name held by an instance of namespace ns that is not
+// deleted: names are per namespace.
+func (s *Server) checkName(ctx context.Context, name, ns string) error {
 	if name == "" {
 		return nil
 	}
-	in, err := s.plane.Instance(ctx, name)
+	in, err := s.plane.Lookup(ctx, name, control.Scope{Namespaces: []string{ns}})
 	if errors.Is(err, driver.ErrNotFound) {
 		return nil
 	}
@@ -306,22 +310,28 @@ type ref struct {
 	in      control.Instance
 }
 
-// find resolves a container reference: an id, a name or a unique prefix
-// of an id, among what the caller may see.
+// find resolves a container reference: an id, a name (within the
+// caller's namespaces) or a unique prefix of an id, among what the caller
+// is authorized for (auth.Identity.Authorize with the request's
+// permission).
 func (s *Server) find(r *http.Request, idOrName string) (ref, error) {
 	idOrName = strings.TrimPrefix(idOrName, "/")
 	who := identityOf(r)
 	s.mu.Lock()
 	for id, c := range s.created {
-		if (id == idOrName || c.req.Name == idOrName) && who.Sees(c.owner) {
+		if (id == idOrName || c.req.Name == idOrName) && authorized(r, c.owner) {
 			s.mu.Unlock()
 			return ref{id: id, created: c}, nil
 		}
 	}
 	s.mu.Unlock()
-	in, err := s.plane.Instance(r.Context(), idOrName)
-	if err == nil && in.Phase != reconciler.Deleted && who.Sees(in.Owner) {
+	in, err := s.plane.Lookup(r.Context(), idOrName, control.ScopeOf(who))
+	if err == nil && in.Phase != reconciler.Deleted && authorized(r, in.Owner) {
 		return ref{id: in.ID, in: in}, nil
+	}
+	var fe *driver.FieldError
+	if errors.As(err, &fe) {
+		return ref{}, badRequest("%s", fe.Reason) // a name held in several of the caller's namespaces
 	}
 	if err != nil && !errors.Is(err, driver.ErrNotFound) {
 		return ref{}, err
@@ -333,7 +343,7 @@ func (s *Server) find(r *http.Request, idOrName string) (ref, error) {
 		}
 		var found []control.Instance
 		for _, in := range list {
-			if strings.HasPrefix(in.ID, idOrName) && who.Sees(in.Owner) {
+			if strings.HasPrefix(in.ID, idOrName) && authorized(r, in.Owner) {
 				found = append(found, in)
 			}
 		}

@@ -88,6 +88,9 @@ type Options struct {
 	MaxCreated int
 	// Logger receives request errors; nil means slog.Default().
 	Logger *slog.Logger
+	// AuditLog receives one record per call that is not a read (api.Audit,
+	// as the REST API's); nil means Logger.
+	AuditLog *slog.Logger
 }
 
 // Server serves the Engine API over a plane. It is an http.Handler; Close
@@ -97,6 +100,7 @@ type Server struct {
 	auth    Authenticator
 	certs   bool
 	log     *slog.Logger
+	audit   *slog.Logger
 	version string
 	name    string
 	maxBody int64
@@ -138,6 +142,9 @@ func New(plane *control.Plane, opts Options) *Server {
 	}
 	if s.log == nil {
 		s.log = slog.Default()
+	}
+	if s.audit = opts.AuditLog; s.audit == nil {
+		s.audit = s.log
 	}
 	if s.name == "" {
 		s.name = "berth"
@@ -231,7 +238,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	r = r.WithContext(context.WithValue(r.Context(), identityKey{}, id))
+	r = r.WithContext(auth.NewContext(r.Context(), id))
 	r.Body = http.MaxBytesReader(w, r.Body, s.maxBody)
 	if _, pattern := s.mux.Handler(r); pattern == "" {
 		writeError(w, unsupported("%s %s is not supported by Berth's Docker endpoint", r.Method, r.URL.Path))
@@ -263,10 +270,8 @@ func versionLess(a, b string) bool {
 	return false
 }
 
-type identityKey struct{}
-
 func identityOf(r *http.Request) auth.Identity {
-	id, _ := r.Context().Value(identityKey{}).(auth.Identity)
+	id, _ := auth.FromContext(r.Context())
 	return id
 }
 
@@ -314,6 +319,13 @@ func permit(id auth.Identity, r *http.Request) error {
 		return &httpError{http.StatusForbidden, fmt.Sprintf("token %q (%s) may not %s here: it needs the %s permission", id.Name, id.Role, r.Method, p)}
 	}
 	return nil
+}
+
+// authorized reports whether r's caller may do what r asks (its
+// permission) to an object of namespace: the rule of auth.Identity.Authorize,
+// the same as the REST API's and the dashboard's.
+func authorized(r *http.Request, namespace string) bool {
+	return identityOf(r).Authorize(permission(r), namespace) == nil
 }
 
 // acquire takes a stream slot of the server and of r's token for the
@@ -444,6 +456,13 @@ func (h handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	err := h.fn(cw, r)
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		status := cw.code
+		if err != nil && !cw.committed && !cw.hijacked {
+			status = statusOf(err)
+		}
+		api.Audit(h.s.audit, r, identityOf(r), status, err)
+	}
 	if err == nil {
 		return
 	}
@@ -460,14 +479,21 @@ type committedWriter struct {
 	http.ResponseWriter
 	committed bool
 	hijacked  bool
+	code      int // the status sent, once committed
 }
 
 func (w *committedWriter) WriteHeader(code int) {
+	if !w.committed {
+		w.code = code
+	}
 	w.committed = true
 	w.ResponseWriter.WriteHeader(code)
 }
 
 func (w *committedWriter) Write(b []byte) (int, error) {
+	if !w.committed {
+		w.code = http.StatusOK
+	}
 	w.committed = true
 	return w.ResponseWriter.Write(b)
 }

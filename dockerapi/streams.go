@@ -213,7 +213,10 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) error {
 		s.mu.Unlock()
 	}()
 	if cw, ok := w.(*committedWriter); ok {
-		cw.hijacked = true
+		cw.hijacked, cw.code = true, http.StatusOK
+		if r.Header.Get("Upgrade") != "" {
+			cw.code = http.StatusSwitchingProtocols
+		}
 	}
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
@@ -542,7 +545,6 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) error {
 	rc := http.NewResponseController(w)
 	_ = rc.Flush()
 	msgs := make(chan events.Message, 256)
-	who := identityOf(r)
 	watched := make(chan struct{})
 	defer func() { cancel(); <-watched }()
 	go func() {
@@ -553,7 +555,9 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) error {
 				return
 			}
 			in := *ev.Instance
-			if !ev.Deleted && !who.Sees(in.Owner) {
+			if _, seen := last[in.ID]; ev.Deleted && !seen || !ev.Deleted && !authorized(r, in.Owner) {
+				// A deleted record names no namespace: only what this
+				// stream has shown may be said to be destroyed.
 				return
 			}
 			var actions []events.Action

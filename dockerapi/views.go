@@ -108,16 +108,15 @@ func (s *Server) visible(r *http.Request) ([]control.Instance, error) {
 	if err != nil {
 		return nil, err
 	}
-	who := identityOf(r)
 	out := list[:0]
 	for _, in := range list {
-		if who.Sees(in.Owner) {
+		if authorized(r, in.Owner) {
 			out = append(out, in)
 		}
 	}
 	s.mu.Lock()
 	for id, c := range s.created {
-		if who.Sees(c.owner) {
+		if authorized(r, c.owner) {
 			out = append(out, instanceOf(id, c))
 		}
 	}

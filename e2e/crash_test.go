@@ -34,7 +34,7 @@ func TestCrashDuring200Launches(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, seed>>1))
 	dataDir := t.TempDir()
 	mark := fmt.Sprintf("crash-%d", seed)
-	t.Cleanup(func() { killMarked("BERTH_CRASH", mark+"-") })
+	t.Cleanup(func() { killMarked("E2E_CRASH", mark+"-") })
 
 	id := func(i int) string { return fmt.Sprintf("c%d", i) }
 	accepted := map[string]bool{}
@@ -142,7 +142,7 @@ func TestCrashDuring200Launches(t *testing.T) {
 	// twice, none unknown. Give the reconciler a moment to finish deleting
 	// leaks it found after the last restart.
 	waitFor(t, "the processes to match the running instances", func() bool {
-		procs := marked("BERTH_CRASH", mark+"-")
+		procs := marked("E2E_CRASH", mark+"-")
 		for k, pids := range procs {
 			in, ok := byID[strings.Replace(k, mark+"-", "c", 1)]
 			if len(pids) != 1 || !ok || in.Phase != "running" {
@@ -157,7 +157,7 @@ func TestCrashDuring200Launches(t *testing.T) {
 		}
 		return running == len(procs)
 	})
-	procs := marked("BERTH_CRASH", mark+"-")
+	procs := marked("E2E_CRASH", mark+"-")
 	for k, pids := range procs {
 		if len(pids) > 1 {
 			t.Errorf("%s runs %d times: pids %v", k, len(pids), pids)
@@ -192,7 +192,7 @@ func TestCrashDuring200Launches(t *testing.T) {
 		}
 		return true
 	})
-	waitFor(t, "every process to end", func() bool { return len(marked("BERTH_CRASH", mark+"-")) == 0 })
+	waitFor(t, "every process to end", func() bool { return len(marked("E2E_CRASH", mark+"-")) == 0 })
 	if err := s.stop(t); err != nil {
 		t.Fatalf("SIGTERM: %v", err)
 	}
@@ -213,7 +213,7 @@ func request(mark string, i int, id string) scheduler.Request {
 		Spec: driver.Spec{
 			Kind:    driver.KindProcess,
 			Command: []string{"sleep", "600"},
-			Env:     map[string]string{"BERTH_CRASH": fmt.Sprintf("%s-%d", mark, i)},
+			Env:     map[string]string{"E2E_CRASH": fmt.Sprintf("%s-%d", mark, i)},
 		},
 	}
 }

@@ -385,9 +385,9 @@ func killMarked(key, prefix string) {
 func TestRunPsLogsStopRm(t *testing.T) {
 	s := startServer(t, t.TempDir())
 	mark := fmt.Sprintf("e2e-%d", time.Now().UnixNano())
-	t.Cleanup(func() { killMarked("BERTH_E2E", mark) })
+	t.Cleanup(func() { killMarked("E2E_MARK", mark) })
 
-	out := mustBerth(t, s, "run", "--name", "hello", "-e", "BERTH_E2E="+mark,
+	out := mustBerth(t, s, "run", "--name", "hello", "-e", "E2E_MARK="+mark,
 		"--", "sh", "-c", "echo hello-from-berth; echo to-stderr >&2; exec sleep 300")
 	if !strings.Contains(out, "hello") {
 		t.Fatalf("run printed %q", out)
@@ -400,7 +400,7 @@ func TestRunPsLogsStopRm(t *testing.T) {
 		}
 		return false
 	})
-	if pids := marked("BERTH_E2E", mark)[mark]; len(pids) != 1 {
+	if pids := marked("E2E_MARK", mark)[mark]; len(pids) != 1 {
 		t.Fatalf("want one process for the instance, found %v", pids)
 	}
 	if table := mustBerth(t, s, "ps"); !strings.Contains(table, "hello") || !strings.Contains(table, "running") {
@@ -427,7 +427,7 @@ func TestRunPsLogsStopRm(t *testing.T) {
 		in := psJSON(t, s, "--name", "hello")
 		return len(in) == 1 && (in[0].Phase == "stopped" || in[0].Phase == "exited")
 	})
-	waitFor(t, "the process to end", func() bool { return len(marked("BERTH_E2E", mark)) == 0 })
+	waitFor(t, "the process to end", func() bool { return len(marked("E2E_MARK", mark)) == 0 })
 
 	mustBerth(t, s, "rm", "hello")
 	waitFor(t, "hello to be deleted", func() bool {
@@ -465,8 +465,8 @@ func TestRunPsLogsStopRm(t *testing.T) {
 func TestLogsFollow(t *testing.T) {
 	s := startServer(t, t.TempDir())
 	mark := fmt.Sprintf("e2e-follow-%d", time.Now().UnixNano())
-	t.Cleanup(func() { killMarked("BERTH_E2E", mark) })
-	mustBerth(t, s, "run", "--name", "ticker", "-e", "BERTH_E2E="+mark,
+	t.Cleanup(func() { killMarked("E2E_MARK", mark) })
+	mustBerth(t, s, "run", "--name", "ticker", "-e", "E2E_MARK="+mark,
 		"--", "sh", "-c", "for i in 1 2 3 4 5; do echo tick-$i; sleep 0.3; done")
 	// logs -f returns when the instance ends, having printed every line.
 	waitFor(t, "ticker to have started", func() bool {

@@ -8,35 +8,27 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/berth-dev/berth/auth"
 )
 
-// Role is what an identity may do: readers see, operators also act on
-// instances in their namespaces, admins do everything everywhere.
-type Role string
+// Identity is who a token speaks for: the API's (auth.Identity), whose
+// Authorize is the one access rule of the dashboard as of the API and the
+// Docker endpoint.
+type Identity = auth.Identity
+
+// Role is what an identity may do (auth.Role).
+type Role = auth.Role
 
 // Roles, from least to most allowed.
 const (
-	RoleReader   Role = "reader"
-	RoleOperator Role = "operator"
-	RoleAdmin    Role = "admin"
+	RoleReader   = auth.RoleReader
+	RoleOperator = auth.RoleOperator
+	RoleAdmin    = auth.RoleAdmin
 )
-
-// Identity is who a token speaks for.
-type Identity struct {
-	// Name names the token (safe to show and log); never the secret.
-	Name string
-	Role Role
-	// Namespaces are the namespaces the identity sees and, with a role
-	// that acts, acts in. AllNamespaces among them means every namespace.
-	Namespaces []string
-}
-
-// AllNamespaces in Identity.Namespaces grants every namespace.
-const AllNamespaces = "*"
 
 // Authenticator turns a bearer token into the identity it stands for. An
 // unknown, revoked or expired token is an error (ErrUnauthenticated or one
@@ -56,53 +48,6 @@ func (f AuthenticatorFunc) Authenticate(ctx context.Context, token string) (Iden
 
 // ErrUnauthenticated is the error for a missing, unknown or expired token.
 var ErrUnauthenticated = errors.New("web: not signed in")
-
-// Action is what a request does, for Options.Permit.
-type Action string
-
-// Actions.
-const (
-	// ActView reads: pages, events, logs.
-	ActView Action = "view"
-	// ActManage changes an instance: stop, restart, delete.
-	ActManage Action = "manage"
-	// ActSimulate runs the what-if simulator, which costs the server CPU.
-	ActSimulate Action = "simulate"
-)
-
-// Permit reports whether id may do act in namespace. Namespace "" is the
-// cluster as a whole (nodes, providers, the simulator).
-type Permit func(id Identity, act Action, namespace string) bool
-
-// DefaultPermit is the rule the dashboard uses unless told otherwise:
-// admins may do everything; operators view, manage and simulate in their
-// namespaces; readers only view in theirs. Everyone signed in sees the
-// cluster as a whole (nodes and providers, not what runs there).
-func DefaultPermit(id Identity, act Action, namespace string) bool {
-	if id.Role == RoleAdmin {
-		return true
-	}
-	if id.Role != RoleOperator && id.Role != RoleReader {
-		return false
-	}
-	if act != ActView && id.Role != RoleOperator {
-		return false
-	}
-	if namespace == "" {
-		return true
-	}
-	return id.sees(namespace)
-}
-
-// sees reports whether namespace is among the identity's.
-func (id Identity) sees(namespace string) bool {
-	return slices.Contains(id.Namespaces, AllNamespaces) || slices.Contains(id.Namespaces, namespace)
-}
-
-// allNamespaces reports whether the identity sees every namespace.
-func (id Identity) allNamespaces() bool {
-	return id.Role == RoleAdmin || slices.Contains(id.Namespaces, AllNamespaces)
-}
 
 // Cookie names.
 const (

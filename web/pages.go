@@ -2,6 +2,7 @@ package web
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"html/template"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/berth-dev/berth/api"
+	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/reconciler"
 )
@@ -136,7 +138,7 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request, c *caller) err
 }
 
 func (s *Server) overviewData(r *http.Request, c *caller, nodeLimit int) (overviewData, error) {
-	if !s.permit(c.Identity, ActView, "") {
+	if !c.Allows(auth.Read) { // the cluster as a whole
 		return overviewData{}, errDenied
 	}
 	ctx := r.Context()
@@ -156,7 +158,7 @@ func (s *Server) overviewData(r *http.Request, c *caller, nodeLimit int) (overvi
 	if err != nil {
 		return overviewData{}, err
 	}
-	d := buildOverview(nodes, provs, quotas, counts, c.Identity, s.permit, nodeLimit)
+	d := buildOverview(nodes, provs, quotas, counts, c.Identity, nodeLimit)
 	now := s.now()
 	d.Hour = viewHour(s.plane.ClusterUsageHour(), now, hourW, hourH)
 	s.nodeHours(&d, now)
@@ -206,7 +208,7 @@ func (s *Server) instances(w http.ResponseWriter, r *http.Request, c *caller) er
 		}
 		f.Phases = []control.Phase{ph}
 	}
-	if !c.allNamespaces() {
+	if !c.All() {
 		// One namespace at a time: a page of one filter stays a page.
 		d.Namespaces = c.Namespaces
 		if d.Namespace == "" && len(c.Namespaces) > 0 {
@@ -214,7 +216,7 @@ func (s *Server) instances(w http.ResponseWriter, r *http.Request, c *caller) er
 			f.Owner = d.Namespace
 		}
 	}
-	if f.Owner == "" && !c.allNamespaces() || !s.permit(c.Identity, ActView, f.Owner) {
+	if c.Authorize(auth.Read, f.Owner) != nil { // "": every namespace
 		return errDenied
 	}
 	list, err := s.plane.Instances(r.Context(), f)
@@ -285,26 +287,35 @@ type changeRow struct {
 	At, Phase, Node, Message string
 }
 
-// visibleInstance returns the instance ref if the caller may see it;
-// driver.ErrNotFound (404, as for one that does not exist) otherwise.
-func (s *Server) visibleInstance(r *http.Request, c *caller, ref string) (control.Instance, error) {
-	in, err := s.plane.Instance(r.Context(), ref)
+// visibleInstance returns the instance ref (a name is looked up in the
+// caller's namespaces) if the caller may do what needs p to it; 403 when
+// its role does not allow p, checked first as the API's routes do, and
+// 404, as for one that does not exist, when it lives where the caller
+// does not see. The rule is auth.Identity.Authorize, the API's.
+func (s *Server) visibleInstance(r *http.Request, c *caller, ref string, p auth.Permission) (control.Instance, error) {
+	if !c.Allows(p) {
+		return control.Instance{}, errDenied
+	}
+	in, err := s.plane.Lookup(r.Context(), ref, control.ScopeOf(c.Identity))
 	if err != nil {
 		return in, err
 	}
-	if !s.permit(c.Identity, ActView, namespaceOf(&in)) {
+	switch err := c.Authorize(p, in.Owner); {
+	case errors.Is(err, auth.ErrNotVisible):
 		return control.Instance{}, fmt.Errorf("%w: no instance %q", errNotFound, ref)
+	case err != nil:
+		return control.Instance{}, errDenied
 	}
 	return in, nil
 }
 
 func (s *Server) instance(w http.ResponseWriter, r *http.Request, c *caller) error {
-	in, err := s.visibleInstance(r, c, r.PathValue("ref"))
+	in, err := s.visibleInstance(r, c, r.PathValue("ref"), auth.Read)
 	if err != nil {
 		return err
 	}
 	d := instanceData{Row: rowOf(&in), Spec: viewSpec(in.Spec, in.HostPorts), Attempts: in.Attempts, BackendID: in.BackendID,
-		Group: in.Group, Request: in.Request, Pool: in.Pool, CanManage: s.permit(c.Identity, ActManage, namespaceOf(&in)),
+		Group: in.Group, Request: in.Request, Pool: in.Pool, CanManage: c.Authorize(auth.Operate, in.Owner) == nil,
 		Logs: Prefix + "instances/" + url.PathEscape(in.ID) + "/logs"}
 	if !in.Created.IsZero() {
 		d.Created = in.Created.UTC().Format("2006-01-02 15:04:05")
@@ -320,14 +331,19 @@ func (s *Server) instance(w http.ResponseWriter, r *http.Request, c *caller) err
 	return s.render(w, http.StatusOK, "instance", f)
 }
 
-// act stops, starts, restarts or deletes an instance, then shows it.
-func (s *Server) act(w http.ResponseWriter, r *http.Request, c *caller) error {
-	in, err := s.visibleInstance(r, c, r.PathValue("ref"))
+// act stops, starts, restarts or deletes an instance, then shows it. Each
+// is an audit record, as the API's calls are (api.Audit).
+func (s *Server) act(w http.ResponseWriter, r *http.Request, c *caller) (err error) {
+	defer func() {
+		status := http.StatusSeeOther
+		if err != nil {
+			status, _ = statusOf(err)
+		}
+		api.Audit(s.audit, r, c.Identity, status, err)
+	}()
+	in, err := s.visibleInstance(r, c, r.PathValue("ref"), auth.Operate)
 	if err != nil {
 		return err
-	}
-	if !s.permit(c.Identity, ActManage, namespaceOf(&in)) {
-		return errDenied
 	}
 	ctx := r.Context()
 	switch a := r.PathValue("action"); a {
@@ -345,7 +361,6 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request, c *caller) error {
 	if err != nil {
 		return err
 	}
-	s.log.Info("web: instance changed", "action", r.PathValue("action"), "instance", in.ID, "token", c.Name)
 	http.Redirect(w, r, Prefix+"instances/"+url.PathEscape(in.ID), http.StatusSeeOther)
 	return nil
 }
@@ -384,13 +399,13 @@ type serviceView struct {
 func (s *Server) pending(w http.ResponseWriter, r *http.Request, c *caller) error {
 	ctx := r.Context()
 	namespaces := []string{""}
-	if !c.allNamespaces() {
+	if !c.All() {
 		namespaces = c.Namespaces
 	}
 	var pend, withGroup []control.Instance
 	d := pendingData{Total: -1}
 	for _, ns := range namespaces {
-		if !s.permit(c.Identity, ActView, ns) {
+		if c.Authorize(auth.Read, ns) != nil {
 			continue
 		}
 		list, err := s.plane.Instances(ctx, control.Filter{Owner: ns, Phases: []control.Phase{reconciler.Pending}, Limit: pendingLimit})
@@ -413,7 +428,7 @@ func (s *Server) pending(w http.ResponseWriter, r *http.Request, c *caller) erro
 	}
 	d.Reasons = groupReasons(pend)
 	d.Shown = len(pend)
-	if c.allNamespaces() {
+	if c.All() {
 		counts, err := s.plane.Counts(ctx)
 		if err != nil {
 			return err

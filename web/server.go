@@ -6,9 +6,9 @@
 // Security: every page needs a signed-in session (a token given once on
 // the sign-in page; the session cookie is HttpOnly, SameSite=Strict, and
 // Secure where TLS is on) or an Authorization: Bearer header. Without an
-// Options.Authenticator every page refuses. Options.Permit decides what an
-// identity may see and do (DefaultPermit: readers see, operators act in
-// their namespaces). Every form carries the session's CSRF token and every
+// Options.Authenticator every page refuses. What an identity may see and
+// do is auth.Identity.Authorize's answer, as for the REST API and the
+// Docker endpoint: readers see, operators also act, in their namespaces. Every form carries the session's CSRF token and every
 // post is also checked by net/http's cross-origin protection. Secrets of a
 // spec (env values, user data, config file contents) are shown as their
 // size and SHA-256 digest only; the event streams carry ids and phases,
@@ -66,8 +66,6 @@ type Options struct {
 	// Authenticator checks tokens. Nil refuses every page: the dashboard
 	// starts locked.
 	Authenticator Authenticator
-	// Permit decides what an identity may do; nil means DefaultPermit.
-	Permit Permit
 	// SecureCookies marks the session cookie Secure even on requests that
 	// did not arrive over TLS (a TLS-terminating proxy in front). Requests
 	// that arrive over TLS always get Secure cookies.
@@ -87,6 +85,9 @@ type Options struct {
 	Sim SimLimits
 	// Logger receives errors; nil means slog.Default().
 	Logger *slog.Logger
+	// AuditLog receives one record per action on an instance (api.Audit,
+	// as the API's); nil means Logger.
+	AuditLog *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -96,10 +97,10 @@ type Options struct {
 type Server struct {
 	plane    *control.Plane
 	auth     Authenticator
-	permit   Permit
 	secure   bool
 	pageSize int
 	log      *slog.Logger
+	audit    *slog.Logger
 	now      func() time.Time
 	sessions *sessions
 	signins  *rate.Limiter // sign-in attempts, all browsers together
@@ -120,9 +121,6 @@ func New(plane *control.Plane, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	if opts.Permit == nil {
-		opts.Permit = DefaultPermit
-	}
 	if opts.SessionTTL <= 0 {
 		opts.SessionTTL = DefaultSessionTTL
 	}
@@ -138,6 +136,9 @@ func New(plane *control.Plane, opts Options) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.AuditLog == nil {
+		opts.AuditLog = opts.Logger
+	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -146,8 +147,8 @@ func New(plane *control.Plane, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		plane: plane, auth: opts.Authenticator, permit: opts.Permit, secure: opts.SecureCookies,
-		pageSize: min(opts.PageSize, api.MaxPageSize), log: opts.Logger, now: opts.Now,
+		plane: plane, auth: opts.Authenticator, secure: opts.SecureCookies,
+		pageSize: min(opts.PageSize, api.MaxPageSize), log: opts.Logger, audit: opts.AuditLog, now: opts.Now,
 		sessions: newSessions(opts.SessionTTL, opts.MaxSessions), signins: rate.NewLimiter(SignInRate, SignInBurst), pages: p,
 		hub: newHub(), sim: newSimRunner(opts.Sim), streams: make(chan struct{}, opts.MaxStreams),
 		mux: http.NewServeMux(), cop: http.NewCrossOriginProtection(),

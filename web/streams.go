@@ -7,6 +7,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/driver"
 )
@@ -135,7 +136,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, c *caller) error
 	}
 	only := q.Get("instance")
 	if only != "" {
-		if _, err := s.visibleInstance(r, c, only); err != nil {
+		if _, err := s.visibleInstance(r, c, only, auth.Read); err != nil {
 			return err
 		}
 	}
@@ -171,7 +172,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, c *caller) error
 			var lc liveChange
 			switch {
 			case ev.Kind == control.EventInstance && ev.Instance != nil:
-				if only != "" && ev.Instance.ID != only || !s.permit(c.Identity, ActView, namespaceOf(ev.Instance)) {
+				if only != "" && ev.Instance.ID != only || c.Authorize(auth.Read, ev.Instance.Owner) != nil {
 					continue
 				}
 				lc = liveChange{Kind: "instance", ID: ev.Instance.ID, Phase: string(ev.Instance.Phase)}
@@ -221,7 +222,7 @@ func (l logWriter) Write(p []byte) (int, error) {
 // follows, until the instance ends or the browser goes. The end is an
 // "end" event, so that the script does not reconnect.
 func (s *Server) logs(w http.ResponseWriter, r *http.Request, c *caller) error {
-	in, err := s.visibleInstance(r, c, r.PathValue("ref"))
+	in, err := s.visibleInstance(r, c, r.PathValue("ref"), auth.Read)
 	if err != nil {
 		return err
 	}

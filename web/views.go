@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/driver"
 )
@@ -228,7 +229,7 @@ type overviewData struct {
 // buildOverview gathers the overview from the plane's answers.
 // At most nodeLimit nodes of each provider get a row (0: all); the totals
 // count every node.
-func buildOverview(nodes []control.NodeView, provs []control.ProviderView, quotas []control.QuotaUse, counts map[control.Phase]int, id Identity, permit Permit, nodeLimit int) overviewData {
+func buildOverview(nodes []control.NodeView, provs []control.ProviderView, quotas []control.QuotaUse, counts map[control.Phase]int, id Identity, nodeLimit int) overviewData {
 	d := overviewData{NodeLimit: nodeLimit}
 	byProv := map[string]*providerBlock{}
 	for _, p := range provs {
@@ -294,7 +295,7 @@ func buildOverview(nodes []control.NodeView, provs []control.ProviderView, quota
 	d.Totals = bars(capAll, rsvAll, use)
 	d.Nodes = len(nodes)
 	d.Statuses = sortedCounts(allStatus)
-	if id.allNamespaces() {
+	if id.All() {
 		pc := map[string]int{}
 		for ph, n := range counts {
 			pc[string(ph)] = n
@@ -302,7 +303,7 @@ func buildOverview(nodes []control.NodeView, provs []control.ProviderView, quota
 		d.Phases = sortedCounts(pc)
 	}
 	for _, q := range quotas {
-		if q.Owner != "" && !permit(id, ActView, q.Owner) || q.Owner == "" && !id.allNamespaces() {
+		if id.Authorize(auth.Read, q.Owner) != nil { // "": the cluster's own, every namespace's
 			continue
 		}
 		row := quotaRow{Namespace: q.Owner, Scope: quotaScope(q.Quota)}

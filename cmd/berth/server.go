@@ -45,6 +45,7 @@ type serverFlags struct {
 	listen     string
 	dataDir    string
 	dev        bool
+	devRoot    bool // --dev made the local provider, as root: its processes run as devUser
 	logFormat  string
 	logLevel   string
 	cluster    string
@@ -193,9 +194,11 @@ func (f *serverFlags) load(cmd *cobra.Command) (*config.Config, error) {
 		if len(cfg.Providers) == 0 {
 			opts := map[string]any{"address": "127.0.0.1"}
 			if os.Geteuid() == 0 {
-				// --dev as root runs processes as root, as the operator
-				// who started it asked; runServer says so.
-				opts["allow_root"] = true
+				// --dev as root runs processes as an unprivileged user
+				// unless a request names one, and never as root; runServer
+				// says so.
+				opts["default_user"] = devUser
+				f.devRoot = true
 			}
 			cfg.Providers = []config.Provider{{Name: "local", Driver: "local", Options: opts}}
 		}
@@ -211,6 +214,10 @@ func (f *serverFlags) load(cmd *cobra.Command) (*config.Config, error) {
 	}
 	return cfg, nil
 }
+
+// devUser is who the processes of --dev started as root run as when their
+// request names no user.
+const devUser = "nobody"
 
 func devDataDir() (string, error) {
 	if d := os.Getenv("XDG_DATA_HOME"); d != "" {
@@ -263,8 +270,9 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 		return fmt.Errorf("data dir: %w", err)
 	}
 
-	if f.dev && os.Geteuid() == 0 {
-		log.Warn("--dev as root: the local back-end runs processes as root unless a request names a user")
+	if f.devRoot {
+		log.Warn("--dev as root: the local back-end runs processes as user "+devUser+" unless a request names another user, and never as root (a config file's local provider may set allow_root)",
+			"default_user", devUser)
 	}
 	loopback, err := loopbackListen(cfg.Listen)
 	if err != nil {
@@ -342,7 +350,7 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 		return err
 	}
 	planeCfg := control.Config{
-		Store: st, Providers: providers, Cluster: cfg.Cluster, Pools: cfg.Pools, Quotas: cfg.Quotas, QueuePolicy: cfg.QueuePolicy,
+		Store: st, Providers: providers, Cluster: cfg.Cluster, Pools: cfg.Pools, Quotas: cfg.Quotas, RunAs: cfg.RunAs, QueuePolicy: cfg.QueuePolicy,
 		Schedulers: cfg.Schedulers, Overcommit: cfg.Overcommit(), Logger: log, Metrics: m,
 	}
 	cfg.Reconcile.Apply(&planeCfg)
@@ -604,7 +612,7 @@ func webAuth(tokens *auth.Tokens) web.Authenticator {
 		if err != nil {
 			return web.Identity{}, err
 		}
-		return web.Identity{Name: id.Name, Role: web.Role(id.Role), Namespaces: id.Namespaces}, nil
+		return id, nil
 	})
 }
 

@@ -22,6 +22,11 @@
 // An executable that is missing makes the create operation fail with
 // ErrPermanent, naming it.
 //
+// A process runs as the spec's user and group. One naming no user runs as
+// the server, or, when the server runs as root, as the default_user option
+// (an unprivileged user), else as root when allow_root is set; root itself
+// (named, or implied) is refused at submit without allow_root.
+//
 // The environment is PATH (/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:
 // /sbin:/bin) and HOME (Berth's own), then the spec's Env over them, then
 // Berth's variables over both:

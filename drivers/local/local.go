@@ -32,7 +32,8 @@ type Options struct {
 	StopGrace    time.Duration     `option:"stop_grace" help:"time between SIGTERM and SIGKILL when Delete stops a process"`
 	CgroupRoot   string            `option:"cgroup_root" help:"mount point of the cgroup file system used for cpu and memory limits; empty disables limits"`
 	PollInterval time.Duration     `option:"poll_interval" help:"how often Watch and log follow look at /proc and the log files"`
-	AllowRoot    bool              `option:"allow_root" help:"run processes as root: a spec naming root, or naming no user while the server runs as root; refused otherwise"`
+	AllowRoot    bool              `option:"allow_root" help:"run processes as root: a spec naming root, or naming no user while the server runs as root and no default_user is set; refused otherwise"`
+	DefaultUser  string            `option:"default_user" help:"the unprivileged user (name or id) a process runs as when its spec names none and the server runs as root; empty: such a spec runs as root with allow_root, else is refused"`
 }
 
 // DefaultOptions returns the defaults.
@@ -57,6 +58,13 @@ func (o *Options) Validate() error {
 	for k := range o.Labels {
 		if k == "" {
 			es = append(es, &driver.FieldError{Path: "labels", Reason: "empty key"})
+		}
+	}
+	if o.DefaultUser != "" {
+		if uid, _, err := lookupUser(o.DefaultUser); err != nil {
+			es = append(es, &driver.FieldError{Path: "default_user", Reason: err.Error()})
+		} else if uid == 0 {
+			es = append(es, &driver.FieldError{Path: "default_user", Reason: fmt.Sprintf("%q is root: want an unprivileged user", o.DefaultUser)})
 		}
 	}
 	return es.Err()

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -1030,5 +1031,41 @@ func TestCgroupV2WithoutControllers(t *testing.T) {
 	in := create(t, d, serviceSpec())
 	if err := d.Resize(ctxT(t), in.ID, driver.Resources{Memory: 64 * driver.MiB}); !errors.Is(err, driver.ErrUnsupported) {
 		t.Errorf("Resize: %v, want ErrUnsupported", err)
+	}
+}
+
+// TestDefaultUser: a server running as root runs a spec naming no user as
+// default_user, not as root, and refuses root itself without allow_root;
+// a default user that is root or unknown is refused when the driver opens.
+func TestDefaultUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("runs processes as another user: run as root (CI does)")
+	}
+	d := open(t, t.TempDir(), map[string]any{"allow_root": false, "default_user": "nobody"})
+	defer d.Close(context.Background())
+	in := create(t, d, shSpec(`id -u; id -g`))
+	waitFor(t, d, in.ID, "exited", hasState(driver.StateExited))
+	nobody, err := user.Lookup("nobody")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := logsOf(t, d, in.ID, false), nobody.Uid+"\n"+nobody.Gid+"\n"; got != want {
+		t.Errorf("a spec naming no user ran as %q, want nobody (%q)", got, want)
+	}
+	for _, u := range []string{"root", "0"} {
+		sp := shSpec("true")
+		sp.User = u
+		var fe *driver.FieldError
+		if err := d.CheckSpec(sp); !errors.As(err, &fe) || fe.Path != "user" {
+			t.Errorf("user %q without allow_root: %v, want refused naming user", u, err)
+		}
+	}
+	def, _ := driver.Lookup("local")
+	for _, u := range []string{"root", "no-such-user-here"} {
+		_, err := def.Open(context.Background(), map[string]any{"data_dir": t.TempDir(), "default_user": u}, driver.Env{})
+		var fe *driver.FieldError
+		if !errors.As(err, &fe) || fe.Path != "default_user" {
+			t.Errorf("default_user %q: %v, want refused naming default_user", u, err)
+		}
 	}
 }

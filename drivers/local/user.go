@@ -12,22 +12,31 @@ import (
 )
 
 // credential returns the user and group a process of spec runs as, or nil
-// to run as the server. It refuses root (explicit, or implied by a server
-// running as root with no user given) unless Options.AllowRoot, and a user
-// a server not running as root cannot become. Every error names the field.
+// to run as the server. A spec naming no user runs as Options.DefaultUser
+// when the server runs as root and one is set. It refuses root (explicit,
+// or implied by a server running as root with no user given and no
+// default user) unless Options.AllowRoot, and a user a server not running
+// as root cannot become. Every error names the field.
 func (d *Driver) credential(spec *driver.Spec) (*syscall.Credential, error) {
 	euid := os.Geteuid()
-	if spec.User == "" {
+	name := spec.User
+	if name == "" {
 		if spec.Group != "" {
 			return nil, &driver.FieldError{Path: "group", Reason: "needs a user"}
 		}
-		if euid == 0 && !d.opts.AllowRoot {
-			return nil, fmt.Errorf("%w: %w", driver.ErrUnsupported, &driver.FieldError{Path: "user",
-				Reason: fmt.Sprintf("node %q runs processes as root only when its provider sets allow_root: name a user", d.node)})
+		if euid != 0 {
+			return nil, nil
 		}
-		return nil, nil
+		if d.opts.DefaultUser == "" {
+			if !d.opts.AllowRoot {
+				return nil, fmt.Errorf("%w: %w", driver.ErrUnsupported, &driver.FieldError{Path: "user",
+					Reason: fmt.Sprintf("node %q runs processes as root only when its provider sets allow_root: name a user", d.node)})
+			}
+			return nil, nil
+		}
+		name = d.opts.DefaultUser
 	}
-	uid, gid, err := lookupUser(spec.User)
+	uid, gid, err := lookupUser(name)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", driver.ErrUnsupported, &driver.FieldError{Path: "user", Reason: err.Error()})
 	}
@@ -38,11 +47,11 @@ func (d *Driver) credential(spec *driver.Spec) (*syscall.Credential, error) {
 	}
 	if uid == 0 && !d.opts.AllowRoot {
 		return nil, fmt.Errorf("%w: %w", driver.ErrUnsupported, &driver.FieldError{Path: "user",
-			Reason: fmt.Sprintf("%q is root: node %q runs processes as root only when its provider sets allow_root", spec.User, d.node)})
+			Reason: fmt.Sprintf("%q is root: node %q runs processes as root only when its provider sets allow_root", name, d.node)})
 	}
 	if euid != 0 && (uid != uint32(euid) || gid != uint32(os.Getegid())) {
 		return nil, fmt.Errorf("%w: %w", driver.ErrUnsupported, &driver.FieldError{Path: "user",
-			Reason: fmt.Sprintf("%s:%d: the server on node %q runs as uid %d, not root, and cannot become another user", spec.User, gid, d.node, euid)})
+			Reason: fmt.Sprintf("%s:%d: the server on node %q runs as uid %d, not root, and cannot become another user", name, gid, d.node, euid)})
 	}
 	return &syscall.Credential{Uid: uid, Gid: gid, Groups: []uint32{}}, nil
 }
