@@ -1,0 +1,227 @@
+package plugin_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/driver/drivertest"
+	"github.com/berth-dev/berth/driver/plugin"
+	"github.com/berth-dev/berth/drivers/sim"
+)
+
+// The plugin binaries the tests run, built once by TestMain.
+var bins struct{ sim, local, badProto string }
+
+// TestMain builds the example plugins from their own module, in a
+// temporary directory whose go.mod points at this module.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "berth-plugin-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := 1
+	if err := build(dir); err != nil {
+		fmt.Fprintln(os.Stderr, "building the example plugins:", err)
+	} else {
+		code = m.Run()
+	}
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func build(dir string) error {
+	_, file, _, _ := runtime.Caller(0)
+	root, err := filepath.Abs(filepath.Join(filepath.Dir(file), "..", ".."))
+	if err != nil {
+		return err
+	}
+	src := filepath.Join(dir, "src")
+	if err := os.CopyFS(src, os.DirFS(filepath.Join(root, "examples", "driverplugin"))); err != nil {
+		return err
+	}
+	mod, err := os.ReadFile(filepath.Join(src, "go.mod"))
+	if err != nil {
+		return err
+	}
+	mod = []byte(strings.ReplaceAll(string(mod), "=> ../..", "=> "+root))
+	if err := os.WriteFile(filepath.Join(src, "go.mod"), mod, 0o644); err != nil {
+		return err
+	}
+	bins.sim, bins.local, bins.badProto = filepath.Join(dir, "sim"), filepath.Join(dir, "local"), filepath.Join(dir, "badproto")
+	for _, b := range []struct{ dir, pkg, out string }{
+		{src, "./sim", bins.sim}, {src, "./local", bins.local},
+		{root, "./driver/plugin/testdata/badproto", bins.badProto},
+	} {
+		cmd := exec.Command("go", "build", "-o", b.out, b.pkg)
+		cmd.Dir = b.dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go build %s: %v\n%s", b.pkg, err, out)
+		}
+	}
+	return nil
+}
+
+func sum(t testing.TB, path string) string {
+	t.Helper()
+	s, err := plugin.Checksum(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func simOptions() map[string]any {
+	return map[string]any{
+		"nodes":         3,
+		"strict_images": true,
+		"shape":         map[string]any{"cpus": 4, "memory": "8Gi", "images": []any{"sim/hello:1"}},
+	}
+}
+
+func openSim(t testing.TB, opts map[string]any, cfg plugin.Config) *plugin.Driver {
+	t.Helper()
+	cfg.Path, cfg.SHA256, cfg.Options = bins.sim, sum(t, bins.sim), opts
+	if cfg.Env.DataDir == "" {
+		cfg.Env.DataDir = t.TempDir()
+	}
+	h, err := plugin.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// TestConformance runs the driver conformance suite against the sim
+// served out of process.
+func TestConformance(t *testing.T) {
+	drivertest.Run(t, drivertest.Harness{
+		Open: func(t *testing.T) driver.Driver { return openSim(t, simOptions(), plugin.Config{}) },
+		Spec: func() *driver.Spec {
+			return &driver.Spec{
+				Image:     "sim/hello:1",
+				Resources: driver.Resources{CPU: driver.CPUs(0.1), Memory: 64 * driver.MiB},
+				Env:       map[string]string{sim.EnvStdout: "hello stdout", sim.EnvStderr: "hello stderr"},
+			}
+		},
+		MissingImage: func() *driver.Spec {
+			return &driver.Spec{Image: "sim/missing:1", Resources: driver.Resources{CPU: driver.CPUs(0.1)}}
+		},
+		PreloadImage: "sim/preload:1",
+		Timeout:      30 * time.Second,
+	})
+}
+
+func TestWrongChecksumRefused(t *testing.T) {
+	_, err := plugin.Open(context.Background(), plugin.Config{Path: bins.sim, SHA256: strings.Repeat("0", 64), Env: driver.Env{DataDir: t.TempDir()}})
+	var fe *driver.FieldError
+	if !errors.As(err, &fe) || fe.Path != "sha256" || !strings.Contains(err.Error(), bins.sim) {
+		t.Fatalf("Open with a wrong checksum = %v; want a field error for sha256 naming the binary", err)
+	}
+}
+
+func TestWrongHandshakeRefused(t *testing.T) {
+	for _, c := range []struct{ name, path, want string }{
+		{"protocol", bins.badProto, "speaks plugin protocol 2"},
+		{"not-a-plugin", "/bin/true", "exited before its handshake"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := plugin.Open(context.Background(), plugin.Config{Path: c.path, SHA256: sum(t, c.path), Env: driver.Env{DataDir: t.TempDir()}})
+			if !errors.Is(err, driver.ErrInvalid) || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), c.path) {
+				t.Fatalf("Open(%s) = %v; want ErrInvalid naming it and saying %q", c.path, err, c.want)
+			}
+		})
+	}
+}
+
+func TestOptionsCheckedByThePlugin(t *testing.T) {
+	_, err := plugin.Open(context.Background(), plugin.Config{Path: bins.sim, SHA256: sum(t, bins.sim),
+		Options: map[string]any{"nodes": "many", "bogus": 1}, Env: driver.Env{DataDir: t.TempDir()}})
+	var es driver.FieldErrors
+	if !errors.As(err, &es) {
+		t.Fatalf("Open with bad options = %v; want field errors", err)
+	}
+	paths := map[string]bool{}
+	for _, fe := range es {
+		paths[fe.Path] = true
+	}
+	if !paths["options.nodes"] || !paths["options.bogus"] {
+		t.Fatalf("field errors %v; want options.nodes and options.bogus", es)
+	}
+}
+
+func TestInfoAndErrors(t *testing.T) {
+	h := openSim(t, simOptions(), plugin.Config{})
+	defer h.Close(context.Background())
+	info := h.Info()
+	if info.Name != "sim" || info.Version != "1.0.0" || len(info.Options) == 0 || !h.Has(driver.CapLogs) {
+		t.Fatalf("Info = %+v; want sim 1.0.0 with its options and logs", info)
+	}
+	_, err := h.Get(context.Background(), "no-such-id")
+	if !errors.Is(err, driver.ErrNotFound) {
+		t.Fatalf("Get of an unknown id = %v; want ErrNotFound through the wire", err)
+	}
+	_, err = h.Create(context.Background(), "node-0", &driver.Spec{Image: "sim/hello:1", Resources: driver.Resources{CPU: -1}})
+	if !errors.Is(err, driver.ErrInvalid) {
+		op := err
+		t.Fatalf("Create of a bad spec = %v; want ErrInvalid", op)
+	}
+}
+
+// TestReattach: a server that goes away without closing its plugin finds
+// it running when it starts again, with its instances.
+func TestReattach(t *testing.T) {
+	dir := t.TempDir()
+	h := openSim(t, simOptions(), plugin.Config{Env: driver.Env{DataDir: dir}})
+	pid := h.Pid()
+	ctx := context.Background()
+	st, err := h.State(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	op, err := h.Create(ctx, st.Nodes[0].Name, &driver.Spec{Name: "kept", Image: "sim/hello:1", Tags: map[string]string{driver.TagManaged: "true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst, err := driver.Drive(ctx, op)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plugin.Abandon(h) // the server dies: the plugin lives on
+
+	h2 := openSim(t, simOptions(), plugin.Config{Env: driver.Env{DataDir: dir}})
+	defer h2.Close(ctx)
+	if h2.Pid() != pid {
+		t.Fatalf("after a restart the plugin is process %d, want the same %d", h2.Pid(), pid)
+	}
+	got, err := h2.Get(ctx, inst.ID)
+	if err != nil || got.Name != "kept" {
+		t.Fatalf("Get after reattaching = %v, %v; want the instance made before", got, err)
+	}
+}
+
+// waitRestart waits until the plugin runs as a process other than old.
+func waitRestart(t *testing.T, h *plugin.Driver, old int) int {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		if p := h.Pid(); p != 0 && p != old {
+			return p
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("the plugin was not restarted (still %d)", old)
+	return 0
+}
+
+func stopProcess(pid int, sig syscall.Signal) { _ = syscall.Kill(pid, sig) }
