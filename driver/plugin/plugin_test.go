@@ -17,6 +17,7 @@ import (
 	"github.com/berth-dev/berth/driver/drivertest"
 	"github.com/berth-dev/berth/driver/plugin"
 	"github.com/berth-dev/berth/drivers/sim"
+	"github.com/berth-dev/berth/provider"
 )
 
 // The plugin binaries the tests run, built once by TestMain.
@@ -225,3 +226,180 @@ func waitRestart(t *testing.T, h *plugin.Driver, old int) int {
 }
 
 func stopProcess(pid int, sig syscall.Signal) { _ = syscall.Kill(pid, sig) }
+
+// TestKillDuringLaunches kills the local plugin with SIGKILL while
+// processes are being launched through it. Each launch that failed is
+// looked up by name and made again only if absent, as the reconciler does:
+// in the end every instance exists once, and after the deletes no process
+// is left.
+func TestKillDuringLaunches(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	h, err := plugin.Open(ctx, plugin.Config{Path: bins.local, SHA256: sum(t, bins.local),
+		Options: map[string]any{"data_dir": filepath.Join(dir, "local"), "allow_root": os.Geteuid() == 0},
+		Env:     driver.Env{DataDir: dir}, MinBackoff: 50 * time.Millisecond, PingInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close(ctx)
+	const n = 12
+	token := fmt.Sprintf("%d.%d", 4000+time.Now().UnixNano()%1000, os.Getpid())
+	tags := map[string]string{driver.TagManaged: "true", driver.TagCluster: "kill-test"}
+	spec := func(i int) *driver.Spec {
+		return &driver.Spec{Name: fmt.Sprintf("k%d", i), Kind: driver.KindProcess, Entrypoint: []string{"/bin/sleep", token}, Tags: tags}
+	}
+	launch := func(i int) error {
+		op, err := h.Create(ctx, "", spec(i))
+		if err != nil {
+			return err
+		}
+		_, err = driver.Drive(ctx, op)
+		return err
+	}
+	// Half the launches start; once one has ended the plugin is killed
+	// while the others run, and the second half starts at once.
+	results := make(chan error, n)
+	old := h.Pid()
+	for i := range n / 2 {
+		go func() { results <- launch(i) }()
+	}
+	first := <-results
+	stopProcess(old, syscall.SIGKILL)
+	for i := n / 2; i < n; i++ {
+		go func() { results <- launch(i) }()
+	}
+	failed := 0
+	for i := range n {
+		err := first
+		if i > 0 {
+			err = <-results
+		}
+		if err != nil {
+			if !errors.Is(err, driver.ErrRetryable) && !errors.Is(err, driver.ErrTimeout) {
+				t.Errorf("a launch failed with %v; want ErrRetryable or ErrTimeout", err)
+			}
+			failed++
+		}
+	}
+	t.Logf("%d of %d launches failed with the plugin", failed, n)
+	waitRestart(t, h, old)
+	// Recover as the reconciler does: look each one up, make it if
+	// absent, replace it if its create was cut short.
+	for i := range n {
+		for {
+			inst, err := h.Find(ctx, spec(i).Name)
+			if err == nil && inst.State == driver.StateFailed {
+				t.Logf("%s: %s: replaced", inst.Name, inst.Message)
+				op, derr := h.Delete(ctx, inst.ID)
+				if derr == nil {
+					_, derr = driver.Drive(ctx, op)
+				}
+				if derr != nil && !errors.Is(derr, driver.ErrNotFound) {
+					t.Fatalf("deleting the failed %s: %v", inst.Name, derr)
+				}
+				continue
+			}
+			if err == nil {
+				break
+			}
+			if errors.Is(err, driver.ErrNotFound) {
+				err = launch(i)
+			}
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, driver.ErrRetryable) && !errors.Is(err, driver.ErrTimeout) && !errors.Is(err, driver.ErrAlreadyExists) {
+				t.Fatalf("recovering k%d: %v", i, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	list, err := h.List(ctx, tags)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]int{}
+	for _, inst := range list {
+		names[inst.Name]++
+	}
+	for _, inst := range list {
+		if inst.State != driver.StateRunning {
+			t.Errorf("%s is %s (%s); want running", inst.Name, inst.State, inst.Message)
+		}
+	}
+	if len(list) != n || len(names) != n {
+		t.Fatalf("after recovery %d instances, %d names (%v); want %d, each once", len(list), len(names), names, n)
+	}
+	if got := processes(token); got != n {
+		for _, inst := range list {
+			t.Logf("%s: %s %s %v", inst.Name, inst.State, inst.Message, inst.ExitCode)
+		}
+		t.Fatalf("%d processes run; want %d", got, n)
+	}
+	for _, inst := range list {
+		op, err := h.Delete(ctx, inst.ID)
+		if err == nil {
+			_, err = driver.Drive(ctx, op)
+		}
+		if err != nil && !errors.Is(err, driver.ErrNotFound) {
+			t.Fatalf("delete %s: %v", inst.Name, err)
+		}
+	}
+	if got := processes(token); got != 0 {
+		t.Fatalf("%d processes left after the deletes; want none", got)
+	}
+}
+
+// processes counts the processes whose command line holds token.
+func processes(token string) int {
+	n := 0
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(b), token) && !strings.Contains(string(b), "zombie") {
+			if st, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat")); err == nil && !strings.Contains(string(st), ") Z") {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// TestHangOpensBreaker stops the plugin (SIGSTOP): calls through the
+// provider time out and open its circuit breaker; the host finds the
+// plugin does not answer, kills it and starts it again, and calls succeed
+// once more.
+func TestHangOpensBreaker(t *testing.T) {
+	ctx := context.Background()
+	h := openSim(t, simOptions(), plugin.Config{PingInterval: 100 * time.Millisecond, PingTimeout: 200 * time.Millisecond, PingFailures: 2, MinBackoff: 50 * time.Millisecond})
+	p, err := provider.New(h, provider.Config{Name: "plug", CallTimeout: 200 * time.Millisecond, BreakerFailures: 2, BreakerOpenFor: 200 * time.Millisecond, StateTTL: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(ctx)
+	if _, err := p.State(ctx); err != nil {
+		t.Fatal(err)
+	}
+	old := h.Pid()
+	stopProcess(old, syscall.SIGSTOP)
+	opened := false
+	for i := 0; i < 50 && !opened; i++ {
+		_, _ = p.List(ctx, nil)
+		opened = p.Health().Breaker == "open"
+	}
+	if !opened {
+		t.Fatalf("breaker %+v after calls to a hung plugin; want open", p.Health())
+	}
+	waitRestart(t, h, old)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		_, err := p.List(ctx, nil)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("List after the restart: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

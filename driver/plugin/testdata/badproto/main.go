@@ -11,7 +11,9 @@ import (
 	"github.com/berth-dev/berth/driver/plugin"
 )
 
-type empty struct{ goplugin.NetRPCUnsupportedPlugin }
+type empty struct {
+	goplugin.NetRPCUnsupportedPlugin
+}
 
 func (empty) GRPCServer(*goplugin.GRPCBroker, *grpc.Server) error { return nil }
 func (empty) GRPCClient(context.Context, *goplugin.GRPCBroker, *grpc.ClientConn) (any, error) {
