@@ -673,3 +673,6 @@ var (
 	_ driver.UsageReporter   = (*Driver)(nil)
 	_ driver.ConsoleReader   = (*Driver)(nil)
 )
+
+// Path returns the plugin binary's path.
+func (h *Driver) Path() string { return h.cfg.Path }
