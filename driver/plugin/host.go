@@ -346,8 +346,12 @@ func (h *Driver) startOp(ctx context.Context, method string, req any) (driver.Op
 	if err := c.invoke(ctx, method, req, &r, true); err != nil {
 		return nil, err
 	}
-	o := &hostOp{h: h, c: c, id: r.Op, what: method, ctx: ctx}
-	o.stop = context.AfterFunc(ctx, o.abandon)
+	o := &hostOp{h: h, c: c, id: r.Op, what: method, ctx: ctx, first: r.First}
+	if f := r.First; f != nil && (f.Err != nil || f.Done) {
+		o.stop = func() bool { return false }
+	} else {
+		o.stop = context.AfterFunc(ctx, o.abandon)
+	}
 	return o, nil
 }
 
@@ -359,6 +363,9 @@ type hostOp struct {
 	what string
 	ctx  context.Context // the operation's own, from Create or Delete
 	stop func() bool
+	// first is what the plugin's first Advance reported, given back by
+	// the first Advance here.
+	first *advanceReply
 
 	mu   sync.Mutex // guards the fields below
 	over bool
@@ -378,6 +385,14 @@ func (o *hostOp) Advance(ctx context.Context) (driver.Progress, error) {
 	defer o.mu.Unlock()
 	if o.over {
 		return o.p, o.err
+	}
+	if f := o.first; f != nil {
+		o.first = nil
+		p, err := driver.Progress{Done: f.Done, Instance: f.Instance, Wait: f.Wait}, f.error()
+		if err != nil || p.Done {
+			return o.finish(p, err)
+		}
+		return p, nil
 	}
 	if cur, _ := o.h.conn(); cur != o.c {
 		return o.finish(driver.Progress{}, driver.Errorf(driver.ErrTimeout, "plugin %s: %s: the plugin restarted during the operation; it may or may not have happened", o.h.cfg.Path, o.what))

@@ -367,11 +367,15 @@ func zombie(stat []byte) bool {
 	return i >= 0 && i+2 < len(s) && (s[i+2] == 'Z' || s[i+2] == 'X')
 }
 
+// maxAnswer bounds one answer of the plugin: a listing of a few hundred
+// thousand instances.
+const maxAnswer = 512 << 20
+
 // invoke makes one unary call. A call that did not reach the plugin is
 // ErrRetryable; one whose answer was lost is ErrTimeout for a change (it
 // may have happened) and ErrRetryable for a read.
 func (c *conn) invoke(ctx context.Context, method string, req any, resp answer, change bool) error {
-	err := c.cc.Invoke(ctx, "/"+serviceName+"/"+method, req, resp, grpc.CallContentSubtype(codecName))
+	err := c.cc.Invoke(ctx, "/"+serviceName+"/"+method, req, resp, grpc.CallContentSubtype(codecName), grpc.MaxCallRecvMsgSize(maxAnswer))
 	if err != nil {
 		return transportError(ctx, method, err, change)
 	}

@@ -153,15 +153,24 @@ func opContext(deadline time.Time) (context.Context, context.CancelFunc) {
 	return context.WithDeadline(context.Background(), deadline)
 }
 
-func (s *server) keep(op driver.Operation, cancel context.CancelFunc) *opReply {
+// keep makes the operation's first step and keeps the operation, unless
+// that step ended it.
+func (s *server) keep(ctx context.Context, op driver.Operation, cancel context.CancelFunc) *opReply {
+	p, err := op.Advance(ctx)
+	first := &advanceReply{Done: p.Done, Instance: p.Instance, Wait: p.Wait}
+	first.setErr(err)
+	if err != nil || p.Done {
+		cancel()
+		return &opReply{First: first}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.next++
 	s.ops[s.next] = &serverOp{op: op, cancel: cancel}
-	return &opReply{Op: s.next}
+	return &opReply{Op: s.next, First: first}
 }
 
-func (s *server) create(_ context.Context, req *createReq) (*opReply, error) {
+func (s *server) create(ctx context.Context, req *createReq) (*opReply, error) {
 	d, err := s.driver()
 	if err != nil {
 		return nil, err
@@ -175,10 +184,10 @@ func (s *server) create(_ context.Context, req *createReq) (*opReply, error) {
 		cancel()
 		return nil, err
 	}
-	return s.keep(op, cancel), nil
+	return s.keep(ctx, op, cancel), nil
 }
 
-func (s *server) delete(_ context.Context, req *deleteReq) (*opReply, error) {
+func (s *server) delete(ctx context.Context, req *deleteReq) (*opReply, error) {
 	d, err := s.driver()
 	if err != nil {
 		return nil, err
@@ -189,7 +198,7 @@ func (s *server) delete(_ context.Context, req *deleteReq) (*opReply, error) {
 		cancel()
 		return nil, err
 	}
-	return s.keep(op, cancel), nil
+	return s.keep(ctx, op, cancel), nil
 }
 
 func (s *server) advance(ctx context.Context, req *advanceReq) (*advanceReply, error) {

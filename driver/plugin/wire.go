@@ -188,9 +188,14 @@ type (
 		ID       string    `json:"id"`
 		Deadline time.Time `json:"deadline,omitzero"`
 	}
+	// opReply answers a create or delete with the operation's number and
+	// what its first Advance, made at once in the plugin, reported: a
+	// quick back-end finishes in one round trip. First is nil when that
+	// Advance failed (then Err holds its error and the operation is over).
 	opReply struct {
 		reply
-		Op uint64 `json:"op"`
+		Op    uint64        `json:"op"`
+		First *advanceReply `json:"first,omitempty"`
 	}
 	advanceReq struct {
 		Op uint64 `json:"op"`
