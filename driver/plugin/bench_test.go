@@ -2,6 +2,7 @@ package plugin_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -10,7 +11,9 @@ import (
 
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/driver/plugin"
+	"github.com/berth-dev/berth/drivers/sim"
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/simulate"
 )
 
 // w1Options are the nodes of workload w1: 5,000 nodes of 4 cpus, 32 GiB
@@ -81,6 +84,46 @@ func BenchmarkCreates(b *testing.B) {
 			}
 			wg.Wait()
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "creates/s")
+		})
+	}
+}
+
+// BenchmarkW1Full replays workload w1 through the whole control plane
+// (simulate.PathFull, memory store): 50,000 creates on the sim in
+// process, then on the sim served by the example plugin. Run it once, with
+// -benchtime 1x.
+func BenchmarkW1Full(b *testing.B) {
+	backends := map[string]func(ctx context.Context, nodes []sim.Pool) (driver.Driver, error){
+		"in-process": nil,
+		"plugin": func(ctx context.Context, nodes []sim.Pool) (driver.Driver, error) {
+			pools, err := json.Marshal(nodes)
+			if err != nil {
+				return nil, err
+			}
+			return openSim(b, map[string]any{"pools": string(pools)}, plugin.Config{}), nil
+		},
+	}
+	for _, name := range []string{"in-process", "plugin"} {
+		b.Run(name, func(b *testing.B) {
+			w, err := simulate.Builtin("w1", 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var last *simulate.Result
+			for b.Loop() {
+				last, err = simulate.Run(context.Background(), w, simulate.Options{Path: simulate.PathFull, Backend: backends[name]})
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			p := last.PlaneResult
+			if p.Failed != 0 || p.Misplaced != 0 || last.Unplaced != 0 || last.DoubleBooked != 0 {
+				b.Fatalf("%d failed, %d misplaced, %d unplaced, %d double-booked", p.Failed, p.Misplaced, last.Unplaced, last.DoubleBooked)
+			}
+			b.ReportMetric(last.PlacementsPerSec, "placements/s")
+			b.ReportMetric(p.SecondsToRunning, "s_to_running")
+			b.ReportMetric(float64(p.Running), "running")
+			b.ReportMetric(float64(p.Running)/p.SecondsToRunning, "creates/s")
 		})
 	}
 }
