@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,7 +22,7 @@ import (
 )
 
 // The plugin binaries the tests run, built once by TestMain.
-var bins struct{ sim, local, badProto string }
+var bins struct{ sim, local, badProto, echo string }
 
 // TestMain builds the example plugins from their own module, in a
 // temporary directory whose go.mod points at this module.
@@ -59,10 +60,11 @@ func build(dir string) error {
 	if err := os.WriteFile(filepath.Join(src, "go.mod"), mod, 0o644); err != nil {
 		return err
 	}
-	bins.sim, bins.local, bins.badProto = filepath.Join(dir, "sim"), filepath.Join(dir, "local"), filepath.Join(dir, "badproto")
+	bins.sim, bins.local, bins.badProto, bins.echo = filepath.Join(dir, "sim"), filepath.Join(dir, "local"), filepath.Join(dir, "badproto"), filepath.Join(dir, "echo")
 	for _, b := range []struct{ dir, pkg, out string }{
 		{src, "./sim", bins.sim}, {src, "./local", bins.local},
 		{root, "./driver/plugin/testdata/badproto", bins.badProto},
+		{root, "./driver/plugin/testdata/echo", bins.echo},
 	} {
 		cmd := exec.Command("go", "build", "-o", b.out, b.pkg)
 		cmd.Dir = b.dir
@@ -401,5 +403,40 @@ func TestHangOpensBreaker(t *testing.T) {
 			t.Fatalf("List after the restart: %v", err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestAttach sends input through the plugin's Attacher and reads both
+// output streams back; a missing instance and a bad terminal size come
+// back as the driver's errors.
+func TestAttach(t *testing.T) {
+	ctx := context.Background()
+	h, err := plugin.Open(ctx, plugin.Config{Path: bins.echo, SHA256: sum(t, bins.echo), Options: simOptions(), Env: driver.Env{DataDir: t.TempDir()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close(ctx)
+	if !h.Has(driver.CapAttach) || !slices.Contains(driver.Features(h), driver.CapTTY) {
+		t.Fatalf("capabilities %v, features %v; want attach and tty", driver.Capabilities(h), driver.Features(h))
+	}
+	var stdout, stderr drivertest.SyncBuffer
+	if err := h.Attach(ctx, "echo", driver.AttachOptions{}, strings.NewReader("hello plugin"), &stdout, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	if stdout.String() != "HELLO PLUGIN" || stderr.String() != "12 bytes" {
+		t.Fatalf("attach gave %q and %q", stdout.String(), stderr.String())
+	}
+	if err := h.Attach(ctx, "other", driver.AttachOptions{}, nil, &stdout, &stderr); !errors.Is(err, driver.ErrNotFound) {
+		t.Fatalf("attach to a missing instance = %v; want ErrNotFound", err)
+	}
+	var fe *driver.FieldError
+	if err := h.ResizeTTY(ctx, "echo", driver.TTYSize{}); !errors.As(err, &fe) || fe.Path != "rows" {
+		t.Fatalf("ResizeTTY to 0 rows = %v; want a field error for rows", err)
+	}
+	// The sim has no Attacher of its own: through its plugin it has none.
+	s := openSim(t, simOptions(), plugin.Config{})
+	defer s.Close(ctx)
+	if _, ok := driver.As[driver.Attacher](s, driver.CapAttach); ok || slices.Contains(driver.Features(s), driver.CapTTY) {
+		t.Fatalf("the sim's plugin has attach (%v, %v)", driver.Capabilities(s), driver.Features(s))
 	}
 }
