@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -55,6 +56,9 @@ type Config struct {
 type Driver struct {
 	cfg  Config
 	dir  string
+	// sockDir holds the plugin's socket: dir, or a short temporary
+	// directory when dir's path is too long for a socket's.
+	sockDir string
 	log  *slog.Logger
 	key  string
 	done chan struct{}
@@ -66,6 +70,10 @@ type Driver struct {
 	opened *openReply
 	closed bool
 }
+
+// maxSocketDir is the longest directory a socket is made in: a Unix
+// socket's path is at most 107 bytes, and go-plugin adds a name of about 20.
+const maxSocketDir = 80
 
 // Open starts (or reattaches to) the plugin and opens its driver with
 // cfg.Options. A bad checksum, a binary that is not a plugin or speaks
@@ -108,6 +116,14 @@ func Open(ctx context.Context, cfg Config) (*Driver, error) {
 	} else if err := os.MkdirAll(h.dir, 0o700); err != nil {
 		return nil, err
 	}
+	h.sockDir = h.dir
+	if len(h.dir) > maxSocketDir {
+		dir, err := os.MkdirTemp("", "berth-plugin-")
+		if err != nil {
+			return nil, err
+		}
+		h.sockDir = dir
+	}
 	opts, err := json.Marshal(cfg.Options)
 	if err != nil {
 		return nil, &driver.FieldError{Path: "options", Reason: err.Error()}
@@ -116,6 +132,12 @@ func Open(ctx context.Context, cfg Config) (*Driver, error) {
 	h.key = hex.EncodeToString(sum[:])
 	c, err := h.start(ctx)
 	if err != nil {
+		if h.sockDir != h.dir {
+			_ = os.RemoveAll(h.sockDir)
+		}
+		if cfg.Env.DataDir == "" {
+			_ = os.RemoveAll(h.dir)
+		}
 		return nil, err
 	}
 	h.cur = c
@@ -456,7 +478,10 @@ func (h *Driver) Close(ctx context.Context) error {
 		err = c.invoke(ctx, "Close", &emptyReq{}, &emptyReply{}, true)
 		c.stop(ctx)
 	}
-	_ = os.Remove(h.dir + "/" + recordFile)
+	_ = os.Remove(filepath.Join(h.dir, recordFile))
+	if h.sockDir != h.dir {
+		_ = os.RemoveAll(h.sockDir)
+	}
 	if h.cfg.Env.DataDir == "" {
 		_ = os.RemoveAll(h.dir)
 	}

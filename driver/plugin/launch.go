@@ -158,7 +158,7 @@ func (h *Driver) launch(ctx context.Context, gen uint64) (*conn, error) {
 	cmd.Env = []string{
 		Handshake.MagicCookieKey + "=" + Handshake.MagicCookieValue,
 		"PLUGIN_PROTOCOL_VERSIONS=" + strconv.Itoa(Protocol),
-		"PLUGIN_UNIX_SOCKET_DIR=" + h.dir,
+		"PLUGIN_UNIX_SOCKET_DIR=" + h.sockDir,
 		"PATH=" + os.Getenv("PATH"),
 		"HOME=" + os.Getenv("HOME"),
 		"TMPDIR=" + os.TempDir(),
