@@ -54,15 +54,15 @@ type Config struct {
 // ErrTimeout (they may or may not have happened: the caller looks the
 // instance up, as after a restart of the server).
 type Driver struct {
-	cfg  Config
-	dir  string
+	cfg Config
+	dir string
 	// sockDir holds the plugin's socket: dir, or a short temporary
 	// directory when dir's path is too long for a socket's.
 	sockDir string
-	log  *slog.Logger
-	key  string
-	done chan struct{}
-	wg   sync.WaitGroup
+	log     *slog.Logger
+	key     string
+	done    chan struct{}
+	wg      sync.WaitGroup
 
 	mu     sync.Mutex // guards the fields below
 	cur    *conn      // nil while the plugin is down
