@@ -64,7 +64,9 @@ type Driver struct {
 	done    chan struct{}
 	wg      sync.WaitGroup
 
-	mu     sync.Mutex // guards the fields below
+	// mu guards the fields below. Lock order: a hostOp's mu, then this
+	// one; nothing is called on the plugin while it is held.
+	mu     sync.Mutex
 	cur    *conn      // nil while the plugin is down
 	gen    uint64
 	opened *openReply
@@ -389,7 +391,7 @@ type hostOp struct {
 	// the first Advance here.
 	first *advanceReply
 
-	mu   sync.Mutex // guards the fields below
+	mu   sync.Mutex // guards the fields below; taken before Driver.mu
 	over bool
 	p    driver.Progress
 	err  error
