@@ -67,7 +67,7 @@ type Driver struct {
 	// mu guards the fields below. Lock order: a hostOp's mu, then this
 	// one; nothing is called on the plugin while it is held.
 	mu     sync.Mutex
-	cur    *conn      // nil while the plugin is down
+	cur    *conn // nil while the plugin is down
 	gen    uint64
 	opened *openReply
 	closed bool
