@@ -718,3 +718,23 @@ var (
 
 // Path returns the plugin binary's path.
 func (h *Driver) Path() string { return h.cfg.Path }
+
+// Describe starts the plugin at path, after checking its checksum, asks it
+// what it serves (its driver's name, version and the options it declares)
+// and ends it, for a configuration checked before the server starts.
+func Describe(ctx context.Context, path, sha256 string) (Info, error) {
+	dir, err := os.MkdirTemp("", "berth-plugin-")
+	if err != nil {
+		return Info{}, err
+	}
+	defer os.RemoveAll(dir)
+	h := &Driver{cfg: Config{Path: path, SHA256: sha256, StartTimeout: 30 * time.Second}, dir: dir, sockDir: dir, log: slog.Default().With("plugin", path)}
+	c, err := h.launch(ctx, 0)
+	if err != nil {
+		return Info{}, err
+	}
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	c.stop(stopCtx)
+	return Info{Name: c.info.Name, Summary: c.info.Summary, Version: c.info.Version, Options: c.info.Options}, nil
+}

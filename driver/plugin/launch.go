@@ -206,8 +206,8 @@ func (h *Driver) launch(ctx context.Context, gen uint64) (*conn, error) {
 	case line = <-lines:
 	case <-exited:
 		tail, _ := os.ReadFile(filepath.Join(h.dir, "plugin.log"))
-		return nil, driver.Errorf(driver.ErrInvalid, "plugin %s: exited before its handshake (%s): it is not a Berth driver plugin, or speaks another handshake: %s",
-			h.cfg.Path, cmd.ProcessState, lastLine(tail))
+		return nil, &driver.FieldError{Path: "path", Reason: fmt.Sprintf("plugin %s: exited before its handshake (%s): it is not a Berth driver plugin, or speaks another handshake: %s",
+			h.cfg.Path, cmd.ProcessState, lastLine(tail))}
 	case <-timer.C:
 		return fail(driver.Errorf(driver.ErrTimeout, "plugin %s: no handshake within %s", h.cfg.Path, h.cfg.StartTimeout))
 	case <-ctx.Done():
@@ -215,7 +215,7 @@ func (h *Driver) launch(ctx context.Context, gen uint64) (*conn, error) {
 	}
 	rec, err := parseHandshake(line)
 	if err != nil {
-		return fail(driver.Errorf(driver.ErrInvalid, "plugin %s: %v", h.cfg.Path, err))
+		return fail(&driver.FieldError{Path: "path", Reason: fmt.Sprintf("plugin %s: %v", h.cfg.Path, err)})
 	}
 	rec.Pid, rec.Path, rec.SHA256 = cmd.Process.Pid, h.cfg.Path, h.cfg.SHA256
 	c, err := h.connect(ctx, gen, rec, exited)

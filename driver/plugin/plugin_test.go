@@ -17,6 +17,7 @@ import (
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/driver/drivertest"
 	"github.com/berth-dev/berth/driver/plugin"
+	_ "github.com/berth-dev/berth/drivers/plugin"
 	"github.com/berth-dev/berth/drivers/sim"
 	"github.com/berth-dev/berth/provider"
 )
@@ -438,5 +439,24 @@ func TestAttach(t *testing.T) {
 	defer s.Close(ctx)
 	if _, ok := driver.As[driver.Attacher](s, driver.CapAttach); ok || slices.Contains(driver.Features(s), driver.CapTTY) {
 		t.Fatalf("the sim's plugin has attach (%v, %v)", driver.Capabilities(s), driver.Features(s))
+	}
+}
+
+// TestConfigChecksOptionNames: the driver "plugin" asks the plugin, when
+// the configuration is decoded, which options it declares.
+func TestConfigChecksOptionNames(t *testing.T) {
+	def, err := driver.Lookup("plugin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := map[string]any{"path": bins.sim, "sha256": sum(t, bins.sim), "options": map[string]any{"nodes": 3, "bogus": 1}}
+	_, err = def.Decode(raw)
+	var es driver.FieldErrors
+	if !errors.As(err, &es) || len(es) != 1 || es[0].Path != "options.bogus" || !strings.Contains(es[0].Reason, "nodes") {
+		t.Fatalf("Decode with an option the plugin does not declare = %v; want one error for options.bogus listing what it declares", err)
+	}
+	delete(raw["options"].(map[string]any), "bogus")
+	if _, err := def.Decode(raw); err != nil {
+		t.Fatalf("Decode with the plugin's own options: %v", err)
 	}
 }

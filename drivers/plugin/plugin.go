@@ -10,14 +10,19 @@
 //	      sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08
 //	      options: {region: north, nodes: 12}
 //
-// The plugin decodes and checks its own options (the inner options) against
-// the options it declares; what it refuses names the field.
+// When the configuration is loaded the plugin is started once and asked
+// which options its driver declares: an inner option it does not declare
+// is refused then. The plugin decodes and checks the values itself when it
+// opens; what it refuses names the field.
 package plugin
 
 import (
 	"context"
 	"encoding/hex"
+	"errors"
+	"maps"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -62,7 +67,37 @@ func (o *Options) Validate() error {
 			es.Add("sha256", "plugin %s has SHA-256 %s, not the %s configured: refused", o.Path, sum, o.SHA256)
 		}
 	}
+	if len(es) == 0 && len(o.Options) > 0 {
+		es = append(es, o.checkNames()...)
+	}
 	return es.Err()
+}
+
+// checkNames asks the plugin which options its driver declares and refuses
+// the others; their values are checked by the plugin when it opens.
+func (o *Options) checkNames() driver.FieldErrors {
+	var es driver.FieldErrors
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	info, err := plugin.Describe(ctx, o.Path, o.SHA256)
+	var fe *driver.FieldError
+	switch {
+	case errors.As(err, &fe):
+		return append(es, fe)
+	case err != nil:
+		es.Add("path", "%v", err)
+		return es
+	}
+	known := make([]string, len(info.Options))
+	for i, opt := range info.Options {
+		known[i] = opt.Name
+	}
+	for _, k := range slices.Sorted(maps.Keys(o.Options)) {
+		if !slices.Contains(known, k) {
+			es.Add("options."+k, "unknown option of the plugin's driver %q; it declares: %s", info.Name, strings.Join(known, ", "))
+		}
+	}
+	return es
 }
 
 // Open starts the plugin and opens its driver.

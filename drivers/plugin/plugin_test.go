@@ -24,7 +24,8 @@ func TestDecodeRefusesByName(t *testing.T) {
 		raw  map[string]any
 		path string // the field refused; "" when none is
 	}{
-		{"ok", map[string]any{"path": "/bin/true", "sha256": sum, "options": map[string]any{"nodes": 3}}, ""},
+		{"ok", map[string]any{"path": "/bin/true", "sha256": sum}, ""},
+		{"not-a-plugin", map[string]any{"path": "/bin/true", "sha256": sum, "options": map[string]any{"nodes": 3}}, "path"},
 		{"upper-case", map[string]any{"path": "/bin/true", "sha256": strings.ToUpper(sum)}, ""},
 		{"no-sha", map[string]any{"path": "/bin/true"}, "sha256"},
 		{"wrong-sha", map[string]any{"path": "/bin/true", "sha256": strings.Repeat("ab", 32)}, "sha256"},
