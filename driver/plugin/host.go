@@ -156,6 +156,13 @@ func (h *Driver) start(ctx context.Context) (*conn, error) {
 	gen := h.gen
 	h.mu.Unlock()
 	c, ok := h.reattach(ctx, gen)
+	if ok && c.info.Open && c.info.Key != h.key {
+		h.log.Info("the plugin left running has other options; starting it anew", "pid", c.pid)
+		stopCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		c.stop(stopCtx)
+		cancel()
+		ok = false
+	}
 	if !ok {
 		var err error
 		if c, err = h.launch(ctx, gen); err != nil {

@@ -322,11 +322,18 @@ func (h *Driver) reattach(ctx context.Context, gen uint64) (*conn, bool) {
 		return nil, false
 	}
 	var rec record
-	if json.Unmarshal(b, &rec) != nil || rec.Pid <= 0 || rec.Path != h.cfg.Path || !strings.EqualFold(rec.SHA256, h.cfg.SHA256) {
+	if json.Unmarshal(b, &rec) != nil || rec.Pid <= 0 || rec.Path == "" {
 		return nil, false
 	}
+	// Only a process running the recorded binary (or a binary since
+	// replaced at that path) is the plugin: a pid may have been reused.
 	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", rec.Pid))
-	if err != nil || exe != h.cfg.Path {
+	if err != nil || (exe != rec.Path && exe != rec.Path+" (deleted)") {
+		return nil, false
+	}
+	if rec.Path != h.cfg.Path || !strings.EqualFold(rec.SHA256, h.cfg.SHA256) || exe != h.cfg.Path {
+		h.log.Info("the plugin left running is another binary now; ending it", "pid", rec.Pid, "was", rec.Path)
+		_ = syscall.Kill(rec.Pid, syscall.SIGKILL)
 		return nil, false
 	}
 	exited := make(chan struct{})

@@ -214,6 +214,31 @@ func TestReattach(t *testing.T) {
 	}
 }
 
+// TestReattachOtherOptions: a plugin left running with other options is
+// ended and started anew.
+func TestReattachOtherOptions(t *testing.T) {
+	dir := t.TempDir()
+	h := openSim(t, simOptions(), plugin.Config{Env: driver.Env{DataDir: dir}})
+	pid := h.Pid()
+	plugin.Abandon(h)
+	opts := simOptions()
+	opts["nodes"] = 2
+	h2 := openSim(t, opts, plugin.Config{Env: driver.Env{DataDir: dir}})
+	defer h2.Close(context.Background())
+	if h2.Pid() == pid {
+		t.Fatal("the plugin opened with other options was reattached to")
+	}
+	if err := syscall.Kill(pid, 0); err == nil {
+		if st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); !strings.Contains(string(st), ") Z") {
+			t.Fatalf("the plugin left running with other options (pid %d) still runs", pid)
+		}
+	}
+	st, err := h2.State(context.Background())
+	if err != nil || len(st.Nodes) != 2 {
+		t.Fatalf("State = %v, %v; want the 2 nodes of the new options", st, err)
+	}
+}
+
 // waitRestart waits until the plugin runs as a process other than old.
 func waitRestart(t *testing.T, h *plugin.Driver, old int) int {
 	t.Helper()
