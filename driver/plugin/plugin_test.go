@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -483,5 +485,48 @@ func TestConfigChecksOptionNames(t *testing.T) {
 	delete(raw["options"].(map[string]any), "bogus")
 	if _, err := def.Decode(raw); err != nil {
 		t.Fatalf("Decode with the plugin's own options: %v", err)
+	}
+}
+
+// afterLog records the back-off of each restart the host logs.
+type afterLog struct {
+	mu    sync.Mutex
+	after []time.Duration
+}
+
+func (l *afterLog) Enabled(context.Context, slog.Level) bool { return true }
+func (l *afterLog) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *afterLog) WithGroup(string) slog.Handler            { return l }
+func (l *afterLog) Handle(_ context.Context, r slog.Record) error {
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "after" {
+			l.mu.Lock()
+			l.after = append(l.after, a.Value.Duration())
+			l.mu.Unlock()
+		}
+		return true
+	})
+	return nil
+}
+
+// TestRestartBackoff kills the plugin each time it comes back: the wait
+// before each restart doubles.
+func TestRestartBackoff(t *testing.T) {
+	log := &afterLog{}
+	h := openSim(t, simOptions(), plugin.Config{MinBackoff: 20 * time.Millisecond, MaxBackoff: 80 * time.Millisecond, Env: driver.Env{Logger: slog.New(log)}})
+	defer h.Close(context.Background())
+	pid := h.Pid()
+	for range 4 {
+		stopProcess(pid, syscall.SIGKILL)
+		pid = waitRestart(t, h, pid)
+	}
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	want := []time.Duration{20 * time.Millisecond, 40 * time.Millisecond, 80 * time.Millisecond, 80 * time.Millisecond}
+	if !slices.Equal(log.after, want) {
+		t.Fatalf("restarts after %v; want %v", log.after, want)
+	}
+	if _, err := h.State(context.Background()); err != nil {
+		t.Fatalf("State after the restarts: %v", err)
 	}
 }
