@@ -70,11 +70,16 @@ func (c *conn) kill() { _ = syscall.Kill(c.pid, syscall.SIGKILL) }
 // stop closes the connection and ends the process: politely, then by
 // force, and waits until it is gone (or ctx ends).
 func (c *conn) stop(ctx context.Context) {
-	c.client.Kill() // graceful shutdown through go-plugin, then a kill after 2s
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.client.Kill() // go-plugin's shutdown, then a kill after 2s; it waits for the exit
+	}()
 	select {
-	case <-c.exited:
-	case <-ctx.Done():
+	case <-done:
+	case <-ctx.Done(): // a hung plugin does not answer the shutdown
 		c.kill()
+		<-done
 	}
 }
 

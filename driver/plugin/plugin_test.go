@@ -530,3 +530,19 @@ func TestRestartBackoff(t *testing.T) {
 		t.Fatalf("State after the restarts: %v", err)
 	}
 }
+
+// TestCloseHungPlugin: Close of a driver whose plugin hangs returns by
+// its context's end, and the plugin is gone.
+func TestCloseHungPlugin(t *testing.T) {
+	h := openSim(t, simOptions(), plugin.Config{PingInterval: time.Hour})
+	pid := h.Pid()
+	stopProcess(pid, syscall.SIGSTOP)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	_ = h.Close(ctx)
+	if err := syscall.Kill(pid, 0); err == nil {
+		if st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); !strings.Contains(string(st), ") Z") {
+			t.Fatalf("the hung plugin (pid %d) still runs after Close", pid)
+		}
+	}
+}
