@@ -125,6 +125,14 @@ func (s *server) open(ctx context.Context, req *openReq) (*openReply, error) {
 		s.d, s.key = d, req.Key
 	} else if req.Key != s.key {
 		return nil, driver.Errorf(driver.ErrInvalid, "plugin %q is open with other options; restart it", s.def.Name)
+	} else {
+		// A host reattaches: the one that started the operations in
+		// flight is gone, and nobody can advance them. They are
+		// abandoned, as a create whose context ends.
+		for id, o := range s.ops {
+			o.cancel()
+			delete(s.ops, id)
+		}
 	}
 	_, check := s.d.(driver.SpecChecker)
 	return &openReply{Capabilities: driver.Capabilities(s.d), Features: driver.Features(s.d), CheckSpec: check}, nil
