@@ -66,11 +66,13 @@ type server struct {
 	version string
 	log     *slog.Logger
 
-	mu   sync.Mutex // guards the fields below
-	d    driver.Driver
-	key  string
-	ops  map[uint64]*serverOp
-	next uint64
+	// openMu serialises opening the driver; it is taken before mu.
+	openMu sync.Mutex
+	mu     sync.Mutex // guards the fields below
+	d      driver.Driver
+	key    string
+	ops    map[uint64]*serverOp
+	next   uint64
 }
 
 type serverOp struct {
@@ -115,27 +117,38 @@ func (s *server) info(context.Context, *infoReq) (*infoReply, error) {
 }
 
 func (s *server) open(ctx context.Context, req *openReq) (*openReply, error) {
+	// Opening may take a while (a back-end to reach): it holds openMu, not
+	// mu, so that the host's health checks are answered meanwhile.
+	s.openMu.Lock()
+	defer s.openMu.Unlock()
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.d == nil {
-		d, err := s.def.Open(ctx, req.Options, driver.Env{Provider: req.Provider, Cluster: req.Cluster, DataDir: req.DataDir, Logger: s.log})
+	d, key := s.d, s.key
+	s.mu.Unlock()
+	switch {
+	case d == nil:
+		var err error
+		d, err = s.def.Open(ctx, req.Options, driver.Env{Provider: req.Provider, Cluster: req.Cluster, DataDir: req.DataDir, Logger: s.log})
 		if err != nil {
 			return nil, err
 		}
+		s.mu.Lock()
 		s.d, s.key = d, req.Key
-	} else if req.Key != s.key {
+		s.mu.Unlock()
+	case req.Key != key:
 		return nil, driver.Errorf(driver.ErrInvalid, "plugin %q is open with other options; restart it", s.def.Name)
-	} else {
+	default:
 		// A host reattaches: the one that started the operations in
 		// flight is gone, and nobody can advance them. They are
 		// abandoned, as a create whose context ends.
+		s.mu.Lock()
 		for id, o := range s.ops {
 			o.cancel()
 			delete(s.ops, id)
 		}
+		s.mu.Unlock()
 	}
-	_, check := s.d.(driver.SpecChecker)
-	return &openReply{Capabilities: driver.Capabilities(s.d), Features: driver.Features(s.d), CheckSpec: check}, nil
+	_, check := d.(driver.SpecChecker)
+	return &openReply{Capabilities: driver.Capabilities(d), Features: driver.Features(d), CheckSpec: check}, nil
 }
 
 func (s *server) closeDriver(ctx context.Context, _ *emptyReq) (*emptyReply, error) {
