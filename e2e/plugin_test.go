@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -14,34 +13,20 @@ import (
 
 	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/driver/plugin"
+	"github.com/berth-dev/berth/driver/plugin/plugintest"
 )
 
 // buildLocalPlugin builds the example plugin serving the local back-end
-// from its own module, in a temporary directory whose go.mod points at
-// this module.
+// from its own module.
 func buildLocalPlugin(t *testing.T) string {
 	t.Helper()
 	root, err := filepath.Abs("..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := filepath.Join(t.TempDir(), "src")
-	if err := os.CopyFS(src, os.DirFS(filepath.Join(root, "examples", "driverplugin"))); err != nil {
-		t.Fatal(err)
-	}
-	mod, err := os.ReadFile(filepath.Join(src, "go.mod"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	mod = []byte(strings.ReplaceAll(string(mod), "=> ../..", "=> "+root))
-	if err := os.WriteFile(filepath.Join(src, "go.mod"), mod, 0o644); err != nil {
-		t.Fatal(err)
-	}
 	bin := filepath.Join(t.TempDir(), "local-plugin")
-	cmd := exec.Command("go", "build", "-o", bin, "./local")
-	cmd.Dir = src
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	if err := plugintest.BuildExample(root, "./local", bin); err != nil {
+		t.Fatal(err)
 	}
 	return bin
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/driver/drivertest"
 	"github.com/berth-dev/berth/driver/plugin"
+	"github.com/berth-dev/berth/driver/plugin/plugintest"
 	_ "github.com/berth-dev/berth/drivers/plugin"
 	"github.com/berth-dev/berth/drivers/sim"
 	"github.com/berth-dev/berth/provider"
@@ -51,28 +52,17 @@ func build(dir string) error {
 	if err != nil {
 		return err
 	}
-	src := filepath.Join(dir, "src")
-	if err := os.CopyFS(src, os.DirFS(filepath.Join(root, "examples", "driverplugin"))); err != nil {
-		return err
-	}
-	mod, err := os.ReadFile(filepath.Join(src, "go.mod"))
-	if err != nil {
-		return err
-	}
-	mod = []byte(strings.ReplaceAll(string(mod), "=> ../..", "=> "+root))
-	if err := os.WriteFile(filepath.Join(src, "go.mod"), mod, 0o644); err != nil {
-		return err
-	}
 	bins.sim, bins.local, bins.badProto, bins.echo = filepath.Join(dir, "sim"), filepath.Join(dir, "local"), filepath.Join(dir, "badproto"), filepath.Join(dir, "echo")
-	for _, b := range []struct{ dir, pkg, out string }{
-		{src, "./sim", bins.sim}, {src, "./local", bins.local},
-		{root, "./driver/plugin/testdata/badproto", bins.badProto},
-		{root, "./driver/plugin/testdata/echo", bins.echo},
-	} {
-		cmd := exec.Command("go", "build", "-o", b.out, b.pkg)
-		cmd.Dir = b.dir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("go build %s: %v\n%s", b.pkg, err, out)
+	for pkg, out := range map[string]string{"./sim": bins.sim, "./local": bins.local} {
+		if err := plugintest.BuildExample(root, pkg, out); err != nil {
+			return err
+		}
+	}
+	for pkg, out := range map[string]string{"./driver/plugin/testdata/badproto": bins.badProto, "./driver/plugin/testdata/echo": bins.echo} {
+		cmd := exec.Command("go", "build", "-o", out, pkg)
+		cmd.Dir = root
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
 		}
 	}
 	return nil
