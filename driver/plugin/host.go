@@ -70,6 +70,7 @@ type Driver struct {
 	cur    *conn // nil while the plugin is down
 	gen    uint64
 	opened *openReply
+	info   *infoReply // what the plugin said of itself at its last start
 	closed bool
 }
 
@@ -184,7 +185,7 @@ func (h *Driver) start(ctx context.Context) (*conn, error) {
 		return nil, fmt.Errorf("plugin %s: open: %w", h.cfg.Path, err)
 	}
 	h.mu.Lock()
-	h.opened = &r
+	h.opened, h.info = &r, c.info
 	h.mu.Unlock()
 	return c, nil
 }
@@ -309,13 +310,13 @@ type Info struct {
 }
 
 // Info returns what the plugin says of itself, as it said at its last
-// start.
+// start (also while it is down).
 func (h *Driver) Info() Info {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var out Info
-	if c := h.cur; c != nil && c.info != nil {
-		out = Info{Name: c.info.Name, Summary: c.info.Summary, Version: c.info.Version, Options: c.info.Options}
+	if i := h.info; i != nil {
+		out = Info{Name: i.Name, Summary: i.Summary, Version: i.Version, Options: i.Options}
 	}
 	if h.opened != nil {
 		out.Capabilities = h.opened.Capabilities
