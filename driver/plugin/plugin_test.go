@@ -536,3 +536,46 @@ func TestCloseHungPlugin(t *testing.T) {
 		}
 	}
 }
+
+// lineLogs records the lines the host logs as a plugin's output.
+type lineLogs struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *lineLogs) Enabled(context.Context, slog.Level) bool { return true }
+func (l *lineLogs) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *lineLogs) WithGroup(string) slog.Handler            { return l }
+func (l *lineLogs) Handle(_ context.Context, r slog.Record) error {
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "line" {
+			l.mu.Lock()
+			l.lines = append(l.lines, r.Message+": "+a.Value.String())
+			l.mu.Unlock()
+		}
+		return true
+	})
+	return nil
+}
+
+// TestStdoutNoise: the local example prints a line to stdout before its
+// handshake; the host skips it, logs it, and talks to the plugin.
+func TestStdoutNoise(t *testing.T) {
+	ctx := context.Background()
+	logs := &lineLogs{}
+	h, err := plugin.Open(ctx, plugin.Config{Path: bins.local, SHA256: sum(t, bins.local),
+		Options: map[string]any{"data_dir": filepath.Join(t.TempDir(), "local")},
+		Env:     driver.Env{DataDir: t.TempDir(), Logger: slog.New(logs)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close(ctx)
+	if _, err := h.State(ctx); err != nil {
+		t.Fatal(err)
+	}
+	logs.mu.Lock()
+	defer logs.mu.Unlock()
+	if !slices.Contains(logs.lines, "plugin stdout: local plugin starting") {
+		t.Fatalf("the plugin's noise was not logged: %q", logs.lines)
+	}
+}
