@@ -77,6 +77,9 @@ type Options struct {
 	// a request with any other Origin (a browser's cross-site request) is
 	// refused. Empty: every request with an Origin is refused.
 	AllowedOrigins []string
+	// Plugins lists the drivers served by the configured plugins, for
+	// GET /v1/drivers; nil means none.
+	Plugins func() []DriverInfo
 	// Rate is the requests per second one token may make (0:
 	// DefaultRate; negative: no limit), Burst how many at once (0:
 	// DefaultBurst or Rate, whichever is larger).
@@ -97,6 +100,7 @@ type Server struct {
 	guard        *guard
 	loopbackOnly bool
 	origins      []string
+	plugins      func() []DriverInfo
 	maxBody      int64
 	maxCount     int
 	pageSize     int
@@ -111,7 +115,7 @@ type Server struct {
 // New returns the API server for plane.
 func New(plane *control.Plane, opts Options) *Server {
 	s := &Server{plane: plane, log: opts.Logger, maxBody: opts.MaxBodySize, maxCount: opts.MaxCount, pageSize: opts.PageSize, mux: http.NewServeMux(), closing: make(chan struct{}),
-		auditLog: opts.AuditLog, tokens: opts.Tokens, guard: newGuard(opts), loopbackOnly: opts.LoopbackOnly, origins: slices.Clone(opts.AllowedOrigins)}
+		auditLog: opts.AuditLog, tokens: opts.Tokens, guard: newGuard(opts), loopbackOnly: opts.LoopbackOnly, origins: slices.Clone(opts.AllowedOrigins), plugins: opts.Plugins}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -1155,11 +1159,18 @@ func (s *Server) quotas(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, list)
 }
 
-// DriverInfo describes a registered driver.
+// DriverInfo describes a registered driver, or the driver a configured
+// plugin serves (then Provider, Plugin and Version are set).
 type DriverInfo struct {
 	Name    string          `json:"name"`
 	Summary string          `json:"summary,omitempty"`
 	Options []driver.Option `json:"options"`
+	// Provider is the provider the plugin is configured for.
+	Provider string `json:"provider,omitempty"`
+	// Plugin is the plugin binary's path.
+	Plugin string `json:"plugin,omitempty"`
+	// Version is what the plugin says its version is.
+	Version string `json:"version,omitempty"`
 }
 
 // Drivers describes every registered driver, sorted by name.
@@ -1181,6 +1192,9 @@ func Drivers() []DriverInfo {
 
 func (s *Server) drivers(w http.ResponseWriter, r *http.Request) error {
 	list := Drivers()
+	if s.plugins != nil {
+		list = append(list, s.plugins()...)
+	}
 	if list == nil {
 		list = []DriverInfo{}
 	}

@@ -14,6 +14,8 @@
 // Resizer, Starter, Stopper, Restarter, Killer, Suspender, LogReader,
 // Attacher, EventWatcher, UsageReporter, ConsoleReader). Each one's doc comment states
 // the fallback that package provider applies when a driver lacks it.
+// Callers find them with As, which also honours a Forwarder (a plugin's
+// host side) that has a capability's methods but not the capability.
 //
 // # Non-blocking operations
 //

@@ -374,31 +374,31 @@ func Capabilities(d Driver) []string {
 			caps = append(caps, name)
 		}
 	}
-	_, ok := d.(Attacher)
+	_, ok := As[Attacher](d, CapAttach)
 	add(ok, CapAttach)
-	_, ok = d.(ConsoleReader)
+	_, ok = As[ConsoleReader](d, CapConsole)
 	add(ok, CapConsole)
-	_, ok = d.(EventWatcher)
+	_, ok = As[EventWatcher](d, CapEvents)
 	add(ok, CapEvents)
-	_, ok = d.(ImageLister)
+	_, ok = As[ImageLister](d, CapImages)
 	add(ok, CapImages)
-	_, ok = d.(Killer)
+	_, ok = As[Killer](d, CapKill)
 	add(ok, CapKill)
-	_, ok = d.(LogReader)
+	_, ok = As[LogReader](d, CapLogs)
 	add(ok, CapLogs)
-	_, ok = d.(Preloader)
+	_, ok = As[Preloader](d, CapPreload)
 	add(ok, CapPreload)
-	_, ok = d.(Resizer)
+	_, ok = As[Resizer](d, CapResize)
 	add(ok, CapResize)
-	_, ok = d.(Restarter)
+	_, ok = As[Restarter](d, CapRestart)
 	add(ok, CapRestart)
-	_, ok = d.(Starter)
+	_, ok = As[Starter](d, CapStart)
 	add(ok, CapStart)
-	_, ok = d.(Stopper)
+	_, ok = As[Stopper](d, CapStop)
 	add(ok, CapStop)
-	_, ok = d.(Suspender)
+	_, ok = As[Suspender](d, CapSuspend)
 	add(ok, CapSuspend)
-	_, ok = d.(UsageReporter)
+	_, ok = As[UsageReporter](d, CapUsage)
 	add(ok, CapUsage)
 	return caps
 }
@@ -413,9 +413,35 @@ func Features(d Driver) []string {
 	} else {
 		f = slices.Clone(AllFeatures)
 	}
-	if _, ok := d.(Attacher); !ok {
+	if _, ok := As[Attacher](d, CapAttach); !ok {
 		f = slices.DeleteFunc(f, func(c string) bool { return c == CapStdin || c == CapTTY })
 	}
 	slices.Sort(f)
 	return slices.Compact(f)
+}
+
+// Forwarder is implemented by a driver that stands for a driver elsewhere
+// (the host side of a plugin): its type has every optional interface, and
+// Has reports whether the driver behind it really has capability c (a Cap
+// name: CapResize, CapLogs...). Capabilities, Features and package
+// provider count a capability a Forwarder has not got as missing and apply
+// its fallback, so a forwarded driver looks exactly like the driver it
+// forwards to.
+type Forwarder interface {
+	Has(c string) bool
+}
+
+// As returns d as the optional interface T, the capability named c, when d
+// implements it and, if d is a Forwarder, really has it. Callers find
+// capabilities with As rather than a bare type assertion.
+func As[T any](d Driver, c string) (T, bool) {
+	t, ok := d.(T)
+	if !ok {
+		return t, false
+	}
+	if f, fwd := d.(Forwarder); fwd && !f.Has(c) {
+		var zero T
+		return zero, false
+	}
+	return t, true
 }

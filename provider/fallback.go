@@ -39,7 +39,7 @@ func (p *Provider) invalid(op string, fe *driver.FieldError, attrs ...any) error
 // Images lists the images present on node.
 // Fallback: the node's Images from State; an unknown node is ErrNotFound.
 func (p *Provider) Images(ctx context.Context, node string) ([]driver.Image, error) {
-	if il, ok := p.d.(driver.ImageLister); ok {
+	if il, ok := driver.As[driver.ImageLister](p.d, driver.CapImages); ok {
 		return call(ctx, p, callOpts{op: "images", budget: readBudget, timed: true, attrs: []any{"node", node}},
 			func(ctx context.Context) ([]driver.Image, error) { return il.Images(ctx, node) })
 	}
@@ -75,7 +75,7 @@ func (p *Provider) Preload(ctx context.Context, image string, nodes []string, pr
 	if image == "" {
 		return p.invalid("preload", &driver.FieldError{Path: "image", Reason: "required"})
 	}
-	if pl, ok := p.d.(driver.Preloader); ok {
+	if pl, ok := driver.As[driver.Preloader](p.d, driver.CapPreload); ok {
 		_, err := call(ctx, p, callOpts{op: "preload", budget: writeBudget, long: true, attrs: []any{"image", image}},
 			func(ctx context.Context) (struct{}, error) {
 				return struct{}{}, pl.Preload(ctx, image, nodes, progress)
@@ -134,7 +134,7 @@ func (p *Provider) CheckSpec(spec *driver.Spec) error {
 }
 
 func (p *Provider) Resize(ctx context.Context, id string, r driver.Resources) error {
-	rs, ok := p.d.(driver.Resizer)
+	rs, ok := driver.As[driver.Resizer](p.d, driver.CapResize)
 	if !ok {
 		return p.unsupported("resize", "the driver cannot resize instances", "instance", id)
 	}
@@ -158,7 +158,7 @@ func (p *Provider) write1(ctx context.Context, op, id string, fn func(ctx contex
 // Start starts a stopped or exited instance.
 // Fallback: ErrUnsupported.
 func (p *Provider) Start(ctx context.Context, id string) error {
-	s, ok := p.d.(driver.Starter)
+	s, ok := driver.As[driver.Starter](p.d, driver.CapStart)
 	if !ok {
 		return p.unsupported("start", "the driver cannot start instances", "instance", id)
 	}
@@ -168,7 +168,7 @@ func (p *Provider) Start(ctx context.Context, id string) error {
 // Stop stops an instance gracefully, forcing it after grace.
 // Fallback: ErrUnsupported (never a delete).
 func (p *Provider) Stop(ctx context.Context, id string, grace time.Duration) error {
-	s, ok := p.d.(driver.Stopper)
+	s, ok := driver.As[driver.Stopper](p.d, driver.CapStop)
 	if !ok {
 		return p.unsupported("stop", "the driver cannot stop instances", "instance", id)
 	}
@@ -179,11 +179,11 @@ func (p *Provider) Stop(ctx context.Context, id string, grace time.Duration) err
 // Fallback: Stop with grace, then Start, when the driver has both (each
 // spends its own change from the write budget); else ErrUnsupported.
 func (p *Provider) Restart(ctx context.Context, id string, grace time.Duration) error {
-	if r, ok := p.d.(driver.Restarter); ok {
+	if r, ok := driver.As[driver.Restarter](p.d, driver.CapRestart); ok {
 		return p.write1(ctx, "restart", id, func(ctx context.Context) error { return r.Restart(ctx, id, grace) })
 	}
-	_, canStart := p.d.(driver.Starter)
-	_, canStop := p.d.(driver.Stopper)
+	_, canStart := driver.As[driver.Starter](p.d, driver.CapStart)
+	_, canStop := driver.As[driver.Stopper](p.d, driver.CapStop)
 	if !canStart || !canStop {
 		return p.unsupported("restart", "the driver can neither restart instances nor both stop and start them", "instance", id)
 	}
@@ -205,10 +205,10 @@ func (p *Provider) Kill(ctx context.Context, id string, signal string) error {
 	if fe := (*driver.FieldError)(nil); errors.As(err, &fe) {
 		return p.invalid("kill", fe, "instance", id)
 	}
-	if k, ok := p.d.(driver.Killer); ok {
+	if k, ok := driver.As[driver.Killer](p.d, driver.CapKill); ok {
 		return p.write1(ctx, "kill", id, func(ctx context.Context) error { return k.Kill(ctx, id, signal) })
 	}
-	if _, ok := p.d.(driver.Stopper); !ok || name != "KILL" {
+	if _, ok := driver.As[driver.Stopper](p.d, driver.CapStop); !ok || name != "KILL" {
 		return p.unsupported("kill", fmt.Sprintf("the driver cannot send signals; only KILL can be done as a stop with no grace, not %q", signal), "instance", id)
 	}
 	return p.Stop(ctx, id, 0)
@@ -217,7 +217,7 @@ func (p *Provider) Kill(ctx context.Context, id string, signal string) error {
 // Suspend pauses an instance.
 // Fallback: ErrUnsupported.
 func (p *Provider) Suspend(ctx context.Context, id string) error {
-	s, ok := p.d.(driver.Suspender)
+	s, ok := driver.As[driver.Suspender](p.d, driver.CapSuspend)
 	if !ok {
 		return p.unsupported("suspend", "the driver cannot suspend instances", "instance", id)
 	}
@@ -228,7 +228,7 @@ func (p *Provider) Suspend(ctx context.Context, id string) error {
 // gives driver.ErrNotSuspended.
 // Fallback: ErrUnsupported.
 func (p *Provider) Resume(ctx context.Context, id string) error {
-	s, ok := p.d.(driver.Suspender)
+	s, ok := driver.As[driver.Suspender](p.d, driver.CapSuspend)
 	if !ok {
 		return p.unsupported("resume", "the driver cannot resume instances", "instance", id)
 	}
@@ -240,7 +240,7 @@ func (p *Provider) Resume(ctx context.Context, id string) error {
 // when ctx ends or the instance ends.
 // Fallback: ErrUnsupported.
 func (p *Provider) Logs(ctx context.Context, id string, opts driver.LogOptions, stdout, stderr io.Writer) error {
-	lr, ok := p.d.(driver.LogReader)
+	lr, ok := driver.As[driver.LogReader](p.d, driver.CapLogs)
 	if !ok {
 		return p.unsupported("logs", "the driver cannot read logs", "instance", id)
 	}
@@ -256,7 +256,7 @@ func (p *Provider) Logs(ctx context.Context, id string, opts driver.LogOptions, 
 // it ends.
 // Fallback: ErrUnsupported.
 func (p *Provider) Attach(ctx context.Context, id string, opts driver.AttachOptions, stdin io.Reader, stdout, stderr io.Writer) error {
-	a, ok := p.d.(driver.Attacher)
+	a, ok := driver.As[driver.Attacher](p.d, driver.CapAttach)
 	if !ok {
 		return p.unsupported("attach", "the driver cannot attach to instances", "instance", id)
 	}
@@ -272,7 +272,7 @@ func (p *Provider) Attach(ctx context.Context, id string, opts driver.AttachOpti
 // ErrInvalid without calling the driver.
 // Fallback: ErrUnsupported.
 func (p *Provider) ResizeTTY(ctx context.Context, id string, size driver.TTYSize) error {
-	a, ok := p.d.(driver.Attacher)
+	a, ok := driver.As[driver.Attacher](p.d, driver.CapAttach)
 	if !ok {
 		return p.unsupported("resize-tty", "the driver cannot attach to instances", "instance", id)
 	}
@@ -285,7 +285,7 @@ func (p *Provider) ResizeTTY(ctx context.Context, id string, size driver.TTYSize
 // Usage measures one instance's live usage.
 // Fallback: ErrUnsupported; node usage is in State's InUse.
 func (p *Provider) Usage(ctx context.Context, id string) (*driver.Usage, error) {
-	u, ok := p.d.(driver.UsageReporter)
+	u, ok := driver.As[driver.UsageReporter](p.d, driver.CapUsage)
 	if !ok {
 		return nil, p.unsupported("usage", "the driver cannot measure instances; node usage is in State", "instance", id)
 	}
@@ -297,11 +297,11 @@ func (p *Provider) Usage(ctx context.Context, id string) (*driver.Usage, error) 
 // Fallback: the last 100 lines of Logs (stdout and stderr together) when the
 // driver reads logs; else ErrUnsupported.
 func (p *Provider) Console(ctx context.Context, id string) (string, error) {
-	if c, ok := p.d.(driver.ConsoleReader); ok {
+	if c, ok := driver.As[driver.ConsoleReader](p.d, driver.CapConsole); ok {
 		return call(ctx, p, callOpts{op: "console", budget: readBudget, timed: true, attrs: []any{"instance", id}},
 			func(ctx context.Context) (string, error) { return c.Console(ctx, id) })
 	}
-	if _, ok := p.d.(driver.LogReader); !ok {
+	if _, ok := driver.As[driver.LogReader](p.d, driver.CapLogs); !ok {
 		return "", p.unsupported("console", "the driver reads neither console output nor logs", "instance", id)
 	}
 	var buf lockedBuffer
@@ -338,7 +338,7 @@ func (b *lockedBuffer) String() string {
 // with an answer (ErrUnsupported, ErrInvalid, ...) ends the watch with that
 // error.
 func (p *Provider) Watch(ctx context.Context, fn func(driver.Event)) error {
-	if w, ok := p.d.(driver.EventWatcher); ok {
+	if w, ok := driver.As[driver.EventWatcher](p.d, driver.CapEvents); ok {
 		_, err := call(ctx, p, callOpts{op: "watch", long: true},
 			func(ctx context.Context) (struct{}, error) { return struct{}{}, w.Watch(ctx, fn) })
 		return err

@@ -158,7 +158,13 @@ func runFull(ctx context.Context, w *Workload, opt Options) (*Result, error) {
 	if err := checkFull(opt); err != nil {
 		return nil, err
 	}
-	back, err := sim.New(sim.Options{Pools: w.Nodes})
+	var back driver.Driver
+	var err error
+	if opt.Backend != nil {
+		back, err = opt.Backend(ctx, w.Nodes)
+	} else {
+		back, err = sim.New(sim.Options{Pools: w.Nodes})
+	}
 	if err != nil {
 		return nil, fmt.Errorf("sim back-end: %w", err)
 	}
@@ -229,7 +235,7 @@ func runFull(ctx context.Context, w *Workload, opt Options) (*Result, error) {
 // fullRunner replays a workload through a control plane.
 type fullRunner struct {
 	plane *control.Plane
-	back  *sim.Sim
+	back  driver.Driver
 	opt   Options
 	lg    *ledger
 	res   *Result
@@ -602,7 +608,7 @@ func (f *fullRunner) check(ctx context.Context) error {
 	// allocation, and a walk of a million snapshots 850 MB of garbage.
 	t := newTally(ps.Nodes)
 	n := 0
-	err = f.back.Placements(ctx, func(p *sim.Placement) error {
+	err = placements(ctx, f.back, func(p *sim.Placement) error {
 		t.add(p.Node, p.Resources)
 		if bad := f.misplaced1(t.byName, ps.Nodes, string(p.Instance), p.Node); bad {
 			f.misplaced[string(p.Instance)] = true
@@ -618,6 +624,24 @@ func (f *fullRunner) check(ctx context.Context) error {
 	}
 	f.res.Misplaced = len(f.misplaced)
 	f.res.BackendInstances = n
+	return nil
+}
+
+// placements walks the placements of what back holds: the sim's own walk,
+// or any other back-end's listing.
+func placements(ctx context.Context, back driver.Driver, fn func(*sim.Placement) error) error {
+	if s, ok := back.(*sim.Sim); ok {
+		return s.Placements(ctx, fn)
+	}
+	list, err := back.List(ctx, nil)
+	if err != nil {
+		return err
+	}
+	for _, in := range list {
+		if err := fn(&sim.Placement{Node: in.Node, Resources: in.Resources, Instance: []byte(in.Tags[driver.TagInstance])}); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

@@ -50,6 +50,10 @@ type Options struct {
 	// default) or StoreBolt, a bbolt file in a temporary directory that is
 	// removed after the run.
 	Store string
+	// Backend, when set, opens the back-end of a PathFull run in place of
+	// the in-process sim: a driver with the workload's nodes, such as the
+	// sim served by a plugin. The safety check then reads its listing.
+	Backend func(ctx context.Context, nodes []sim.Pool) (driver.Driver, error)
 }
 
 // Result is what a run measured. Placements are instances; requests are

@@ -423,3 +423,19 @@ func TestServerRefusesBadSchedulers(t *testing.T) {
 		}
 	}
 }
+
+// TestDriversListsPlugins: `berth drivers` shows a plugin's driver with
+// its version, binary and provider, and its options without flags.
+func TestDriversListsPlugins(t *testing.T) {
+	e := testEnv(t, api.Options{Plugins: func() []api.DriverInfo {
+		return []api.DriverInfo{{Name: "ours", Summary: "our cloud", Version: "2.1.0", Plugin: "/opt/ours", Provider: "north",
+			Options: []driver.Option{{Name: "region", Type: "string", Help: "where"}}}}
+	}})
+	code, out, errOut := berth(t, e.HTTP.URL, "drivers")
+	if code != 0 || !strings.Contains(out, "ours 2.1.0 (plugin /opt/ours, provider north): our cloud") || !strings.Contains(out, "region") || strings.Contains(out, "--ours-region") {
+		t.Fatalf("drivers: exit %d, %q %q", code, out, errOut)
+	}
+	if !strings.Contains(out, "--sim-nodes") {
+		t.Fatalf("drivers lost the registered drivers: %q", out)
+	}
+}

@@ -31,6 +31,7 @@ import (
 	_ "github.com/berth-dev/berth/drivers/docker"
 	_ "github.com/berth-dev/berth/drivers/kubernetes"
 	_ "github.com/berth-dev/berth/drivers/local"
+	_ "github.com/berth-dev/berth/drivers/plugin"
 	_ "github.com/berth-dev/berth/drivers/sim"
 	_ "github.com/berth-dev/berth/drivers/vm"
 )

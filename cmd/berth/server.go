@@ -28,6 +28,7 @@ import (
 	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/dockerapi"
 	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/driver/plugin"
 	"github.com/berth-dev/berth/leader"
 	"github.com/berth-dev/berth/metrics"
 	"github.com/berth-dev/berth/provider"
@@ -358,6 +359,7 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 		MaxBodySize: int64(cfg.MaxBodySize), MaxCount: cfg.MaxCount, Logger: log,
 		Tokens: tokens, LoopbackOnly: loopback, AllowedOrigins: cfg.AllowedOrigins,
 		Rate: cfg.TokenRate, Burst: cfg.TokenBurst, MaxStreams: cfg.MaxStreams,
+		Plugins: func() []api.DriverInfo { return pluginDrivers(providers) },
 	}
 	// front serves the API and the dashboard of one plane.
 	type front struct {
@@ -680,6 +682,25 @@ func openProviders(ctx context.Context, cfg *config.Config, log *slog.Logger, m 
 		out = append(out, p)
 	}
 	return out, nil
+}
+
+// pluginDrivers describes the driver each provider served by a plugin
+// runs, as the plugin describes it.
+func pluginDrivers(ps []*provider.Provider) []api.DriverInfo {
+	var out []api.DriverInfo
+	for _, p := range ps {
+		pd, ok := p.Driver().(*plugin.Driver)
+		if !ok {
+			continue
+		}
+		info := pd.Info()
+		opts := info.Options
+		if opts == nil {
+			opts = []driver.Option{}
+		}
+		out = append(out, api.DriverInfo{Name: info.Name, Summary: info.Summary, Options: opts, Provider: p.Name(), Plugin: pd.Path(), Version: info.Version})
+	}
+	return out
 }
 
 func closeProviders(ps []*provider.Provider, log *slog.Logger) {

@@ -1185,10 +1185,17 @@ func driversCmd(c *cli) *cobra.Command {
 				if i > 0 {
 					fmt.Fprintln(c.stdout)
 				}
-				fmt.Fprintf(c.stdout, "%s: %s\n", d.Name, d.Summary)
+				flag := func(o driver.Option) string { return "--" + driver.FlagName(d.Name, o) }
+				if d.Plugin != "" {
+					// A plugin's options are set in its provider's options.options.
+					fmt.Fprintf(c.stdout, "%s %s (plugin %s, provider %s): %s\n", d.Name, d.Version, d.Plugin, d.Provider, d.Summary)
+					flag = func(driver.Option) string { return "-" }
+				} else {
+					fmt.Fprintf(c.stdout, "%s: %s\n", d.Name, d.Summary)
+				}
 				tw := table(c.stdout, "  OPTION", "TYPE", "DEFAULT", "FLAG", "HELP")
 				for _, o := range d.Options {
-					row(tw, "  "+o.Name, o.Type, o.Default, "--"+driver.FlagName(d.Name, o), o.Help)
+					row(tw, "  "+o.Name, o.Type, o.Default, flag(o), o.Help)
 				}
 				if err := tw.Flush(); err != nil {
 					return err

@@ -321,7 +321,7 @@ func (s *suite) startOne(t *testing.T, suffix string) *driver.Instance {
 	nodes := s.onlineNodes(t)
 	inst := s.create(t, nodes[0], s.spec(s.name(suffix), nil))
 	inst = s.waitState(t, inst.ID, "running", is(driver.StateRunning))
-	if lr, ok := s.d.(driver.LogReader); ok {
+	if lr, ok := driver.As[driver.LogReader](s.d, driver.CapLogs); ok {
 		ctx := s.ctx(t)
 		var out *SyncBuffer
 		up := poll(ctx, func() bool {
