@@ -18,6 +18,7 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/api/types/network"
 
+	"github.com/berth-dev/berth/api"
 	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/reconciler"
@@ -240,7 +241,11 @@ func splitList(v string) []string {
 // create stores a container to be started: nothing is placed until start.
 func (s *Server) create(w http.ResponseWriter, r *http.Request) error {
 	var cr container.CreateRequest
-	if err := json.NewDecoder(r.Body).Decode(&cr); err != nil {
+	body, err := api.ReadBody(w, r.Body)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(body, &cr); err != nil {
 		return badRequest("decode the container: %v", err)
 	}
 	name := r.URL.Query().Get("name")
