@@ -569,7 +569,11 @@ func (s *Server) stop(w http.ResponseWriter, r *http.Request) error {
 		w.WriteHeader(http.StatusNotModified)
 		return nil
 	}
-	if err := s.plane.Stop(r.Context(), c.id, grace); err != nil {
+	stop := s.plane.Stop
+	if api.LongGrace(grace, s.writeTimeout) {
+		stop = s.plane.StopLater
+	}
+	if err := stop(r.Context(), c.id, grace); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
