@@ -569,13 +569,22 @@ func (s *Server) stop(w http.ResponseWriter, r *http.Request) error {
 		w.WriteHeader(http.StatusNotModified)
 		return nil
 	}
-	stop := s.plane.Stop
 	if api.LongGrace(grace, s.writeTimeout) {
-		stop = s.plane.StopLater
+		if err := s.plane.StopLater(r.Context(), c.id, grace); err != nil {
+			return err
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
 	}
-	if err := stop(r.Context(), c.id, grace); err != nil {
+	if err := s.plane.Stop(r.Context(), c.id, grace); err != nil {
 		return err
 	}
+	// A container still being created (docker stop right after run -d) is
+	// stopped once it is: as the Engine, answer once it has stopped. One
+	// that takes longer goes on, and its stop with it.
+	ctx, cancel := context.WithTimeout(r.Context(), s.stopWait())
+	defer cancel()
+	_, _ = s.waitFor(ctx, c.id, func(in control.Instance) bool { return in.Want == "" && in.Phase != reconciler.Stopping })
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
@@ -660,6 +669,15 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request) error {
 
 // removeWait bounds how long rm waits for the back-end resource to go.
 const removeWait = 30 * time.Second
+
+// stopWait bounds how long stop waits for a container still being created
+// to be stopped: removeWait, within half the answer's deadline.
+func (s *Server) stopWait() time.Duration {
+	if s.writeTimeout > 0 {
+		return min(removeWait, s.writeTimeout/2)
+	}
+	return removeWait
+}
 
 // dockerState maps a Berth phase to a Docker container state.
 func dockerState(in control.Instance) container.ContainerState {

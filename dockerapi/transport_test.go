@@ -2,11 +2,15 @@ package dockerapi_test
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
+
+	"github.com/berth-dev/berth/reconciler"
 )
 
 // TestTransportErrorsAre4xx: a create whose body is truncated or arrives
@@ -53,5 +57,29 @@ func TestTransportErrorsAre4xx(t *testing.T) {
 				t.Fatalf("got %d %s, want %d", resp.StatusCode, raw, c.status)
 			}
 		})
+	}
+}
+
+// TestStopRightAfterRun: docker stop right after docker run -d (which
+// answers once the container is placed, while the back-end still creates
+// it) is accepted and answered once the container has stopped.
+func TestStopRightAfterRun(t *testing.T) {
+	e := setup(t)
+	id := strings.TrimSpace(e.must(t, "run", "-d", "--name", "quick", helloImage))
+	if in, err := e.plane.Instance(context.Background(), id); err == nil {
+		t.Logf("stopping the container while it is %s", in.Phase)
+	}
+	if out, errs, code := e.docker(t, "stop", id); code != 0 {
+		t.Fatalf("docker stop right after run -d: exit %d, %s %s", code, out, errs)
+	}
+	in, err := e.plane.Instance(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.Phase != reconciler.Stopped && in.Phase != reconciler.Exited {
+		t.Fatalf("after docker stop the container is %s (want %q), want stopped", in.Phase, in.Want)
+	}
+	if st := strings.TrimSpace(e.must(t, "inspect", "--format", "{{.State.Status}}", id)); st != "exited" {
+		t.Errorf("docker inspect shows %s, want exited", st)
 	}
 }
