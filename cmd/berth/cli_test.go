@@ -240,8 +240,11 @@ func TestSuspendHoldAndStatsVerbs(t *testing.T) {
 		{[]string{"suspend", "web"}, exitOK, reconciler.Suspended},
 		{[]string{"pause", "web"}, exitOK, reconciler.Suspended},
 		{[]string{"resume", "web"}, exitOK, reconciler.Running},
-		{[]string{"resume", "web"}, exitConflict, reconciler.Running},
-		{[]string{"unpause", "web"}, exitConflict, reconciler.Running},
+		{[]string{"resume", "web"}, exitOK, reconciler.Running}, // resumed already
+		{[]string{"unpause", "web"}, exitOK, reconciler.Running},
+		{[]string{"stop", "web"}, exitOK, reconciler.Stopped},
+		{[]string{"resume", "web"}, exitConflict, reconciler.Stopped}, // not suspended: start it
+		{[]string{"start", "web"}, exitOK, reconciler.Running},
 		{[]string{"suspend", "nosuch"}, exitNotFound, reconciler.Running},
 		{[]string{"hold", "web", "--for", "0s"}, exitInvalid, reconciler.Running},
 		{[]string{"hold", "web", "--for", "1000h"}, exitInvalid, reconciler.Running},
