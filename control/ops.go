@@ -89,6 +89,9 @@ func (s *state) delete(ctx context.Context, ref string) error {
 		return err
 	}
 	_, _, err = s.apply(ctx, in.ID, reconciler.Event{Kind: reconciler.DeleteRequested})
+	if err == nil {
+		s.graces.Delete(in.ID) // no stop of it is to come
+	}
 	return err
 }
 

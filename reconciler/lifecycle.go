@@ -17,6 +17,10 @@
 //	running   → held        kept until an expiry, then deleted (Nodepool's hold)
 //	running   ⇄ suspended   paused on request, or seen paused; resumed likewise
 //	failed                  permanent failure or out of attempts
+//
+// A user's verb (Verb) is accepted in every phase where it can mean
+// something: what the instance cannot take yet is recorded on it (Want)
+// and done by Step once it can.
 package reconciler
 
 import (
