@@ -92,10 +92,7 @@ func TestStopLongerThanTheAnswerIsAccepted(t *testing.T) {
 	}
 	// The reconciler carries the stop out: SIGTERM is ignored, SIGKILL
 	// after the grace ends the process.
-	waitUntil(t, "the instance to stop", func() bool {
-		in, err := c.Instance(ctx, "stubborn")
-		return err == nil && in.Phase == reconciler.Stopped
-	})
+	waitPhase(t, c, "stubborn", reconciler.Stopped)
 	if processAlive(pid) {
 		t.Fatalf("process %d still runs after the stop", pid)
 	}
