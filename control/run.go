@@ -125,6 +125,9 @@ type runtime struct {
 	// outcomes carries the results of finished operations to the writers,
 	// which store many of them in one transaction.
 	outcomes chan outcome
+	// long are the stops with a long grace, made off the workers; Run
+	// waits for them (they end with its context).
+	long sync.WaitGroup
 }
 
 type nodeSeen struct {
@@ -215,6 +218,7 @@ func (s *state) run(ctx context.Context) error {
 	wg.Go(func() { s.collector(ctx) })
 	wg.Go(func() { s.usageLoop(ctx) })
 	wg.Wait()
+	rt.long.Wait()
 	// Operations still in flight ended with ctx; the next Run resumes
 	// them.
 	return ctx.Err()
@@ -1192,23 +1196,35 @@ func (s *state) workStopStart(ctx context.Context, rt *runtime, t *task) {
 		rt.finish(t)
 		return
 	}
-	grace := defaultStopGrace
 	if t.kind == taskStop {
-		if g, ok := s.graces.LoadAndDelete(t.id); ok {
+		grace := defaultStopGrace
+		g, kept := s.graces.LoadAndDelete(t.id)
+		if kept {
 			grace = g.(time.Duration)
 		}
+		stop := func() {
+			cctx, cancel := context.WithTimeout(ctx, callTimeout+grace)
+			defer cancel()
+			err := t.prov.Stop(cctx, in.BackendID, grace)
+			ev := reconciler.Event{Kind: reconciler.StopDone}
+			if err != nil {
+				ev = reconciler.Event{Kind: reconciler.StopFailed, Err: err}
+			}
+			s.feed(ctx, rt, t, ev, true)
+		}
+		if kept {
+			// A grace kept by StopLater, for a stop too long to wait
+			// for, does not hold a worker: creates and deletes go on
+			// meanwhile.
+			rt.long.Go(stop)
+			return
+		}
+		stop()
+		return
 	}
-	cctx, cancel := context.WithTimeout(ctx, callTimeout+grace)
+	cctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	switch t.kind {
-	case taskStop:
-		err := t.prov.Stop(cctx, in.BackendID, grace)
-		ev := reconciler.Event{Kind: reconciler.StopDone}
-		if err != nil {
-			ev = reconciler.Event{Kind: reconciler.StopFailed, Err: err}
-		}
-		s.feed(ctx, rt, t, ev, true)
-		return
 	case taskSuspend:
 		err := t.prov.Suspend(cctx, in.BackendID)
 		ev := reconciler.Event{Kind: reconciler.SuspendDone}

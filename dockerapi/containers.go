@@ -581,10 +581,13 @@ func (s *Server) stop(w http.ResponseWriter, r *http.Request) error {
 	}
 	// A container still being created (docker stop right after run -d) is
 	// stopped once it is: as the Engine, answer once it has stopped. One
-	// that takes longer goes on, and its stop with it.
+	// that takes longer goes on, and its stop with it; one waiting for
+	// room is answered at once.
 	ctx, cancel := context.WithTimeout(r.Context(), s.stopWait())
 	defer cancel()
-	_, _ = s.waitFor(ctx, c.id, func(in control.Instance) bool { return in.Want == "" && in.Phase != reconciler.Stopping })
+	_, _ = s.waitFor(ctx, c.id, func(in control.Instance) bool {
+		return in.Phase == reconciler.Pending || in.Want == "" && in.Phase != reconciler.Stopping
+	})
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
