@@ -72,7 +72,9 @@ func TestVerbsInEveryPhase(t *testing.T) {
 			reconciler.VerbDelete: ok(deleted),
 		},
 		stopping: {
-			reconciler.VerbStop: same(stopped), reconciler.VerbKill: ok(stopped), reconciler.VerbStart: ok(running),
+			// A kill while the stop waits ends the process: the back-end
+			// shows it exited.
+			reconciler.VerbStop: same(stopped), reconciler.VerbKill: ok(exited), reconciler.VerbStart: ok(running),
 			reconciler.VerbRestart: ok(running), reconciler.VerbSuspend: same(stopped), reconciler.VerbResume: refused(notSuspended, stopped),
 			reconciler.VerbDelete: ok(deleted),
 		},
