@@ -96,12 +96,13 @@ type Options struct {
 // when zero: the server's default (config.DefaultWriteTimeout).
 const DefaultWriteTimeout = 60 * time.Second
 
-// LongGrace reports whether a stop with grace is longer than an answer
-// due within writeTimeout (0: DefaultWriteTimeout) can wait: more than
-// half of it, the other half being the back-end's (CallTimeout). Such a
-// stop is answered 202 once stored, the instance stopping, and carried out
-// by the reconciler (control.Plane.StopLater): a client is never left with
-// a timeout while the stop goes on, or does not.
+// LongGrace reports whether a stop or restart with grace is longer than
+// an answer due within writeTimeout (0: DefaultWriteTimeout) can wait:
+// more than half of it, the other half being the back-end's
+// (CallTimeout). Such a stop is answered 202 once stored, the instance
+// stopping, and carried out by the reconciler (control.Plane.StopLater,
+// RestartLater): a client is never left with a timeout while the stop
+// goes on, or does not.
 func LongGrace(grace, writeTimeout time.Duration) bool {
 	if writeTimeout <= 0 {
 		writeTimeout = DefaultWriteTimeout
@@ -666,7 +667,11 @@ func (s *Server) restart(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := s.plane.Restart(r.Context(), in.ID, grace); err != nil {
+	restart := s.plane.Restart
+	if LongGrace(grace, s.writeTimeout) {
+		restart = s.plane.RestartLater
+	}
+	if err := restart(r.Context(), in.ID, grace); err != nil {
 		return err
 	}
 	return s.afterChange(w, r, in.ID, http.StatusAccepted)

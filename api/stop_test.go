@@ -27,7 +27,8 @@ import (
 // SIGTERM, is answered 202 with the instance stopping, and then carried
 // out: the process is killed once the grace is over and the instance is
 // stopped. (Before, the back-end's call timeout cut the stop with a 504
-// and left the process running.)
+// and left the process running.) A restart with as long a grace is
+// answered likewise, and the instance runs again once stopped.
 func TestStopLongerThanTheAnswerIsAccepted(t *testing.T) {
 	dir := t.TempDir()
 	e := apitest.StartWith(t, memory.New(memory.Options{}), nil, api.Options{WriteTimeout: 4 * time.Second}, func(c *control.Config) {
@@ -96,6 +97,44 @@ func TestStopLongerThanTheAnswerIsAccepted(t *testing.T) {
 	if processAlive(pid) {
 		t.Fatalf("process %d still runs after the stop", pid)
 	}
+
+	// A restart with as long a grace: answered at once, the instance
+	// started again once the stop is over.
+	if _, err := c.Start(ctx, "stubborn"); err != nil {
+		t.Fatal(err)
+	}
+	first := pid
+	waitUntil(t, "the process to run again", func() bool {
+		b, _ := os.ReadFile(pidFile)
+		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		return pid != first && processAlive(pid)
+	})
+	req, err = http.NewRequest(http.MethodPost, e.HTTP.URL+"/v1/instances/stubborn/restart?grace=5s", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+e.Token)
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&in); err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusAccepted || in.Phase != reconciler.Stopping || in.Want != reconciler.Running {
+		t.Fatalf("restart with a long grace: %d, the instance %s (want %q); want 202, stopping, to run", resp.StatusCode, in.Phase, in.Want)
+	}
+	second := pid
+	waitUntil(t, "the process to run once more", func() bool {
+		b, _ := os.ReadFile(pidFile)
+		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		return pid != second && processAlive(pid)
+	})
+	if processAlive(second) {
+		t.Fatalf("process %d still runs after the restart", second)
+	}
+	waitPhase(t, c, "stubborn", reconciler.Running)
 }
 
 // waitUntil polls cond; the limit only guards against a hung test.

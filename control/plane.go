@@ -522,6 +522,16 @@ func (p *Plane) StopLater(ctx context.Context, ref string, grace time.Duration) 
 // can (reconciler.Verb).
 func (p *Plane) Start(ctx context.Context, ref string) error { return p.start(ctx, ref) }
 
+// RestartLater is Restart for a grace longer than the caller can wait:
+// StopLater, then a start, which the stopping instance takes once it has
+// stopped (reconciler.Verb).
+func (p *Plane) RestartLater(ctx context.Context, ref string, grace time.Duration) error {
+	if err := p.stop(ctx, ref, grace, true); err != nil {
+		return err
+	}
+	return p.start(ctx, ref)
+}
+
 // Restart restarts the instance (reconciler.Verb).
 func (p *Plane) Restart(ctx context.Context, ref string, grace time.Duration) error {
 	return p.restart(ctx, ref, grace)

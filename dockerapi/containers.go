@@ -605,6 +605,10 @@ func (s *Server) restart(w http.ResponseWriter, r *http.Request) error {
 		if err := s.submit(r.Context(), c.id, c.created); err != nil {
 			return err
 		}
+	} else if api.LongGrace(grace, s.writeTimeout) {
+		if err := s.plane.RestartLater(r.Context(), c.id, grace); err != nil {
+			return err
+		}
 	} else if err := s.plane.Restart(r.Context(), c.id, grace); err != nil {
 		return err
 	}
