@@ -57,7 +57,13 @@ const (
 
 // Error codes beyond the driver vocabulary.
 const (
-	CodeTooLarge         = "too_large"
+	CodeTooLarge = "too_large"
+	// CodeBadBody: the request body was truncated or badly framed
+	// (BodyError).
+	CodeBadBody = "bad_body"
+	// CodeRequestTimeout: the request body did not arrive within the
+	// server's read timeout (BodyError).
+	CodeRequestTimeout   = "request_timeout"
 	CodeMethodNotAllowed = "method_not_allowed"
 	CodeUnavailable      = "unavailable"
 	// CodeCompacted: the events asked for are older than the history the
@@ -122,6 +128,16 @@ func toError(err error) *Error {
 	if errors.Is(err, auth.ErrForbidden) {
 		// Before the codes: a refusal may name a field, which is ErrInvalid.
 		e.Code, e.Status = CodeForbidden, http.StatusForbidden
+		return e
+	}
+	// Before the sentinels and the context's errors: a body cut by the
+	// read deadline is the client's delay, not the server's.
+	var be *BodyError
+	if errors.As(err, &be) {
+		e.Code, e.Status = CodeBadBody, http.StatusBadRequest
+		if be.Timeout() {
+			e.Code, e.Status = CodeRequestTimeout, http.StatusRequestTimeout
+		}
 		return e
 	}
 	for _, c := range codes {

@@ -89,6 +89,28 @@ type Options struct {
 	// token may hold open (0: DefaultStreams); the server holds at most 8
 	// times it.
 	MaxStreams int
+	// WriteTimeout is the HTTP server's write timeout, the deadline of
+	// every answer (0: DefaultWriteTimeout). A stop whose grace it cannot
+	// wait out (LongGrace) is answered once stored and carried out after.
+	WriteTimeout time.Duration
+}
+
+// DefaultWriteTimeout is the write timeout Options.WriteTimeout stands for
+// when zero: the server's default (config.DefaultWriteTimeout).
+const DefaultWriteTimeout = 60 * time.Second
+
+// LongGrace reports whether a stop or restart with grace is longer than
+// an answer due within writeTimeout (0: DefaultWriteTimeout) can wait:
+// more than half of it, the other half being the back-end's
+// (CallTimeout). Such a stop is answered 202 once stored, the instance
+// stopping, and carried out by the reconciler (control.Plane.StopLater,
+// RestartLater): a client is never left with a timeout while the stop
+// goes on, or does not.
+func LongGrace(grace, writeTimeout time.Duration) bool {
+	if writeTimeout <= 0 {
+		writeTimeout = DefaultWriteTimeout
+	}
+	return grace > writeTimeout/2
 }
 
 // Server serves the API over a plane. It is an http.Handler.
@@ -104,6 +126,7 @@ type Server struct {
 	maxBody      int64
 	maxCount     int
 	pageSize     int
+	writeTimeout time.Duration
 	mux          *http.ServeMux
 
 	routeList []Route
@@ -114,7 +137,7 @@ type Server struct {
 
 // New returns the API server for plane.
 func New(plane *control.Plane, opts Options) *Server {
-	s := &Server{plane: plane, log: opts.Logger, maxBody: opts.MaxBodySize, maxCount: opts.MaxCount, pageSize: opts.PageSize, mux: http.NewServeMux(), closing: make(chan struct{}),
+	s := &Server{plane: plane, log: opts.Logger, maxBody: opts.MaxBodySize, maxCount: opts.MaxCount, pageSize: opts.PageSize, writeTimeout: opts.WriteTimeout, mux: http.NewServeMux(), closing: make(chan struct{}),
 		auditLog: opts.AuditLog, tokens: opts.Tokens, guard: newGuard(opts), loopbackOnly: opts.LoopbackOnly, origins: slices.Clone(opts.AllowedOrigins), plugins: opts.Plugins}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -612,7 +635,11 @@ func (s *Server) stop(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := s.plane.Stop(r.Context(), in.ID, grace); err != nil {
+	stop := s.plane.Stop
+	if LongGrace(grace, s.writeTimeout) {
+		stop = s.plane.StopLater
+	}
+	if err := stop(r.Context(), in.ID, grace); err != nil {
 		return err
 	}
 	return s.afterChange(w, r, in.ID, http.StatusAccepted)
@@ -644,7 +671,11 @@ func (s *Server) restart(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := s.plane.Restart(r.Context(), in.ID, grace); err != nil {
+	restart := s.plane.Restart
+	if LongGrace(grace, s.writeTimeout) {
+		restart = s.plane.RestartLater
+	}
+	if err := restart(r.Context(), in.ID, grace); err != nil {
 		return err
 	}
 	return s.afterChange(w, r, in.ID, http.StatusAccepted)

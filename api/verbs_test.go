@@ -56,10 +56,21 @@ func TestSuspendResumeHoldAndStats(t *testing.T) {
 	if err != nil || in.Phase != reconciler.Running {
 		t.Fatalf("resume: %+v, %v; want it running", in, err)
 	}
+	// Resumed already: nothing to do.
+	if in, err = e.client.Resume(ctx, "web"); err != nil || in.Phase != reconciler.Running {
+		t.Errorf("resume of a running instance: %+v, %v; want it running, nothing done", in, err)
+	}
+	// Stopped: not suspended, and a resume does not start it.
+	if _, err := e.client.Stop(ctx, "web", 0); err != nil {
+		t.Fatal(err)
+	}
 	var ae *api.Error
 	_, err = e.client.Resume(ctx, "web")
 	if !errors.Is(err, driver.ErrNotSuspended) || !errors.As(err, &ae) || ae.Status != http.StatusConflict {
-		t.Errorf("resume of a running instance: %v, want 409 not suspended", err)
+		t.Errorf("resume of a stopped instance: %v, want 409 not suspended", err)
+	}
+	if _, err := e.client.Start(ctx, "web"); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := e.client.Suspend(ctx, "nope"); !errors.Is(err, driver.ErrNotFound) {
 		t.Errorf("suspend of an unknown instance: %v, want not found", err)

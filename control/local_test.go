@@ -125,8 +125,12 @@ func TestLocalProcessesRunLogAndEnd(t *testing.T) {
 	if err != nil || len(left) != 0 {
 		t.Fatalf("back-end still holds %v (%v)", left, err)
 	}
-	if err := p2.Stop(ctx, "echo", 0); !errors.Is(err, driver.ErrInvalid) {
-		t.Fatalf("stop of a deleted instance: %v", err)
+	// A stop is satisfied already; a start can never apply.
+	if err := p2.Stop(ctx, "echo", 0); err != nil {
+		t.Fatalf("stop of a deleted instance: %v, want nothing done", err)
+	}
+	if err := p2.Start(ctx, "echo"); !errors.Is(err, driver.ErrInvalid) || !strings.Contains(err.Error(), "deleted") {
+		t.Fatalf("start of a deleted instance: %v, want invalid naming the phase", err)
 	}
 }
 

@@ -89,6 +89,9 @@ func (s *state) delete(ctx context.Context, ref string) error {
 		return err
 	}
 	_, _, err = s.apply(ctx, in.ID, reconciler.Event{Kind: reconciler.DeleteRequested})
+	if err == nil {
+		s.graces.Delete(in.ID) // no stop of it is to come
+	}
 	return err
 }
 
@@ -122,26 +125,58 @@ func (s *state) live(ref string) (reconciler.Instance, *provider.Provider, error
 	return in, p, err
 }
 
-// stop is Plane.Stop.
-func (s *state) stop(ctx context.Context, ref string, grace time.Duration) error {
-	in, p, err := s.live(ref)
+// target returns the instance named ref for verb v, or why v can never
+// apply to it (reconciler.Refusal, naming its phase).
+func (s *state) target(ref string, v reconciler.Verb) (reconciler.Instance, error) {
+	if err := s.refuse(); err != nil {
+		return reconciler.Instance{}, err
+	}
+	in, err := s.find(ref)
+	if err != nil {
+		return in, err
+	}
+	return in, reconciler.Refusal(&in, v)
+}
+
+// backend returns the provider of in, which has a back-end resource.
+func (s *state) backend(in reconciler.Instance) (*provider.Provider, error) {
+	if in.BackendID == "" {
+		return nil, driver.Errorf(driver.ErrInvalid, "instance %s is %s and has no back-end resource", in.ID, in.Phase)
+	}
+	return s.provider(in.Provider)
+}
+
+// stop is Plane.Stop, and with later Plane.StopLater: the stop is stored,
+// then made by the reconciler with grace rather than here. An instance not
+// created yet is stopped once it is (reconciler.Verb); a suspended one is
+// resumed first.
+func (s *state) stop(ctx context.Context, ref string, grace time.Duration, later bool) error {
+	in, err := s.target(ref, reconciler.VerbStop)
 	if err != nil {
 		return err
 	}
-	if in.Phase == reconciler.Stopped {
-		return nil
-	}
-	got, acts, err := s.apply(ctx, in.ID, reconciler.Event{Kind: reconciler.StopRequested}, reconciler.Stop)
-	if err != nil {
-		return err
-	}
-	if len(acts) == 0 {
-		if got.Phase == reconciler.Suspended {
-			return driver.Errorf(driver.ErrInvalid, "instance %s is suspended: resume it before stopping it", in.ID)
+	if in.Phase == reconciler.Suspended {
+		if err := s.resume(ctx, in.ID); err != nil && !errors.Is(err, driver.ErrNotSuspended) {
+			return err
 		}
-		return driver.Errorf(driver.ErrInvalid, "instance %s is %s: only a running instance can be stopped", in.ID, got.Phase)
 	}
-	if err := p.Stop(ctx, in.BackendID, grace); err != nil {
+	if later {
+		s.stopGrace(in.ID, grace)
+	}
+	direct := []reconciler.ActionKind{reconciler.Stop}
+	if later {
+		direct = nil
+	}
+	got, acts, err := s.apply(ctx, in.ID, reconciler.Event{Kind: reconciler.StopRequested}, direct...)
+	if err != nil || len(acts) == 0 {
+		// Recorded for later, or satisfied already.
+		return err
+	}
+	p, err := s.backend(got)
+	if err != nil {
+		return err
+	}
+	if err := p.Stop(ctx, got.BackendID, grace); err != nil {
 		_, _, _ = s.apply(context.WithoutCancel(ctx), in.ID, reconciler.Event{Kind: reconciler.StopFailed, Err: err})
 		return err
 	}
@@ -149,23 +184,26 @@ func (s *state) stop(ctx context.Context, ref string, grace time.Duration) error
 	return err
 }
 
-// start is Plane.Start.
+// start is Plane.Start. A suspended instance is resumed; a failed one is
+// created again; one not created yet or stopping is started when it can
+// be (reconciler.Verb).
 func (s *state) start(ctx context.Context, ref string) error {
-	in, p, err := s.live(ref)
+	in, err := s.target(ref, reconciler.VerbStart)
 	if err != nil {
 		return err
 	}
-	if in.Phase == reconciler.Running {
-		return nil
+	if in.Phase == reconciler.Suspended {
+		return s.resume(ctx, in.ID)
 	}
 	got, acts, err := s.apply(ctx, in.ID, reconciler.Event{Kind: reconciler.StartRequested}, reconciler.Start)
+	if err != nil || len(acts) == 0 {
+		return err
+	}
+	p, err := s.backend(got)
 	if err != nil {
 		return err
 	}
-	if len(acts) == 0 {
-		return driver.Errorf(driver.ErrInvalid, "instance %s is %s: only a stopped or exited instance can be started", in.ID, got.Phase)
-	}
-	if err := p.Start(ctx, in.BackendID); err != nil {
+	if err := p.Start(ctx, got.BackendID); err != nil {
 		_, _, _ = s.apply(context.WithoutCancel(ctx), in.ID, reconciler.Event{Kind: reconciler.StartFailed, Err: err})
 		return err
 	}
@@ -175,18 +213,23 @@ func (s *state) start(ctx context.Context, ref string) error {
 
 // suspend is Plane.Suspend. The back-end pauses the instance first; the
 // record follows. Should the plane stop in between, sync sees the paused
-// instance and records it all the same.
+// instance and records it all the same. An instance not created yet is
+// suspended once it is; where nothing runs it is satisfied already.
 func (s *state) suspend(ctx context.Context, ref string) error {
-	in, p, err := s.live(ref)
+	in, err := s.target(ref, reconciler.VerbSuspend)
 	if err != nil {
 		return err
 	}
-	switch in.Phase {
-	case reconciler.Suspended:
+	switch {
+	case in.Unborn():
+		_, _, err = s.apply(ctx, in.ID, reconciler.Event{Kind: reconciler.SuspendRequested})
+		return err
+	case in.Phase != reconciler.Running:
 		return nil
-	case reconciler.Running:
-	default:
-		return driver.Errorf(driver.ErrInvalid, "instance %s is %s: only a running instance can be suspended", in.ID, in.Phase)
+	}
+	p, err := s.backend(in)
+	if err != nil {
+		return err
 	}
 	if err := p.Suspend(ctx, in.BackendID); err != nil {
 		return err
@@ -195,19 +238,21 @@ func (s *state) suspend(ctx context.Context, ref string) error {
 	return err
 }
 
-// resume is Plane.Resume.
+// resume is Plane.Resume. An instance not created yet forgets a suspend
+// asked before; a running or held one is satisfied already.
 func (s *state) resume(ctx context.Context, ref string) error {
-	if err := s.refuse(); err != nil {
-		return err
-	}
-	in, err := s.find(ref)
+	in, err := s.target(ref, reconciler.VerbResume)
 	if err != nil {
 		return err
 	}
-	if in.Phase != reconciler.Suspended {
-		return driver.Errorf(driver.ErrNotSuspended, "instance %s is %s", in.ID, in.Phase)
+	switch {
+	case in.Unborn():
+		_, _, err = s.apply(ctx, in.ID, reconciler.Event{Kind: reconciler.ResumeRequested})
+		return err
+	case in.Phase != reconciler.Suspended:
+		return nil
 	}
-	in, p, err := s.live(in.ID)
+	p, err := s.backend(in)
 	if err != nil {
 		return err
 	}
@@ -220,9 +265,22 @@ func (s *state) resume(ctx context.Context, ref string) error {
 	return err
 }
 
-// restart is Plane.Restart.
+// restart is Plane.Restart. An instance with a back-end resource that runs
+// or can run is restarted by its back-end; the others step (a failed one
+// is created again, a stopping one started once stopped, one not created
+// yet will run).
 func (s *state) restart(ctx context.Context, ref string, grace time.Duration) error {
-	in, p, err := s.live(ref)
+	in, err := s.target(ref, reconciler.VerbRestart)
+	if err != nil {
+		return err
+	}
+	switch in.Phase {
+	case reconciler.Running, reconciler.Held, reconciler.Stopped, reconciler.Exited, reconciler.Suspended:
+	default:
+		_, _, err = s.apply(ctx, in.ID, reconciler.Event{Kind: reconciler.RestartRequested})
+		return err
+	}
+	p, err := s.backend(in)
 	if err != nil {
 		return err
 	}
@@ -235,14 +293,38 @@ func (s *state) restart(ctx context.Context, ref string, grace time.Duration) er
 	return err
 }
 
-// kill is Plane.Kill.
+// kill is Plane.Kill. An instance not created yet is stopped once it is,
+// for a signal that ends a process (KILL, TERM, INT, QUIT); where nothing
+// runs the kill is satisfied already.
 func (s *state) kill(ctx context.Context, ref, signal string) error {
-	in, p, err := s.live(ref)
+	in, err := s.target(ref, reconciler.VerbKill)
 	if err != nil {
 		return err
 	}
 	if signal == "" {
 		signal = "KILL"
+	}
+	switch in.Phase {
+	case reconciler.Running, reconciler.Held, reconciler.Suspended, reconciler.Stopping:
+	default:
+		if !in.Unborn() {
+			return nil
+		}
+		name, _, err := driver.ParseSignal(signal)
+		if err != nil {
+			return err
+		}
+		switch name {
+		case "KILL", "TERM", "INT", "QUIT":
+		default:
+			return driver.Errorf(driver.ErrInvalid, "instance %s is %s: it has no process yet to send %s to", in.ID, in.Phase, name)
+		}
+		_, _, err = s.apply(ctx, in.ID, reconciler.Event{Kind: reconciler.StopRequested})
+		return err
+	}
+	p, err := s.backend(in)
+	if err != nil {
+		return err
 	}
 	return p.Kill(ctx, in.BackendID, signal)
 }

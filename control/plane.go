@@ -201,6 +201,10 @@ type Instance struct {
 	// Message says why the instance is pending, failed, or what last went
 	// wrong.
 	Message string `json:"message,omitempty"`
+	// Want is what a user asked that the instance's phase cannot take
+	// yet: stopped or suspended (asked before it was created: done once
+	// it is), running (a start while it stops: done once it stopped).
+	Want Phase `json:"want,omitempty"`
 	// Exclude lists the nodes ("provider/node") the instance is not placed
 	// on again until ExcludeUntil: nodes that went offline under it,
 	// refused a create with a retryable error or lacked capacity.
@@ -232,7 +236,7 @@ func viewOf(in *reconciler.Instance) Instance {
 		ID: in.ID, Name: in.Name, Provider: in.Provider, Node: in.Node, Spec: in.Spec, Phase: in.Phase,
 		HostPorts: in.HostPorts, BackendID: in.BackendID, Observed: in.Observed, Owner: in.Owner, Pool: in.Pool,
 		Label: in.Label, Group: in.Group, Request: in.Request, Priority: in.Priority, Attempts: in.Attempts,
-		Incarnation: in.Incarnation, Message: in.Message, Exclude: in.Exclude, ExcludeUntil: in.ExcludeUntil,
+		Incarnation: in.Incarnation, Message: in.Message, Want: in.Want, Exclude: in.Exclude, ExcludeUntil: in.ExcludeUntil,
 		Refused: in.Refused, Stale: in.Stale, Deadline: in.Deadline, Created: in.Created, Updated: in.Updated,
 		Revision: in.Revision,
 	}
@@ -530,28 +534,52 @@ func (p *Plane) Delete(ctx context.Context, ref string) error {
 	return p.delete(ctx, ref)
 }
 
-// Stop stops the instance gracefully (a forced stop after grace).
+// Stop stops the instance gracefully (a forced stop after grace) and
+// returns once it stopped. An instance not created yet is stopped once it
+// is; one that does not run is stopped already (reconciler.Verb says what
+// each verb does in each phase, and which it refuses).
 func (p *Plane) Stop(ctx context.Context, ref string, grace time.Duration) error {
-	return p.stop(ctx, ref, grace)
+	return p.stop(ctx, ref, grace, false)
 }
 
-// Start starts a stopped or exited instance.
+// StopLater is Stop that returns once the stop is stored: the reconciler
+// makes it, with grace, as it makes a stop resumed after a restart. For a
+// grace longer than the caller can wait.
+func (p *Plane) StopLater(ctx context.Context, ref string, grace time.Duration) error {
+	return p.stop(ctx, ref, grace, true)
+}
+
+// Start starts a stopped or exited instance, resumes a suspended one and
+// creates a failed one again; one not created yet or stopping runs once it
+// can (reconciler.Verb).
 func (p *Plane) Start(ctx context.Context, ref string) error { return p.start(ctx, ref) }
 
-// Restart restarts the instance.
+// RestartLater is Restart for a grace longer than the caller can wait:
+// StopLater, then a start, which the stopping instance takes once it has
+// stopped (reconciler.Verb).
+func (p *Plane) RestartLater(ctx context.Context, ref string, grace time.Duration) error {
+	if err := p.stop(ctx, ref, grace, true); err != nil {
+		return err
+	}
+	return p.start(ctx, ref)
+}
+
+// Restart restarts the instance (reconciler.Verb).
 func (p *Plane) Restart(ctx context.Context, ref string, grace time.Duration) error {
 	return p.restart(ctx, ref, grace)
 }
 
 // Suspend pauses a running instance in its back-end (docker pause,
 // SIGSTOP): it keeps its node and its memory but uses no cpu, and its phase
-// is suspended until Resume. Suspending a suspended instance does nothing;
-// an instance in any other phase is driver.ErrInvalid, and a provider that
-// cannot suspend answers driver.ErrUnsupported naming itself.
+// is suspended until Resume. An instance not created yet is suspended once
+// it is; suspending one that does not run does nothing; a held or deleted
+// one is driver.ErrInvalid (reconciler.Refusal), and a provider that cannot
+// suspend answers driver.ErrUnsupported naming itself.
 func (p *Plane) Suspend(ctx context.Context, ref string) error { return p.suspend(ctx, ref) }
 
-// Resume continues a suspended instance; its phase is running again. An
-// instance that is not suspended is driver.ErrNotSuspended.
+// Resume continues a suspended instance; its phase is running again. A
+// running one is resumed already; one not created yet forgets a suspend
+// asked before; a stopped, exited or failed one is driver.ErrNotSuspended.
 func (p *Plane) Resume(ctx context.Context, ref string) error { return p.resume(ctx, ref) }
 
 // Kill sends signal to the instance.

@@ -55,6 +55,7 @@ type record struct {
 	Incarnation  int              `json:"inc,omitempty"`
 	Message      string           `json:"m,omitempty"`
 	After        reconciler.Phase `json:"af,omitempty"`
+	Want         reconciler.Phase `json:"w,omitempty"`
 	Exclude      []string         `json:"ex,omitempty"`
 	ExcludeUntil int64            `json:"exu,omitempty"`
 	Refused      []string         `json:"rf,omitempty"`
@@ -154,7 +155,7 @@ func (r *record) append(b []byte) []byte {
 		}
 	}
 	*r = record{Name: r.Name, Spec: r.Spec, HostPorts: r.HostPorts, Observed: r.Observed, Label: r.Label, Group: r.Group,
-		Message: r.Message, After: r.After, Exclude: r.Exclude, ExcludeUntil: r.ExcludeUntil, Refused: r.Refused, Stale: r.Stale}
+		Message: r.Message, After: r.After, Want: r.Want, Exclude: r.Exclude, ExcludeUntil: r.ExcludeUntil, Refused: r.Refused, Stale: r.Stale}
 	if r.isZero() {
 		return b
 	}
@@ -172,7 +173,7 @@ func (r *record) append(b []byte) []byte {
 func (r *record) isZero() bool {
 	return r.Name == "" && r.Provider == "" && r.Node == "" && r.Spec == nil && r.Phase == "" && r.HostPorts == nil &&
 		r.BackendID == "" && r.Observed == nil && r.Owner == "" && r.Pool == "" && r.Label == "" && r.Group == "" &&
-		r.Request == "" && r.Priority == 0 && r.Attempts == 0 && r.Incarnation == 0 && r.Message == "" && r.After == "" &&
+		r.Request == "" && r.Priority == 0 && r.Attempts == 0 && r.Incarnation == 0 && r.Message == "" && r.After == "" && r.Want == "" &&
 		r.Exclude == nil && r.ExcludeUntil == 0 && r.Refused == nil && r.Stale == nil && r.Deadline == 0 && r.Created == 0 &&
 		r.Updated == 0 && !r.NoGroup
 }
@@ -325,7 +326,7 @@ func encodeRecord(in *reconciler.Instance, shared *driver.Spec) []byte {
 		Provider: in.Provider, Node: in.Node, Phase: in.Phase,
 		HostPorts: in.HostPorts, BackendID: in.BackendID, Owner: in.Owner, Pool: in.Pool, Label: in.Label,
 		Group: in.Group, Request: in.Request, Priority: in.Priority, Attempts: in.Attempts,
-		Incarnation: in.Incarnation, Message: in.Message, After: in.After, Exclude: in.Exclude,
+		Incarnation: in.Incarnation, Message: in.Message, After: in.After, Want: in.Want, Exclude: in.Exclude,
 		Refused: in.Refused, Stale: in.Stale, Created: stamp(in.Created, time.Time{}),
 	}
 	created := unstamp(r.Created, time.Time{})
@@ -387,7 +388,7 @@ func decodeRecord(kv store.KV, spec func(request string) *driver.Spec) (*reconci
 		ID: id, Name: r.Name, Provider: r.Provider, Node: r.Node, Spec: r.Spec, Phase: r.Phase,
 		HostPorts: r.HostPorts, BackendID: r.BackendID, Owner: r.Owner, Pool: r.Pool, Label: r.Label,
 		Group: r.Group, Request: r.Request, Priority: r.Priority, Attempts: r.Attempts,
-		Incarnation: r.Incarnation, Message: r.Message, After: r.After, Exclude: r.Exclude,
+		Incarnation: r.Incarnation, Message: r.Message, After: r.After, Want: r.Want, Exclude: r.Exclude,
 		Refused: r.Refused, Stale: r.Stale, Created: unstamp(r.Created, time.Time{}), Revision: kv.ModRevision,
 	}
 	in.ExcludeUntil, in.Deadline, in.Updated = unstamp(r.ExcludeUntil, in.Created), unstamp(r.Deadline, in.Created), unstamp(r.Updated, in.Created)
@@ -506,6 +507,7 @@ type coldRec struct {
 	label        string
 	message      string
 	after        reconciler.Phase
+	want         reconciler.Phase
 	hostPorts    []int
 	exclude      []string
 	excludeUntil time.Time
@@ -567,9 +569,9 @@ func newRec(in *reconciler.Instance) *rec {
 	default:
 		r.group, group = groupCold, in.Group
 	}
-	if name != "" || group != "" || in.Label != "" || in.Message != "" || in.After != "" || in.HostPorts != nil || in.Exclude != nil ||
+	if name != "" || group != "" || in.Label != "" || in.Message != "" || in.After != "" || in.Want != "" || in.HostPorts != nil || in.Exclude != nil ||
 		!in.ExcludeUntil.IsZero() || in.Refused != nil || in.Stale != nil {
-		r.cold = &coldRec{name: name, group: group, label: in.Label, message: in.Message, after: in.After, hostPorts: in.HostPorts,
+		r.cold = &coldRec{name: name, group: group, label: in.Label, message: in.Message, after: in.After, want: in.Want, hostPorts: in.HostPorts,
 			exclude: in.Exclude, excludeUntil: in.ExcludeUntil, refused: in.Refused, stale: in.Stale}
 	}
 	if o := in.Observed; o != nil {
@@ -620,7 +622,7 @@ func (r *rec) instance() reconciler.Instance {
 		Deadline: r.deadline.time(), Created: r.created.time(), Updated: r.updated.time(), Revision: r.Revision,
 	}
 	if c := r.cold; c != nil {
-		in.Label, in.Message, in.After, in.HostPorts = c.label, c.message, c.after, c.hostPorts
+		in.Label, in.Message, in.After, in.Want, in.HostPorts = c.label, c.message, c.after, c.want, c.hostPorts
 		in.Exclude, in.ExcludeUntil, in.Refused, in.Stale = c.exclude, c.excludeUntil, c.refused, c.stale
 	}
 	if sr := r.seen; sr != nil {

@@ -64,6 +64,7 @@ func TestRecordRoundTrip(t *testing.T) {
 	x := sampleInstance(own)
 	x.Name, x.HostPorts, x.Pool, x.Label, x.Priority, x.Attempts, x.Incarnation = "named", []int{30001}, "ci", "small", 3, 2, 1
 	x.Message, x.After, x.Exclude, x.ExcludeUntil = "retrying", reconciler.Pending, []string{"sim/n1"}, x.Created.Add(time.Minute)
+	x.Want = reconciler.Stopped
 	x.Refused, x.Stale = []string{"sim/n2: no image"}, []reconciler.Ref{{Provider: "sim", Node: "n3", BackendID: "b3"}}
 	x.Observed.RawState, x.Observed.Message, x.Observed.Finished = "exited (0)", "done", x.Created.Add(time.Hour)
 	got, err = decodeRecord(store.KV{Key: PrefixInstances + x.ID, Value: encodeRecord(x, shared)}, lookup)
@@ -275,6 +276,7 @@ func TestViewOf(t *testing.T) {
 	x := sampleInstance(spec)
 	x.Name, x.HostPorts, x.Pool, x.Label, x.Priority, x.Attempts, x.Incarnation = "named", []int{30001}, "ci", "small", 3, 2, 1
 	x.Message, x.After, x.Exclude, x.ExcludeUntil = "retrying", reconciler.Pending, []string{"sim/n1"}, x.Created.Add(time.Minute)
+	x.Want = reconciler.Stopped
 	x.Refused, x.Stale, x.Revision = []string{"sim/n2: no image"}, []reconciler.Ref{{Provider: "sim", Node: "n3", BackendID: "b3"}}, 9
 	v := viewOf(x)
 	var got, want map[string]any

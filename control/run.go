@@ -19,13 +19,14 @@ import (
 type taskKind uint8
 
 const (
-	taskTick   taskKind = iota // step the instance with a Tick
-	taskCreate                 // drive a create operation
-	taskDelete                 // drive a delete operation
-	taskStale                  // delete a stale copy of an instance
-	taskLeak                   // delete a leaked resource
-	taskStop                   // stop an instance (resumed after a crash)
-	taskStart                  // start an instance
+	taskTick    taskKind = iota // step the instance with a Tick
+	taskCreate                  // drive a create operation
+	taskDelete                  // drive a delete operation
+	taskStale                   // delete a stale copy of an instance
+	taskLeak                    // delete a leaked resource
+	taskStop                    // stop an instance (resumed after a crash)
+	taskStart                   // start an instance
+	taskSuspend                 // suspend an instance
 )
 
 // task is one unit of reconciler work, due at a time. Operations are
@@ -124,6 +125,9 @@ type runtime struct {
 	// outcomes carries the results of finished operations to the writers,
 	// which store many of them in one transaction.
 	outcomes chan outcome
+	// long are the stops with a long grace, made off the workers; Run
+	// waits for them (they end with its context).
+	long sync.WaitGroup
 }
 
 type nodeSeen struct {
@@ -214,6 +218,7 @@ func (s *state) run(ctx context.Context) error {
 	wg.Go(func() { s.collector(ctx) })
 	wg.Go(func() { s.usageLoop(ctx) })
 	wg.Wait()
+	rt.long.Wait()
 	// Operations still in flight ended with ctx; the next Run resumes
 	// them.
 	return ctx.Err()
@@ -332,6 +337,8 @@ func (s *state) perform(in reconciler.Instance, acts []reconciler.Action, direct
 			s.startSide(rt, &in, taskStop, reconciler.Ref{})
 		case reconciler.Start:
 			s.startSide(rt, &in, taskStart, reconciler.Ref{})
+		case reconciler.Suspend:
+			s.startSide(rt, &in, taskSuspend, reconciler.Ref{})
 		}
 	}
 	if !held.IsZero() && !rt.createWaits(in.ID) {
@@ -459,7 +466,7 @@ func (rt *runtime) current(t *task) bool {
 	switch t.kind {
 	case taskCreate, taskDelete:
 		return rt.ops[t.id] == t
-	case taskStale, taskLeak, taskStop, taskStart:
+	case taskStale, taskLeak, taskStop, taskStart, taskSuspend:
 		return rt.side[sideKey(t)] == t
 	}
 	return true
@@ -474,7 +481,7 @@ func (rt *runtime) finish(t *task) {
 		if rt.ops[t.id] == t {
 			delete(rt.ops, t.id)
 		}
-	case taskStale, taskLeak, taskStop, taskStart:
+	case taskStale, taskLeak, taskStop, taskStart, taskSuspend:
 		if rt.side[sideKey(t)] == t {
 			delete(rt.side, sideKey(t))
 		}
@@ -567,8 +574,18 @@ func (s *state) launchQueued(rt *runtime, id string) (time.Time, bool) {
 // away, say) the instance's tick tries again.
 const staleRetry = 10 * time.Second
 
-// callTimeout bounds one synchronous back-end call made by a worker.
+// callTimeout bounds one synchronous back-end call made by a worker; a
+// stop's grace adds to it.
 const callTimeout = 30 * time.Second
+
+// defaultStopGrace is the grace of a stop the reconciler makes for a stop
+// asked without one it kept (StopLater keeps its grace): one resumed after
+// a restart of the plane, or asked before the instance was created.
+const defaultStopGrace = 10 * time.Second
+
+// stopGrace keeps grace for the next stop the reconciler makes of
+// instance id.
+func (s *state) stopGrace(id string, grace time.Duration) { s.graces.Store(id, grace) }
 
 // work performs one task.
 func (s *state) work(ctx context.Context, rt *runtime, t *task) {
@@ -592,7 +609,7 @@ func (s *state) work(ctx context.Context, rt *runtime, t *task) {
 		s.workStale(ctx, rt, t)
 	case taskLeak:
 		s.workLeak(ctx, rt, t)
-	case taskStop, taskStart:
+	case taskStop, taskStart, taskSuspend:
 		s.workStopStart(ctx, rt, t)
 	}
 }
@@ -1192,13 +1209,40 @@ func (s *state) workStopStart(ctx context.Context, rt *runtime, t *task) {
 		rt.finish(t)
 		return
 	}
+	if t.kind == taskStop {
+		grace := defaultStopGrace
+		g, kept := s.graces.LoadAndDelete(t.id)
+		if kept {
+			grace = g.(time.Duration)
+		}
+		stop := func() {
+			cctx, cancel := context.WithTimeout(ctx, callTimeout+grace)
+			defer cancel()
+			err := t.prov.Stop(cctx, in.BackendID, grace)
+			ev := reconciler.Event{Kind: reconciler.StopDone}
+			if err != nil {
+				ev = reconciler.Event{Kind: reconciler.StopFailed, Err: err}
+			}
+			s.feed(ctx, rt, t, ev, true)
+		}
+		if kept {
+			// A grace kept by StopLater, for a stop too long to wait
+			// for, does not hold a worker: creates and deletes go on
+			// meanwhile.
+			rt.long.Go(stop)
+			return
+		}
+		stop()
+		return
+	}
 	cctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	if t.kind == taskStop {
-		err := t.prov.Stop(cctx, in.BackendID, 10*time.Second)
-		ev := reconciler.Event{Kind: reconciler.StopDone}
+	switch t.kind {
+	case taskSuspend:
+		err := t.prov.Suspend(cctx, in.BackendID)
+		ev := reconciler.Event{Kind: reconciler.SuspendDone}
 		if err != nil {
-			ev = reconciler.Event{Kind: reconciler.StopFailed, Err: err}
+			ev = reconciler.Event{Kind: reconciler.SuspendFailed, Err: err}
 		}
 		s.feed(ctx, rt, t, ev, true)
 		return

@@ -123,6 +123,9 @@ type state struct {
 	victims victims
 	// follow is a read-only plane's progress along the store's changes.
 	follow follower
+	// graces are the graces of stops the reconciler carries out
+	// (Plane.StopLater), by instance id, until it does.
+	graces sync.Map
 
 	// clusterID is written on every back-end resource (driver.TagCluster);
 	// set once by loadIdentity.

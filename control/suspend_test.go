@@ -17,7 +17,8 @@ import (
 
 // TestSuspendAndResume: a suspended instance is suspended in the back-end
 // and in its record, stays so through sync rounds whatever its restart
-// policy, refuses stop and hold, and runs again once resumed.
+// policy, refuses hold, and runs again once resumed; a stop resumes it
+// first.
 func TestSuspendAndResume(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s, prov := newSim(t, 1, nil)
@@ -49,9 +50,6 @@ func TestSuspendAndResume(t *testing.T) {
 		if err != nil || got.Phase != reconciler.Suspended || got.Incarnation != 0 || got.BackendID != in.BackendID {
 			t.Fatalf("after sync rounds: %s, incarnation %d, back-end %q (%v); want suspended, the same copy", got.Phase, got.Incarnation, got.BackendID, err)
 		}
-		if err := p.Stop(ctx, "app", 0); !errors.Is(err, driver.ErrInvalid) || !strings.Contains(err.Error(), "resume") {
-			t.Errorf("Stop of a suspended instance: %v, want invalid saying to resume it", err)
-		}
 		if err := p.Hold(ctx, "app", time.Now().Add(time.Hour)); !errors.Is(err, driver.ErrInvalid) {
 			t.Errorf("Hold of a suspended instance: %v, want invalid", err)
 		}
@@ -65,8 +63,8 @@ func TestSuspendAndResume(t *testing.T) {
 		if got, err := s.Get(ctx, in.BackendID); err != nil || got.State != driver.StateRunning {
 			t.Fatalf("the back-end shows %+v (%v), want it running", got, err)
 		}
-		if err := p.Resume(ctx, "app"); !errors.Is(err, driver.ErrNotSuspended) {
-			t.Errorf("Resume of a running instance: %v, want not suspended", err)
+		if err := p.Resume(ctx, "app"); err != nil {
+			t.Errorf("Resume of a running instance: %v, want nothing done", err)
 		}
 
 		// Paused and resumed behind the plane's back: the record follows.
@@ -79,11 +77,22 @@ func TestSuspendAndResume(t *testing.T) {
 		}
 		waitPhase(t, p, "app", reconciler.Running)
 
+		// A stop of a suspended instance resumes it, then stops it.
+		if err := p.Suspend(ctx, "app"); err != nil {
+			t.Fatal(err)
+		}
 		if err := p.Stop(ctx, "app", 0); err != nil {
 			t.Fatal(err)
 		}
-		if err := p.Suspend(ctx, "app"); !errors.Is(err, driver.ErrInvalid) {
-			t.Errorf("Suspend of a stopped instance: %v, want invalid", err)
+		if got, err := s.Get(ctx, in.BackendID); err != nil || got.State != driver.StateStopped {
+			t.Fatalf("the back-end shows %+v (%v), want it stopped", got, err)
+		}
+		before, _ := p.Instance(ctx, "app")
+		if err := p.Suspend(ctx, "app"); err != nil {
+			t.Errorf("Suspend of a stopped instance: %v, want nothing done", err)
+		}
+		if after, _ := p.Instance(ctx, "app"); after.Revision != before.Revision {
+			t.Errorf("Suspend of a stopped instance changed it: %s", after.Phase)
 		}
 		if err := p.Resume(ctx, "app"); !errors.Is(err, driver.ErrNotSuspended) {
 			t.Errorf("Resume of a stopped instance: %v, want not suspended", err)

@@ -18,6 +18,7 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/api/types/network"
 
+	"github.com/berth-dev/berth/api"
 	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/reconciler"
@@ -240,7 +241,11 @@ func splitList(v string) []string {
 // create stores a container to be started: nothing is placed until start.
 func (s *Server) create(w http.ResponseWriter, r *http.Request) error {
 	var cr container.CreateRequest
-	if err := json.NewDecoder(r.Body).Decode(&cr); err != nil {
+	body, err := api.ReadBody(w, r.Body)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(body, &cr); err != nil {
 		return badRequest("decode the container: %v", err)
 	}
 	name := r.URL.Query().Get("name")
@@ -574,9 +579,25 @@ func (s *Server) stop(w http.ResponseWriter, r *http.Request) error {
 		w.WriteHeader(http.StatusNotModified)
 		return nil
 	}
+	if api.LongGrace(grace, s.writeTimeout) {
+		if err := s.plane.StopLater(r.Context(), c.id, grace); err != nil {
+			return err
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
 	if err := s.plane.Stop(r.Context(), c.id, grace); err != nil {
 		return err
 	}
+	// A container still being created (docker stop right after run -d) is
+	// stopped once it is: as the Engine, answer once it has stopped. One
+	// that takes longer goes on, and its stop with it; one waiting for
+	// room is answered at once.
+	ctx, cancel := context.WithTimeout(r.Context(), s.stopWait())
+	defer cancel()
+	_, _ = s.waitFor(ctx, c.id, func(in control.Instance) bool {
+		return in.Phase == reconciler.Pending || in.Want == "" && in.Phase != reconciler.Stopping
+	})
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
@@ -592,6 +613,10 @@ func (s *Server) restart(w http.ResponseWriter, r *http.Request) error {
 	}
 	if c.created != nil {
 		if err := s.submit(r.Context(), c.id, c.created); err != nil {
+			return err
+		}
+	} else if api.LongGrace(grace, s.writeTimeout) {
+		if err := s.plane.RestartLater(r.Context(), c.id, grace); err != nil {
 			return err
 		}
 	} else if err := s.plane.Restart(r.Context(), c.id, grace); err != nil {
@@ -661,6 +686,15 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request) error {
 
 // removeWait bounds how long rm waits for the back-end resource to go.
 const removeWait = 30 * time.Second
+
+// stopWait bounds how long stop waits for a container still being created
+// to be stopped: removeWait, within half the answer's deadline.
+func (s *Server) stopWait() time.Duration {
+	if s.writeTimeout > 0 {
+		return min(removeWait, s.writeTimeout/2)
+	}
+	return removeWait
+}
 
 // dockerState maps a Berth phase to a Docker container state.
 func dockerState(in control.Instance) container.ContainerState {

@@ -91,6 +91,10 @@ type Options struct {
 	// AuditLog receives one record per call that is not a read (api.Audit,
 	// as the REST API's); nil means Logger.
 	AuditLog *slog.Logger
+	// WriteTimeout is the HTTP server's write timeout (0:
+	// api.DefaultWriteTimeout): a stop whose grace it cannot wait out
+	// (api.LongGrace) is answered once stored and carried out after.
+	WriteTimeout time.Duration
 }
 
 // Server serves the Engine API over a plane. It is an http.Handler; Close
@@ -113,6 +117,7 @@ type Server struct {
 	wg        sync.WaitGroup // background removals
 
 	tokenStreams int
+	writeTimeout time.Duration
 
 	// mu guards created, autoRm, attached, sizes and open. Lock order: mu is a
 	// leaf, never held while calling the plane.
@@ -138,7 +143,7 @@ func New(plane *control.Plane, opts Options) *Server {
 		maxBody: opts.MaxBodySize, maxNew: opts.MaxCreated, mux: http.NewServeMux(),
 		created: map[string]*created{}, autoRm: map[string]struct{}{}, attached: map[string]int{}, open: map[string]int{}, exits: map[string]int{},
 		sizes:        map[string]driver.TTYSize{},
-		tokenStreams: opts.TokenStreams,
+		tokenStreams: opts.TokenStreams, writeTimeout: opts.WriteTimeout,
 	}
 	if s.log == nil {
 		s.log = slog.Default()

@@ -150,7 +150,13 @@ func (p *Provider) Resize(ctx context.Context, id string, r driver.Resources) er
 
 // write1 runs one timed change against instance id.
 func (p *Provider) write1(ctx context.Context, op, id string, fn func(ctx context.Context) error) error {
-	_, err := call(ctx, p, callOpts{op: op, budget: writeBudget, timed: true, attrs: []any{"instance", id}},
+	return p.writeGrace(ctx, op, id, 0, fn)
+}
+
+// writeGrace is write1 for a change that waits out grace first (a stop):
+// CallTimeout counts from the end of the grace.
+func (p *Provider) writeGrace(ctx context.Context, op, id string, grace time.Duration, fn func(ctx context.Context) error) error {
+	_, err := call(ctx, p, callOpts{op: op, budget: writeBudget, timed: true, grace: grace, attrs: []any{"instance", id}},
 		func(ctx context.Context) (struct{}, error) { return struct{}{}, fn(ctx) })
 	return err
 }
@@ -172,7 +178,7 @@ func (p *Provider) Stop(ctx context.Context, id string, grace time.Duration) err
 	if !ok {
 		return p.unsupported("stop", "the driver cannot stop instances", "instance", id)
 	}
-	return p.write1(ctx, "stop", id, func(ctx context.Context) error { return s.Stop(ctx, id, grace) })
+	return p.writeGrace(ctx, "stop", id, grace, func(ctx context.Context) error { return s.Stop(ctx, id, grace) })
 }
 
 // Restart restarts an instance.
@@ -180,7 +186,7 @@ func (p *Provider) Stop(ctx context.Context, id string, grace time.Duration) err
 // spends its own change from the write budget); else ErrUnsupported.
 func (p *Provider) Restart(ctx context.Context, id string, grace time.Duration) error {
 	if r, ok := driver.As[driver.Restarter](p.d, driver.CapRestart); ok {
-		return p.write1(ctx, "restart", id, func(ctx context.Context) error { return r.Restart(ctx, id, grace) })
+		return p.writeGrace(ctx, "restart", id, grace, func(ctx context.Context) error { return r.Restart(ctx, id, grace) })
 	}
 	_, canStart := driver.As[driver.Starter](p.d, driver.CapStart)
 	_, canStop := driver.As[driver.Stopper](p.d, driver.CapStop)

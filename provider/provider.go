@@ -340,8 +340,10 @@ func (b budget) String() string {
 type callOpts struct {
 	op     string
 	budget budget
-	// timed applies CallTimeout.
+	// timed applies CallTimeout, plus grace: a stop's grace, which the
+	// back-end waits out before it forces the stop.
 	timed bool
+	grace time.Duration
 	// advance makes the call non-blocking: over budget, or with the breaker
 	// refusing, it returns a *Busy instead of waiting or failing.
 	advance bool
@@ -433,14 +435,14 @@ func call[T any](ctx context.Context, p *Provider, o callOpts, fn func(ctx conte
 	cctx := ctx
 	if o.timed {
 		var cancel context.CancelFunc
-		cctx, cancel = context.WithTimeout(ctx, p.cfg.CallTimeout)
+		cctx, cancel = context.WithTimeout(ctx, p.cfg.CallTimeout+max(o.grace, 0))
 		defer cancel()
 	}
 	start := time.Now()
 	v, err := fn(cctx)
 	d := time.Since(start)
 	if err != nil && o.timed && ctx.Err() == nil && errors.Is(cctx.Err(), context.DeadlineExceeded) && !errors.Is(err, driver.ErrTimeout) {
-		err = fmt.Errorf("provider %q: %s: no answer within %s: %w: %w", p.cfg.Name, o.op, p.cfg.CallTimeout, driver.ErrTimeout, err)
+		err = fmt.Errorf("provider %q: %s: no answer within %s: %w: %w", p.cfg.Name, o.op, p.cfg.CallTimeout+max(o.grace, 0), driver.ErrTimeout, err)
 	}
 
 	res := p.outcome(ctx, err)

@@ -17,6 +17,10 @@
 //	running   → held        kept until an expiry, then deleted (Nodepool's hold)
 //	running   ⇄ suspended   paused on request, or seen paused; resumed likewise
 //	failed                  permanent failure or out of attempts
+//
+// A user's verb (Verb) is accepted in every phase where it can mean
+// something: what the instance cannot take yet is recorded on it (Want)
+// and done by Step once it can.
 package reconciler
 
 import (
@@ -117,6 +121,12 @@ type Instance struct {
 	// After is the phase a deleting instance takes once the back-end
 	// resource is gone: deleted, pending (a retry) or failed.
 	After Phase `json:"after,omitempty"`
+	// Want is what a user asked of the instance that its phase cannot
+	// take yet (see Verb): stopped or suspended (asked before the
+	// instance exists; done once it is created), or running (a start of
+	// a stopping instance; done once it has stopped). Empty: nothing is
+	// waiting.
+	Want Phase `json:"want,omitempty"`
 	// Exclude lists nodes ("provider/node") not to place the instance on
 	// again: nodes that went offline under it, refused a create with a
 	// retryable error or lacked capacity. The
@@ -254,6 +264,14 @@ const (
 	StartRequested EventKind = "start"
 	StartDone      EventKind = "started"
 	StartFailed    EventKind = "start-failed"
+	// RestartRequested, SuspendRequested, ResumeRequested: a user's
+	// restart, suspend and resume of an instance whose back-end resource
+	// cannot take them now (see requested); the caller makes the
+	// back-end call itself for one that can. SuspendFailed carries Err.
+	RestartRequested EventKind = "restart"
+	SuspendRequested EventKind = "suspend"
+	ResumeRequested  EventKind = "unsuspend"
+	SuspendFailed    EventKind = "suspend-failed"
 	// Hold: keep the instance until Until, then delete it.
 	Hold EventKind = "hold"
 	// SuspendDone, ResumeDone: a user's suspend of a running instance, and
@@ -295,9 +313,10 @@ const (
 	Delete ActionKind = "delete"
 	// DeleteStale: delete the Stale copies.
 	DeleteStale ActionKind = "delete-stale"
-	// Stop, Start: call the back-end.
-	Stop  ActionKind = "stop"
-	Start ActionKind = "start"
+	// Stop, Start, Suspend: call the back-end.
+	Stop    ActionKind = "stop"
+	Start   ActionKind = "start"
+	Suspend ActionKind = "suspend"
 	// Release: the instance no longer holds its node; the scheduler's
 	// reservation is released.
 	Release ActionKind = "release"
@@ -441,7 +460,7 @@ func (m Machine) Step(in Instance, ev Event, now time.Time) (Instance, []Action)
 func Changed(a, b Instance) bool {
 	return a.Phase != b.Phase || a.Provider != b.Provider || a.Node != b.Node ||
 		a.BackendID != b.BackendID || a.Attempts != b.Attempts || a.Incarnation != b.Incarnation || a.Message != b.Message ||
-		a.After != b.After || !a.Deadline.Equal(b.Deadline) || !slices.Equal(a.Exclude, b.Exclude) || !a.ExcludeUntil.Equal(b.ExcludeUntil) ||
+		a.After != b.After || a.Want != b.Want || !a.Deadline.Equal(b.Deadline) || !slices.Equal(a.Exclude, b.Exclude) || !a.ExcludeUntil.Equal(b.ExcludeUntil) ||
 		!slices.Equal(a.Stale, b.Stale) || !slices.Equal(a.Refused, b.Refused) || a.Observed != b.Observed || !slices.Equal(a.HostPorts, b.HostPorts)
 }
 
@@ -454,6 +473,8 @@ func (m Machine) step(in *Instance, ev Event, now time.Time) []Action {
 	switch ev.Kind {
 	case DeleteRequested:
 		return m.deleteRequested(in, now)
+	case StopRequested, StartRequested, RestartRequested, SuspendRequested, ResumeRequested:
+		return m.requested(in, ev, now)
 	case StaleGone:
 		in.Stale = slices.DeleteFunc(in.Stale, func(r Ref) bool { return r == ev.Ref })
 		return nil
@@ -550,6 +571,7 @@ func (m Machine) creating(in *Instance, ev Event, now time.Time) []Action {
 		if ev.Instance != nil {
 			m.observe(in, ev.Instance)
 		}
+		return m.wanted(in)
 	case CreateFailed:
 		if ev.Node != "" && !onNode(in, ev) {
 			return nil
@@ -693,16 +715,6 @@ func (m Machine) live(in *Instance, ev Event, now time.Time) []Action {
 		m.observe(in, ev.Instance)
 	case NodeOffline:
 		return m.nodeOffline(in, ev, now)
-	case StopRequested:
-		if in.Phase == Running || in.Phase == Held {
-			in.Phase, in.Message = Stopping, ""
-			return []Action{{Kind: Stop}}
-		}
-	case StartRequested:
-		if in.Phase == Stopped || in.Phase == Exited {
-			in.Message = ""
-			return []Action{{Kind: Start}}
-		}
 	case StartDone:
 		in.Phase, in.Message = Running, ""
 	case StartFailed:
@@ -717,6 +729,8 @@ func (m Machine) live(in *Instance, ev Event, now time.Time) []Action {
 			in.Phase, in.Message = Running, ""
 			in.Observed = seenAs(in.Observed, driver.StateRunning)
 		}
+	case SuspendFailed:
+		in.Message = fmt.Sprint("suspend failed: ", ev.Err)
 	}
 	return nil
 }
@@ -788,8 +802,13 @@ func (m Machine) stopping(in *Instance, ev Event) []Action {
 		return []Action{{Kind: Stop}}
 	case StopDone:
 		in.Phase = Stopped
+		if in.Want == Running {
+			// Started while it stopped.
+			in.Want = ""
+			return []Action{{Kind: Start}}
+		}
 	case StopFailed:
-		in.Phase, in.Message = Running, fmt.Sprint("stop failed: ", ev.Err)
+		in.Phase, in.Message, in.Want = Running, fmt.Sprint("stop failed: ", ev.Err), ""
 	case Observed:
 		if ev.Instance == nil {
 			in.Phase, in.Message, in.BackendID, in.Observed = Failed, "the back-end lost the instance", "", nil
@@ -843,6 +862,9 @@ func (m Machine) deleting(in *Instance, ev Event, now time.Time) []Action {
 }
 
 func (m Machine) deleteRequested(in *Instance, now time.Time) []Action {
+	if in.Phase != Deleted {
+		in.Want = ""
+	}
 	switch in.Phase {
 	case Deleted:
 		return nil

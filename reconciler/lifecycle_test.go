@@ -18,7 +18,7 @@ import (
 // Step. A file holds scenarios; each starts with "scenario NAME", may set
 // the machine ("machine launch=30s attempts=3 backoff=1s exclude=10m") and the initial
 // instance ("init phase=running backend=b1 provider=p node=n restart=always
-// group=g attempts=0"), then lists steps:
+// group=g attempts=0 after=pending want=stopped"), then lists steps:
 //
 //	AT EVENT [k=v ...] -> PHASE [ACTION ...] [k=v ...]
 //
@@ -29,7 +29,7 @@ import (
 // the arrow come the expected phase, the expected actions in order ("-" for
 // none; "create+adopt" is a create that looks up first; a wake is written
 // "wake"), and checks: attempts=N, backend=ID (or backend=- for none),
-// after=PHASE, node=N, stale=N, exclude=N, refused=N, incarnation=N,
+// after=PHASE, want=PHASE (or want=- for none), node=N, stale=N, exclude=N, refused=N, incarnation=N,
 // seen=STATE (the observed state, - for none), msg~TEXT (the message
 // contains TEXT, with '_' for a space).
 func TestScenarios(t *testing.T) {
@@ -97,6 +97,11 @@ func check(in Instance, k, want string) error {
 		}
 	case "after":
 		got = string(in.After)
+	case "want":
+		got = string(in.Want)
+		if got == "" {
+			got = "-"
+		}
 	case "node":
 		got = in.Node
 	case "stale":
@@ -208,6 +213,10 @@ func parseScenarios(t *testing.T, file string) []*scenario {
 					cur.init.Group = v
 				case "attempts":
 					cur.init.Attempts, _ = strconv.Atoi(v)
+				case "after":
+					cur.init.After = Phase(v)
+				case "want":
+					cur.init.Want = Phase(v)
 				default:
 					bad("unknown init key %q", k)
 				}

@@ -422,8 +422,9 @@ func (c *Client) Suspend(ctx context.Context, r string) (*control.Instance, erro
 	return c.change(ctx, http.MethodPost, ref(r)+"/suspend", nil, nil)
 }
 
-// Resume continues a suspended instance and returns it as it is now; one
-// that is not suspended answers driver.ErrNotSuspended.
+// Resume continues a suspended instance and returns it as it is now; a
+// running one is resumed already; a stopped, exited or failed one answers
+// driver.ErrNotSuspended.
 func (c *Client) Resume(ctx context.Context, r string) (*control.Instance, error) {
 	return c.change(ctx, http.MethodPost, ref(r)+"/resume", nil, nil)
 }

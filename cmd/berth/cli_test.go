@@ -240,8 +240,11 @@ func TestSuspendHoldAndStatsVerbs(t *testing.T) {
 		{[]string{"suspend", "web"}, exitOK, reconciler.Suspended},
 		{[]string{"pause", "web"}, exitOK, reconciler.Suspended},
 		{[]string{"resume", "web"}, exitOK, reconciler.Running},
-		{[]string{"resume", "web"}, exitConflict, reconciler.Running},
-		{[]string{"unpause", "web"}, exitConflict, reconciler.Running},
+		{[]string{"resume", "web"}, exitOK, reconciler.Running}, // resumed already
+		{[]string{"unpause", "web"}, exitOK, reconciler.Running},
+		{[]string{"stop", "web"}, exitOK, reconciler.Stopped},
+		{[]string{"resume", "web"}, exitConflict, reconciler.Stopped}, // not suspended: start it
+		{[]string{"start", "web"}, exitOK, reconciler.Running},
 		{[]string{"suspend", "nosuch"}, exitNotFound, reconciler.Running},
 		{[]string{"hold", "web", "--for", "0s"}, exitInvalid, reconciler.Running},
 		{[]string{"hold", "web", "--for", "1000h"}, exitInvalid, reconciler.Running},
@@ -437,5 +440,30 @@ func TestDriversListsPlugins(t *testing.T) {
 	}
 	if !strings.Contains(out, "--sim-nodes") {
 		t.Fatalf("drivers lost the registered drivers: %q", out)
+	}
+}
+
+// TestRunWaits: run returns once every instance runs, with a progress
+// line on stderr; once they have all failed it exits non-zero naming
+// each; --no-wait returns at placement.
+func TestRunWaits(t *testing.T) {
+	addr := testServer(t)
+	code, _, errOut := berth(t, addr, "run", "--name", "ok", "--count", "2", "x")
+	if code != 0 || !strings.Contains(errOut, "2/2 running") {
+		t.Fatalf("run --count 2: exit %d, stderr %q; want 0 and a progress line 2/2 running", code, errOut)
+	}
+
+	e := apitest.Start(t, memory.New(memory.Options{}), map[string]any{"nodes": 1, "fail_permanent": 1}, api.Options{})
+	t.Setenv(EnvToken, e.Token)
+	code, out, _ := berth(t, e.HTTP.URL, "run", "--no-wait", "--name", "later", "x")
+	if code != 0 || !strings.Contains(out, "later") {
+		t.Fatalf("run --no-wait: exit %d, stdout %q; want 0 and the placed instance", code, out)
+	}
+	code, _, errOut = berth(t, e.HTTP.URL, "run", "--name", "bad", "--count", "2", "x")
+	if code == 0 || strings.Count(errOut, " failed: ") != 2 {
+		t.Fatalf("run of instances that fail: exit %d, stderr %q; want non-zero naming each", code, errOut)
+	}
+	if !strings.Contains(errOut, "0/2 running") {
+		t.Errorf("run of instances that fail: stderr %q, want a progress line", errOut)
 	}
 }

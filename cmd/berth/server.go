@@ -358,7 +358,7 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 	apiOpts := api.Options{
 		MaxBodySize: int64(cfg.MaxBodySize), MaxCount: cfg.MaxCount, Logger: log,
 		Tokens: tokens, LoopbackOnly: loopback, AllowedOrigins: cfg.AllowedOrigins,
-		Rate: cfg.TokenRate, Burst: cfg.TokenBurst, MaxStreams: cfg.MaxStreams,
+		Rate: cfg.TokenRate, Burst: cfg.TokenBurst, MaxStreams: cfg.MaxStreams, WriteTimeout: cfg.Timeouts.Write,
 		Plugins: func() []api.DriverInfo { return pluginDrivers(providers) },
 	}
 	// front serves the API and the dashboard of one plane.
@@ -412,6 +412,7 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 		dockerEP *dockerEndpoint
 	)
 	dockerOpts := dockerOptions(dockerTLSConfig, cfg.MaxStreams, tokens, int64(cfg.MaxBodySize), log)
+	dockerOpts.WriteTimeout = cfg.Timeouts.Write
 	if !f.ha.enabled() {
 		if single, err = newFront(ctx, planeCfg); err != nil {
 			return err

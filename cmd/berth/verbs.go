@@ -339,11 +339,11 @@ func parsePort(s string) (driver.Port, error) {
 
 func runCmd(c *cli) *cobra.Command {
 	var s specFlags
-	var asJSON, rm, detach, interactive, tty bool
+	var asJSON, rm, detach, noWait, interactive, tty bool
 	var pool string
 	cmd := &cobra.Command{
 		Use:   "run [flags] [IMAGE] [-- COMMAND [ARG...]]",
-		Short: "Submit a request and print where its instances were placed",
+		Short: "Submit a request, print where its instances were placed and wait until they run",
 		Example: `  berth run --name hello -- sh -c 'echo hello; sleep 60'
   berth run --name web --cpus 0.5 --memory 256Mi -p 8080:80 nginx:alpine
   berth run --pool ci --label sleeper --count 3     # a node set of a pool's label
@@ -353,8 +353,9 @@ func runCmd(c *cli) *cobra.Command {
 			if cmd.Flags().Changed("count") && s.count < 1 {
 				return usagef("--count %d: want 1 or more", s.count)
 			}
+			detach = detach || noWait
 			if rm && detach {
-				return usagef("--rm waits for the instances to end: it does not go with --detach")
+				return usagef("--rm waits for the instances to end: it does not go with --detach or --no-wait")
 			}
 			attached := (interactive || tty) && !detach
 			if interactive || tty {
@@ -413,6 +414,7 @@ func runCmd(c *cli) *cobra.Command {
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the answer (instances and their nodes) as JSON")
 	cmd.Flags().BoolVar(&rm, "rm", false, "wait until the instances end, then remove them (also on Ctrl-C)")
 	cmd.Flags().BoolVarP(&detach, "detach", "d", false, "return once the request is accepted, without waiting for its instances to run")
+	cmd.Flags().BoolVar(&noWait, "no-wait", false, "return once the instances are placed, without waiting for them to run (as -d)")
 	cmd.Flags().BoolVarP(&interactive, "interactive", "i", false, "send this input to the instance until its end, and print its output until it ends (keep its input open with -d)")
 	cmd.Flags().BoolVarP(&tty, "tty", "t", false, "run the instance on a terminal; with -i on a terminal, this one is raw and its size follows")
 	return cmd
@@ -481,41 +483,56 @@ func (c *cli) runPool(cmd *cobra.Command, s *specFlags, pool string, args []stri
 	return c.placed(cmd.Context(), cl, ans, ans.Instances, asJSON, detach, control.Filter{Group: id})
 }
 
-// waitRunning waits until every one of the n instances of request runs (or
-// has ended by itself with exit code 0), and fails naming the first that
-// failed, ended with another code, or is deleted. While instances wait for
-// room it says why on stderr, once per reason.
+// waitRunning waits, as docker run -d, until every one of the n
+// instances f selects runs or has failed. It returns nil when all run (or
+// are held, suspended, stopped on request, or ended by themselves with
+// exit code 0), else an error naming each that failed, ended with another
+// code, or was deleted. A progress line on stderr says how many run and
+// where the others are, each time that changes; while instances wait for
+// room it says why, once per reason.
 func (c *cli) waitRunning(ctx context.Context, cl *client.Client, f control.Filter, n int) error {
 	said := map[string]bool{}
+	last := ""
 	f.All = true
 	for {
 		list, err := cl.Instances(ctx, f)
 		if err != nil {
 			return err
 		}
-		done := 0
+		var failed []error
+		running, settled := 0, 0
+		others := map[reconciler.Phase]int{}
 		for _, in := range list {
 			switch in.Phase {
-			case reconciler.Running:
-				done++
-			case reconciler.Exited, reconciler.Stopped:
-				if in.Observed != nil && in.Observed.ExitCode != nil && *in.Observed.ExitCode != 0 {
-					return fmt.Errorf("instance %s exited with code %d", in.ID, *in.Observed.ExitCode)
+			case reconciler.Running, reconciler.Held:
+				running++
+				settled++
+				continue
+			case reconciler.Exited, reconciler.Stopped, reconciler.Suspended:
+				settled++
+				if in.Observed != nil && in.Observed.ExitCode != nil && *in.Observed.ExitCode != 0 && in.Phase == reconciler.Exited {
+					failed = append(failed, fmt.Errorf("instance %s exited with code %d", in.ID, *in.Observed.ExitCode))
 				}
-				done++
 			case reconciler.Failed:
-				return fmt.Errorf("instance %s failed: %s", in.ID, in.Message)
-			case reconciler.Deleting, reconciler.Deleted:
-				return fmt.Errorf("instance %s was deleted before it ran", in.ID)
+				settled++
+				failed = append(failed, fmt.Errorf("instance %s failed: %s", in.ID, in.Message))
+			case reconciler.Deleted:
+				settled++
+				failed = append(failed, fmt.Errorf("instance %s was deleted before it ran", in.ID))
 			case reconciler.Pending:
 				if in.Message != "" && !said[in.Message] {
 					said[in.Message] = true
 					fmt.Fprintf(c.stderr, "waiting: %s\n", in.Message)
 				}
 			}
+			others[in.Phase]++
 		}
-		if done >= n && len(list) >= n {
-			return nil
+		if line := progressLine(running, n, others); line != last {
+			fmt.Fprintln(c.stderr, line)
+			last = line
+		}
+		if settled >= n && len(list) >= n {
+			return errors.Join(failed...)
 		}
 		select {
 		case <-ctx.Done():
@@ -523,6 +540,19 @@ func (c *cli) waitRunning(ctx context.Context, cl *client.Client, f control.Filt
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// progressLine says how many of n instances run and how many are in each
+// other phase: "1/3 running, 1 creating, 1 pending".
+func progressLine(running, n int, others map[reconciler.Phase]int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d/%d running", running, n)
+	for _, ph := range reconciler.Phases {
+		if k := others[ph]; k > 0 {
+			fmt.Fprintf(&b, ", %d %s", k, ph)
+		}
+	}
+	return b.String()
 }
 
 func planCmd(c *cli) *cobra.Command {
