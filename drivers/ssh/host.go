@@ -257,7 +257,7 @@ func (d *Driver) auth() ([]gossh.AuthMethod, func(), error) {
 func readFacts(ctx context.Context, c *gossh.Client, root string) (facts, error) {
 	var out, errOut bytes.Buffer
 	script := "getconf _NPROCESSORS_ONLN; grep '^MemTotal:' /proc/meminfo; mkdir -p " + quote(root) + " && df -Pk " + quote(root) + " | tail -n 1; uname -r; uname -m"
-	if _, err := runOn(ctx, c, script, nil, &out, &errOut); err != nil {
+	if _, err := runOn(ctx, c, script, &out, &errOut); err != nil {
 		return facts{}, err
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
@@ -287,13 +287,19 @@ func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + 
 // runOn runs cmd in a session of c and returns its exit code; an error
 // when the session could not run it or ctx ended. When ctx ends the
 // session is closed, which ends the command's input and output.
-func runOn(ctx context.Context, c *gossh.Client, cmd string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+func runOn(ctx context.Context, c *gossh.Client, cmd string, stdout, stderr io.Writer) (int, error) {
 	s, err := c.NewSession()
 	if err != nil {
 		return -1, fmt.Errorf("%w: %w", errNotSent, err)
 	}
 	defer s.Close()
-	s.Stdin, s.Stdout, s.Stderr = stdin, stdout, stderr
+	s.Stdout, s.Stderr = stdout, stderr
+	// The command's input is a pipe that ctx's end closes: a command that
+	// runs until told (a log follow) ends when its input does.
+	in, err := s.StdinPipe()
+	if err != nil {
+		return -1, fmt.Errorf("%w: %w", errNotSent, err)
+	}
 	if err := s.Start(cmd); err != nil {
 		return -1, fmt.Errorf("%w: %w", errNotSent, err)
 	}
@@ -302,7 +308,7 @@ func runOn(ctx context.Context, c *gossh.Client, cmd string, stdin io.Reader, st
 	select {
 	case err = <-done:
 	case <-ctx.Done():
-		s.Signal(gossh.SIGKILL)
+		in.Close()
 		s.Close()
 		<-done
 		return -1, ctx.Err()
@@ -321,7 +327,7 @@ func runOn(ctx context.Context, c *gossh.Client, cmd string, stdin io.Reader, st
 // the command's exit code. An error means the command may not have run:
 // ErrRetryable when the host could not be reached, ErrTimeout when ctx
 // ended. A connection that failed is dropped, to be dialled again.
-func (h *host) run(ctx context.Context, cmd string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+func (h *host) run(ctx context.Context, cmd string, stdout, stderr io.Writer) (int, error) {
 	select {
 	case h.slots <- struct{}{}:
 		defer func() { <-h.slots }()
@@ -335,7 +341,7 @@ func (h *host) run(ctx context.Context, cmd string, stdin io.Reader, stdout, std
 		// Only the probe dials a host that went away.
 		return -1, driver.Errorf(driver.ErrRetryable, "host %s is offline: %s", h.name, reason)
 	}
-	code, err := runOn(ctx, c, cmd, stdin, stdout, stderr)
+	code, err := runOn(ctx, c, cmd, stdout, stderr)
 	if err != nil {
 		if ctx.Err() != nil {
 			return -1, fmt.Errorf("%w: host %s: %w", driver.ErrTimeout, h.name, ctx.Err())

@@ -234,7 +234,7 @@ func (h *host) supervise(ctx context.Context, stdout, stderr io.Writer, verb str
 	if stderr != nil {
 		w = stderr
 	}
-	code, err := h.run(ctx, b.String(), nil, stdout, w)
+	code, err := h.run(ctx, b.String(), stdout, w)
 	if code == 127 || code == 126 {
 		// The binary is gone (someone cleaned the root): copy it again.
 		h.mu.Lock()
@@ -278,7 +278,7 @@ func (h *host) install(ctx context.Context) error {
 	bin := h.d.remoteBin()
 	check := func() (bool, error) {
 		var out bytes.Buffer
-		_, err := h.run(ctx, "sha256sum "+quote(bin)+" 2>/dev/null", nil, &out, io.Discard)
+		_, err := h.run(ctx, "sha256sum "+quote(bin)+" 2>/dev/null", &out, io.Discard)
 		if err != nil {
 			return false, err
 		}
@@ -488,6 +488,9 @@ func (d *Driver) listHost(ctx context.Context, h *host) ([]*driver.Instance, err
 		var st status
 		if err := json.Unmarshal(sc.Bytes(), &st); err != nil {
 			return nil, driver.Errorf(driver.ErrRetryable, "host %s: list: %v", h.name, err)
+		}
+		if st.Node != h.name {
+			continue // hosts sharing the root's file system: the other's
 		}
 		insts = append(insts, d.instance(h, &st))
 	}

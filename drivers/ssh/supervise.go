@@ -760,6 +760,12 @@ func supLogs(dir, streams, tailText, followText string, stdout, stderr io.Writer
 	if err := copyAll(); err != nil || !follow {
 		return err
 	}
+	// The driver closes this command's input when it stops following.
+	eof := make(chan struct{})
+	go func() {
+		io.Copy(io.Discard, os.Stdin)
+		close(eof)
+	}()
 	for {
 		_, live, err := running(dir)
 		if err != nil {
@@ -768,7 +774,11 @@ func supLogs(dir, streams, tailText, followText string, stdout, stderr io.Writer
 		if err := copyAll(); err != nil || !live {
 			return err
 		}
-		time.Sleep(100 * time.Millisecond)
+		select {
+		case <-eof:
+			return nil
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 }
 

@@ -1,0 +1,345 @@
+package ssh_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/driver/drivertest"
+	"github.com/berth-dev/berth/drivers/ssh"
+	"github.com/berth-dev/berth/internal/sshdtest"
+)
+
+// testTimeout bounds every wait in these tests; it is a liveness bound, not
+// a performance assertion.
+const testTimeout = time.Minute
+
+// The test binary is the supervisor the driver copies to its hosts, as
+// Berth's own binary is.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == ssh.SuperviseCommand {
+		os.Exit(ssh.Supervise(os.Args[2:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// serviceScript writes the two hello lines, then runs until SIGTERM, on
+// which it exits 0.
+const serviceScript = `trap 'exit 0' TERM; echo hello stdout; echo hello stderr >&2; sleep 1000 & wait $!`
+
+func shSpec(script string) *driver.Spec {
+	return &driver.Spec{Kind: driver.KindProcess, Entrypoint: []string{"/bin/sh", "-c", script}}
+}
+
+// fleet is test hosts: sshd servers, each in a network namespace of its
+// own, sharing one client key and one known_hosts file.
+type fleet struct {
+	servers    []*sshdtest.Server
+	knownHosts string
+	key        string
+	root       string
+}
+
+func newFleet(t *testing.T, n int) *fleet {
+	t.Helper()
+	f := &fleet{root: t.TempDir()}
+	var lines strings.Builder
+	for i := range n {
+		s := sshdtest.Start(t, sshdtest.Options{Netns: true, ClientKey: f.key})
+		if i == 0 {
+			f.key = s.Key
+		}
+		f.servers = append(f.servers, s)
+		lines.WriteString(sshdtest.KnownHostsLine(s.Addr, s.HostKey))
+	}
+	f.knownHosts = filepath.Join(t.TempDir(), "known_hosts")
+	if err := os.WriteFile(f.knownHosts, []byte(lines.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func nodeName(i int) string { return "h" + string(rune('0'+i)) }
+
+// options are the driver's options for the fleet, with extra over them.
+func (f *fleet) options(extra map[string]any) map[string]any {
+	var hosts []any
+	for i, s := range f.servers {
+		hosts = append(hosts, map[string]any{"name": nodeName(i), "address": s.Host, "port": s.Port, "labels": map[string]any{"n": nodeName(i)}})
+	}
+	o := map[string]any{
+		"hosts": hosts, "key_file": f.key, "known_hosts": f.knownHosts, "root": f.root,
+		"probe_interval": "100ms", "dial_timeout": "5s", "stop_grace": "5s", "call_timeout": "30s",
+	}
+	for k, v := range extra {
+		o[k] = v
+	}
+	return o
+}
+
+func (f *fleet) open(t *testing.T, extra map[string]any) driver.Driver {
+	t.Helper()
+	def, err := driver.Lookup("ssh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	d, err := def.Open(ctx, f.options(extra), driver.Env{Cluster: "c1"})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	return d
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestConformance(t *testing.T) {
+	f := newFleet(t, 2)
+	drivertest.Run(t, drivertest.Harness{
+		Open: func(t *testing.T) driver.Driver { return f.open(t, nil) },
+		Spec: func() *driver.Spec { return shSpec(serviceScript) },
+		// Each create is a few channels on a shared connection: eight at
+		// once keep the suite's time modest on two cores.
+		Parallel: 8,
+		Timeout:  testTimeout,
+	})
+}
+
+// create makes an instance on node and drives it to its end; it is
+// deleted when the test ends.
+func create(t *testing.T, d driver.Driver, node string, sp *driver.Spec) *driver.Instance {
+	t.Helper()
+	ctx := ctxT(t)
+	op, err := d.Create(ctx, node, sp)
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	in, err := driver.Drive(ctx, op)
+	if err != nil {
+		t.Fatalf("Create: operation: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		if op, err := d.Delete(ctx, in.ID); err == nil {
+			driver.Drive(ctx, op)
+		}
+	})
+	return in
+}
+
+// waitFor polls Get until cond holds.
+func waitFor(t *testing.T, d driver.Driver, id, what string, cond func(*driver.Instance) bool) *driver.Instance {
+	t.Helper()
+	ctx := ctxT(t)
+	for {
+		in, err := d.Get(ctx, id)
+		if err == nil && cond(in) {
+			return in
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("instance %s never became %s: last %+v, %v", id, what, in, err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// nodeStatus returns node's status in State.
+func nodeStatus(t *testing.T, d driver.Driver, node string) driver.Node {
+	t.Helper()
+	st, err := d.State(ctxT(t))
+	if err != nil {
+		t.Fatalf("State: %v", err)
+	}
+	for _, n := range st.Nodes {
+		if n.Name == node {
+			return n
+		}
+	}
+	t.Fatalf("State: no node %s", node)
+	return driver.Node{}
+}
+
+// waitNode waits until node has status want.
+func waitNode(t *testing.T, d driver.Driver, node string, want driver.NodeStatus) driver.Node {
+	t.Helper()
+	ctx := ctxT(t)
+	for {
+		n := nodeStatus(t, d, node)
+		if n.Status == want {
+			return n
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("node %s never became %s: %s (%s)", node, want, n.Status, n.Reason)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func TestStateReadsTheHosts(t *testing.T) {
+	f := newFleet(t, 1)
+	d := f.open(t, nil)
+	defer d.Close(context.Background())
+	n := nodeStatus(t, d, "h0")
+	if n.Status != driver.NodeOnline || n.Capacity.CPU <= 0 || n.Capacity.Memory <= 0 || n.Capacity.Disk <= 0 {
+		t.Fatalf("node h0: %+v, want online with cpus, memory and disk read from the host", n)
+	}
+	if n.Labels["n"] != "h0" || n.Address != f.servers[0].Host || n.Attributes["kernel"] == "" {
+		t.Errorf("node h0: labels %v, address %q, attributes %v", n.Labels, n.Address, n.Attributes)
+	}
+}
+
+// TestChangedHostKeyIsRefused: a host whose key is not the one known_hosts
+// holds is offline, its reason naming the host; so is one known_hosts does
+// not know at all, unless trust_on_first_use is set.
+func TestChangedHostKeyIsRefused(t *testing.T) {
+	f := newFleet(t, 2)
+	f.servers[1].NewHostKey()
+	if err := f.servers[1].Restart(); err != nil {
+		t.Fatal(err)
+	}
+	d := f.open(t, nil)
+	defer d.Close(context.Background())
+	if n := nodeStatus(t, d, "h0"); n.Status != driver.NodeOnline {
+		t.Errorf("h0, whose key is known: %s (%s)", n.Status, n.Reason)
+	}
+	n := nodeStatus(t, d, "h1")
+	if n.Status != driver.NodeOffline || !strings.Contains(n.Reason, "h1") || !strings.Contains(n.Reason, "differs") {
+		t.Errorf("h1, whose key changed: %s (%s), want offline naming the host and the changed key", n.Status, n.Reason)
+	}
+	if _, err := d.Create(ctxT(t), "h1", shSpec(serviceScript)); !errors.Is(err, driver.ErrRetryable) {
+		t.Errorf("Create on h1: %v, want ErrRetryable (the node is offline)", err)
+	}
+	d.Close(context.Background())
+
+	// A host known_hosts does not know: refused, then trusted on first
+	// use when the option says so, and written down.
+	if err := os.WriteFile(f.knownHosts, []byte(sshdtest.KnownHostsLine(f.servers[0].Addr, f.servers[0].HostKey)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d = f.open(t, nil)
+	if n := nodeStatus(t, d, "h1"); n.Status != driver.NodeOffline || !strings.Contains(n.Reason, "has no key for it") {
+		t.Errorf("h1, unknown: %s (%s), want offline", n.Status, n.Reason)
+	}
+	d.Close(context.Background())
+	d = f.open(t, map[string]any{"trust_on_first_use": true})
+	defer d.Close(context.Background())
+	if n := nodeStatus(t, d, "h1"); n.Status != driver.NodeOnline {
+		t.Errorf("h1, unknown, trusted on first use: %s (%s)", n.Status, n.Reason)
+	}
+	b, _ := os.ReadFile(f.knownHosts)
+	if !strings.Contains(string(b), strings.TrimSpace(sshdtest.KnownHostsLine(f.servers[1].Addr, f.servers[1].HostKey))[:20]) {
+		t.Errorf("known_hosts after trust on first use: %s", b)
+	}
+}
+
+// TestPinnedHostKey: host_key pins the key; another is refused.
+func TestPinnedHostKey(t *testing.T) {
+	f := newFleet(t, 1)
+	s := f.servers[0]
+	pin := func(key string) map[string]any {
+		return map[string]any{"known_hosts": filepath.Join(t.TempDir(), "none"), "hosts": []any{map[string]any{
+			"name": "h0", "address": s.Host, "port": s.Port, "host_key": key}}}
+	}
+	d := f.open(t, pin(string(marshal(s.HostKey))))
+	if n := nodeStatus(t, d, "h0"); n.Status != driver.NodeOnline {
+		t.Errorf("pinned to its key: %s (%s)", n.Status, n.Reason)
+	}
+	d.Close(context.Background())
+	other := f.servers[0].NewHostKey() // not in effect until a restart
+	d = f.open(t, pin(string(marshal(other))))
+	defer d.Close(context.Background())
+	if n := nodeStatus(t, d, "h0"); n.Status != driver.NodeOffline || !strings.Contains(n.Reason, "pinned") {
+		t.Errorf("pinned to another key: %s (%s), want offline", n.Status, n.Reason)
+	}
+}
+
+// TestHostGoesAwayAndComesBack: a host whose sshd dies goes offline and
+// its instances are missing from listings (a partial list), while its
+// supervised process keeps running; when sshd is back, the host is online
+// again and the instance, its output and its end are all there.
+func TestHostGoesAwayAndComesBack(t *testing.T) {
+	f := newFleet(t, 2)
+	d := f.open(t, nil)
+	defer d.Close(context.Background())
+	sp := shSpec(`echo before; trap 'echo term; exit 7' TERM; sleep 1000 & wait $!`)
+	sp.Name = "away"
+	sp.Tags = map[string]string{driver.TagManaged: "true", driver.TagCluster: "c1"}
+	in := create(t, d, "h1", sp)
+	waitFor(t, d, in.ID, "running", func(in *driver.Instance) bool { return in.State == driver.StateRunning })
+	pid := pidOf(t, f.root, in.ID)
+
+	f.servers[1].Kill()
+	n := waitNode(t, d, "h1", driver.NodeOffline)
+	t.Logf("h1 offline: %s", n.Reason)
+	list, err := d.List(ctxT(t), map[string]string{driver.TagCluster: "c1"})
+	var partial *driver.PartialListError
+	if !errors.As(err, &partial) || !partial.Missing("h1") || len(list) != 0 {
+		t.Errorf("List with h1 away: %d instances, %v; want a partial list missing h1", len(list), err)
+	}
+	if _, err := d.Get(ctxT(t), in.ID); !errors.Is(err, driver.ErrRetryable) {
+		t.Errorf("Get on the host that is away: %v, want ErrRetryable", err)
+	}
+	if !processAlive(pid) {
+		t.Fatalf("the supervised process %d died with the ssh server", pid)
+	}
+
+	if err := f.servers[1].Restart(); err != nil {
+		t.Fatal(err)
+	}
+	waitNode(t, d, "h1", driver.NodeOnline)
+	got := waitFor(t, d, in.ID, "running", func(in *driver.Instance) bool { return in.State == driver.StateRunning })
+	if got.Name != "away" {
+		t.Errorf("after the host came back: %+v", got)
+	}
+	if err := d.(driver.Stopper).Stop(ctxT(t), in.ID, 5*time.Second); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	got = waitFor(t, d, in.ID, "stopped", func(in *driver.Instance) bool { return in.State == driver.StateStopped })
+	if got.ExitCode == nil || *got.ExitCode != 7 {
+		t.Errorf("stopped: exit code %v, want 7 (the trap's)", got.ExitCode)
+	}
+	var out, errOut drivertest.SyncBuffer
+	if err := d.(driver.LogReader).Logs(ctxT(t), in.ID, driver.LogOptions{}, &out, &errOut); err != nil {
+		t.Fatalf("Logs: %v", err)
+	}
+	if out.String() != "before\nterm\n" {
+		t.Errorf("Logs across the reconnect: %q, want the lines before and after", out.String())
+	}
+}
+
+func marshal(k gossh.PublicKey) []byte { return gossh.MarshalAuthorizedKey(k) }
+
+// pidOf reads the pid the supervisor recorded for id.
+func pidOf(t *testing.T, root, id string) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, "c", "c1", id, "state.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		PID int `json:"pid"`
+	}
+	if err := json.Unmarshal(b, &st); err != nil || st.PID <= 0 {
+		t.Fatalf("state.json %s: %v", b, err)
+	}
+	return st.PID
+}
+
+func processAlive(pid int) bool { return syscall.Kill(pid, 0) == nil }
