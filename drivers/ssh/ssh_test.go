@@ -2,6 +2,8 @@ package ssh_test
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"os"
@@ -262,7 +264,14 @@ func TestPinnedHostKey(t *testing.T) {
 		t.Errorf("pinned to its key: %s (%s)", n.Status, n.Reason)
 	}
 	d.Close(context.Background())
-	other := f.servers[0].NewHostKey() // not in effect until a restart
+	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := gossh.NewPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
 	d = f.open(t, pin(string(marshal(other))))
 	defer d.Close(context.Background())
 	if n := nodeStatus(t, d, "h0"); n.Status != driver.NodeOffline || !strings.Contains(n.Reason, "pinned") {
@@ -276,7 +285,7 @@ func TestPinnedHostKey(t *testing.T) {
 // again and the instance, its output and its end are all there.
 func TestHostGoesAwayAndComesBack(t *testing.T) {
 	f := newFleet(t, 2)
-	d := f.open(t, nil)
+	d := f.open(t, map[string]any{"dial_timeout": "1s"})
 	defer d.Close(context.Background())
 	sp := shSpec(`echo before; trap 'echo term; exit 7' TERM; sleep 1000 & wait $!`)
 	sp.Name = "away"
@@ -285,7 +294,7 @@ func TestHostGoesAwayAndComesBack(t *testing.T) {
 	waitFor(t, d, in.ID, "running", func(in *driver.Instance) bool { return in.State == driver.StateRunning })
 	pid := pidOf(t, f.root, in.ID)
 
-	f.servers[1].Kill()
+	f.servers[1].Down()
 	n := waitNode(t, d, "h1", driver.NodeOffline)
 	t.Logf("h1 offline: %s", n.Reason)
 	list, err := d.List(ctxT(t), map[string]string{driver.TagCluster: "c1"})
@@ -300,9 +309,13 @@ func TestHostGoesAwayAndComesBack(t *testing.T) {
 		t.Fatalf("the supervised process %d died with the ssh server", pid)
 	}
 
+	// Back, and its ssh server killed and started again meanwhile: the
+	// connection is new.
+	f.servers[1].Kill()
 	if err := f.servers[1].Restart(); err != nil {
 		t.Fatal(err)
 	}
+	f.servers[1].Up()
 	waitNode(t, d, "h1", driver.NodeOnline)
 	got := waitFor(t, d, in.ID, "running", func(in *driver.Instance) bool { return in.State == driver.StateRunning })
 	if got.Name != "away" {

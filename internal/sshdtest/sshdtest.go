@@ -5,6 +5,7 @@
 package sshdtest
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/binary"
@@ -14,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -45,6 +47,7 @@ type Server struct {
 	HostKey    ssh.PublicKey // the server's public host key
 	Dir        string        // the server's files: keys, config, log
 	Netns      string        // the namespace's name, "" on loopback
+	veth       string        // the link's end outside the namespace
 
 	t    *testing.T
 	sshd string
@@ -83,7 +86,7 @@ func Start(t *testing.T, o Options) *Server {
 		t.Fatal(err)
 	}
 	if o.Netns {
-		s.Netns, s.Host = netns(t)
+		s.Netns, s.veth, s.Host = netns(t)
 		s.Port = 22
 	} else {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -169,9 +172,10 @@ func (s *Server) Log() string {
 	return string(b)
 }
 
-// Kill kills the server with SIGKILL, and every process of its sessions
-// that stayed in its process group; processes that left it keep running.
-// Killing a stopped server does nothing.
+// Kill kills the server with SIGKILL, with its connections and every
+// process of its sessions (every process descending from it); processes
+// that left the tree (daemons whose parent ended) keep running. Killing a
+// stopped server does nothing.
 func (s *Server) Kill() {
 	s.mu.Lock()
 	cmd, done := s.cmd, s.done
@@ -180,8 +184,59 @@ func (s *Server) Kill() {
 	if cmd == nil {
 		return
 	}
+	tree := descendants(cmd.Process.Pid)
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	for _, pid := range tree {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
 	<-done
+}
+
+// descendants returns the pids of every process descending from pid.
+func descendants(pid int) []int {
+	ents, _ := os.ReadDir("/proc")
+	parent := map[int]int{}
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(b, ')')
+		if f := strings.Fields(string(b[i+1:])); i > 0 && len(f) > 1 {
+			parent[p], _ = strconv.Atoi(f[1])
+		}
+	}
+	var out []int
+	for p := range parent {
+		for q := parent[p]; q > 1; q = parent[q] {
+			if q == pid {
+				out = append(out, p)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// Down cuts the namespace's link: the server neither answers nor closes
+// anything, as a host whose network went away. Up restores it.
+func (s *Server) Down() { s.link("down") }
+
+// Up restores the link Down cut.
+func (s *Server) Up() { s.link("up") }
+
+func (s *Server) link(state string) {
+	s.t.Helper()
+	if s.Netns == "" {
+		s.t.Fatal("sshdtest: Down and Up need a server in a network namespace")
+	}
+	if out, err := exec.Command("ip", "link", "set", s.veth, state).CombinedOutput(); err != nil {
+		s.t.Fatalf("ip link set %s %s: %v: %s", s.veth, state, err, out)
+	}
 }
 
 // NewHostKey gives the server a new host key, which takes effect at the
@@ -242,9 +297,9 @@ var nsCount struct {
 }
 
 // netns makes a network namespace joined to this one by a veth pair on a
-// /30 of its own, and returns its name and its address. Both go when the
-// test ends.
-func netns(t *testing.T) (string, string) {
+// /30 of its own, and returns its name, the outer end of the pair and the
+// namespace's address. They go when the test ends.
+func netns(t *testing.T) (string, string, string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("sshdtest: a network namespace needs root")
@@ -279,5 +334,5 @@ func netns(t *testing.T) (string, string) {
 	ip("-n", name, "addr", "add", inner+"/30", "dev", veth+"p")
 	ip("-n", name, "link", "set", veth+"p", "up")
 	ip("-n", name, "link", "set", "lo", "up")
-	return name, inner
+	return name, veth, inner
 }
