@@ -6,7 +6,9 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -31,8 +33,28 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == ssh.SuperviseCommand {
 		os.Exit(ssh.Supervise(os.Args[2:], os.Stdout, os.Stderr))
 	}
-	os.Exit(m.Run())
+	// One root for every test's hosts: the binary is copied once, and each
+	// test keeps to a cluster of its own.
+	dir, err := os.MkdirTemp("", "berth-ssh-test-")
+	if err != nil {
+		panic(err)
+	}
+	sharedRoot = dir
+	// The supervisor the hosts run: built without the race detector (a
+	// binary built with it takes about a second to start on a loaded
+	// machine, and every call runs it once).
+	supervisor = filepath.Join(dir, "supervise")
+	build := exec.Command("go", "build", "-o", supervisor, "./testdata/supervise")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build the supervisor: %v: %s\n", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
 }
+
+var sharedRoot, supervisor string
 
 // serviceScript writes the two hello lines, then runs until SIGTERM, on
 // which it exits 0.
@@ -49,11 +71,12 @@ type fleet struct {
 	knownHosts string
 	key        string
 	root       string
+	cluster    string
 }
 
 func newFleet(t *testing.T, n int) *fleet {
 	t.Helper()
-	f := &fleet{root: t.TempDir()}
+	f := &fleet{root: sharedRoot, cluster: fmt.Sprintf("c%d", time.Now().UnixNano())}
 	var lines strings.Builder
 	for i := range n {
 		s := sshdtest.Start(t, sshdtest.Options{Netns: true, ClientKey: f.key})
@@ -80,7 +103,7 @@ func (f *fleet) options(extra map[string]any) map[string]any {
 	}
 	o := map[string]any{
 		"hosts": hosts, "key_file": f.key, "known_hosts": f.knownHosts, "root": f.root,
-		"probe_interval": "100ms", "dial_timeout": "5s", "stop_grace": "5s", "call_timeout": "30s",
+		"supervisor_binary": supervisor, "probe_interval": "100ms", "dial_timeout": "5s", "stop_grace": "5s", "call_timeout": "30s",
 	}
 	for k, v := range extra {
 		o[k] = v
@@ -96,7 +119,7 @@ func (f *fleet) open(t *testing.T, extra map[string]any) driver.Driver {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	d, err := def.Open(ctx, f.options(extra), driver.Env{Cluster: "c1"})
+	d, err := def.Open(ctx, f.options(extra), driver.Env{Cluster: f.cluster})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -285,14 +308,14 @@ func TestPinnedHostKey(t *testing.T) {
 // again and the instance, its output and its end are all there.
 func TestHostGoesAwayAndComesBack(t *testing.T) {
 	f := newFleet(t, 2)
-	d := f.open(t, map[string]any{"dial_timeout": "1s"})
+	d := f.open(t, map[string]any{"dial_timeout": "3s"})
 	defer d.Close(context.Background())
 	sp := shSpec(`echo before; trap 'echo term; exit 7' TERM; sleep 1000 & wait $!`)
 	sp.Name = "away"
 	sp.Tags = map[string]string{driver.TagManaged: "true", driver.TagCluster: "c1"}
 	in := create(t, d, "h1", sp)
 	waitFor(t, d, in.ID, "running", func(in *driver.Instance) bool { return in.State == driver.StateRunning })
-	pid := pidOf(t, f.root, in.ID)
+	pid := pidOf(t, f, in.ID)
 
 	f.servers[1].Down()
 	n := waitNode(t, d, "h1", driver.NodeOffline)
@@ -340,9 +363,9 @@ func TestHostGoesAwayAndComesBack(t *testing.T) {
 func marshal(k gossh.PublicKey) []byte { return gossh.MarshalAuthorizedKey(k) }
 
 // pidOf reads the pid the supervisor recorded for id.
-func pidOf(t *testing.T, root, id string) int {
+func pidOf(t *testing.T, f *fleet, id string) int {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(root, "c", "c1", id, "state.json"))
+	b, err := os.ReadFile(filepath.Join(f.root, "c", f.cluster, id, "state.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -518,6 +518,13 @@ func readStatus(dir string) (*status, error) {
 	}
 	state, ok := procState(rs)
 	switch {
+	case !ok && supervisorAlive(rs):
+		// Ended this moment: the supervisor is writing down how.
+		if err := readJSON(filepath.Join(dir, fileExit), &ex); err != nil {
+			st.Phase = "running"
+			return st, nil
+		}
+		return readStatus(dir)
 	case !ok:
 		// The supervisor is gone too (killed, or the host rebooted):
 		// nobody saw the end.
@@ -690,16 +697,21 @@ func supStop(dir, graceText string, remove bool) error {
 	return os.RemoveAll(gone)
 }
 
+// supervisorAlive reports whether rs's supervisor still runs: its pid
+// runs this program's supervisor, on the same boot.
 func supervisorAlive(rs runState) bool {
-	if rs.Supervisor <= 0 {
+	if rs.Supervisor <= 0 || rs.BootID != bootID() {
 		return false
 	}
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(rs.Supervisor) + "/stat")
 	if err != nil {
 		return false
 	}
-	f, ok := statFields(b)
-	return ok && f[0][0] != 'Z'
+	if f, ok := statFields(b); !ok || f[0][0] == 'Z' {
+		return false
+	}
+	cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(rs.Supervisor) + "/cmdline")
+	return bytes.Contains(cmdline, []byte("\x00"+SuperviseCommand+"\x00run\x00"))
 }
 
 // supLogs copies the log files: streams is "out", "err" or "both"; tail
