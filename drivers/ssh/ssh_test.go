@@ -39,6 +39,10 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
+	// As /var/lib/berth-ssh would be: other users pass through.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		panic(err)
+	}
 	sharedRoot = dir
 	// The supervisor the hosts run: built without the race detector (a
 	// binary built with it takes about a second to start on a loaded
@@ -379,3 +383,53 @@ func pidOf(t *testing.T, f *fleet, id string) int {
 }
 
 func processAlive(pid int) bool { return syscall.Kill(pid, 0) == nil }
+
+// TestFilesAndUser: config files and user data reach the host over SFTP
+// with the spec's modes, owned by the spec's user, whom the process runs
+// as.
+func TestFilesAndUser(t *testing.T) {
+	f := newFleet(t, 1)
+	d := f.open(t, nil)
+	defer d.Close(context.Background())
+	sp := shSpec(`id -u; id -g; cat "$BERTH_CONFIG_DIR/etc/app.conf"; cat "$BERTH_USER_DATA_FILE"; echo "$APP"`)
+	sp.User, sp.Group = "nobody", "nogroup"
+	sp.Env = map[string]string{"APP": "env"}
+	sp.ConfigFiles = []driver.ConfigFile{{Path: "/etc/app.conf", Content: "conf\n", Mode: 0o640}}
+	sp.UserData = "data\n"
+	in := create(t, d, "h0", sp)
+	got := waitFor(t, d, in.ID, "exited", func(in *driver.Instance) bool { return in.State == driver.StateExited })
+	var out, errOut drivertest.SyncBuffer
+	if err := d.(driver.LogReader).Logs(ctxT(t), in.ID, driver.LogOptions{}, &out, &errOut); err != nil {
+		t.Fatalf("Logs: %v", err)
+	}
+	if got.ExitCode == nil || *got.ExitCode != 0 || out.String() != "65534\n65534\nconf\ndata\nenv\n" {
+		t.Errorf("as nobody: exit code %v, stdout %q, stderr %q", got.ExitCode, out.String(), errOut.String())
+	}
+	dir := filepath.Join(f.root, "c", f.cluster, in.ID)
+	for p, mode := range map[string]os.FileMode{"files/etc/app.conf": 0o640, "user-data": 0o600} {
+		fi, err := os.Stat(filepath.Join(dir, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		if fi.Mode().Perm() != mode || st.Uid != 65534 || st.Gid != 65534 {
+			t.Errorf("%s: mode %o, owner %d:%d; want %o, nobody:nogroup", p, fi.Mode().Perm(), st.Uid, st.Gid, mode)
+		}
+	}
+	// A user the host does not have: the create fails for good, and
+	// leaves nothing.
+	bad := shSpec("true")
+	bad.User = "no-such-user-here"
+	ctx := ctxT(t)
+	op, err := d.Create(ctx, "h0", bad)
+	if err == nil {
+		_, err = driver.Drive(ctx, op)
+	}
+	if !errors.Is(err, driver.ErrPermanent) || !strings.Contains(err.Error(), "no-such-user-here") {
+		t.Errorf("Create as a user the host lacks: %v, want ErrPermanent naming the user", err)
+	}
+	list, err := d.List(ctx, nil)
+	if err != nil || len(list) != 1 {
+		t.Errorf("List after the failed create: %d instances, %v; want only the first", len(list), err)
+	}
+}
