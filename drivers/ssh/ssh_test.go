@@ -78,7 +78,7 @@ type fleet struct {
 	cluster    string
 }
 
-func newFleet(t *testing.T, n int) *fleet {
+func newFleet(t testing.TB, n int) *fleet {
 	t.Helper()
 	f := &fleet{root: sharedRoot, cluster: fmt.Sprintf("c%d", time.Now().UnixNano())}
 	var lines strings.Builder
@@ -115,7 +115,7 @@ func (f *fleet) options(extra map[string]any) map[string]any {
 	return o
 }
 
-func (f *fleet) open(t *testing.T, extra map[string]any) driver.Driver {
+func (f *fleet) open(t testing.TB, extra map[string]any) driver.Driver {
 	t.Helper()
 	def, err := driver.Lookup("ssh")
 	if err != nil {

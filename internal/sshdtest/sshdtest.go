@@ -49,7 +49,7 @@ type Server struct {
 	Netns      string        // the namespace's name, "" on loopback
 	veth       string        // the link's end outside the namespace
 
-	t    *testing.T
+	t    testing.TB
 	sshd string
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -58,7 +58,7 @@ type Server struct {
 
 // Start starts a server that is stopped (with every session's processes)
 // when the test ends.
-func Start(t *testing.T, o Options) *Server {
+func Start(t testing.TB, o Options) *Server {
 	t.Helper()
 	sshd, err := exec.LookPath("sshd")
 	if err != nil {
@@ -134,7 +134,7 @@ Subsystem sftp internal-sftp
 
 // writeKey writes a fresh ed25519 private key to file and returns its
 // public key.
-func writeKey(t *testing.T, file string) ssh.PublicKey {
+func writeKey(t testing.TB, file string) ssh.PublicKey {
 	t.Helper()
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
@@ -299,7 +299,7 @@ var nsCount struct {
 // netns makes a network namespace joined to this one by a veth pair on a
 // /30 of its own, and returns its name, the outer end of the pair and the
 // namespace's address. They go when the test ends.
-func netns(t *testing.T) (string, string, string) {
+func netns(t testing.TB) (string, string, string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("sshdtest: a network namespace needs root")
