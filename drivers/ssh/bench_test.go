@@ -128,7 +128,7 @@ i=$1
 set -- $hosts
 shift $((i %% %d))
 ssh -n -i %s -o UserKnownHostsFile=%s -o StrictHostKeyChecking=yes -o BatchMode=yes -o LogLevel=ERROR root@$1 \
-  "mkdir -p %s/\$0 && cd %s/\$0 && setsid sh -c '%s' </dev/null >stdout.log 2>stderr.log & echo \$!" $i
+  "mkdir -p %s/$i; cd %s/$i; setsid sh -c '%s' </dev/null >stdout.log 2>stderr.log & echo \$!"
 `, strings.Join(hostsList, " "), len(hostsList), f.key, f.knownHosts, out, out, benchScript)
 	script := filepath.Join(dir, "launch.sh")
 	if err := os.WriteFile(script, []byte(launch), 0o755); err != nil {

@@ -128,6 +128,9 @@ func Open(ctx context.Context, opts *Options, env driver.Env) (driver.Driver, er
 		})
 	}
 	wg.Wait()
+	// The names in use, so that a create after a restart never takes one
+	// twice; a host that could not be listed is listed again later.
+	d.listHosts(ctx)
 	lctx, stop := context.WithCancel(context.Background())
 	d.stop = stop
 	d.loop.Go(func() { d.probeLoop(lctx) })

@@ -33,6 +33,13 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == ssh.SuperviseCommand {
 		os.Exit(ssh.Supervise(os.Args[2:], os.Stdout, os.Stderr))
 	}
+	if file := os.Getenv(launcherEnv); file != "" {
+		if err := launcher(file); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	// One root for every test's hosts: the binary is copied once, and each
 	// test keeps to a cluster of its own.
 	dir, err := os.MkdirTemp("", "berth-ssh-test-")

@@ -499,6 +499,11 @@ func readStatus(dir string) (*status, error) {
 		Resources: rec.Resources, Created: rec.Created, Phase: "creating"}
 	var rs runState
 	if err := readJSON(filepath.Join(dir, fileState), &rs); err != nil {
+		// Never started: a create under way, or one whose Berth was
+		// killed between writing the directory and the start.
+		if fi, err := os.Stat(filepath.Join(dir, fileRecord)); err == nil && time.Since(fi.ModTime()) > interrupted {
+			st.Phase, st.Message = "failed", "the create was interrupted before the process started"
+		}
 		return st, nil
 	}
 	st.PID, st.Started = rs.PID, rs.Started
@@ -588,7 +593,15 @@ func bootID() string {
 	return strings.TrimSpace(string(b))
 }
 
-// supList prints the status of every instance directory under root.
+// interrupted is how long after its record an instance that never
+// started counts as a create that was interrupted, and how old a
+// directory half made or half removed must be before a listing removes it:
+// longer than a create may take (four call timeouts and a grace).
+const interrupted = 5 * time.Minute
+
+// supList prints the status of every instance directory under root. It
+// removes what an interrupted create or delete left: directories never
+// renamed into place, or renamed away and not removed.
 func supList(root string, stdout io.Writer) error {
 	ents, err := os.ReadDir(root)
 	if errors.Is(err, os.ErrNotExist) {
@@ -600,7 +613,16 @@ func supList(root string, stdout io.Writer) error {
 	w := bufio.NewWriter(stdout)
 	enc := json.NewEncoder(w)
 	for _, e := range ents {
-		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
+		if !e.IsDir() {
+			continue
+		}
+		if strings.HasPrefix(e.Name(), ".new-") || strings.HasPrefix(e.Name(), ".gone-") {
+			if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > interrupted {
+				os.RemoveAll(filepath.Join(root, e.Name()))
+			}
+			continue
+		}
+		if strings.HasPrefix(e.Name(), ".") {
 			continue
 		}
 		st, err := readStatus(filepath.Join(root, e.Name()))
