@@ -97,6 +97,19 @@ func newFleet(t testing.TB, n int) *fleet {
 		f.servers = append(f.servers, s)
 		lines.WriteString(sshdtest.KnownHostsLine(s.Addr, s.HostKey))
 	}
+	// Whatever a failed test left running on the hosts goes with it: the
+	// process group of every instance of this test's cluster.
+	t.Cleanup(func() {
+		states, _ := filepath.Glob(filepath.Join(f.root, "c", f.cluster, "*", "state.json"))
+		for _, p := range states {
+			var st struct {
+				PID int `json:"pid"`
+			}
+			if b, err := os.ReadFile(p); err == nil && json.Unmarshal(b, &st) == nil && st.PID > 1 {
+				syscall.Kill(-st.PID, syscall.SIGKILL)
+			}
+		}
+	})
 	f.knownHosts = filepath.Join(t.TempDir(), "known_hosts")
 	if err := os.WriteFile(f.knownHosts, []byte(lines.String()), 0o600); err != nil {
 		t.Fatal(err)
