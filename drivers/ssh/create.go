@@ -1,6 +1,7 @@
 package ssh
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -218,7 +219,8 @@ func (d *Driver) create(ctx context.Context, h *host, rec *record, recJSON []byt
 		h.sftp(context.WithoutCancel(ctx), func(c *sftpClient) error { return c.RemoveAll(tmp) })
 		return nil, err
 	}
-	code, msg, err := h.supervise(ctx, nil, nil, "start", dir)
+	var out bytes.Buffer
+	code, msg, err := h.supervise(ctx, &limitedBuffer{b: &out, n: 1 << 20}, nil, "start", dir)
 	switch {
 	case err != nil:
 		// The supervisor may have started it: the caller looks it up.
@@ -238,11 +240,11 @@ func (d *Driver) create(ctx context.Context, h *host, rec *record, recJSON []byt
 	case code != 0:
 		return &driver.Instance{ID: rec.ID}, driver.Errorf(driver.ErrTimeout, "host %s: start %s: exit code %d: %s", h.name, rec.ID, code, msg)
 	}
-	_, st, err := d.status(ctx, rec.ID)
-	if err != nil {
-		return &driver.Instance{ID: rec.ID}, err
+	var st status
+	if err := json.Unmarshal(out.Bytes(), &st); err != nil || st.ID != rec.ID {
+		return &driver.Instance{ID: rec.ID}, driver.Errorf(driver.ErrTimeout, "host %s: start %s: unexpected answer %q", h.name, rec.ID, out.String())
 	}
-	return d.instance(h, st), nil
+	return d.instance(h, &st), nil
 }
 
 // sftpClient is an SFTP session on a host's connection.

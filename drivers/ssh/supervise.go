@@ -106,7 +106,7 @@ type status struct {
 // Supervise runs one verb of the supervisor on the host and returns its
 // exit code:
 //
-//	start DIR              start the instance of DIR under a supervisor that outlives the session
+//	start DIR              start the instance of DIR under a supervisor that outlives the session; print its status
 //	status DIR...          print the status of each instance directory (JSON, one a line)
 //	list ROOT              print the status of every instance directory under ROOT
 //	signal DIR SIGNAL      signal the instance's process group
@@ -130,7 +130,13 @@ func Supervise(args []string, stdout, stderr io.Writer) int {
 	var err error
 	switch verb {
 	case "start":
-		err = supStart(args[0])
+		// The instance as it now is, to spare the caller a status.
+		if err = supStart(args[0]); err == nil {
+			var st *status
+			if st, err = readStatus(args[0]); err == nil {
+				err = json.NewEncoder(stdout).Encode(st)
+			}
+		}
 	case "run":
 		return supRun(args[0])
 	case "status":
