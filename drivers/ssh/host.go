@@ -111,7 +111,7 @@ func (d *Driver) hostKeyCallback(h Host) (gossh.HostKeyCallback, []string, error
 	var known []gossh.PublicKey
 	if signer, err := gossh.NewSignerFromKey(probe); err == nil {
 		var ke *knownhosts.KeyError
-		if err := check(knownhosts.Normalize(h.addr()), &net.TCPAddr{}, signer.PublicKey()); errors.As(err, &ke) {
+		if err := check(h.addr(), &net.TCPAddr{}, signer.PublicKey()); errors.As(err, &ke) {
 			for _, k := range ke.Want {
 				known = append(known, k.Key)
 			}

@@ -453,3 +453,69 @@ func TestFilesAndUser(t *testing.T) {
 		t.Errorf("List after the failed create: %d instances, %v; want only the first", len(list), err)
 	}
 }
+
+// TestKnownKeysAlgorithmsFirst: a host with an ECDSA and an ed25519 key,
+// of which known_hosts holds only the ed25519 one, is accepted: the client
+// asks for the algorithm of the key it knows (its defaults put ECDSA
+// before ed25519, and the ECDSA key would be refused as unknown).
+func TestKnownKeysAlgorithmsFirst(t *testing.T) {
+	s := sshdtest.Start(t, sshdtest.Options{Netns: true, ECDSAKey: true})
+	f := &fleet{servers: []*sshdtest.Server{s}, knownHosts: s.KnownHosts, key: s.Key, root: sharedRoot, cluster: fmt.Sprintf("c%d", time.Now().UnixNano())}
+	d := f.open(t, nil)
+	defer d.Close(context.Background())
+	if n := nodeStatus(t, d, "h0"); n.Status != driver.NodeOnline {
+		t.Errorf("h0: %s (%s), want online through its known ed25519 key", n.Status, n.Reason)
+	}
+	// With only the ECDSA key known, that one is asked for and accepted.
+	if err := os.WriteFile(f.knownHosts, []byte(sshdtest.KnownHostsLine(s.Addr, s.ECDSAKey)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d2 := f.open(t, nil)
+	defer d2.Close(context.Background())
+	if n := nodeStatus(t, d2, "h0"); n.Status != driver.NodeOnline {
+		t.Errorf("h0: %s (%s), want online through its known ECDSA key", n.Status, n.Reason)
+	}
+}
+
+// TestOptionsAreStrict: every bad option is refused naming its field.
+func TestOptionsAreStrict(t *testing.T) {
+	def, err := driver.Lookup("ssh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := func(kv ...any) map[string]any {
+		h := map[string]any{"address": "10.0.0.1"}
+		for i := 0; i < len(kv); i += 2 {
+			h[kv[i].(string)] = kv[i+1]
+		}
+		return h
+	}
+	cases := []struct {
+		field string
+		raw   map[string]any
+	}{
+		{"hosts", map[string]any{}},
+		{"hosts", map[string]any{"hosts": []any{map[string]any{"address": "10.0.0.1", "colour": "red"}}}},
+		{"hosts[0].address", map[string]any{"hosts": []any{host("address", "not a host!")}}},
+		{"hosts[0].port", map[string]any{"hosts": []any{host("port", 70000)}}},
+		{"hosts[1].name", map[string]any{"hosts": []any{host("name", "a"), host("name", "a")}}},
+		{"hosts[0].host_key", map[string]any{"hosts": []any{host("host_key", "ssh-ed25519 nonsense")}}},
+		{"hosts[0].capacity.cpus", map[string]any{"hosts": []any{host("capacity", map[string]any{"cpus": -1})}}},
+		{"hosts[0].max_instances", map[string]any{"hosts": []any{host("max_instances", -1)}}},
+		{"max_channels", map[string]any{"hosts": []any{host()}, "max_channels": 0}},
+		{"root", map[string]any{"hosts": []any{host()}, "root": "relative"}},
+		{"probe_interval", map[string]any{"hosts": []any{host()}, "probe_interval": "1ns"}},
+		{"colour", map[string]any{"hosts": []any{host()}, "colour": "red"}},
+	}
+	for _, c := range cases {
+		_, err := def.Decode(c.raw)
+		if !errors.Is(err, driver.ErrInvalid) || !strings.Contains(err.Error(), c.field) {
+			t.Errorf("options %v: %v, want ErrInvalid naming %s", c.raw, err, c.field)
+		}
+	}
+	// Neither a key file nor the agent: refused at Open, naming key_file.
+	_, err = def.Open(ctxT(t), map[string]any{"hosts": []any{host()}}, driver.Env{})
+	if !errors.Is(err, driver.ErrInvalid) || !strings.Contains(err.Error(), "key_file") {
+		t.Errorf("Open with no way to log in: %v, want ErrInvalid naming key_file", err)
+	}
+}

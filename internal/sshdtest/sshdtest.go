@@ -6,7 +6,9 @@ package sshdtest
 
 import (
 	"bytes"
+	"crypto/ecdsa"
 	"crypto/ed25519"
+	"crypto/elliptic"
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/pem"
@@ -35,6 +37,9 @@ type Options struct {
 	// ClientKey is the private key file to let in instead of a fresh one
 	// (several servers sharing one client key).
 	ClientKey string
+	// ECDSAKey gives the server an ECDSA host key besides its ed25519 one
+	// (Server.ECDSAKey); KnownHosts holds only the ed25519 key.
+	ECDSAKey bool
 }
 
 // Server is a running sshd.
@@ -45,6 +50,7 @@ type Server struct {
 	Key        string        // the client's private key file
 	KnownHosts string        // a known_hosts file holding the server's key
 	HostKey    ssh.PublicKey // the server's public host key
+	ECDSAKey   ssh.PublicKey // its second host key, with Options.ECDSAKey
 	Dir        string        // the server's files: keys, config, log
 	Netns      string        // the namespace's name, "" on loopback
 	veth       string        // the link's end outside the namespace
@@ -97,7 +103,25 @@ func Start(t testing.TB, o Options) *Server {
 		l.Close()
 	}
 	s.Addr = net.JoinHostPort(s.Host, fmt.Sprint(s.Port))
-	cfg := fmt.Sprintf(`ListenAddress %s
+	extra := ""
+	if o.ECDSAKey {
+		priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		block, err := ssh.MarshalPrivateKey(priv, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(s.Dir, "host_key_ecdsa"), pem.EncodeToMemory(block), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if s.ECDSAKey, err = ssh.NewPublicKey(&priv.PublicKey); err != nil {
+			t.Fatal(err)
+		}
+		extra = "HostKey " + filepath.Join(s.Dir, "host_key_ecdsa") + "\n"
+	}
+	cfg := extra + fmt.Sprintf(`ListenAddress %s
 HostKey %s/host_key
 AuthorizedKeysFile %s/authorized_keys
 PidFile %s/sshd.pid
