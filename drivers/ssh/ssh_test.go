@@ -519,3 +519,68 @@ func TestOptionsAreStrict(t *testing.T) {
 		t.Errorf("Open with no way to log in: %v, want ErrInvalid naming key_file", err)
 	}
 }
+
+// TestAgent logs in with the key an ssh-agent (OpenSSH's) holds, with no
+// key file.
+func TestAgent(t *testing.T) {
+	f := newFleet(t, 1)
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	agent := exec.Command("ssh-agent", "-D", "-a", sock)
+	if err := agent.Start(); err != nil {
+		t.Fatalf("ssh-agent (openssh-client): %v", err)
+	}
+	defer func() {
+		agent.Process.Kill()
+		agent.Wait()
+	}()
+	for i := 0; ; i++ {
+		if _, err := os.Stat(sock); err == nil {
+			break
+		}
+		if i > 500 {
+			t.Fatal("ssh-agent never made its socket")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	add := exec.Command("ssh-add", f.key)
+	add.Env = append(os.Environ(), "SSH_AUTH_SOCK="+sock)
+	if out, err := add.CombinedOutput(); err != nil {
+		t.Fatalf("ssh-add: %v: %s", err, out)
+	}
+	t.Setenv("SSH_AUTH_SOCK", sock)
+	d := f.open(t, map[string]any{"key_file": "", "agent": true})
+	defer d.Close(context.Background())
+	if n := nodeStatus(t, d, "h0"); n.Status != driver.NodeOnline {
+		t.Fatalf("h0 through the agent's key: %s (%s)", n.Status, n.Reason)
+	}
+	in := create(t, d, "h0", shSpec("echo agent"))
+	waitFor(t, d, in.ID, "exited", func(in *driver.Instance) bool { return in.State == driver.StateExited })
+}
+
+// TestCapacityAndMaxInstances: capacity set in the options overrides what
+// is read, field by field; max_instances caps the running instances.
+func TestCapacityAndMaxInstances(t *testing.T) {
+	f := newFleet(t, 1)
+	s := f.servers[0]
+	d := f.open(t, map[string]any{"hosts": []any{map[string]any{"name": "h0", "address": s.Host, "port": s.Port,
+		"max_instances": 1, "capacity": map[string]any{"cpus": 64}}}})
+	defer d.Close(context.Background())
+	n := nodeStatus(t, d, "h0")
+	if n.Capacity.CPU != 64000 || n.Capacity.Memory <= 0 || n.MaxInstances != 1 {
+		t.Errorf("h0: capacity %+v, max_instances %d; want 64 cpus, the memory read, 1", n.Capacity, n.MaxInstances)
+	}
+	create(t, d, "h0", shSpec(serviceScript))
+	ctx := ctxT(t)
+	op, err := d.Create(ctx, "h0", shSpec(serviceScript))
+	if err == nil {
+		_, err = driver.Drive(ctx, op)
+	}
+	if !errors.Is(err, driver.ErrInsufficientCapacity) {
+		t.Errorf("a second instance on a host of max_instances 1: %v, want ErrInsufficientCapacity", err)
+	}
+	big := shSpec("true")
+	big.CPU = 65000
+	if _, err := d.Create(ctx, "h0", big); !errors.Is(err, driver.ErrInsufficientCapacity) {
+		t.Errorf("more cpus than the host has: %v, want ErrInsufficientCapacity", err)
+	}
+}
