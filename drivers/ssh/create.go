@@ -377,6 +377,27 @@ func (d *Driver) Kill(ctx context.Context, id string, signal string) error {
 	return d.simple(ctx, h, id, "signal", d.instDir(id), name)
 }
 
+// Suspend stops the instance's process group (SIGSTOP); suspending a
+// suspended instance is not an error, one that is not running is
+// ErrPermanent.
+func (d *Driver) Suspend(ctx context.Context, id string) error {
+	h, err := d.hostOf(id)
+	if err != nil {
+		return err
+	}
+	return d.simple(ctx, h, id, "suspend", d.instDir(id))
+}
+
+// Resume continues a suspended instance (SIGCONT); one that is not
+// suspended is ErrNotSuspended.
+func (d *Driver) Resume(ctx context.Context, id string) error {
+	h, err := d.hostOf(id)
+	if err != nil {
+		return err
+	}
+	return d.simple(ctx, h, id, "resume", d.instDir(id))
+}
+
 // simple runs a verb that answers with its exit code only.
 func (d *Driver) simple(ctx context.Context, h *host, id, verb string, args ...string) error {
 	if err := d.checkOpen(); err != nil {
@@ -392,6 +413,8 @@ func (d *Driver) simple(ctx context.Context, h *host, id, verb string, args ...s
 		return driver.Errorf(driver.ErrNotFound, "no instance %q", id)
 	case code == exitNotRunning:
 		return driver.Errorf(driver.ErrPermanent, "instance %s is not running", id)
+	case code == exitNotPaused:
+		return driver.Errorf(driver.ErrNotSuspended, "instance %s is not suspended", id)
 	case code == exitPermanent:
 		return driver.Errorf(driver.ErrPermanent, "host %s: %s %s: %s", h.name, verb, id, msg)
 	}

@@ -32,6 +32,7 @@ const (
 	exitNotFound   = 3 // no such instance directory
 	exitNotRunning = 4 // a signal for an instance that is not running
 	exitUsage      = 5
+	exitNotPaused  = 6 // a resume for an instance that is not suspended
 )
 
 // The files of an instance directory.
@@ -110,6 +111,8 @@ type status struct {
 //	status DIR...          print the status of each instance directory (JSON, one a line)
 //	list ROOT              print the status of every instance directory under ROOT
 //	signal DIR SIGNAL      signal the instance's process group
+//	suspend DIR            STOP to the process group
+//	resume DIR             CONT to the process group of a suspended instance
 //	stop DIR GRACE         TERM, then KILL after GRACE; wait for the end
 //	delete DIR GRACE       stop, then remove DIR
 //	logs DIR STREAMS TAIL FOLLOW   copy stdout.log to stdout and stderr.log to stderr
@@ -123,7 +126,7 @@ func Supervise(args []string, stdout, stderr io.Writer) int {
 		return fail(exitUsage, "usage: %s VERB ARGS...", SuperviseCommand)
 	}
 	verb, args := args[0], args[1:]
-	need := map[string]int{"start": 1, "list": 1, "signal": 2, "stop": 2, "delete": 2, "logs": 4, "run": 1}
+	need := map[string]int{"start": 1, "list": 1, "signal": 2, "stop": 2, "delete": 2, "logs": 4, "run": 1, "suspend": 1, "resume": 1}
 	if n, ok := need[verb]; ok && len(args) != n {
 		return fail(exitUsage, "%s %s: %d arguments, want %d", SuperviseCommand, verb, len(args), n)
 	}
@@ -154,6 +157,10 @@ func Supervise(args []string, stdout, stderr io.Writer) int {
 		err = supList(args[0], stdout)
 	case "signal":
 		err = supSignal(args[0], args[1])
+	case "suspend":
+		err = supSignal(args[0], "STOP")
+	case "resume":
+		err = supResume(args[0])
 	case "stop":
 		err = supStop(args[0], args[1], false)
 	case "delete":
@@ -674,6 +681,18 @@ func supSignal(dir, sig string) error {
 		return fmt.Errorf("signal %s to group %d: %w", name, rs.PID, err)
 	}
 	return nil
+}
+
+// supResume continues dir's process group when its leader is stopped.
+func supResume(dir string) error {
+	rs, ok, err := running(dir)
+	if err != nil {
+		return err
+	}
+	if state, alive := procState(rs); !ok || !alive || state != 'T' {
+		return coded(exitNotPaused, "the instance is not suspended")
+	}
+	return syscall.Kill(-rs.PID, syscall.SIGCONT)
 }
 
 // supStop ends dir's process: TERM to its group, KILL after grace, then it
