@@ -398,6 +398,32 @@ func (d *Driver) Resume(ctx context.Context, id string) error {
 	return d.simple(ctx, h, id, "resume", d.instDir(id))
 }
 
+// Usage measures the instance's process group on its host: cpu over
+// 200 ms, resident memory now.
+func (d *Driver) Usage(ctx context.Context, id string) (*driver.Usage, error) {
+	h, err := d.hostOf(id)
+	if err != nil {
+		return nil, err
+	}
+	var out bytes.Buffer
+	code, msg, err := h.supervise(ctx, &limitedBuffer{b: &out, n: 4096}, nil, "usage", d.instDir(id))
+	switch {
+	case err != nil:
+		return nil, err
+	case code == exitNotFound:
+		return nil, driver.Errorf(driver.ErrNotFound, "no instance %q", id)
+	case code == exitNotRunning:
+		return nil, driver.Errorf(driver.ErrPermanent, "instance %s is not running", id)
+	case code != 0:
+		return nil, driver.Errorf(driver.ErrRetryable, "host %s: usage of %s: exit code %d: %s", h.name, id, code, msg)
+	}
+	var u usage
+	if err := json.Unmarshal(out.Bytes(), &u); err != nil {
+		return nil, driver.Errorf(driver.ErrRetryable, "host %s: usage of %s: %v", h.name, id, err)
+	}
+	return &driver.Usage{CPU: u.CPU, Memory: u.Memory, Time: time.Now()}, nil
+}
+
 // simple runs a verb that answers with its exit code only.
 func (d *Driver) simple(ctx context.Context, h *host, id, verb string, args ...string) error {
 	if err := d.checkOpen(); err != nil {

@@ -83,7 +83,8 @@
 //
 // Stop (TERM to the group, KILL after grace), Start, Restart, Kill (any
 // signal ParseSignal reads, to the group), Suspend and Resume (STOP and
-// CONT to the group) and Logs (stdout and stderr
+// CONT to the group), Usage (the group's cpu over 200 ms and resident
+// memory, from the host's /proc) and Logs (stdout and stderr
 // apart, tail, follow; follow ends when the process ends or the caller's
 // context does, which closes the command's input) go through the
 // supervisor. Create and Delete run in the background (driver.Calls);

@@ -624,6 +624,7 @@ var (
 	_ driver.Restarter       = (*Driver)(nil)
 	_ driver.Killer          = (*Driver)(nil)
 	_ driver.Suspender       = (*Driver)(nil)
+	_ driver.UsageReporter   = (*Driver)(nil)
 	_ driver.LogReader       = (*Driver)(nil)
 	_ driver.FeatureReporter = (*Driver)(nil)
 	_ driver.SpecChecker     = (*Driver)(nil)

@@ -113,6 +113,7 @@ type status struct {
 //	signal DIR SIGNAL      signal the instance's process group
 //	suspend DIR            STOP to the process group
 //	resume DIR             CONT to the process group of a suspended instance
+//	usage DIR              print the process group's cpu (over 200 ms) and resident memory (JSON)
 //	stop DIR GRACE         TERM, then KILL after GRACE; wait for the end
 //	delete DIR GRACE       stop, then remove DIR
 //	logs DIR STREAMS TAIL FOLLOW   copy stdout.log to stdout and stderr.log to stderr
@@ -126,7 +127,7 @@ func Supervise(args []string, stdout, stderr io.Writer) int {
 		return fail(exitUsage, "usage: %s VERB ARGS...", SuperviseCommand)
 	}
 	verb, args := args[0], args[1:]
-	need := map[string]int{"start": 1, "list": 1, "signal": 2, "stop": 2, "delete": 2, "logs": 4, "run": 1, "suspend": 1, "resume": 1}
+	need := map[string]int{"start": 1, "list": 1, "signal": 2, "stop": 2, "delete": 2, "logs": 4, "run": 1, "suspend": 1, "resume": 1, "usage": 1}
 	if n, ok := need[verb]; ok && len(args) != n {
 		return fail(exitUsage, "%s %s: %d arguments, want %d", SuperviseCommand, verb, len(args), n)
 	}
@@ -161,6 +162,8 @@ func Supervise(args []string, stdout, stderr io.Writer) int {
 		err = supSignal(args[0], "STOP")
 	case "resume":
 		err = supResume(args[0])
+	case "usage":
+		err = supUsage(args[0], stdout)
 	case "stop":
 		err = supStop(args[0], args[1], false)
 	case "delete":
@@ -681,6 +684,55 @@ func supSignal(dir, sig string) error {
 		return fmt.Errorf("signal %s to group %d: %w", name, rs.PID, err)
 	}
 	return nil
+}
+
+// usage is what the usage verb prints.
+type usage struct {
+	CPU    driver.MilliCPU `json:"cpus"`
+	Memory driver.Bytes    `json:"memory"`
+}
+
+// supUsage measures dir's process group: its cpu time over 200 ms and its
+// resident memory now, from /proc.
+func supUsage(dir string, stdout io.Writer) error {
+	rs, ok, err := running(dir)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return coded(exitNotRunning, "the instance is not running")
+	}
+	const window = 200 * time.Millisecond
+	t0, _ := groupTicks(rs.PID)
+	time.Sleep(window)
+	t1, rss := groupTicks(rs.PID)
+	// Ticks are USER_HZ, 100 a second on every Linux Berth runs on.
+	cpu := driver.MilliCPU(max(t1-t0, 0) * 10 * int64(time.Second) / int64(window))
+	return json.NewEncoder(stdout).Encode(usage{CPU: cpu, Memory: driver.Bytes(rss * int64(os.Getpagesize()))})
+}
+
+// groupTicks sums the cpu ticks (user and system) and resident pages of
+// the processes of group pgid.
+func groupTicks(pgid int) (ticks, rss int64) {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		f, ok := statFields(b)
+		if !ok || len(f) < 22 || f[2] != strconv.Itoa(pgid) {
+			continue
+		}
+		ut, _ := strconv.ParseInt(f[11], 10, 64)
+		st, _ := strconv.ParseInt(f[12], 10, 64)
+		pages, _ := strconv.ParseInt(f[21], 10, 64)
+		ticks, rss = ticks+ut+st, rss+pages
+	}
+	return ticks, rss
 }
 
 // supResume continues dir's process group when its leader is stopped.

@@ -169,3 +169,20 @@ func TestTailOffset(t *testing.T) {
 		}
 	}
 }
+
+func TestSupervisorUsage(t *testing.T) {
+	dir := supervised(t, `sleep 1000`)
+	waitPhase(t, dir, "running")
+	var out bytes.Buffer
+	if code := Supervise([]string{"usage", dir}, &out, &out); code != 0 {
+		t.Fatalf("usage: exit code %d: %s", code, out.String())
+	}
+	var u usage
+	if err := json.Unmarshal(out.Bytes(), &u); err != nil || u.Memory <= 0 || u.CPU < 0 {
+		t.Errorf("usage: %q (%v), want resident memory", out.String(), err)
+	}
+	sup(t, "stop", dir, "1s")
+	if code, _ := sup(t, "usage", dir); code != exitNotRunning {
+		t.Errorf("usage of a stopped instance: exit code %d, want %d", code, exitNotRunning)
+	}
+}
