@@ -127,7 +127,7 @@ func (f *fleet) options(extra map[string]any) map[string]any {
 	}
 	o := map[string]any{
 		"hosts": hosts, "key_file": f.key, "known_hosts": f.knownHosts, "root": f.root,
-		"supervisor_binary": supervisor, "probe_interval": "100ms", "dial_timeout": "5s", "stop_grace": "5s", "call_timeout": "30s",
+		"supervisor_binary": supervisor, "probe_interval": "200ms", "dial_timeout": "20s", "stop_grace": "5s", "call_timeout": "30s",
 	}
 	for k, v := range extra {
 		o[k] = v
