@@ -50,6 +50,9 @@ type Driver struct {
 	stop   context.CancelFunc
 	loop   sync.WaitGroup
 
+	// Lock order: a host's createMu, then its installMu, then its dialMu,
+	// then its mu; khMu (taken while dialling) and mu are leaves, never
+	// held while another lock is taken.
 	khMu sync.Mutex // known_hosts, read and appended
 
 	mu    sync.Mutex
