@@ -35,15 +35,16 @@ type host struct {
 	name  string
 	slots chan struct{} // one per channel open at once (max_channels)
 
-	dialMu sync.Mutex // held while dialling; before mu
+	// Lock order (see Driver): createMu, installMu, dialMu, mu.
+	createMu  sync.Mutex // held by a create counting against max_instances
+	installMu sync.Mutex // held while installing the supervisor
+	dialMu    sync.Mutex // held while dialling
 
-	mu        sync.Mutex
+	mu        sync.Mutex    // guards what follows
 	client    *gossh.Client // nil while the host is not connected
 	reason    string        // why it is offline
 	facts     facts
-	installed string     // the supervisor's path on the host once it is there
-	installMu sync.Mutex // held while installing the supervisor; before mu
-	createMu  sync.Mutex // held by a create counting against max_instances
+	installed string // the supervisor's path on the host once it is there
 }
 
 // facts are what a host says of itself when it is connected.
