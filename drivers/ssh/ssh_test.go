@@ -368,6 +368,15 @@ func TestHostGoesAwayAndComesBack(t *testing.T) {
 	if got.Name != "away" {
 		t.Errorf("after the host came back: %+v", got)
 	}
+	// A Berth started again finds it too; it keeps to the usual bounds (a
+	// keepalive of three seconds may fail on a loaded machine).
+	d.Close(context.Background())
+	d = f.open(t, nil)
+	defer d.Close(context.Background())
+	got = waitFor(t, d, in.ID, "running", func(in *driver.Instance) bool { return in.State == driver.StateRunning })
+	if got.Name != "away" {
+		t.Errorf("after the host came back: %+v", got)
+	}
 	if err := d.(driver.Stopper).Stop(ctxT(t), in.ID, 5*time.Second); err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
