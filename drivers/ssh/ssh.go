@@ -251,14 +251,27 @@ func (h *host) supervise(ctx context.Context, stdout, stderr io.Writer, verb str
 	return code, strings.TrimSpace(errBuf.String()), err
 }
 
-// limitedBuffer keeps the first n bytes written to it.
+// Bounds of what a host's answers may hold: one instance's status, and a
+// listing (a few hundred bytes an instance, tags included).
+const (
+	maxStatus  = 1 << 20
+	maxListing = 256 << 20
+)
+
+// limitedBuffer keeps the first n bytes written to it, and whether more
+// came (then what it holds is not the whole answer, nor valid JSON).
 type limitedBuffer struct {
-	b *bytes.Buffer
-	n int
+	b    *bytes.Buffer
+	n    int
+	over bool
 }
 
 func (l *limitedBuffer) Write(p []byte) (int, error) {
-	if room := l.n - l.b.Len(); room > 0 {
+	room := l.n - l.b.Len()
+	if room < len(p) {
+		l.over = true
+	}
+	if room > 0 {
 		l.b.Write(p[:min(room, len(p))])
 	}
 	return len(p), nil
@@ -284,7 +297,7 @@ func (h *host) install(ctx context.Context) error {
 	bin := h.d.remoteBin()
 	check := func() (bool, error) {
 		var out bytes.Buffer
-		_, err := h.run(ctx, "sha256sum "+quote(bin)+" 2>/dev/null", &out, io.Discard)
+		_, err := h.run(ctx, "sha256sum "+quote(bin)+" 2>/dev/null", &limitedBuffer{b: &out, n: 4096}, io.Discard)
 		if err != nil {
 			return false, err
 		}
@@ -320,7 +333,7 @@ func (d *Driver) status(ctx context.Context, id string) (*host, *status, error) 
 		return nil, nil, err
 	}
 	var out bytes.Buffer
-	code, msg, err := h.supervise(ctx, &out, nil, "status", d.instDir(id))
+	code, msg, err := h.supervise(ctx, &limitedBuffer{b: &out, n: maxStatus}, nil, "status", d.instDir(id))
 	if err != nil {
 		return h, nil, err
 	}
@@ -480,12 +493,16 @@ func (d *Driver) listHost(ctx context.Context, h *host) ([]*driver.Instance, err
 	ctx, cancel := context.WithTimeout(ctx, d.opts.CallTimeout)
 	defer cancel()
 	var out bytes.Buffer
-	code, msg, err := h.supervise(ctx, &out, nil, "list", d.clusterDir())
+	lim := &limitedBuffer{b: &out, n: maxListing}
+	code, msg, err := h.supervise(ctx, lim, nil, "list", d.clusterDir())
 	if err != nil {
 		return nil, err
 	}
 	if code != 0 {
 		return nil, driver.Errorf(driver.ErrRetryable, "host %s: list: exit code %d: %s", h.name, code, msg)
+	}
+	if lim.over {
+		return nil, driver.Errorf(driver.ErrRetryable, "host %s: list: more than %d bytes", h.name, maxListing)
 	}
 	var insts []*driver.Instance
 	sc := bufio.NewScanner(&out)
