@@ -87,6 +87,7 @@
 // memory, from the host's /proc) and Logs (stdout and stderr
 // apart, tail, follow; follow ends when the process ends or the caller's
 // context does, which closes the command's input) go through the
-// supervisor. Create and Delete run in the background (driver.Calls);
+// supervisor. There is no Resize, Attach or Watch: the provider's
+// fallbacks apply. Create and Delete run in the background (driver.Calls);
 // their Advance only looks.
 package ssh
