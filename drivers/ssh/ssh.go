@@ -43,7 +43,8 @@ type Driver struct {
 	binPath    string // the supervisor binary here
 	binSum     string // its SHA-256, hex
 	hosts      map[string]*host
-	order      []*host // as configured
+	order      []*host       // as configured
+	uploads    chan struct{} // one per copy of the binary under way (maxUploads)
 
 	calls  driver.Calls
 	closed atomic.Bool
@@ -63,7 +64,7 @@ type Driver struct {
 // connects to every host at once; a host that cannot be reached is offline
 // until a probe reaches it.
 func Open(ctx context.Context, opts *Options, env driver.Env) (driver.Driver, error) {
-	d := &Driver{opts: *opts, log: env.Logger, hosts: map[string]*host{}, names: map[string]string{}}
+	d := &Driver{opts: *opts, log: env.Logger, hosts: map[string]*host{}, names: map[string]string{}, uploads: make(chan struct{}, maxUploads)}
 	if d.log == nil {
 		d.log = slog.Default()
 	}
@@ -251,6 +252,9 @@ func (h *host) supervise(ctx context.Context, stdout, stderr io.Writer, verb str
 	return code, strings.TrimSpace(errBuf.String()), err
 }
 
+// maxUploads bounds the copies of the supervisor binary under way at once.
+const maxUploads = 4
+
 // Bounds of what a host's answers may hold: one instance's status, and a
 // listing (a few hundred bytes an instance, tags included).
 const (
@@ -309,7 +313,16 @@ func (h *host) install(ctx context.Context) error {
 		return err
 	}
 	if !ok {
-		if err := h.sftp(ctx, func(c *sftpClient) error { return c.upload(h.d.binPath, bin) }); err != nil {
+		// The binary is tens of megabytes: a few copies at once, however
+		// many hosts there are.
+		select {
+		case h.d.uploads <- struct{}{}:
+		case <-ctx.Done():
+			return driver.Errorf(driver.ErrRetryable, "host %s: waiting to copy the supervisor: %v", h.name, ctx.Err())
+		}
+		err := h.sftp(ctx, func(c *sftpClient) error { return c.upload(h.d.binPath, bin) })
+		<-h.d.uploads
+		if err != nil {
 			return err
 		}
 		if ok, err = check(); err != nil {
