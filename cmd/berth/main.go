@@ -33,6 +33,7 @@ import (
 	_ "github.com/berth-dev/berth/drivers/local"
 	_ "github.com/berth-dev/berth/drivers/plugin"
 	_ "github.com/berth-dev/berth/drivers/sim"
+	sshdriver "github.com/berth-dev/berth/drivers/ssh"
 	_ "github.com/berth-dev/berth/drivers/vm"
 )
 
@@ -55,6 +56,11 @@ const EnvAddr = "BERTH_ADDR"
 var defaultAddr = fmt.Sprintf("http://127.0.0.1:%d", config.DefaultPort)
 
 func main() {
+	// The ssh back-end's supervisor, which runs on the hosts: hidden, it
+	// is no verb of the client's.
+	if len(os.Args) > 1 && os.Args[1] == sshdriver.SuperviseCommand {
+		os.Exit(sshdriver.Supervise(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

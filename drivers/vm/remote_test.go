@@ -5,14 +5,10 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
-	"encoding/pem"
 	"errors"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,113 +17,19 @@ import (
 
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/drivers/vm"
-	"github.com/berth-dev/berth/internal/testdeps"
+	"github.com/berth-dev/berth/internal/sshdtest"
 )
-
-// sshHost is an sshd of the test's own on a loopback port, which lets in
-// one key and forwards to unix sockets: the way to a "remote" libvirt
-// host that is this machine.
-type sshHost struct {
-	addr       string // 127.0.0.1:port
-	key        string // the client's private key
-	knownHosts string // holds the sshd's host key
-}
-
-// startSSHD starts sshd (openssh-server) with a fresh host key and client
-// key; it is stopped when the test ends.
-func startSSHD(t *testing.T) sshHost {
-	t.Helper()
-	sshd, err := exec.LookPath("sshd")
-	if err != nil {
-		if _, serr := os.Stat("/usr/sbin/sshd"); serr != nil {
-			testdeps.Need(t, testdeps.Missing("sshd", "openssh-server"))
-		}
-		sshd = "/usr/sbin/sshd"
-	}
-	dir := t.TempDir()
-	writeKey := func(name string) ssh.PublicKey {
-		pub, priv, err := ed25519.GenerateKey(rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		block, err := ssh.MarshalPrivateKey(priv, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, name), pem.EncodeToMemory(block), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		sp, err := ssh.NewPublicKey(pub)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return sp
-	}
-	hostKey := writeKey("host_key")
-	clientKey := writeKey("client_key")
-	if err := os.WriteFile(filepath.Join(dir, "authorized_keys"), ssh.MarshalAuthorizedKey(clientKey), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	addr := freeAddr(t)
-	cfg := fmt.Sprintf(`ListenAddress %s
-HostKey %s/host_key
-AuthorizedKeysFile %s/authorized_keys
-PidFile %s/sshd.pid
-PermitRootLogin prohibit-password
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-UsePAM no
-StrictModes no
-AllowTcpForwarding local
-AllowStreamLocalForwarding yes
-`, addr, dir, dir, dir)
-	if err := os.WriteFile(filepath.Join(dir, "sshd_config"), []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	// sshd wants its privilege separation directory.
-	if err := os.MkdirAll("/run/sshd", 0o755); err != nil {
-		t.Fatal(err)
-	}
-	logFile, err := os.Create(filepath.Join(dir, "sshd.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logFile.Close()
-	log := func() string { b, _ := os.ReadFile(logFile.Name()); return string(b) }
-	cmd := exec.Command(sshd, "-D", "-e", "-f", filepath.Join(dir, "sshd_config"))
-	// Its own process group: the cleanup ends the sessions' processes too.
-	cmd.Stdout, cmd.Stderr, cmd.SysProcAttr = logFile, logFile, &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("sshd: %v", err)
-	}
-	d := watch(cmd)
-	t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-d.exited
-		if t.Failed() {
-			t.Logf("sshd: %s", log())
-		}
-	})
-	if err := d.listening(addr); err != nil {
-		t.Fatalf("sshd: %v: %s", err, log())
-	}
-	kh := filepath.Join(dir, "known_hosts")
-	if err := os.WriteFile(kh, []byte(knownhosts.Line([]string{addr}, hostKey)+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return sshHost{addr: addr, key: filepath.Join(dir, "client_key"), knownHosts: kh}
-}
 
 // TestTwoTransports reaches this machine's daemon as two nodes: over its
 // unix socket and through sshd. A guest made on the ssh node is listed
 // once, as that node's, and the other node does not know it.
 func TestTwoTransports(t *testing.T) {
 	o := options(t)
-	h := startSSHD(t)
+	h := sshdtest.Start(t, sshdtest.Options{})
 	local, remote := uniq("unix"), uniq("ssh")
 	o.Nodes = []vm.NodeConfig{
 		{Name: local},
-		{Name: remote, URI: "qemu+ssh://root@" + h.addr + "/system", SSHKey: h.key, KnownHosts: h.knownHosts},
+		{Name: remote, URI: "qemu+ssh://root@" + h.Addr + "/system", SSHKey: h.Key, KnownHosts: h.KnownHosts},
 	}
 	d := open(t, o)
 	ctx := context.Background()
@@ -186,7 +88,7 @@ func TestTwoTransports(t *testing.T) {
 // TestSSHUnknownHost refuses a host whose key is not the one known.
 func TestSSHUnknownHost(t *testing.T) {
 	o := options(t)
-	h := startSSHD(t)
+	h := sshdtest.Start(t, sshdtest.Options{})
 	pub, _, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -196,10 +98,10 @@ func TestSSHUnknownHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	kh := filepath.Join(t.TempDir(), "known_hosts")
-	if err := os.WriteFile(kh, []byte(knownhosts.Line([]string{h.addr}, wrong)+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(kh, []byte(knownhosts.Line([]string{h.Addr}, wrong)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	o.Nodes = []vm.NodeConfig{{Name: "ssh", URI: "qemu+ssh://root@" + h.addr + "/system", SSHKey: h.key, KnownHosts: kh}}
+	o.Nodes = []vm.NodeConfig{{Name: "ssh", URI: "qemu+ssh://root@" + h.Addr + "/system", SSHKey: h.Key, KnownHosts: kh}}
 	d := open(t, o)
 	st, err := d.State(context.Background())
 	if err != nil || len(st.Nodes) != 1 {
@@ -294,10 +196,10 @@ func TestPreload(t *testing.T) {
 // directory it returns, which does not exist yet (a preload's to fill).
 func twoNodes(t *testing.T, o *vm.Options, name string) (preloaded string) {
 	t.Helper()
-	h := startSSHD(t)
+	h := sshdtest.Start(t, sshdtest.Options{})
 	o.Nodes = []vm.NodeConfig{
 		{Name: "local"},
-		{Name: "remote", URI: "qemu+ssh://root@" + h.addr + "/system", SSHKey: h.key, KnownHosts: h.knownHosts},
+		{Name: "remote", URI: "qemu+ssh://root@" + h.Addr + "/system", SSHKey: h.Key, KnownHosts: h.KnownHosts},
 	}
 	g := o.Images["guest"]
 	preloaded = filepath.Join(filepath.Dir(o.StorageDir), "preloaded")

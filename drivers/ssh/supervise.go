@@ -1,0 +1,930 @@
+package ssh
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/berth-dev/berth/driver"
+)
+
+// SuperviseCommand is the hidden subcommand of Berth's binary that runs on
+// a host: `berth ssh-supervise VERB ARGS...`. Supervise is its body.
+const SuperviseCommand = "ssh-supervise"
+
+// The supervisor's exit codes, read by the driver.
+const (
+	exitOK         = 0
+	exitFailed     = 1 // anything else: the message is on stderr
+	exitPermanent  = 2 // the instance cannot start as specified
+	exitNotFound   = 3 // no such instance directory
+	exitNotRunning = 4 // a signal for an instance that is not running
+	exitUsage      = 5
+	exitNotPaused  = 6 // a resume for an instance that is not suspended
+)
+
+// The files of an instance directory.
+const (
+	fileRecord = "record.json" // what to run: written by the driver before anything else
+	fileState  = "state.json"  // the running process: written by the supervisor once it started it
+	fileExit   = "exit.json"   // how it ended: written by the supervisor when it ended
+	fileStop   = "stopping"    // present when the end was asked for (stop, delete)
+	fileStdout = "stdout.log"
+	fileStderr = "stderr.log"
+	fileSupLog = "supervisor.log"
+	dirFiles   = "files"
+	fileUData  = "user-data"
+)
+
+// record is what the driver writes in an instance directory (mode 0600)
+// before the instance starts: everything the supervisor needs to run it
+// and everything List shows of it.
+type record struct {
+	ID        string            `json:"id"`
+	Name      string            `json:"name,omitempty"`
+	Node      string            `json:"node"`
+	Cluster   string            `json:"cluster"`
+	Image     string            `json:"image,omitempty"`
+	Tags      map[string]string `json:"tags"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	Resources driver.Resources  `json:"resources"`
+	Created   time.Time         `json:"created"`
+	Argv      []string          `json:"argv"`
+	Env       map[string]string `json:"env,omitempty"`
+	Dir       string            `json:"dir,omitempty"`
+	User      string            `json:"user,omitempty"`
+	Group     string            `json:"group,omitempty"`
+}
+
+// runState is what the supervisor writes once the process runs.
+type runState struct {
+	PID        int       `json:"pid"`
+	StartTicks uint64    `json:"start_ticks"`
+	BootID     string    `json:"boot_id"`
+	Supervisor int       `json:"supervisor"`
+	Started    time.Time `json:"started"`
+	Cgroup     string    `json:"cgroup,omitempty"`
+}
+
+// exitState is what the supervisor writes when the process ended.
+type exitState struct {
+	Code     int       `json:"code"`
+	Signal   string    `json:"signal,omitempty"`
+	Finished time.Time `json:"finished"`
+}
+
+// status is one instance as the supervisor's status verb reports it.
+type status struct {
+	ID        string            `json:"id"`
+	Name      string            `json:"name,omitempty"`
+	Node      string            `json:"node"`
+	Image     string            `json:"image,omitempty"`
+	Tags      map[string]string `json:"tags"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	Resources driver.Resources  `json:"resources"`
+	Created   time.Time         `json:"created"`
+	// Phase is creating, running, suspended, exited, stopped or failed.
+	Phase    string    `json:"phase"`
+	PID      int       `json:"pid,omitempty"`
+	Started  time.Time `json:"started,omitzero"`
+	Finished time.Time `json:"finished,omitzero"`
+	ExitCode *int      `json:"exit_code,omitempty"`
+	Message  string    `json:"message,omitempty"`
+}
+
+// Supervise runs one verb of the supervisor on the host and returns its
+// exit code:
+//
+//	start DIR              start the instance of DIR under a supervisor that outlives the session; print its status
+//	status DIR...          print the status of each instance directory (JSON, one a line)
+//	list ROOT              print the status of every instance directory under ROOT
+//	signal DIR SIGNAL      signal the instance's process group
+//	suspend DIR            STOP to the process group
+//	resume DIR             CONT to the process group of a suspended instance
+//	usage DIR              print the process group's cpu (over 200 ms) and resident memory (JSON)
+//	stop DIR GRACE         TERM, then KILL after GRACE; wait for the end
+//	delete DIR GRACE       stop, then remove DIR
+//	logs DIR STREAMS TAIL FOLLOW   copy stdout.log to stdout and stderr.log to stderr
+//	run DIR                (internal) the supervisor itself
+func Supervise(args []string, stdout, stderr io.Writer) int {
+	fail := func(code int, format string, a ...any) int {
+		fmt.Fprintf(stderr, format+"\n", a...)
+		return code
+	}
+	if len(args) == 0 {
+		return fail(exitUsage, "usage: %s VERB ARGS...", SuperviseCommand)
+	}
+	verb, args := args[0], args[1:]
+	need := map[string]int{"start": 1, "list": 1, "signal": 2, "stop": 2, "delete": 2, "logs": 4, "run": 1, "suspend": 1, "resume": 1, "usage": 1}
+	if n, ok := need[verb]; ok && len(args) != n {
+		return fail(exitUsage, "%s %s: %d arguments, want %d", SuperviseCommand, verb, len(args), n)
+	}
+	var err error
+	switch verb {
+	case "start":
+		// The instance as it now is, to spare the caller a status.
+		if err = supStart(args[0]); err == nil {
+			var st *status
+			if st, err = readStatus(args[0]); err == nil {
+				err = json.NewEncoder(stdout).Encode(st)
+			}
+		}
+	case "run":
+		return supRun(args[0])
+	case "status":
+		enc := json.NewEncoder(stdout)
+		for _, dir := range args {
+			st, serr := readStatus(dir)
+			if serr != nil {
+				st = &status{ID: filepath.Base(dir), Phase: "gone", Message: serr.Error()}
+			}
+			if err = enc.Encode(st); err != nil {
+				break
+			}
+		}
+	case "list":
+		err = supList(args[0], stdout)
+	case "signal":
+		err = supSignal(args[0], args[1])
+	case "suspend":
+		err = supSignal(args[0], "STOP")
+	case "resume":
+		err = supResume(args[0])
+	case "usage":
+		err = supUsage(args[0], stdout)
+	case "stop":
+		err = supStop(args[0], args[1], false)
+	case "delete":
+		err = supStop(args[0], args[1], true)
+	case "logs":
+		err = supLogs(args[0], args[1], args[2], args[3], stdout, stderr)
+	default:
+		return fail(exitUsage, "%s: unknown verb %q", SuperviseCommand, verb)
+	}
+	if verb == "logs" {
+		// stderr is the instance's: no message of the supervisor's.
+		fail = func(code int, _ string, _ ...any) int { return code }
+	}
+	var ce codedError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &ce):
+		return fail(ce.code, "%v", err)
+	case errors.Is(err, os.ErrNotExist):
+		return fail(exitNotFound, "%v", err)
+	}
+	return fail(exitFailed, "%v", err)
+}
+
+// codedError carries the exit code the supervisor ends with.
+type codedError struct {
+	code int
+	err  error
+}
+
+func (e codedError) Error() string { return e.err.Error() }
+func (e codedError) Unwrap() error { return e.err }
+
+func coded(code int, format string, a ...any) error {
+	return codedError{code, fmt.Errorf(format, a...)}
+}
+
+func readJSON(path string, v any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
+}
+
+// writeJSON writes v to path atomically (a temporary file, fsync, rename).
+func writeJSON(path string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err = f.Write(b); err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// supStart starts the supervisor of dir in a session of its own and waits
+// until it reports the process started, or why it could not. An instance
+// that runs already is left alone.
+func supStart(dir string) error {
+	var rec record
+	if err := readJSON(filepath.Join(dir, fileRecord), &rec); err != nil {
+		return err
+	}
+	if st, err := readStatus(dir); err == nil && (st.Phase == "running" || st.Phase == "suspended") {
+		return nil
+	}
+	for _, f := range []string{fileState, fileExit, fileStop} {
+		if err := os.Remove(filepath.Join(dir, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	logf, err := os.OpenFile(filepath.Join(dir, fileSupLog), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		w.Close()
+		return err
+	}
+	defer logf.Close()
+	cmd := exec.Command(self, SuperviseCommand, "run", dir)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.ExtraFiles = []*os.File{w}
+	// A session of its own: the ssh session ending (SIGHUP to its
+	// process group) does not reach it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	err = cmd.Start()
+	w.Close()
+	if err != nil {
+		return err
+	}
+	// Not waited for: the supervisor outlives this process, and init
+	// reaps it.
+	_ = cmd.Process.Release()
+	line, _ := bufio.NewReader(io.LimitReader(r, 4096)).ReadString('\n')
+	switch {
+	case line == "ok\n":
+		return nil
+	case strings.HasPrefix(line, "permanent: "):
+		return coded(exitPermanent, "%s", strings.TrimSpace(strings.TrimPrefix(line, "permanent: ")))
+	case line == "":
+		return fmt.Errorf("the supervisor ended before it started the process (see %s)", filepath.Join(dir, fileSupLog))
+	}
+	return errors.New(strings.TrimSpace(line))
+}
+
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// supRun is the supervisor: it starts the process of dir, reports on fd 3,
+// waits for the process and records how it ended.
+func supRun(dir string) int {
+	report := os.NewFile(3, "report")
+	say := func(s string) {
+		if report != nil {
+			fmt.Fprintln(report, s)
+			report.Close()
+			report = nil
+		}
+	}
+	signalIgnore(syscall.SIGHUP, syscall.SIGPIPE)
+	var rec record
+	if err := readJSON(filepath.Join(dir, fileRecord), &rec); err != nil {
+		say("error: " + err.Error())
+		return exitFailed
+	}
+	cmd, err := command(dir, &rec)
+	if err != nil {
+		say("permanent: " + err.Error())
+		return exitPermanent
+	}
+	outs := make([]*os.File, 2)
+	for i, name := range []string{fileStdout, fileStderr} {
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			say("error: " + err.Error())
+			return exitFailed
+		}
+		defer f.Close()
+		outs[i] = f
+	}
+	cmd.Stdout, cmd.Stderr = outs[0], outs[1]
+	cg := limit(rec.ID, rec.Resources)
+	if cg.fd >= 0 {
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, cg.fd
+	}
+	err = cmd.Start()
+	cg.close()
+	if err != nil {
+		cg.remove()
+		say("permanent: start " + rec.Argv[0] + ": " + err.Error())
+		return exitPermanent
+	}
+	rs := runState{PID: cmd.Process.Pid, BootID: bootID(), Supervisor: os.Getpid(), Started: time.Now().UTC(), Cgroup: cg.dir}
+	if t, err := startTicks(rs.PID); err == nil {
+		rs.StartTicks = t
+	}
+	if err := writeJSON(filepath.Join(dir, fileState), rs); err != nil {
+		syscall.Kill(-rs.PID, syscall.SIGKILL)
+		cmd.Wait()
+		cg.remove()
+		say("error: " + err.Error())
+		return exitFailed
+	}
+	say("ok")
+	err = cmd.Wait()
+	ex := exitState{Finished: time.Now().UTC()}
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok {
+		switch {
+		case ws.Exited():
+			ex.Code = ws.ExitStatus()
+		case ws.Signaled():
+			ex.Code = 128 + int(ws.Signal())
+			ex.Signal = signalName(int(ws.Signal()))
+		}
+	} else if err != nil {
+		ex.Code = -1
+	}
+	// Members of the group left behind by the leader go with it.
+	syscall.Kill(-rs.PID, syscall.SIGKILL)
+	cg.remove()
+	if err := writeJSON(filepath.Join(dir, fileExit), ex); err != nil {
+		fmt.Fprintln(os.Stderr, "record the exit:", err)
+		return exitFailed
+	}
+	return exitOK
+}
+
+// command builds the process of rec: its own process group, stdin from
+// /dev/null, the environment, the working directory and the user.
+func command(dir string, rec *record) (*exec.Cmd, error) {
+	if len(rec.Argv) == 0 {
+		return nil, errors.New("no command")
+	}
+	env := map[string]string{"PATH": defaultPath, "HOME": "/"}
+	if h, err := os.UserHomeDir(); err == nil {
+		env["HOME"] = h
+	}
+	for k, v := range rec.Env {
+		env[k] = v
+	}
+	env["BERTH_INSTANCE_ID"] = rec.ID
+	env["BERTH_ROOT"] = dir
+	if rec.Name != "" {
+		env["BERTH_INSTANCE_NAME"] = rec.Name
+	}
+	if _, err := os.Stat(filepath.Join(dir, dirFiles)); err == nil {
+		env["BERTH_CONFIG_DIR"] = filepath.Join(dir, dirFiles)
+	}
+	if _, err := os.Stat(filepath.Join(dir, fileUData)); err == nil {
+		env["BERTH_USER_DATA_FILE"] = filepath.Join(dir, fileUData)
+	}
+	work := rec.Dir
+	if work == "" {
+		work = filepath.Join(dir, "work")
+		if err := os.MkdirAll(work, 0o755); err != nil {
+			return nil, err
+		}
+	} else if fi, err := os.Stat(work); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("working_dir %q: not a directory", work)
+	}
+	exe := rec.Argv[0]
+	if !strings.Contains(exe, "/") {
+		p, err := lookPath(exe, env["PATH"])
+		if err != nil {
+			return nil, err
+		}
+		exe = p
+	}
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	environ := make([]string, 0, len(keys))
+	for _, k := range keys {
+		environ = append(environ, k+"="+env[k])
+	}
+	cmd := &exec.Cmd{Path: exe, Args: rec.Argv, Env: environ, Dir: work}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if rec.User != "" {
+		cred, home, err := credential(rec.User, rec.Group)
+		if err != nil {
+			return nil, err
+		}
+		if cred.Uid != uint32(os.Geteuid()) || cred.Gid != uint32(os.Getegid()) {
+			if os.Geteuid() != 0 {
+				return nil, fmt.Errorf("user %q: the ssh user is uid %d, not root, and cannot become another user", rec.User, os.Geteuid())
+			}
+			cmd.SysProcAttr.Credential = cred
+		}
+		if home != "" {
+			cmd.Env = append(cmd.Env, "HOME="+home)
+		}
+		// The user's files are the user's: config files and user data.
+		for _, p := range []string{filepath.Join(dir, dirFiles), filepath.Join(dir, fileUData)} {
+			filepath.Walk(p, func(path string, _ os.FileInfo, err error) error {
+				if err == nil {
+					err = os.Lchown(path, int(cred.Uid), int(cred.Gid))
+				}
+				return err
+			})
+		}
+		if rec.Dir == "" {
+			os.Chown(work, int(cred.Uid), int(cred.Gid))
+			// The instance directory is private; let the user through.
+			os.Chmod(dir, 0o711)
+		}
+	}
+	return cmd, nil
+}
+
+// credential resolves a user (name or id) and group on this host.
+func credential(name, group string) (*syscall.Credential, string, error) {
+	var uid, gid uint64
+	home := ""
+	u, err := user.Lookup(name)
+	if err != nil {
+		u, err = user.LookupId(name)
+	}
+	switch {
+	case err == nil:
+		uid, _ = strconv.ParseUint(u.Uid, 10, 32)
+		gid, _ = strconv.ParseUint(u.Gid, 10, 32)
+		home = u.HomeDir
+	default:
+		n, perr := strconv.ParseUint(name, 10, 32)
+		if perr != nil {
+			return nil, "", fmt.Errorf("user %q: no such user on this host", name)
+		}
+		uid, gid = n, n
+	}
+	if group != "" {
+		g, err := user.LookupGroup(group)
+		if err != nil {
+			g, err = user.LookupGroupId(group)
+		}
+		switch {
+		case err == nil:
+			gid, _ = strconv.ParseUint(g.Gid, 10, 32)
+		default:
+			n, perr := strconv.ParseUint(group, 10, 32)
+			if perr != nil {
+				return nil, "", fmt.Errorf("group %q: no such group on this host", group)
+			}
+			gid = n
+		}
+	}
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}, home, nil
+}
+
+func lookPath(name, pathList string) (string, error) {
+	for _, d := range filepath.SplitList(pathList) {
+		p := filepath.Join(d, name)
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("executable %q not found in PATH %s", name, pathList)
+}
+
+// readStatus reads an instance directory and looks at its process.
+func readStatus(dir string) (*status, error) {
+	var rec record
+	if err := readJSON(filepath.Join(dir, fileRecord), &rec); err != nil {
+		return nil, err
+	}
+	st := &status{ID: rec.ID, Name: rec.Name, Node: rec.Node, Image: rec.Image, Tags: rec.Tags, Labels: rec.Labels,
+		Resources: rec.Resources, Created: rec.Created, Phase: "creating"}
+	var rs runState
+	if err := readJSON(filepath.Join(dir, fileState), &rs); err != nil {
+		// Never started: a create under way, or one whose Berth was
+		// killed between writing the directory and the start.
+		if fi, err := os.Stat(filepath.Join(dir, fileRecord)); err == nil && time.Since(fi.ModTime()) > interrupted {
+			st.Phase, st.Message = "failed", "the create was interrupted before the process started"
+		}
+		return st, nil
+	}
+	st.PID, st.Started = rs.PID, rs.Started
+	_, stopping := os.Stat(filepath.Join(dir, fileStop))
+	var ex exitState
+	if err := readJSON(filepath.Join(dir, fileExit), &ex); err == nil {
+		st.Finished = ex.Finished
+		st.ExitCode = &ex.Code
+		st.Phase, st.Message = "exited", fmt.Sprintf("exit code %d", ex.Code)
+		if ex.Signal != "" {
+			st.Message = "killed by signal SIG" + ex.Signal
+		}
+		if stopping == nil {
+			st.Phase = "stopped"
+		}
+		return st, nil
+	}
+	state, ok := procState(rs)
+	switch {
+	case !ok && supervisorAlive(rs):
+		// Ended this moment: the supervisor is writing down how.
+		if err := readJSON(filepath.Join(dir, fileExit), &ex); err != nil {
+			st.Phase = "running"
+			return st, nil
+		}
+		return readStatus(dir)
+	case !ok:
+		// The supervisor is gone too (killed, or the host rebooted):
+		// nobody saw the end.
+		st.Phase, st.Message = "exited", "the process ended while its supervisor was not running; exit code unknown"
+		if stopping == nil {
+			st.Phase = "stopped"
+		}
+	case state == 'T':
+		st.Phase = "suspended"
+	default:
+		st.Phase = "running"
+	}
+	return st, nil
+}
+
+// procState returns the state letter of rs's process when it is still
+// that process (same boot, same start time) and not a zombie.
+func procState(rs runState) (byte, bool) {
+	if rs.PID <= 0 || rs.BootID != bootID() {
+		return 0, false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(rs.PID) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	f, ok := statFields(b)
+	if !ok || f[0][0] == 'Z' || f[0][0] == 'X' {
+		return 0, false
+	}
+	if t, _ := strconv.ParseUint(f[19], 10, 64); rs.StartTicks != 0 && t != rs.StartTicks {
+		return 0, false
+	}
+	return f[0][0], true
+}
+
+// statFields returns the fields of /proc/<pid>/stat after the command
+// name: f[0] is the state, f[19] the start time.
+func statFields(b []byte) ([]string, bool) {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return nil, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	return f, len(f) >= 20
+}
+
+func startTicks(pid int) (uint64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	f, ok := statFields(b)
+	if !ok {
+		return 0, fmt.Errorf("/proc/%d/stat: malformed", pid)
+	}
+	return strconv.ParseUint(f[19], 10, 64)
+}
+
+func bootID() string {
+	b, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	return strings.TrimSpace(string(b))
+}
+
+// interrupted is how long after its record an instance that never
+// started counts as a create that was interrupted, and how old a
+// directory half made or half removed must be before a listing removes it:
+// longer than a create may take (four call timeouts and a grace).
+const interrupted = 5 * time.Minute
+
+// supList prints the status of every instance directory under root. It
+// removes what an interrupted create or delete left: directories never
+// renamed into place, or renamed away and not removed.
+func supList(root string, stdout io.Writer) error {
+	ents, err := os.ReadDir(root)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(stdout)
+	enc := json.NewEncoder(w)
+	for _, e := range ents {
+		if !e.IsDir() {
+			continue
+		}
+		if strings.HasPrefix(e.Name(), ".new-") || strings.HasPrefix(e.Name(), ".gone-") {
+			if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > interrupted {
+				os.RemoveAll(filepath.Join(root, e.Name()))
+			}
+			continue
+		}
+		if strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		st, err := readStatus(filepath.Join(root, e.Name()))
+		if err != nil {
+			continue // removed meanwhile, or not an instance
+		}
+		if err := enc.Encode(st); err != nil {
+			return err
+		}
+	}
+	return w.Flush()
+}
+
+// running returns the run state of dir's process while it runs.
+func running(dir string) (runState, bool, error) {
+	var rs runState
+	if _, err := os.Stat(filepath.Join(dir, fileRecord)); err != nil {
+		return rs, false, err
+	}
+	if err := readJSON(filepath.Join(dir, fileState), &rs); err != nil {
+		return rs, false, nil
+	}
+	if _, err := os.Stat(filepath.Join(dir, fileExit)); err == nil {
+		return rs, false, nil
+	}
+	_, ok := procState(rs)
+	return rs, ok, nil
+}
+
+func supSignal(dir, sig string) error {
+	name, num, err := driver.ParseSignal(sig)
+	if err != nil {
+		return coded(exitUsage, "%v", err)
+	}
+	rs, ok, err := running(dir)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return coded(exitNotRunning, "the instance is not running")
+	}
+	if err := syscall.Kill(-rs.PID, syscall.Signal(num)); err != nil {
+		return fmt.Errorf("signal %s to group %d: %w", name, rs.PID, err)
+	}
+	return nil
+}
+
+// usage is what the usage verb prints.
+type usage struct {
+	CPU    driver.MilliCPU `json:"cpus"`
+	Memory driver.Bytes    `json:"memory"`
+}
+
+// supUsage measures dir's process group: its cpu time over 200 ms and its
+// resident memory now, from /proc.
+func supUsage(dir string, stdout io.Writer) error {
+	rs, ok, err := running(dir)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return coded(exitNotRunning, "the instance is not running")
+	}
+	const window = 200 * time.Millisecond
+	t0, _ := groupTicks(rs.PID)
+	time.Sleep(window)
+	t1, rss := groupTicks(rs.PID)
+	// Ticks are USER_HZ, 100 a second on every Linux Berth runs on.
+	cpu := driver.MilliCPU(max(t1-t0, 0) * 10 * int64(time.Second) / int64(window))
+	return json.NewEncoder(stdout).Encode(usage{CPU: cpu, Memory: driver.Bytes(rss * int64(os.Getpagesize()))})
+}
+
+// groupTicks sums the cpu ticks (user and system) and resident pages of
+// the processes of group pgid.
+func groupTicks(pgid int) (ticks, rss int64) {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		f, ok := statFields(b)
+		if !ok || len(f) < 22 || f[2] != strconv.Itoa(pgid) {
+			continue
+		}
+		ut, _ := strconv.ParseInt(f[11], 10, 64)
+		st, _ := strconv.ParseInt(f[12], 10, 64)
+		pages, _ := strconv.ParseInt(f[21], 10, 64)
+		ticks, rss = ticks+ut+st, rss+pages
+	}
+	return ticks, rss
+}
+
+// supResume continues dir's process group when its leader is stopped.
+func supResume(dir string) error {
+	rs, ok, err := running(dir)
+	if err != nil {
+		return err
+	}
+	if state, alive := procState(rs); !ok || !alive || state != 'T' {
+		return coded(exitNotPaused, "the instance is not suspended")
+	}
+	return syscall.Kill(-rs.PID, syscall.SIGCONT)
+}
+
+// supStop ends dir's process: TERM to its group, KILL after grace, then it
+// waits (up to a bound) for the supervisor to record the end. With remove
+// it then removes dir.
+func supStop(dir, graceText string, remove bool) error {
+	grace, err := time.ParseDuration(graceText)
+	if err != nil {
+		return coded(exitUsage, "grace %q: %v", graceText, err)
+	}
+	rs, ok, err := running(dir)
+	if err != nil {
+		return err
+	}
+	if ok {
+		if err := os.WriteFile(filepath.Join(dir, fileStop), nil, 0o600); err != nil {
+			return err
+		}
+		syscall.Kill(-rs.PID, syscall.SIGTERM)
+		syscall.Kill(-rs.PID, syscall.SIGCONT)
+		ended := func() bool {
+			_, alive := procState(rs)
+			_, err := os.Stat(filepath.Join(dir, fileExit))
+			return !alive && (err == nil || !supervisorAlive(rs))
+		}
+		deadline := time.Now().Add(grace)
+		for !ended() && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if !ended() {
+			syscall.Kill(-rs.PID, syscall.SIGKILL)
+			deadline = time.Now().Add(10 * time.Second)
+			for !ended() && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+	}
+	if !remove {
+		return nil
+	}
+	if rs.Cgroup != "" {
+		os.Remove(rs.Cgroup)
+	}
+	// A rename first: a listing never sees half a directory.
+	gone := filepath.Join(filepath.Dir(dir), ".gone-"+filepath.Base(dir))
+	if err := os.Rename(dir, gone); err != nil {
+		return err
+	}
+	return os.RemoveAll(gone)
+}
+
+// supervisorAlive reports whether rs's supervisor still runs: its pid
+// runs this program's supervisor, on the same boot.
+func supervisorAlive(rs runState) bool {
+	if rs.Supervisor <= 0 || rs.BootID != bootID() {
+		return false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(rs.Supervisor) + "/stat")
+	if err != nil {
+		return false
+	}
+	if f, ok := statFields(b); !ok || f[0][0] == 'Z' {
+		return false
+	}
+	cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(rs.Supervisor) + "/cmdline")
+	return bytes.Contains(cmdline, []byte("\x00"+SuperviseCommand+"\x00run\x00"))
+}
+
+// supLogs copies the log files: streams is "out", "err" or "both"; tail
+// keeps the last lines of each (0: all); follow keeps copying until the
+// process ends (or the session does).
+func supLogs(dir, streams, tailText, followText string, stdout, stderr io.Writer) error {
+	tail, err := strconv.Atoi(tailText)
+	if err != nil || tail < 0 {
+		return coded(exitUsage, "tail %q: want a count", tailText)
+	}
+	follow := followText == "follow"
+	if _, err := os.Stat(filepath.Join(dir, fileRecord)); err != nil {
+		return err
+	}
+	type stream struct {
+		path string
+		w    io.Writer
+		f    *os.File
+	}
+	var ss []*stream
+	if streams != "err" {
+		ss = append(ss, &stream{path: filepath.Join(dir, fileStdout), w: stdout})
+	}
+	if streams != "out" {
+		ss = append(ss, &stream{path: filepath.Join(dir, fileStderr), w: stderr})
+	}
+	for _, s := range ss {
+		f, err := os.Open(s.path)
+		if err != nil {
+			continue
+		}
+		defer f.Close()
+		s.f = f
+		if tail > 0 {
+			off, err := tailOffset(f, tail)
+			if err != nil {
+				return err
+			}
+			f.Seek(off, io.SeekStart)
+		}
+	}
+	copyAll := func() error {
+		for _, s := range ss {
+			if s.f == nil {
+				f, err := os.Open(s.path)
+				if err != nil {
+					continue
+				}
+				defer f.Close()
+				s.f = f
+			}
+			if _, err := io.Copy(s.w, s.f); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := copyAll(); err != nil || !follow {
+		return err
+	}
+	// The driver closes this command's input when it stops following.
+	eof := make(chan struct{})
+	go func() {
+		io.Copy(io.Discard, os.Stdin)
+		close(eof)
+	}()
+	for {
+		_, live, err := running(dir)
+		if err != nil {
+			return err
+		}
+		if err := copyAll(); err != nil || !live {
+			return err
+		}
+		select {
+		case <-eof:
+			return nil
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// tailOffset returns the offset at which the last n lines of f start.
+func tailOffset(f *os.File, n int) (int64, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	end := fi.Size()
+	buf := make([]byte, 32*1024)
+	pos, count := end, 0
+	for pos > 0 {
+		size := min(int64(len(buf)), pos)
+		pos -= size
+		if _, err := f.ReadAt(buf[:size], pos); err != nil && !errors.Is(err, io.EOF) {
+			return 0, err
+		}
+		for i := size - 1; i >= 0; i-- {
+			if buf[i] != '\n' || pos+i == end-1 {
+				continue
+			}
+			if count++; count == n {
+				return pos + i + 1, nil
+			}
+		}
+	}
+	return 0, nil
+}
+
+func signalName(n int) string {
+	for name := range strings.FieldsSeq("HUP INT QUIT ILL TRAP ABRT BUS FPE KILL USR1 SEGV USR2 PIPE ALRM TERM") {
+		if got, num, err := driver.ParseSignal(name); err == nil && num == n {
+			return got
+		}
+	}
+	return strconv.Itoa(n)
+}
