@@ -323,6 +323,10 @@ type state struct {
 	// SetQuotas); qused is what each one's scope holds, by index.
 	quotas []Quota
 	qused  []quotaUsed
+	// closed, when set, marks the nodes a rebalance plan keeps new
+	// instances off (rebalance.go): their instance cap counts as 0. Only
+	// a rebalancer's private snapshot sets it.
+	closed []bool
 }
 
 func resVec(r driver.Resources) [nRes]int64 {
@@ -352,6 +356,9 @@ func (s *state) recompute(i int32) {
 	}
 	h.inst = max(einst, sm.inst)
 	h.maxInst = t.maxInst[i]
+	if s.closed != nil && s.closed[i] {
+		h.maxInst = 0
+	}
 	h.invCPU, h.invMem = 0, 0
 	if c[resCPU] > 0 {
 		h.invCPU = 1 / float64(c[resCPU])
