@@ -690,3 +690,12 @@ func (c *Client) AddMember(ctx context.Context, peerURL string) (*api.Member, er
 func (c *Client) RemoveMember(ctx context.Context, id string) error {
 	return c.call(ctx, http.MethodDelete, "/v1/members/"+url.PathEscape(id), nil, nil, nil)
 }
+
+// PlanRebalance asks for a rebalance plan; nothing is changed.
+func (c *Client) PlanRebalance(ctx context.Context, opt control.RebalanceOptions) (*control.RebalanceAnswer, error) {
+	var out control.RebalanceAnswer
+	if err := c.call(ctx, http.MethodPost, "/v1/rebalance/plan", nil, opt, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
