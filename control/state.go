@@ -122,6 +122,8 @@ type state struct {
 	victims victims
 	// follow is a read-only plane's progress along the store's changes.
 	follow follower
+	// reb is the rebalance run (rebalance_apply.go).
+	reb rebalancing
 
 	// clusterID is written on every back-end resource (driver.TagCluster);
 	// set once by loadIdentity.
