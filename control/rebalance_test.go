@@ -187,4 +187,3 @@ func TestRebalanceRestartSettlesTheRun(t *testing.T) {
 		}
 	})
 }
-
