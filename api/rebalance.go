@@ -39,3 +39,56 @@ func (s *Server) rebalancePlan(w http.ResponseWriter, r *http.Request) error {
 	}
 	return writeJSON(w, http.StatusOK, ans)
 }
+
+// rebalanceApply plans a rebalance and starts carrying it out
+// (control.ApplyOptions in the body), within the caller's namespaces as
+// rebalancePlan; it answers the run.
+func (s *Server) rebalanceApply(w http.ResponseWriter, r *http.Request) error {
+	var opt control.ApplyOptions
+	if err := decodeBody(w, r, s.maxBody, &opt); err != nil {
+		return err
+	}
+	if opt.MaxStays > MaxRebalanceStays {
+		return &driver.FieldError{Path: "max_stays", Reason: fmt.Sprintf("%d: this server lists at most %d", opt.MaxStays, MaxRebalanceStays)}
+	}
+	if c := caller(r); !c.All() {
+		opt.Owners = append([]string{"/"}, c.Namespaces...)
+	}
+	run, err := s.plane.ApplyRebalance(r.Context(), opt)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusAccepted, visibleRun(r, run))
+}
+
+// rebalanceStatus answers the current or latest rebalance run; a caller
+// that does not see every namespace sees the moves of its own.
+func (s *Server) rebalanceStatus(w http.ResponseWriter, r *http.Request) error {
+	if err := onlyParams(r.URL.Query()); err != nil {
+		return err
+	}
+	run, err := s.plane.RebalanceStatus(r.Context())
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, visibleRun(r, run))
+}
+
+// visibleRun keeps the moves of run the caller may see.
+func visibleRun(r *http.Request, run *control.RebalanceRun) *control.RebalanceRun {
+	c := caller(r)
+	if c.All() {
+		return run
+	}
+	cp := *run
+	cp.Moves = nil
+	for _, m := range run.Moves {
+		if c.Sees(m.Owner) {
+			cp.Moves = append(cp.Moves, m)
+		}
+	}
+	if cp.Moves == nil {
+		cp.Moves = []control.MoveRun{}
+	}
+	return &cp
+}

@@ -174,6 +174,8 @@ func (s *Server) routes() {
 	h("GET /v1/nodes", auth.Read, s.nodes)
 	h("GET /v1/advice", auth.Read, s.advice)
 	h("POST /v1/rebalance/plan", auth.Operate, s.rebalancePlan)
+	h("POST /v1/rebalance/apply", auth.Operate, s.rebalanceApply)
+	h("GET /v1/rebalance", auth.Operate, s.rebalanceStatus)
 	h("GET /v1/providers", auth.Read, s.providers)
 	h("GET /v1/scheduler", auth.Read, s.scheduler)
 	h("GET /v1/images", auth.Read, s.images)

@@ -49,9 +49,11 @@ type ApplyOptions struct {
 	// start per second (default DefaultApplyRate).
 	Parallel int     `json:"parallel,omitempty"`
 	Rate     float64 `json:"rate,omitempty"`
-	// MoveTimeout bounds how long a new copy has to run before the move
-	// is aborted; default the launch timeout.
-	MoveTimeout time.Duration `json:"move_timeout,omitempty"`
+	// MoveTimeout bounds how long a new copy has to run, and an old copy
+	// to be deleted, before the move fails; at most an hour, default the
+	// launch timeout. In JSON it is MoveTimeoutSeconds.
+	MoveTimeout        time.Duration `json:"-"`
+	MoveTimeoutSeconds float64       `json:"move_timeout_seconds,omitempty"`
 }
 
 // Run states.
@@ -145,7 +147,7 @@ func (p *Plane) ApplyRebalance(ctx context.Context, opt ApplyOptions) (*Rebalanc
 	if err := opt.check(); err != nil {
 		return nil, err
 	}
-	if opt.MaxMoves == 0 || opt.MaxMoves > MaxApplyMoves {
+	if opt.MaxMoves == 0 {
 		opt.MaxMoves = MaxApplyMoves
 	}
 	if opt.Parallel == 0 {
@@ -156,6 +158,9 @@ func (p *Plane) ApplyRebalance(ctx context.Context, opt ApplyOptions) (*Rebalanc
 	}
 	if opt.GroupBudget == "" {
 		opt.GroupBudget = DefaultGroupBudget
+	}
+	if opt.MoveTimeout == 0 && opt.MoveTimeoutSeconds > 0 {
+		opt.MoveTimeout = time.Duration(opt.MoveTimeoutSeconds * float64(time.Second))
 	}
 	if opt.MoveTimeout == 0 {
 		opt.MoveTimeout = p.m.LaunchTimeout
@@ -254,6 +259,9 @@ func (o *ApplyOptions) check() error {
 			es = append(es, fe...)
 		}
 	}
+	if o.MaxMoves > MaxApplyMoves {
+		es.Add("max_moves", "%d: a run carries out at most %d moves", o.MaxMoves, MaxApplyMoves)
+	}
 	if _, _, err := parseBudget(o.GroupBudget); err != nil {
 		es.Add("group_budget", "%q: %v", o.GroupBudget, err)
 	}
@@ -268,6 +276,9 @@ func (o *ApplyOptions) check() error {
 	}
 	if o.MoveTimeout < 0 || o.MoveTimeout > time.Hour {
 		es.Add("move_timeout", "%s: want at most an hour", o.MoveTimeout)
+	}
+	if math.IsNaN(o.MoveTimeoutSeconds) || o.MoveTimeoutSeconds < 0 || o.MoveTimeoutSeconds > 3600 {
+		es.Add("move_timeout_seconds", "%v: want at most 3600", o.MoveTimeoutSeconds)
 	}
 	return es.Err()
 }

@@ -699,3 +699,22 @@ func (c *Client) PlanRebalance(ctx context.Context, opt control.RebalanceOptions
 	}
 	return &out, nil
 }
+
+// ApplyRebalance plans a rebalance and starts carrying it out; it answers
+// the run (follow it with RebalanceStatus).
+func (c *Client) ApplyRebalance(ctx context.Context, opt control.ApplyOptions) (*control.RebalanceRun, error) {
+	var out control.RebalanceRun
+	if err := c.call(ctx, http.MethodPost, "/v1/rebalance/apply", nil, opt, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// RebalanceStatus returns the current or latest rebalance run.
+func (c *Client) RebalanceStatus(ctx context.Context) (*control.RebalanceRun, error) {
+	var out control.RebalanceRun
+	if err := c.call(ctx, http.MethodGet, "/v1/rebalance", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}

@@ -20,7 +20,8 @@ import (
 // TestRebalancePlan spreads a service over four sim nodes of 4 cpus, then
 // plans a rebalance through the CLI: the plan frees nodes, keeps the
 // instance that opts out where it is, changes nothing and replays valid;
-// an operator of another namespace moves nothing; a reader may not ask.
+// an operator of another namespace moves nothing; --apply --wait carries
+// the plan out and --status shows it; a reader may not ask.
 func TestRebalancePlan(t *testing.T) {
 	e := apitest.Start(t, memory.New(memory.Options{}), map[string]any{"nodes": 4}, api.Options{})
 	t.Setenv(EnvToken, e.Token)
@@ -92,6 +93,34 @@ func TestRebalancePlan(t *testing.T) {
 	if len(theirs.Moves) != 0 || theirs.StaysTotal == 0 || !strings.Contains(theirs.Stays[0].Reason, "not the caller's") {
 		t.Fatalf("another namespace's plan: %+v", theirs)
 	}
+	code, out, errOut = berth(t, addr, "rebalance", "--apply", "--wait", "--json")
+	if code != 0 {
+		t.Fatalf("rebalance --apply --wait: exit %d: %s %s", code, out, errOut)
+	}
+	var run control.RebalanceRun
+	if err := driver.UnmarshalOutput([]byte(out), &run); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if run.State != control.RunDone || len(run.Moves) != 2 {
+		t.Fatalf("run: %s", out)
+	}
+	nodes := map[string]int{}
+	list, err := cl.Instances(ctx, control.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range list {
+		if in.Phase == "running" {
+			nodes[in.Node]++
+		}
+	}
+	if len(nodes) != 2 {
+		t.Fatalf("after the run, instances run on %v", nodes)
+	}
+	if code, out, _ := berth(t, addr, "rebalance", "--status"); code != 0 || !strings.Contains(out, "2 moves: 2 done") {
+		t.Fatalf("rebalance --status: exit %d:\n%s", code, out)
+	}
+
 	reader := e.Client(t, e.NewToken(t, "ro", auth.RoleReader, "shop"))
 	var ae *api.Error
 	if _, err := reader.PlanRebalance(ctx, control.RebalanceOptions{}); !errors.As(err, &ae) || ae.Status != http.StatusForbidden {
