@@ -589,25 +589,33 @@ func (rb *rebalancer) binpack() {
 		if rb.foreign[i] > 0 {
 			continue
 		}
-		if rb.empty(i) {
+		switch rb.empty(i) {
+		case emptied:
 			used--
 			fails = 0
-		} else {
+		case failed:
 			fails++
 		}
 	}
 }
 
-// empty tries to move every instance off node i; it reports whether it
-// did, or undoes what it moved.
-func (rb *rebalancer) empty(i int32) bool {
+// Outcomes of empty.
+const (
+	emptied = iota
+	failed
+	pinnedThere // an instance on the node may not move: nothing was tried
+)
+
+// empty tries to move every instance off node i, and undoes what it
+// moved when one cannot move.
+func (rb *rebalancer) empty(i int32) int {
 	st := rb.st
 	t := st.t
 	as := rb.allocsOn(i)
 	rb.close(i, true)
 	var done []undoEntry
 	why := "empties " + t.names[i]
-	fail := func(a *alloc, reason string) bool {
+	fail := func(a *alloc, reason string) int {
 		rb.undo(done)
 		rb.close(i, false)
 		rb.stay(a, i, reason)
@@ -616,12 +624,15 @@ func (rb *rebalancer) empty(i int32) bool {
 				rb.stay(b, i, fmt.Sprintf("node %s cannot be emptied: %s stays", t.names[i], a.name()))
 			}
 		}
-		return false
+		return failed
 	}
 	for _, a := range as {
 		if why := rb.pinned(a); why != "" {
-			return fail(a, why)
+			fail(a, why)
+			return pinnedThere
 		}
+	}
+	for _, a := range as {
 		if rb.moves() >= rb.opt.MaxMoves {
 			rb.out.Truncated = true
 			return fail(a, "the plan reached its bound on moves")
@@ -639,7 +650,7 @@ func (rb *rebalancer) empty(i int32) bool {
 		rb.record(a, na, why)
 	}
 	rb.out.Freed = append(rb.out.Freed, t.providers[t.prov[i]]+"/"+t.names[i])
-	return true
+	return emptied
 }
 
 // weight is what a counts for in its node's load.
