@@ -578,7 +578,7 @@ func (s *state) createCopy(ctx context.Context, old, cp *reconciler.Instance, to
 	}()
 	r := s.requestFor(old)
 	r.ID, r.Count, r.Provider, r.Spec.Name = cp.ID, 1, old.Provider, cp.Name
-	r.Constraints = append(slices.Clone(r.Constraints), "node=="+nodeLiteral(to))
+	r.Constraints = append(slices.Clone(r.Constraints), scheduler.NodeIs(to))
 	plan, err := s.cluster.c.Place(&r)
 	if err != nil {
 		return err
@@ -606,14 +606,6 @@ func (s *state) createCopy(ctx context.Context, old, cp *reconciler.Instance, to
 	stored = true
 	s.perform(*cp, acts, nil)
 	return nil
-}
-
-// nodeLiteral writes a node name as a constraint value matching it alone.
-func nodeLiteral(name string) string {
-	if !strings.ContainsAny(name, "*?[]/\\") {
-		return name
-	}
-	return "/" + regexp.QuoteMeta(name) + "/"
 }
 
 // pollEvery is how often a move looks at its copies.

@@ -192,3 +192,15 @@ func TestRebalanceOptionsChecked(t *testing.T) {
 		}
 	}
 }
+
+func TestNodeIsMatchesOneName(t *testing.T) {
+	for _, name := range []string{"n1", "a*b", "rack[1]/x", `c:\d`} {
+		e, err := ParseExpr(NodeIs(name))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !e.MatchValue(name) || e.MatchValue(name+"x") || e.MatchValue("a1b") {
+			t.Errorf("%s: %q matches wrongly", name, NodeIs(name))
+		}
+	}
+}

@@ -94,7 +94,7 @@ func ReplayRebalance(in ReplayInput) ReplayResult {
 		}
 		r.Spec.Resources, r.Spec.Image, r.Spec.Labels, r.Spec.Name = a.Resources, a.Image, a.Labels, a.Name
 		r.ID, r.Count, r.Group, r.Priority, r.Owner, r.Pool, r.Provider = m.Instance+"~moved", 1, a.Group, a.Priority, a.Owner, a.Pool, a.Provider
-		r.Constraints = append(slices.Clone(r.Constraints), "node=="+exprLiteral(m.To))
+		r.Constraints = append(slices.Clone(r.Constraints), NodeIs(m.To))
 		plan, err := c.Place(&r)
 		if err != nil {
 			refuse(m.Instance, err.Error())
@@ -140,12 +140,14 @@ func ReplayRebalance(in ReplayInput) ReplayResult {
 	return res
 }
 
-// exprLiteral writes a node name as an expression value matching it alone.
-func exprLiteral(name string) string {
+// NodeIs returns the constraint that holds on the node named name alone
+// (its name as a literal, or as a quoted regular expression when it holds
+// a character of globs).
+func NodeIs(name string) string {
 	if !strings.ContainsAny(name, "*?[]/\\") {
-		return name
+		return "node==" + name
 	}
-	return "/" + regexp.QuoteMeta(name) + "/"
+	return "node==/" + regexp.QuoteMeta(name) + "/"
 }
 
 // badInstances returns the instances at where whose node breaks a hard
