@@ -57,6 +57,11 @@ func (p *Plane) PlanRebalance(ctx context.Context, opt RebalanceOptions) (*Rebal
 	if err := p.refuse(); err != nil {
 		return nil, err
 	}
+	return p.planRebalance(ctx, opt)
+}
+
+// planRebalance is Plane.PlanRebalance.
+func (p *state) planRebalance(ctx context.Context, opt RebalanceOptions) (*RebalanceAnswer, error) {
 	so := scheduler.RebalanceOptions{Goal: opt.Goal, Threshold: opt.Threshold, Load: opt.Load, MaxMoves: opt.MaxMoves, MaxStays: opt.MaxStays}
 	if err := so.Check(); err != nil {
 		return nil, err

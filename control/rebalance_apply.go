@@ -144,7 +144,32 @@ func (p *Plane) ApplyRebalance(ctx context.Context, opt ApplyOptions) (*Rebalanc
 	if err := p.refuse(); err != nil {
 		return nil, err
 	}
-	if err := opt.check(); err != nil {
+	run, err := p.prepareRun(ctx, opt, nil)
+	if err != nil {
+		return nil, err
+	}
+	if run.State == RunRunning {
+		if p.runtimeOf() == nil {
+			p.endRun(RunAborted, "the control plane is not running")
+			_ = p.saveRun(ctx)
+			return nil, errors.New("control: the control plane is not running; nothing was moved")
+		}
+		select {
+		case p.startsChan() <- run:
+		case <-ctx.Done():
+			p.endRun(RunAborted, "the request ended before the run started")
+			_ = p.saveRun(context.WithoutCancel(ctx))
+			return nil, ctx.Err()
+		}
+	}
+	return p.RebalanceStatus(ctx)
+}
+
+// prepareRun checks opt, fills in its defaults, plans, refuses a plan
+// whose replay is not valid, and records the run it makes of the plan as
+// the plane's run; nil when accept, if set, turns the plan down.
+func (p *state) prepareRun(ctx context.Context, opt ApplyOptions, accept func(*RebalanceAnswer) bool) (*RebalanceRun, error) {
+	if err := opt.Check(); err != nil {
 		return nil, err
 	}
 	if opt.MaxMoves == 0 {
@@ -174,13 +199,16 @@ func (p *Plane) ApplyRebalance(ctx context.Context, opt ApplyOptions) (*Rebalanc
 	if busy {
 		return nil, driver.Errorf(driver.ErrAlreadyExists, "a rebalance is under way; wait for it to end (berth rebalance --status)")
 	}
-	ans, err := p.PlanRebalance(ctx, opt.RebalanceOptions)
+	ans, err := p.planRebalance(ctx, opt.RebalanceOptions)
 	if err != nil {
 		return nil, err
 	}
 	if !ans.Check.OK() {
 		return nil, fmt.Errorf("control: the plan's replay is not valid (%d refused, %d overbooked, %d misplaced); nothing was moved",
 			len(ans.Check.Refused), len(ans.Check.Overbooked), len(ans.Check.Misplaced))
+	}
+	if accept != nil && !accept(ans) {
+		return nil, nil
 	}
 	now := p.now()
 	run := &RebalanceRun{ID: newID(), State: RunRunning, Options: opt, Moves: make([]MoveRun, len(ans.Moves)), Started: now, Updated: now,
@@ -203,21 +231,7 @@ func (p *Plane) ApplyRebalance(ctx context.Context, opt ApplyOptions) (*Rebalanc
 		p.endRun(RunAborted, err.Error())
 		return nil, err
 	}
-	if run.State == RunRunning {
-		if p.runtimeOf() == nil {
-			p.endRun(RunAborted, "the control plane is not running")
-			_ = p.saveRun(ctx)
-			return nil, errors.New("control: the control plane is not running; nothing was moved")
-		}
-		select {
-		case p.startsChan() <- run:
-		case <-ctx.Done():
-			p.endRun(RunAborted, "the request ended before the run started")
-			_ = p.saveRun(context.WithoutCancel(ctx))
-			return nil, ctx.Err()
-		}
-	}
-	return p.RebalanceStatus(ctx)
+	return run, nil
 }
 
 // RebalanceStatus returns the current or latest rebalance run, from
@@ -249,8 +263,8 @@ func (p *Plane) RebalanceStatus(ctx context.Context) (*RebalanceRun, error) {
 	return &r, nil
 }
 
-// check checks o's fields; every error names its field.
-func (o *ApplyOptions) check() error {
+// Check checks o's fields; every error names its field.
+func (o *ApplyOptions) Check() error {
 	so := scheduler.RebalanceOptions{Goal: o.Goal, Threshold: o.Threshold, Load: o.Load, MaxMoves: o.MaxMoves, MaxStays: o.MaxStays}
 	var es driver.FieldErrors
 	if err := so.Check(); err != nil {
@@ -335,17 +349,84 @@ func (s *state) setMove(k int, fn func(m *MoveRun)) {
 	fn(&s.reb.run.Moves[k])
 }
 
+// AutoRebalance is the continuous mode (Config.Rebalance): at most once
+// every Every, when no run is under way, the plane plans a rebalance with
+// Options and carries it out when the gain is worth it: for the binpack
+// goal, at least MinFreed nodes freed (default 1); for spread, at least
+// MinUnloaded nodes brought under the threshold (default 1). Off while
+// Every is 0, the default.
+type AutoRebalance struct {
+	Every       time.Duration
+	MinFreed    int
+	MinUnloaded int
+	Options     ApplyOptions
+}
+
+// RebalanceMetrics may be implemented by Config.Metrics, to count the
+// continuous mode's rounds and every run's end.
+type RebalanceMetrics interface {
+	// RebalanceRound records one round of the continuous mode: whether
+	// its plan was carried out, its moves and the nodes it frees.
+	RebalanceRound(applied bool, moves, freed int)
+	// RebalanceEnded records the end of a run: its state, and its moves
+	// done and undone.
+	RebalanceEnded(state string, done, undone int)
+}
+
 // rebalanceLoop settles a run a previous plane left under way, then
-// carries out the runs ApplyRebalance hands it until ctx ends.
+// carries out the runs ApplyRebalance hands it, and the continuous mode's
+// rounds, until ctx ends.
 func (s *state) rebalanceLoop(ctx context.Context) {
 	s.settleRun(ctx)
+	var tick <-chan time.Time
+	if every := s.cfg.Rebalance.Every; every > 0 {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		tick = t.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case run := <-s.startsChan():
 			s.execute(ctx, run)
+		case <-tick:
+			s.autoRound(ctx)
 		}
+	}
+}
+
+// autoRound is one round of the continuous mode.
+func (s *state) autoRound(ctx context.Context) {
+	a := s.cfg.Rebalance
+	var moves, freed int
+	run, err := s.prepareRun(ctx, a.Options, func(ans *RebalanceAnswer) bool {
+		moves, freed = len(ans.Moves), len(ans.Freed)
+		if len(ans.Moves) == 0 {
+			return false
+		}
+		if ans.Goal == scheduler.RebalanceSpread {
+			return ans.OverBefore-ans.OverAfter >= max(a.MinUnloaded, 1)
+		}
+		return len(ans.Freed) >= max(a.MinFreed, 1)
+	})
+	m, _ := s.cfg.Metrics.(RebalanceMetrics)
+	if m != nil {
+		m.RebalanceRound(run != nil, moves, freed)
+	}
+	if err != nil {
+		if !errors.Is(err, driver.ErrAlreadyExists) && ctx.Err() == nil {
+			s.log.Warn("rebalance: a round of the continuous mode", "err", err)
+		}
+		return
+	}
+	if run == nil {
+		s.log.Debug("rebalance: no gain worth moving for", "moves", moves, "freed", freed)
+		return
+	}
+	s.log.Info("rebalance: the continuous mode starts a run", "run", run.ID, "moves", moves, "freed", freed)
+	if run.State == RunRunning {
+		s.execute(ctx, run)
 	}
 }
 
@@ -427,6 +508,21 @@ func (s *state) execute(ctx context.Context, run *RebalanceRun) {
 	}
 	if err := s.saveRun(ctx); err != nil {
 		s.log.Warn("rebalance: record the run's end", "err", err)
+	}
+	s.reb.runMu.Lock()
+	st, done, undone := run.State, 0, 0
+	for _, mr := range run.Moves {
+		switch mr.State {
+		case MoveDone:
+			done++
+		case MoveUndone:
+			undone++
+		}
+	}
+	s.reb.runMu.Unlock()
+	s.log.Info("rebalance: the run ended", "run", run.ID, "state", st, "done", done, "undone", undone, "error", run.Error)
+	if m, ok := s.cfg.Metrics.(RebalanceMetrics); ok {
+		m.RebalanceEnded(st, done, undone)
 	}
 }
 

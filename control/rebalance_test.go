@@ -3,6 +3,7 @@ package control_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -184,6 +185,71 @@ func TestRebalanceRestartSettlesTheRun(t *testing.T) {
 			if len(got) != 1 || got[0].ID != in.BackendID {
 				t.Fatalf("%s: back-end copies %v, record says %s", in.ID, got, in.BackendID)
 			}
+		}
+	})
+}
+
+// autoMetrics counts the continuous mode's rounds and runs.
+type autoMetrics struct {
+	mu            sync.Mutex
+	rounds, ended int
+	applied       int
+	lastState     string
+}
+
+func (m *autoMetrics) Scheduled(time.Duration, bool) {}
+func (m *autoMetrics) QueueDepth(int)                {}
+func (m *autoMetrics) Launched(string, error)        {}
+func (m *autoMetrics) QuotaUse(control.QuotaUse)     {}
+func (m *autoMetrics) LeakFound(string)              {}
+func (m *autoMetrics) Conflicts(int)                 {}
+func (m *autoMetrics) RebalanceRound(applied bool, moves, freed int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.rounds++
+	if applied {
+		m.applied++
+	}
+}
+func (m *autoMetrics) RebalanceEnded(state string, done, undone int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.ended++
+	m.lastState = state
+}
+
+// TestRebalanceContinuousMode runs the plane with the continuous mode on:
+// a round frees the nodes a spread-out service leaves, the later rounds
+// find nothing worth moving, and the metrics count them.
+func TestRebalanceContinuousMode(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, prov := newSim(t, 4, func(o *sim.Options) { o.CreateLatency = 10 * time.Millisecond })
+		cfg := config(memory.New(memory.Options{}), prov)
+		m := &autoMetrics{}
+		cfg.Metrics = m
+		cfg.Rebalance = control.AutoRebalance{Every: time.Second, Options: control.ApplyOptions{Rate: 100}}
+		p, _ := start(t, cfg)
+		spreadOut(t, p, 4)
+		run := waitRun(t, p)
+		if run.State != control.RunDone || len(run.Moves) != 3 {
+			t.Fatalf("run: %+v", run)
+		}
+		waitFor(t, "two more rounds", func() bool {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			return m.rounds >= 3
+		})
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if m.applied != 1 || m.ended != 1 || m.lastState != control.RunDone {
+			t.Fatalf("metrics: %+v", m)
+		}
+		nodes := map[string]bool{}
+		for _, in := range live(t, p) {
+			nodes[in.Node] = true
+		}
+		if len(nodes) != 1 {
+			t.Fatalf("instances on %v", nodes)
 		}
 	})
 }

@@ -405,8 +405,9 @@ func (rb *rebalancer) move(a *alloc, c *compiled, accept func(j int32) bool) (*a
 	if rb.anyAff {
 		beforeTo = rb.affinitiesHold(j)
 	}
-	na := *a
-	na.node = j
+	// Not a copy of *a: the cluster changes its presence fields under its
+	// own lock.
+	na := alloc{id: a.id, info: a.info, node: j, elastic: a.elastic}
 	if len(c.fixedPorts) > 0 || c.anyPorts > 0 {
 		ports := append([]int(nil), c.fixedPorts...)
 		ports = append(ports, rb.p.freePorts(j, c.anyPorts, ports)...)
