@@ -254,6 +254,9 @@ type rebalancer struct {
 	// foreign counts, per node, the instances its reading reports beyond
 	// Berth's: such a node is never freed.
 	foreign []int32
+	// least is the smallest cpu and memory of an instance: a node with
+	// less free is full.
+	least [nMeasured]int64
 	// used is each node's cpu and memory in use as the load counts it,
 	// kept up to date with the moves.
 	used       [][nMeasured]int64
@@ -266,7 +269,8 @@ func newRebalancer(p *planner, opt RebalanceOptions) *rebalancer {
 	n := len(st.t.names)
 	rb := &rebalancer{p: p, st: st, opt: opt, reqs: map[[2]string]*compiled{}, origin: map[string]int32{},
 		cur: map[string]*alloc{}, why: map[string]string{}, foreign: make([]int32, n)}
-	st.closed = make([]bool, n)
+	st.closed, st.parked = make([]bool, n), make([]bool, n)
+	rb.least = [nMeasured]int64{math.MaxInt64, math.MaxInt64}
 	rb.used = make([][nMeasured]int64, n)
 	for i := range int32(n) {
 		e, einst := st.reported(i)
@@ -282,7 +286,12 @@ func newRebalancer(p *planner, opt RebalanceOptions) *rebalancer {
 		// decides whether moves check the neighbours'.
 		for e := st.lists[i]; e != nil; e = e.next {
 			rb.compiledFor(e.a, i)
+			rb.least[resCPU] = min(rb.least[resCPU], int64(e.a.info.res.CPU))
+			rb.least[resMem] = min(rb.least[resMem], int64(e.a.info.res.Memory))
 		}
+	}
+	for i := range int32(n) {
+		rb.repark(i)
 	}
 	return rb
 }
@@ -332,7 +341,19 @@ func (rb *rebalancer) pinned(a *alloc) string {
 func (rb *rebalancer) close(i int32, closed bool) {
 	rb.st.closed[i] = closed
 	rb.st.recompute(i)
+	rb.repark(i)
 }
+
+// full reports whether node i cannot take even the smallest instance.
+func (rb *rebalancer) full(i int32) bool {
+	h := &rb.st.hot[i]
+	return h.inst >= h.maxInst || h.free[resCPU] < rb.least[resCPU] || h.free[resMem] < rb.least[resMem]
+}
+
+// repark keeps node i out of the free-capacity index while it is closed
+// or full, so that a search for a node does not wade through every full
+// one (a packed cluster has many).
+func (rb *rebalancer) repark(i int32) { rb.st.park(i, rb.st.closed[i] || rb.full(i)) }
 
 // allocsOn returns node i's allocations, largest first (by their larger
 // share of the node's cpu and memory), then by id.
@@ -416,6 +437,10 @@ func (rb *rebalancer) move(a *alloc, c *compiled, accept func(j int32) bool) (*a
 		na.info = &own
 	}
 	st.apply(&na)
+	defer func() {
+		rb.repark(from)
+		rb.repark(j)
+	}()
 	if rb.anyAff {
 		if k := rb.broken(from, before); k != "" {
 			st.unapply(&na)
@@ -530,6 +555,8 @@ func (rb *rebalancer) undo(done []undoEntry) {
 		u := done[k]
 		rb.st.unapply(u.new)
 		rb.st.apply(u.old)
+		rb.repark(u.new.node)
+		rb.repark(u.old.node)
 		rb.shift(u.old, u.new.node, u.old.node)
 		if !u.hadOrigin {
 			delete(rb.origin, u.old.id)
