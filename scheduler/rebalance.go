@@ -410,14 +410,14 @@ func (rb *rebalancer) move(a *alloc, c *compiled, accept func(j int32) bool) (*a
 	}
 	st.unapply(a)
 	j := rb.p.best(c, c.candidates(st.t, false), nil, false)
-	why := "no other node takes it"
+	why, rest := "no other node takes it", "would break another instance's affinity"
 	if j >= 0 && accept != nil && !accept(j) {
-		j, why = -1, "no node that takes it stays under the threshold"
+		j, why, rest = -1, "no node that takes it stays under the threshold", "would go over the threshold"
 	}
 	if j < 0 {
 		if rb.explained < rebalanceExplained {
 			rb.explained++
-			why += ": " + rb.reasons(c).String()
+			why += ": " + rb.reasons(c, rest).String()
 		}
 		st.apply(a)
 		return nil, why
@@ -493,8 +493,9 @@ func (rb *rebalancer) broken(i int32, before map[string]bool) string {
 	return ""
 }
 
-// reasons counts, over the open nodes, why c's instance fits none.
-func (rb *rebalancer) reasons(c *compiled) Reasons {
+// reasons counts, over the open nodes, why c's instance fits none; a node
+// that passes every filter is counted under rest.
+func (rb *rebalancer) reasons(c *compiled, rest string) Reasons {
 	t := tally{}
 	st := rb.st
 	for i := range int32(len(st.t.names)) {
@@ -503,13 +504,13 @@ func (rb *rebalancer) reasons(c *compiled) Reasons {
 		}
 		r := c.staticReason(st.t, i, false)
 		if r == "" && st.closed[i] {
-			r = "being emptied or freed"
+			r = "being emptied, unloaded or freed"
 		}
 		if r == "" {
 			r = rb.p.dynReason(c, i, nil)
 		}
 		if r == "" {
-			r = "would break another instance's affinity"
+			r = rest
 		}
 		t[tallyKey{st.t.providers[st.t.prov[i]], r}]++
 	}
