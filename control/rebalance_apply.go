@@ -654,6 +654,14 @@ func (s *state) moveOne(ctx context.Context, k int, timeout time.Duration) error
 		_ = s.saveRun(ctx)
 		return err
 	}
+	// The new copy replaces the old one: its record goes at once (the run
+	// says which copy replaced it), so that its group does not count a
+	// deleted member.
+	if gone, ok := s.get(old.ID); ok && gone.Phase == reconciler.Deleted {
+		if _, err := s.removeInstances(ctx, []*reconciler.Instance{&gone}); err != nil {
+			s.log.Warn("rebalance: remove the moved instance's record", "instance", old.ID, "err", err)
+		}
+	}
 	s.setMove(k, func(mr *MoveRun) { mr.State = MoveDone })
 	return s.saveRun(ctx)
 }

@@ -2,6 +2,7 @@ package control_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/berth-dev/berth/drivers/sim"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/reconciler"
+	"github.com/berth-dev/berth/scheduler"
 	"github.com/berth-dev/berth/store/memory"
 )
 
@@ -250,6 +252,47 @@ func TestRebalanceContinuousMode(t *testing.T) {
 		}
 		if len(nodes) != 1 {
 			t.Fatalf("instances on %v", nodes)
+		}
+	})
+}
+
+// TestRebalanceApplyKeepsGroupRunning moves the members of a group: the
+// group runs throughout and after, and the moved members' records are
+// gone (the run says which copies replaced them).
+func TestRebalanceApplyKeepsGroupRunning(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, prov := newSim(t, 4, func(o *sim.Options) { o.CreateLatency = 10 * time.Millisecond })
+		p, _ := start(t, config(memory.New(memory.Options{}), prov))
+		ctx := context.Background()
+		svc := scheduler.Service{Request: scheduler.Request{Count: 4, Spec: driver.Spec{Name: "w", Image: "busybox", Resources: driver.Resources{CPU: driver.CPUs(1)}}}}
+		if _, err := p.SubmitGroup(ctx, scheduler.Group{ID: "job", Services: []scheduler.Service{svc}}, "shop"); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the group running", func() bool {
+			g, err := p.Group(ctx, "job")
+			return err == nil && g.State == control.GroupRunning
+		})
+		if _, err := p.ApplyRebalance(ctx, control.ApplyOptions{Rate: 100}); err != nil {
+			t.Fatal(err)
+		}
+		run := waitRun(t, p)
+		if run.State != control.RunDone || len(run.Moves) == 0 {
+			t.Fatalf("run: %+v", run)
+		}
+		g, err := p.Group(ctx, "job")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.State != control.GroupRunning || g.Services[0].Running != 4 {
+			t.Fatalf("group after the run: %+v", g)
+		}
+		for _, m := range run.Moves {
+			if _, err := p.Instance(ctx, m.Instance); !errors.Is(err, driver.ErrNotFound) {
+				t.Fatalf("moved instance %s: %v", m.Instance, err)
+			}
+			if in, err := p.Instance(ctx, m.New); err != nil || in.Phase != reconciler.Running || in.Node != m.To || in.Group != "job" {
+				t.Fatalf("new copy %s: %+v, %v", m.New, in, err)
+			}
 		}
 	})
 }
