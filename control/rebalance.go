@@ -69,6 +69,7 @@ func (p *state) planRebalance(ctx context.Context, opt RebalanceOptions) (*Rebal
 	in := p.rebalanceInput(opt.Owners)
 	so.Request = in.request
 	so.Pinned = func(id string) string { return in.pinned[id] }
+	so.Refused = func(id string) []string { return in.refused[id] }
 	if so.Load == scheduler.LoadMeasured {
 		so.Measured = p.measuredUse()
 	}
@@ -96,6 +97,9 @@ func (p *state) planRebalance(ctx context.Context, opt RebalanceOptions) (*Rebal
 type rebalanceInput struct {
 	reqs   map[string]*scheduler.Request
 	pinned map[string]string
+	// refused are, by instance, the nodes that refused it for good
+	// ("provider/node").
+	refused map[string][]string
 	allocs []scheduler.Allocation
 	nodes  map[string][]driver.Node
 	caps   map[string][]string
@@ -106,7 +110,7 @@ func (in *rebalanceInput) request(id string) *scheduler.Request { return in.reqs
 // rebalanceInput reads the requests, the instances that hold a node (with
 // why each that must stay stays) and the nodes' latest readings.
 func (s *state) rebalanceInput(owners []string) *rebalanceInput {
-	in := &rebalanceInput{reqs: map[string]*scheduler.Request{}, pinned: map[string]string{},
+	in := &rebalanceInput{reqs: map[string]*scheduler.Request{}, pinned: map[string]string{}, refused: map[string][]string{},
 		nodes: map[string][]driver.Node{}, caps: map[string][]string{}}
 	s.mu.RLock()
 	for id, sr := range s.requests {
@@ -132,6 +136,9 @@ func (s *state) rebalanceInput(owners []string) *rebalanceInput {
 		in.allocs = append(in.allocs, allocationOf(&x))
 		if why := s.staysFor(&x, in.reqs[x.Request], owners); why != "" {
 			in.pinned[x.ID] = why
+		}
+		if nodes := x.RefusedNodes(); len(nodes) > 0 {
+			in.refused[x.ID] = nodes
 		}
 	}
 	return in

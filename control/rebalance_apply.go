@@ -680,7 +680,12 @@ func (s *state) createCopy(ctx context.Context, old, cp *reconciler.Instance, to
 			s.unreserveNames([]*reconciler.Instance{cp})
 		}
 	}()
-	r := s.requestFor(old)
+	// The old copy's request, without the nodes its launches failed on a
+	// while ago (the plan chose the target), with those that refused it
+	// for good.
+	noExclude := *old
+	noExclude.Exclude = nil
+	r := s.requestFor(&noExclude)
 	r.ID, r.Count, r.Provider, r.Spec.Name = cp.ID, 1, old.Provider, cp.Name
 	r.Constraints = append(slices.Clone(r.Constraints), scheduler.NodeIs(to))
 	plan, err := s.cluster.c.Place(&r)

@@ -104,6 +104,9 @@ type RebalanceOptions struct {
 	// Pinned returns why instance id must stay where it is (not running,
 	// opted out, ...), "" when it may move; nil pins nothing.
 	Pinned func(id string) string
+	// Refused returns the nodes ("provider/node") that refused instance id
+	// for good: it never moves there. Nil means none.
+	Refused func(id string) []string
 	// Measured is what instances were measured using, by id, for
 	// LoadMeasured.
 	Measured map[string]driver.Resources
@@ -411,6 +414,12 @@ func (rb *rebalancer) move(a *alloc, c *compiled, accept func(j int32) bool) (*a
 	st.unapply(a)
 	j := rb.p.best(c, c.candidates(st.t, false), nil, false)
 	why, rest := "no other node takes it", "would break another instance's affinity"
+	if j >= 0 && rb.opt.Refused != nil {
+		t := st.t
+		if slices.Contains(rb.opt.Refused(a.id), t.providers[t.prov[j]]+"/"+t.names[j]) {
+			j, why = -1, "the node that would take it refused it for good"
+		}
+	}
 	if j >= 0 && accept != nil && !accept(j) {
 		j, why, rest = -1, "no node that takes it stays under the threshold", "would go over the threshold"
 	}

@@ -204,3 +204,22 @@ func TestNodeIsMatchesOneName(t *testing.T) {
 		}
 	}
 }
+
+func TestRebalanceNeverMovesOntoANodeThatRefused(t *testing.T) {
+	f := newFixture(t, mkNodes("n", 2, 8, 32, nil))
+	r := req("w", 1, 256)
+	f.put(t, r, "w-0", "n0")
+	f.put(t, r, "w-1", "n1")
+	f.put(t, r, "w-2", "n1")
+	rb := f.plan(t, RebalanceOptions{Refused: func(id string) []string {
+		if id == "w-0" {
+			return []string{"p/n1"}
+		}
+		return nil
+	}})
+	// n0 is tried first; its one instance refuses n1: n1 is emptied
+	// onto n0 instead.
+	if len(rb.Moves) != 2 || rb.Moves[0].To != "n0" || rb.Stays[0].Instance != "w-0" || !strings.Contains(rb.Stays[0].Reason, "refused it for good") {
+		t.Fatalf("plan: %+v", rb)
+	}
+}
