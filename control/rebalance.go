@@ -100,9 +100,9 @@ type rebalanceInput struct {
 	// refused are, by instance, the nodes that refused it for good
 	// ("provider/node").
 	refused map[string][]string
-	allocs []scheduler.Allocation
-	nodes  map[string][]driver.Node
-	caps   map[string][]string
+	allocs  []scheduler.Allocation
+	nodes   map[string][]driver.Node
+	caps    map[string][]string
 }
 
 func (in *rebalanceInput) request(id string) *scheduler.Request { return in.reqs[id] }

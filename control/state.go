@@ -114,7 +114,8 @@ type state struct {
 	gangs
 	runtimeRef
 
-	lists listings // shared listings of tagged resources, per provider
+	lists listings    // shared listings of tagged resources, per provider
+	reb   rebalancing // the rebalance run (rebalance_apply.go)
 
 	// meter is the usage loop's samples and node sums, in memory only.
 	meter meter
@@ -122,8 +123,6 @@ type state struct {
 	victims victims
 	// follow is a read-only plane's progress along the store's changes.
 	follow follower
-	// reb is the rebalance run (rebalance_apply.go).
-	reb rebalancing
 
 	// clusterID is written on every back-end resource (driver.TagCluster);
 	// set once by loadIdentity.
