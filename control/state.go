@@ -114,8 +114,10 @@ type state struct {
 	gangs
 	runtimeRef
 
-	lists listings    // shared listings of tagged resources, per provider
-	reb   rebalancing // the rebalance run (rebalance_apply.go)
+	lists listings // shared listings of tagged resources, per provider
+
+	// reb is the rebalance run (rebalance_apply.go).
+	reb rebalancing
 
 	// meter is the usage loop's samples and node sums, in memory only.
 	meter meter
