@@ -70,6 +70,9 @@ func (p *state) planRebalance(ctx context.Context, opt RebalanceOptions) (*Rebal
 	so.Request = in.request
 	so.Pinned = func(id string) string { return in.pinned[id] }
 	so.Refused = func(id string) []string { return in.refused[id] }
+	if len(opt.Owners) > 0 {
+		so.Visible = func(ns string) bool { return slices.Contains(opt.Owners, ns) }
+	}
 	if so.Load == scheduler.LoadMeasured {
 		so.Measured = p.measuredUse()
 	}
@@ -90,6 +93,9 @@ func (p *state) planRebalance(ctx context.Context, opt RebalanceOptions) (*Rebal
 		Nodes: in.nodes, Capabilities: in.caps, Quotas: quotas(&p.cfg), Allocations: in.allocs, Request: in.request, Moves: rb.Moves,
 	})
 	ans.CheckSeconds = time.Since(start).Seconds()
+	if so.Visible != nil {
+		hideForeign(&ans.Check, in.allocs, so.Visible)
+	}
 	return ans, nil
 }
 
@@ -179,4 +185,24 @@ func (s *state) measuredUse() map[string]driver.Resources {
 		}
 	}
 	return out
+}
+
+// hideForeign names the instances of the check that the caller may not
+// see (visible says by namespace) scheduler.Hidden.
+func hideForeign(ck *scheduler.ReplayResult, allocs []scheduler.Allocation, visible func(string) bool) {
+	owner := make(map[string]string, len(allocs))
+	for _, a := range allocs {
+		owner[a.ID] = a.Owner
+	}
+	for k, r := range ck.Refused {
+		id, why, _ := strings.Cut(r, ": ")
+		if !visible(owner[id]) {
+			ck.Refused[k] = scheduler.Hidden + ": " + why
+		}
+	}
+	for k, id := range ck.Misplaced {
+		if !visible(owner[id]) {
+			ck.Misplaced[k] = scheduler.Hidden
+		}
+	}
 }

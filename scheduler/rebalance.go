@@ -104,6 +104,10 @@ type RebalanceOptions struct {
 	// Pinned returns why instance id must stay where it is (not running,
 	// opted out, ...), "" when it may move; nil pins nothing.
 	Pinned func(id string) string
+	// Visible, when set, says whether the caller may see the instances of
+	// a namespace: the others are not listed among the stays, and reasons
+	// call them Hidden.
+	Visible func(namespace string) bool
 	// Refused returns the nodes ("provider/node") that refused instance id
 	// for good: it never moves there. Nil means none.
 	Refused func(id string) []string
@@ -496,7 +500,7 @@ func (rb *rebalancer) holds(a *alloc, i int32) bool {
 func (rb *rebalancer) broken(i int32, before map[string]bool) string {
 	for e := rb.st.lists[i]; e != nil; e = e.next {
 		if before[e.a.id] && !rb.holds(e.a, i) {
-			return e.a.name()
+			return rb.nameOf(e.a)
 		}
 	}
 	return ""
@@ -541,8 +545,23 @@ func (rb *rebalancer) record(a, na *alloc, why string) {
 // none; it is left out by finish).
 func (rb *rebalancer) moves() int { return len(rb.order) }
 
-// stay notes that a stays on node i for why.
+// Hidden is how a plan names an instance its caller may not see.
+const Hidden = "an instance of another namespace"
+
+// nameOf is a's name, or Hidden when the caller may not see it.
+func (rb *rebalancer) nameOf(a *alloc) string {
+	if rb.opt.Visible != nil && !rb.opt.Visible(a.info.owner) {
+		return Hidden
+	}
+	return a.name()
+}
+
+// stay notes that a stays on node i for why; an instance the caller may
+// not see is neither listed nor counted.
 func (rb *rebalancer) stay(a *alloc, i int32, why string) {
+	if rb.opt.Visible != nil && !rb.opt.Visible(a.info.owner) {
+		return
+	}
 	rb.out.StaysTotal++
 	if len(rb.out.Stays) >= rb.opt.MaxStays {
 		return
@@ -659,7 +678,7 @@ func (rb *rebalancer) empty(i int32) int {
 		rb.stay(a, i, reason)
 		for _, b := range as {
 			if b != a {
-				rb.stay(b, i, fmt.Sprintf("node %s cannot be emptied: %s stays", t.names[i], a.name()))
+				rb.stay(b, i, fmt.Sprintf("node %s cannot be emptied: %s stays", t.names[i], rb.nameOf(a)))
 			}
 		}
 		return failed

@@ -223,3 +223,28 @@ func TestRebalanceNeverMovesOntoANodeThatRefused(t *testing.T) {
 		t.Fatalf("plan: %+v", rb)
 	}
 }
+
+func TestRebalanceHidesOtherNamespaces(t *testing.T) {
+	f := newFixture(t, mkNodes("n", 2, 8, 32, nil))
+	r := req("w", 1, 256)
+	f.reqs[r.ID] = r
+	for _, a := range []Allocation{
+		{ID: "mine", Name: "mine", Provider: "p", Node: "n0", Resources: r.Resources, Request: "w", Owner: "a"},
+		{ID: "theirs", Name: "theirs", Provider: "p", Node: "n0", Resources: r.Resources, Request: "w", Owner: "b"},
+		{ID: "big", Name: "big", Provider: "p", Node: "n1", Resources: driver.Resources{CPU: driver.CPUs(5)}, Request: "w", Owner: "b"},
+	} {
+		if err := f.c.Reserve(a); err != nil {
+			t.Fatal(err)
+		}
+		f.allocs = append(f.allocs, a)
+	}
+	rb := f.plan(t, RebalanceOptions{
+		Pinned:  func(id string) string { return map[string]string{"theirs": "pinned", "big": "pinned"}[id] },
+		Visible: func(ns string) bool { return ns == "a" },
+	})
+	// n0 cannot be emptied: "theirs" stays there, and is named Hidden.
+	if len(rb.Moves) != 0 || len(rb.Stays) != 1 || rb.StaysTotal != 1 || rb.Stays[0].Instance != "mine" ||
+		rb.Stays[0].Reason != "node n0 cannot be emptied: "+Hidden+" stays" {
+		t.Fatalf("plan: %+v", rb)
+	}
+}
