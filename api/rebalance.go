@@ -74,21 +74,11 @@ func (s *Server) rebalanceStatus(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, visibleRun(r, run))
 }
 
-// visibleRun keeps the moves of run the caller may see.
+// visibleRun is run as the caller may see it (RebalanceRun.For).
 func visibleRun(r *http.Request, run *control.RebalanceRun) *control.RebalanceRun {
 	c := caller(r)
 	if c.All() {
 		return run
 	}
-	cp := *run
-	cp.Moves = nil
-	for _, m := range run.Moves {
-		if c.Sees(m.Owner) {
-			cp.Moves = append(cp.Moves, m)
-		}
-	}
-	if cp.Moves == nil {
-		cp.Moves = []control.MoveRun{}
-	}
-	return &cp
+	return run.For(c.Sees)
 }

@@ -825,3 +825,19 @@ func (s *state) settleRun(ctx context.Context) {
 		s.log.Warn("rebalance: record the abandoned run", "err", err)
 	}
 }
+
+// For returns the run as a caller who sees the namespaces visible says
+// yes to may see it: only the moves of those namespaces, and when a move
+// of another namespace failed, an error that does not name its instance.
+func (r *RebalanceRun) For(visible func(namespace string) bool) *RebalanceRun {
+	cp := *r
+	cp.Moves = []MoveRun{}
+	for _, m := range r.Moves {
+		if visible(m.Owner) {
+			cp.Moves = append(cp.Moves, m)
+		} else if m.Error != "" && cp.Error != "" {
+			cp.Error = "a move of an instance of another namespace failed"
+		}
+	}
+	return &cp
+}

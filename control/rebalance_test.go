@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -295,4 +296,18 @@ func TestRebalanceApplyKeepsGroupRunning(t *testing.T) {
 			}
 		}
 	})
+}
+
+func TestRebalanceRunForANamespace(t *testing.T) {
+	run := &control.RebalanceRun{State: control.RunAborted, Error: "move of secret-db from n1 to n2: boom", Moves: []control.MoveRun{
+		{Move: scheduler.Move{Instance: "web-0", Owner: "a"}, State: control.MoveDone},
+		{Move: scheduler.Move{Instance: "secret-db", Owner: "b"}, State: control.MoveUndone, Error: "boom"},
+	}}
+	got := run.For(func(ns string) bool { return ns == "a" })
+	if len(got.Moves) != 1 || got.Moves[0].Instance != "web-0" || strings.Contains(got.Error, "secret") || len(run.Moves) != 2 {
+		t.Fatalf("for a: %+v (from %+v)", got, run)
+	}
+	if all := run.For(func(string) bool { return true }); all.Error != run.Error || len(all.Moves) != 2 {
+		t.Fatalf("for all: %+v", all)
+	}
 }

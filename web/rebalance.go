@@ -69,13 +69,7 @@ func (s *Server) rebalance(w http.ResponseWriter, r *http.Request, c *caller) er
 	}
 	if run, err := s.plane.RebalanceStatus(r.Context()); err == nil {
 		if !all {
-			kept := run.Moves[:0:0]
-			for _, m := range run.Moves {
-				if slices.Contains(c.Namespaces, m.Owner) {
-					kept = append(kept, m)
-				}
-			}
-			run.Moves = kept
+			run = run.For(func(ns string) bool { return slices.Contains(c.Namespaces, ns) })
 		}
 		for _, m := range run.Moves {
 			if m.State == control.MoveDone {
