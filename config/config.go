@@ -105,6 +105,9 @@ type Config struct {
 	// Reconcile tunes the lifecycle loops; zero values take control's
 	// defaults.
 	Reconcile Reconcile `yaml:"reconcile"`
+	// Rebalance is the continuous mode of rebalancing; off unless every
+	// is set.
+	Rebalance Rebalance `yaml:"rebalance"`
 }
 
 // Timeouts bound the phases of one HTTP request (net/http.Server's);
@@ -385,6 +388,7 @@ func (c *Config) validate(es *driver.FieldErrors) {
 	}
 	checkRange(es, "schedulers", c.Schedulers, 0, control.MaxSchedulers)
 	checkRange(es, "shutdown_timeout", c.ShutdownTimeout, 0, time.Hour)
+	c.Rebalance.validate(es)
 	r := c.Reconcile
 	// Zero takes control's default; anything else must be in range: a
 	// knob that costs memory or CPU per unit is bounded.

@@ -65,6 +65,12 @@
 //     memory, and hands each node's measured use to the scheduler, where a
 //     provider under the usage policy (scheduler.Overcommit) admits
 //     instances by it.
+//   - Rebalancing (rebalance.go, rebalance_apply.go): a plan from the
+//     scheduler's ledger (scheduler.Cluster.PlanRebalance), replayed on a
+//     fresh ledger, then carried out move by move, make-before-break,
+//     through the admission and delete paths, with each step recorded in
+//     the store first (KeyRebalance) so that a restarted plane settles a
+//     run it finds under way.
 //   - The read-only plane (follow.go, Config.ReadOnly), for a server that
 //     does not lead: New writes nothing and calls no provider, Run only
 //     follows the store's changes of instances and requests into the

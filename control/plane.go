@@ -93,6 +93,9 @@ type Config struct {
 	// Overcommit is the overcommit policy of each provider, by name; a
 	// provider not named keeps the default (admission by reservations).
 	Overcommit map[string]scheduler.Overcommit
+	// Rebalance, when its Every is set, has the plane rebalance by itself
+	// (AutoRebalance); off by default.
+	Rebalance AutoRebalance
 	// ReadOnly makes a plane that only reads, for a server that does not
 	// lead: New loads the state and writes nothing (the cluster's id must
 	// be stored already to be known) nor calls a provider, and Run

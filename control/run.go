@@ -217,6 +217,7 @@ func (s *state) run(ctx context.Context) error {
 	wg.Go(func() { s.syncLoop(ctx, rt) })
 	wg.Go(func() { s.collector(ctx) })
 	wg.Go(func() { s.usageLoop(ctx) })
+	wg.Go(func() { s.rebalanceLoop(ctx) })
 	wg.Wait()
 	rt.long.Wait()
 	// Operations still in flight ended with ctx; the next Run resumes

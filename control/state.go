@@ -117,6 +117,9 @@ type state struct {
 
 	lists listings // shared listings of tagged resources, per provider
 
+	// reb is the rebalance run (rebalance_apply.go).
+	reb rebalancing
+
 	// meter is the usage loop's samples and node sums, in memory only.
 	meter meter
 	// victims are evicted instances whose room their evictors wait for.

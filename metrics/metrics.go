@@ -39,6 +39,7 @@ type Metrics struct {
 	terms       *prometheus.CounterVec
 	fenced      prometheus.Counter
 	storeTime   *prometheus.HistogramVec
+	rebalance   rebalanceCollectors
 }
 
 // New returns a Metrics with every collector registered, plus the Go runtime
@@ -122,6 +123,7 @@ func New() *Metrics {
 	m.reg.MustRegister(m.schedule, m.conflicts, m.queueDepth, m.launches, m.failures, m.quotaUsed, m.quotaLimit,
 		m.leaks, m.breaker, m.transitions, m.calls, m.callTime, m.requests, m.leading, m.terms, m.fenced, m.storeTime,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.rebalance.register(m.reg)
 	return m
 }
 

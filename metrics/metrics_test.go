@@ -35,6 +35,9 @@ func TestMetricsAreExported(t *testing.T) {
 	m.Call("sim", "get", 0, driver.ErrNotFound)
 	m.BreakerChanged("docker", "closed", "open")
 	m.Request("POST /v1/requests", 201, time.Millisecond)
+	m.RebalanceRound(false, 0, 0)
+	m.RebalanceRound(true, 5, 2)
+	m.RebalanceEnded("aborted", 3, 1)
 	out := scrape(t, m)
 	for _, want := range []string{
 		`berth_schedule_duration_seconds_count{placed="true"} 1`,
@@ -43,6 +46,10 @@ func TestMetricsAreExported(t *testing.T) {
 		`berth_launch_failures_total{kind="quota_exceeded",provider="sim"} 1`,
 		`berth_leaks_deleted_total{provider="docker"} 1`,
 		`berth_schedule_conflicts_total 3`,
+		`berth_rebalance_rounds_total{applied="false"} 1`,
+		`berth_rebalance_planned_freed_nodes_total 2`,
+		`berth_rebalance_runs_total{state="aborted"} 1`,
+		`berth_rebalance_moves_total{outcome="undone"} 1`,
 		`berth_quota_used{name="alice",resource="cpus",scope="owner"} 1.5`,
 		`berth_quota_used{name="alice",resource="instances",scope="owner"} 3`,
 		`berth_quota_limit{name="alice",resource="instances",scope="owner"} 10`,

@@ -46,7 +46,9 @@ func newGrid(cl *candList, s *state) *grid {
 	for j, i := range cl.nodes {
 		g.pos[i] = int32(j)
 		g.cell[j] = -1
-		g.update(int32(j), &s.hot[i])
+		if s.parked == nil || !s.parked[i] {
+			g.update(int32(j), &s.hot[i])
+		}
 	}
 	return g
 }
@@ -68,20 +70,7 @@ func (g *grid) update(j int32, h *hot) {
 	if g.cell[j] == c {
 		return
 	}
-	if old := g.cell[j]; old >= 0 {
-		p, n := g.prev[j], g.next[j]
-		if p >= 0 {
-			g.next[p] = n
-		} else {
-			g.head[old] = n
-		}
-		if n >= 0 {
-			g.prev[n] = p
-		} else {
-			g.tail[old] = p
-		}
-		g.diag[diagOf(old)]--
-	}
+	g.unlink(j)
 	g.cell[j] = c
 	g.prev[j], g.next[j] = g.tail[c], -1
 	if t := g.tail[c]; t >= 0 {
@@ -91,6 +80,27 @@ func (g *grid) update(j int32, h *hot) {
 	}
 	g.tail[c] = j
 	g.diag[diagOf(c)]++
+}
+
+// unlink takes position j out of its cell, if it is in one.
+func (g *grid) unlink(j int32) {
+	old := g.cell[j]
+	if old < 0 {
+		return
+	}
+	p, n := g.prev[j], g.next[j]
+	if p >= 0 {
+		g.next[p] = n
+	} else {
+		g.head[old] = n
+	}
+	if n >= 0 {
+		g.prev[n] = p
+	} else {
+		g.tail[old] = p
+	}
+	g.diag[diagOf(old)]--
+	g.cell[j] = -1
 }
 
 // gridFor returns the state's grid for cl, building it on the second use

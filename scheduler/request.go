@@ -85,6 +85,11 @@ type Request struct {
 	// MaxPerNode caps how many of this request's instances share a node; 0
 	// means no cap.
 	MaxPerNode int `json:"max_per_node,omitempty"`
+	// Movable false keeps the instances where they are placed: a
+	// rebalance never moves them. True lets a rebalance move what it
+	// keeps by default (processes of the local back-end, instances with
+	// volumes). Unset is the default.
+	Movable *bool `json:"movable,omitempty"`
 	// Avoid are nodes this placement must not use, each with why: a filter
 	// the control plane adds (a launch failed there a moment ago, the node
 	// refused the spec for good). Not part of a request's JSON.

@@ -323,6 +323,13 @@ type state struct {
 	// SetQuotas); qused is what each one's scope holds, by index.
 	quotas []Quota
 	qused  []quotaUsed
+	// closed, when set, marks the nodes a rebalance plan keeps new
+	// instances off (rebalance.go): their instance cap counts as 0.
+	// parked marks the nodes the free-capacity index leaves out (closed
+	// ones, and those that take nothing more); a scan still checks them.
+	// Only a rebalancer's private snapshot sets them.
+	closed []bool
+	parked []bool
 }
 
 func resVec(r driver.Resources) [nRes]int64 {
@@ -352,6 +359,9 @@ func (s *state) recompute(i int32) {
 	}
 	h.inst = max(einst, sm.inst)
 	h.maxInst = t.maxInst[i]
+	if s.closed != nil && s.closed[i] {
+		h.maxInst = 0
+	}
 	h.invCPU, h.invMem = 0, 0
 	if c[resCPU] > 0 {
 		h.invCPU = 1 / float64(c[resCPU])
@@ -359,9 +369,30 @@ func (s *state) recompute(i int32) {
 	if c[resMem] > 0 {
 		h.invMem = 1 / float64(c[resMem])
 	}
+	if s.parked != nil && s.parked[i] {
+		return
+	}
 	for _, g := range s.grids {
 		if j := g.pos[i]; j >= 0 {
 			g.update(j, h)
+		}
+	}
+}
+
+// park leaves node i out of the free-capacity index (parked true) or puts
+// it back.
+func (s *state) park(i int32, parked bool) {
+	if s.parked[i] == parked {
+		return
+	}
+	s.parked[i] = parked
+	for _, g := range s.grids {
+		if j := g.pos[i]; j >= 0 {
+			if parked {
+				g.unlink(j)
+			} else {
+				g.update(j, &s.hot[i])
+			}
 		}
 	}
 }

@@ -22,7 +22,7 @@ type pages struct {
 	t map[string]*template.Template
 }
 
-var pageNames = []string{"signin", "overview", "instances", "instance", "pending", "whatif", "error"}
+var pageNames = []string{"signin", "overview", "instances", "instance", "pending", "whatif", "rebalance", "error"}
 
 func parsePages() (*pages, error) {
 	funcs := template.FuncMap{

@@ -199,6 +199,7 @@ func (s *Server) routes() {
 	page("GET /ui/pending", s.pending)
 	page("GET /ui/whatif", s.whatifPage)
 	page("POST /ui/whatif", s.whatif)
+	page("GET /ui/rebalance", s.rebalance)
 	page("GET /ui/events", s.events)
 	s.mux.Handle("GET /ui/static/", s.static)
 }

@@ -691,3 +691,31 @@ func (c *Client) AddMember(ctx context.Context, peerURL string) (*api.Member, er
 func (c *Client) RemoveMember(ctx context.Context, id string) error {
 	return c.call(ctx, http.MethodDelete, "/v1/members/"+url.PathEscape(id), nil, nil, nil)
 }
+
+// PlanRebalance asks for a rebalance plan; nothing is changed.
+func (c *Client) PlanRebalance(ctx context.Context, opt control.RebalanceOptions) (*control.RebalanceAnswer, error) {
+	var out control.RebalanceAnswer
+	if err := c.call(ctx, http.MethodPost, "/v1/rebalance/plan", nil, opt, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// ApplyRebalance plans a rebalance and starts carrying it out; it answers
+// the run (follow it with RebalanceStatus).
+func (c *Client) ApplyRebalance(ctx context.Context, opt control.ApplyOptions) (*control.RebalanceRun, error) {
+	var out control.RebalanceRun
+	if err := c.call(ctx, http.MethodPost, "/v1/rebalance/apply", nil, opt, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// RebalanceStatus returns the current or latest rebalance run.
+func (c *Client) RebalanceStatus(ctx context.Context) (*control.RebalanceRun, error) {
+	var out control.RebalanceRun
+	if err := c.call(ctx, http.MethodGet, "/v1/rebalance", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}

@@ -355,6 +355,7 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 		Schedulers: cfg.Schedulers, Overcommit: cfg.Overcommit(), Logger: log, Metrics: m,
 	}
 	cfg.Reconcile.Apply(&planeCfg)
+	cfg.Rebalance.Apply(&planeCfg)
 	apiOpts := api.Options{
 		MaxBodySize: int64(cfg.MaxBodySize), MaxCount: cfg.MaxCount, Logger: log,
 		Tokens: tokens, LoopbackOnly: loopback, AllowedOrigins: cfg.AllowedOrigins,

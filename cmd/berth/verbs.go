@@ -41,7 +41,7 @@ func clientCommands(c *cli) []*cobra.Command {
 		cmd.ValidArgsFunction = c.completeInstances
 	}
 	return append(withRefs, runCmd(c), planCmd(c), psCmd(c),
-		nodesCmd(c), adviseCmd(c), providersCmd(c), imagesCmd(c), preloadCmd(c), eventsCmd(c), driversCmd(c), quotasCmd(c))
+		nodesCmd(c), adviseCmd(c), rebalanceCmd(c), providersCmd(c), imagesCmd(c), preloadCmd(c), eventsCmd(c), driversCmd(c), quotasCmd(c))
 }
 
 // completeInstances offers the names of the server's instances for shell
