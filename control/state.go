@@ -204,6 +204,7 @@ func newState(ctx context.Context, cfg Config) (*state, error) {
 	if err := cfg.QueuePolicy.Check("queue_policy"); errors.As(err, &fe) {
 		es = append(es, fe)
 	}
+	rangeCounts.Check(&es, "max_attempts", int64(cfg.MaxAttempts))
 	if cfg.Schedulers < 0 || cfg.Schedulers > MaxSchedulers {
 		es = append(es, &driver.FieldError{Path: "schedulers", Reason: fmt.Sprintf("%d: want 1 to %d, or 0 for the default (1)", cfg.Schedulers, MaxSchedulers)})
 	}
