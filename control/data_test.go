@@ -3,6 +3,7 @@ package control_test
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -10,6 +11,10 @@ import (
 	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/scheduler"
+	"github.com/berth-dev/berth/store"
+	"github.com/berth-dev/berth/store/bolt"
+	"github.com/berth-dev/berth/store/etcd"
+	"github.com/berth-dev/berth/store/etcd/etcdtest"
 	"github.com/berth-dev/berth/store/memory"
 )
 
@@ -88,5 +93,87 @@ func checkOutOfRange(t *testing.T, what, field string, err error) {
 	}
 	if !found {
 		t.Errorf("%s with %s out of range: %v, want it named as out of range", what, field, err)
+	}
+}
+
+// badRecords are stored records a plane cannot take, by key: each is
+// moved aside when it starts, and the plane starts with the rest.
+var badRecords = map[string]string{
+	control.PrefixInstances + "cut":      "\x01\x00\x05abc",
+	control.PrefixInstances + "priority": `{"id":"priority","priority":4611686018427387904,"spec":{"image":"x"}}`,
+	control.PrefixInstances + "nospec":   "\x01\x00\x00\x00\x00\x00\x00\x00\x07missing\x00\x00\x00\x00\x00\x00",
+	control.PrefixInstances + "json":     "{not json",
+	control.PrefixRequests + "garbage":   "\xff\xfe",
+	control.PrefixRequests + "huge":      `{"request":{"id":"huge","image":"x","priority":4611686018427387904}}`,
+	control.PrefixGroups + "broken":      `{"id":`,
+}
+
+// Records that cannot be read are moved aside, kept with their key and
+// listed, and the plane starts with the rest, on every store; a second
+// start finds them aside still and moves nothing more.
+func TestStartSurvivesBadRecords(t *testing.T) {
+	for _, kind := range []string{"memory", "bolt", "etcd"} {
+		t.Run(kind, func(t *testing.T) {
+			ctx := context.Background()
+			_, prov := newSim(t, 2, nil)
+			var st store.Store
+			switch kind {
+			case "memory":
+				st = memory.New(memory.Options{})
+			case "bolt":
+				b, err := bolt.Open(filepath.Join(t.TempDir(), "berth.db"), bolt.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				st = b
+			case "etcd":
+				t.Cleanup(func() { etcdtest.AwaitClosed(t) })
+				st = etcd.New(etcdtest.Client(t, etcdtest.Member(t)), etcd.Options{})
+			}
+			t.Cleanup(func() { _ = st.Close() })
+			p, err := control.New(ctx, config(st, prov))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := p.Submit(ctx, req("good", 1), "alice"); err != nil {
+				t.Fatal(err)
+			}
+			for k, v := range badRecords {
+				if _, err := st.Txn(ctx, nil, []store.Op{store.Put(k, []byte(v))}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for round := range 2 {
+				p, err := control.New(ctx, config(st, prov))
+				if err != nil {
+					t.Fatalf("start %d on bad records: %v", round+1, err)
+				}
+				if _, err := p.Instance(ctx, "good"); err != nil {
+					t.Fatalf("start %d: the good instance: %v", round+1, err)
+				}
+				list, err := p.Quarantined(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := map[string]string{}
+				for _, q := range list {
+					got[q.Key] = q.Reason
+					if q.Reason == "" || q.Bytes != len(badRecords[q.Key]) {
+						t.Errorf("start %d: %+v: want a reason and the record's %d bytes", round+1, q, len(badRecords[q.Key]))
+					}
+				}
+				for k := range badRecords {
+					if _, ok := got[k]; !ok {
+						t.Errorf("start %d: %s is not listed as moved aside: %v", round+1, k, got)
+					}
+					if _, err := st.Get(ctx, k); !errors.Is(err, store.ErrNotFound) {
+						t.Errorf("start %d: %s is still under its key: %v", round+1, k, err)
+					}
+				}
+				if len(got) != len(badRecords) {
+					t.Errorf("start %d: %d records aside, want %d: %v", round+1, len(got), len(badRecords), got)
+				}
+			}
+		})
 	}
 }

@@ -397,6 +397,9 @@ func encodeRecord(in *reconciler.Instance, shared *driver.Spec) ([]byte, error) 
 // it.
 func decodeRecord(kv store.KV, spec func(request string) *driver.Spec) (*reconciler.Instance, error) {
 	id := strings.TrimPrefix(kv.Key, PrefixInstances)
+	if id == "" || id == kv.Key {
+		return nil, fmt.Errorf("control: decode %q: not the key of an instance", kv.Key)
+	}
 	if bytes.HasPrefix(kv.Value, []byte(legacyPrefix)) {
 		var in reconciler.Instance
 		if err := json.Unmarshal(kv.Value, &in); err != nil {

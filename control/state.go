@@ -155,6 +155,8 @@ type records struct {
 	// loadRev is the store revision the loaded instances reflect; the
 	// store watch starts after it. Set before Run, then read only.
 	loadRev int64
+	// setAside counts the instance records load moved aside.
+	setAside int
 }
 
 // gangs is the queue of groups placed all or none; gangMu guards it.
@@ -295,9 +297,22 @@ func newState(ctx context.Context, cfg Config) (*state, error) {
 		s.cluster = newCluster(s)
 		return s, nil
 	}
-	if orphans := s.orphanRequests(); len(orphans) > 0 {
+	if orphans := s.orphanRequests(); len(orphans) > 0 && s.setAside == 0 {
 		if _, _, err := s.commit(ctx, &txn{dropReqs: orphans}); err != nil {
 			return nil, fmt.Errorf("control: remove requests without instances: %w", err)
+		}
+	} else if len(orphans) > 0 {
+		// Some of them may hold the spec of an instance record moved
+		// aside: they are moved aside too, not removed.
+		for _, id := range orphans {
+			kv, err := s.st.Get(ctx, PrefixRequests+id)
+			if err != nil {
+				return nil, fmt.Errorf("control: read request %s: %w", id, err)
+			}
+			if err := s.moveAside(ctx, kv, errors.New("request without instances, kept as instance records were moved aside")); err != nil {
+				return nil, err
+			}
+			delete(s.requests, id)
 		}
 	}
 	s.cluster = newCluster(s)
@@ -327,10 +342,19 @@ func (s *state) load(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("control: load requests: %w", err)
 	}
+	// A record that cannot be read is moved aside (moveAside): the plane
+	// starts with the rest.
 	for _, kv := range kvs {
 		var r storedRequest
-		if err := json.Unmarshal(kv.Value, &r); err != nil {
-			return fmt.Errorf("control: decode %s: %w", kv.Key, err)
+		err := json.Unmarshal(kv.Value, &r)
+		if err == nil {
+			err = checkStoredRequest(&r)
+		}
+		if err != nil {
+			if err := s.moveAside(ctx, kv, fmt.Errorf("request: %w", err)); err != nil {
+				return err
+			}
+			continue
 		}
 		r.spec = r.instanceSpec()
 		s.requests[strings.TrimPrefix(kv.Key, PrefixRequests)] = &r
@@ -349,7 +373,11 @@ func (s *state) load(ctx context.Context) error {
 	for _, kv := range kvs {
 		in, err := decodeRecord(kv, spec)
 		if err != nil {
-			return err
+			if err := s.moveAside(ctx, kv, err); err != nil {
+				return err
+			}
+			s.setAside++
+			continue
 		}
 		s.putLocked(in)
 	}
