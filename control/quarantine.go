@@ -80,7 +80,9 @@ func checkStoredRequest(r *storedRequest) error {
 
 // Quarantined lists the records moved aside when a plane started
 // (PrefixQuarantine), sorted by key: what berth doctor shows.
-func (p *Plane) Quarantined(ctx context.Context) ([]Quarantined, error) { return p.quarantinedList(ctx) }
+func (p *Plane) Quarantined(ctx context.Context) ([]Quarantined, error) {
+	return p.quarantinedList(ctx)
+}
 
 // quarantinedList is Plane.Quarantined.
 func (s *state) quarantinedList(ctx context.Context) ([]Quarantined, error) {
