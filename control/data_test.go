@@ -7,9 +7,11 @@ import (
 	"strings"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/reconciler"
 	"github.com/berth-dev/berth/scheduler"
 	"github.com/berth-dev/berth/store"
 	"github.com/berth-dev/berth/store/bolt"
@@ -103,6 +105,7 @@ var badRecords = map[string]string{
 	control.PrefixInstances + "priority": `{"id":"priority","priority":4611686018427387904,"spec":{"image":"x"}}`,
 	control.PrefixInstances + "nospec":   "\x01\x00\x00\x00\x00\x00\x00\x00\x07missing\x00\x00\x00\x00\x00\x00",
 	control.PrefixInstances + "json":     "{not json",
+	control.PrefixInstances + "ownspec":  `{"id":"ownspec","spec":{"image":"x","cpus":-1}}`,
 	control.PrefixRequests + "garbage":   "\xff\xfe",
 	control.PrefixRequests + "huge":      `{"request":{"id":"huge","image":"x","priority":4611686018427387904}}`,
 	control.PrefixGroups + "broken":      `{"id":`,
@@ -176,4 +179,31 @@ func TestStartSurvivesBadRecords(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The back-end resource of an instance whose record is moved aside is not
+// a leak: it keeps running, sync after sync, on this start and the next.
+func TestAsideIsNoLeak(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, prov := newSim(t, 2, nil)
+		st := memory.New(memory.Options{})
+		ctx := context.Background()
+		p1, stop1 := start(t, config(st, prov))
+		if _, err := p1.Submit(ctx, req("keep", 1), "alice"); err != nil {
+			t.Fatal(err)
+		}
+		waitPhase(t, p1, "keep", reconciler.Running)
+		stop1()
+		if _, err := st.Txn(ctx, nil, []store.Op{store.Put(control.PrefixInstances+"keep", []byte("\x01\x00\xff"))}); err != nil {
+			t.Fatal(err)
+		}
+		for round := range 2 {
+			_, stop := start(t, config(st, prov))
+			time.Sleep(time.Second) // many sync intervals of the bubble's clock
+			stop()
+			if got := tagged(t, prov, map[string]string{driver.TagCluster: testCluster}); len(got) != 1 {
+				t.Fatalf("start %d: %d resources of the cluster, want the one whose record is aside", round+1, len(got))
+			}
+		}
+	})
 }

@@ -70,11 +70,13 @@ func (s *state) moveAside(ctx context.Context, kv store.KV, why error) error {
 }
 
 // checkStoredRequest returns what breaks an invariant of a stored
-// request: the numbers the plane keeps of it beyond their ranges.
+// request: the numbers the plane keeps of it and places by beyond their
+// ranges.
 func checkStoredRequest(r *storedRequest) error {
 	var es driver.FieldErrors
 	scheduler.RangePriority.Check(&es, "priority", int64(r.Request.Priority))
 	scheduler.RangeCount.Check(&es, "count", int64(r.Request.Count))
+	es.AddErr("", driver.ValidateResources("", r.Request.Resources))
 	return es.Err()
 }
 

@@ -341,6 +341,16 @@ func checkNumbers(in *reconciler.Instance) error {
 	return es.Err()
 }
 
+// checkOwnSpec returns what breaks an invariant of a spec a record holds
+// itself (not its request's, checked with the request): its resources,
+// which the scheduler's ledger reserves, beyond their ranges.
+func checkOwnSpec(spec *driver.Spec) error {
+	if spec == nil {
+		return nil
+	}
+	return driver.ValidateResources("spec.", spec.Resources)
+}
+
 // encodeRecord returns the stored form of in. shared is its request's spec
 // as the plane keeps it: when in's spec is that one, the record leaves it
 // out. A number beyond its range (checkNumbers) is an error, and nothing
@@ -369,6 +379,9 @@ func encodeRecord(in *reconciler.Instance, shared *driver.Spec) ([]byte, error) 
 	}
 	if in.Spec != shared || shared == nil {
 		r.Spec = in.Spec
+		if err := checkOwnSpec(r.Spec); err != nil {
+			return nil, fmt.Errorf("control: encode instance %s: %w", in.ID, err)
+		}
 	}
 	if o := in.Observed; o != nil {
 		r.Observed = &seenRecord{State: o.State, Message: o.Message, ExitCode: o.ExitCode, Addresses: o.Addresses,
@@ -412,7 +425,7 @@ func decodeRecord(kv store.KV, spec func(request string) *driver.Spec) (*reconci
 			in.Spec = &driver.Spec{}
 		}
 		in.ID, in.Revision = id, kv.ModRevision
-		if err := checkNumbers(&in); err != nil {
+		if err := errors.Join(checkNumbers(&in), checkOwnSpec(in.Spec)); err != nil {
 			return nil, fmt.Errorf("control: decode %s: %w", kv.Key, err)
 		}
 		return &in, nil
@@ -423,6 +436,9 @@ func decodeRecord(kv store.KV, spec func(request string) *driver.Spec) (*reconci
 	}
 	if !scheduler.RangePriority.Has(int64(r.Priority)) || !rangeCounts.Has(int64(r.Attempts)) || !rangeCounts.Has(int64(r.Incarnation)) {
 		return nil, fmt.Errorf("control: decode %s: priority %d, attempts %d or incarnation %d out of range", kv.Key, r.Priority, r.Attempts, r.Incarnation)
+	}
+	if err := checkOwnSpec(r.Spec); err != nil {
+		return nil, fmt.Errorf("control: decode %s: %w", kv.Key, err)
 	}
 	in := &reconciler.Instance{
 		ID: id, Name: r.Name, Provider: r.Provider, Node: r.Node, Spec: r.Spec, Phase: r.Phase,

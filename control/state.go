@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -155,8 +154,10 @@ type records struct {
 	// loadRev is the store revision the loaded instances reflect; the
 	// store watch starts after it. Set before Run, then read only.
 	loadRev int64
-	// setAside counts the instance records load moved aside.
-	setAside int
+	// aside holds the ids of the instances whose records are moved aside
+	// (PrefixQuarantine), now or at an earlier start: their back-end
+	// resources are not leaks to delete. Set by load, then read only.
+	aside map[string]bool
 }
 
 // gangs is the queue of groups placed all or none; gangMu guards it.
@@ -268,6 +269,7 @@ func newState(ctx context.Context, cfg Config) (*state, error) {
 			nameNS:   map[string]int{},
 			phases:   map[reconciler.Phase]int{},
 			pending:  map[string]bool{},
+			aside:    map[string]bool{},
 			nodeInfo: map[string]driver.Node{},
 			largest:  map[string]driver.Resources{},
 		},
@@ -297,7 +299,7 @@ func newState(ctx context.Context, cfg Config) (*state, error) {
 		s.cluster = newCluster(s)
 		return s, nil
 	}
-	if orphans := s.orphanRequests(); len(orphans) > 0 && s.setAside == 0 {
+	if orphans := s.orphanRequests(); len(orphans) > 0 && len(s.aside) == 0 {
 		if _, _, err := s.commit(ctx, &txn{dropReqs: orphans}); err != nil {
 			return nil, fmt.Errorf("control: remove requests without instances: %w", err)
 		}
@@ -345,19 +347,14 @@ func (s *state) load(ctx context.Context) error {
 	// A record that cannot be read is moved aside (moveAside): the plane
 	// starts with the rest.
 	for _, kv := range kvs {
-		var r storedRequest
-		err := json.Unmarshal(kv.Value, &r)
-		if err == nil {
-			err = checkStoredRequest(&r)
-		}
+		r, err := decodeRequest(kv)
 		if err != nil {
-			if err := s.moveAside(ctx, kv, fmt.Errorf("request: %w", err)); err != nil {
+			if err := s.moveAside(ctx, kv, err); err != nil {
 				return err
 			}
 			continue
 		}
-		r.spec = r.instanceSpec()
-		s.requests[strings.TrimPrefix(kv.Key, PrefixRequests)] = &r
+		s.requests[strings.TrimPrefix(kv.Key, PrefixRequests)] = r
 	}
 	kvs, rev, err := s.st.List(ctx, PrefixInstances)
 	if err != nil {
@@ -376,12 +373,19 @@ func (s *state) load(ctx context.Context) error {
 			if err := s.moveAside(ctx, kv, err); err != nil {
 				return err
 			}
-			s.setAside++
+			s.aside[strings.TrimPrefix(kv.Key, PrefixInstances)] = true
 			continue
 		}
 		s.putLocked(in)
 	}
 	s.loadRev = rev
+	kvs, _, err = s.st.List(ctx, quarantineKey(PrefixInstances))
+	if err != nil {
+		return fmt.Errorf("control: load quarantine: %w", err)
+	}
+	for _, kv := range kvs {
+		s.aside[strings.TrimPrefix(kv.Key, quarantineKey(PrefixInstances))] = true
+	}
 	return nil
 }
 
