@@ -152,13 +152,17 @@ func TestHostileCorpus(t *testing.T) {
 	defer c.CloseIdleConnections()
 	bodies := corpus(t, "testdata/fuzz/FuzzSubmit", "testdata/fuzz/FuzzGroup")
 	var sent, unanswered, failed int
-	classes := map[int]int{} // answers by status class: 2 for 2xx...
+	classes := map[int]int{}  // answers by status class: 2 for 2xx...
+	codes := map[string]int{} // error answers by code
 	serveOn(t, path, func(t *testing.T, e *apitest.Env, st store.Store) {
 		for _, body := range bodies {
 			for _, route := range []string{"/v1/requests", "/v1/plan", "/v1/groups"} {
 				sent++
 				status, eb, ok := post(t, c, e, "POST", route, e.Token, body)
 				classes[status/100]++
+				if eb.Error.Code != "" {
+					codes[eb.Error.Code]++
+				}
 				switch {
 				case !ok:
 					unanswered++
@@ -177,8 +181,8 @@ func TestHostileCorpus(t *testing.T) {
 		status, _, ok := post(t, c, e, "GET", "/v1/instances", e.Token, "")
 		restarted = ok && status == http.StatusOK
 	})
-	t.Logf("hostile corpus: %d bodies, %d requests, %d unanswered, %d answered 5xx (2xx %d, 4xx %d), restart ok: %v",
-		len(bodies), sent, unanswered, failed, classes[2], classes[4], restarted)
+	t.Logf("hostile corpus: %d bodies, %d requests, %d unanswered, %d answered 5xx (2xx %d, 4xx %d: %v), restart ok: %v",
+		len(bodies), sent, unanswered, failed, classes[2], classes[4], codes, restarted)
 	if unanswered > 0 || failed > 0 || !restarted {
 		t.Errorf("%d unanswered, %d 5xx, restart ok %v: want 0, 0, true", unanswered, failed, restarted)
 	}
