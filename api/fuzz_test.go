@@ -14,6 +14,8 @@ func FuzzSubmit(f *testing.F) {
 	f.Add(`{"image": "crosbymichael/redis", "cpus": "0.2", "memory": 512, "type": "service"}`)
 	f.Add(`{"kind": "process", "command": ["true"], "count": 2, "constraints": ["node==sim-1"]}`)
 	f.Add(`{"image": "x", "ports": [{"container_port": 80, "host_port": -1}]}`)
+	f.Add(`{"kind": "process", "command": ["sleep", "300"], "priority": 4611686018427387904}`)
+	f.Add(`{"image": "x", "cpus": "9223372036854775807m", "memory": "8Ei", "gpus": 9223372036854775807, "max_per_node": -1}`)
 	e := newEnv(f, map[string]any{"nodes": 3}, 64<<10)
 	f.Fuzz(func(t *testing.T, body string) {
 		for _, path := range []string{"/v1/plan", "/v1/requests"} {

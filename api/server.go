@@ -214,6 +214,7 @@ func (s *Server) routes() {
 	h("GET /v1/tokens", auth.Admin, s.listTokens)
 	h("POST /v1/tokens", auth.Admin, s.createToken)
 	h("DELETE /v1/tokens/{ref}", auth.Admin, s.revokeToken)
+	h("GET /v1/doctor", auth.Admin, s.doctor)
 	h("GET /v1/health", auth.Public, func(w http.ResponseWriter, r *http.Request) error {
 		return writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -1191,6 +1192,24 @@ func (s *Server) quotas(w http.ResponseWriter, r *http.Request) error {
 		list = []control.QuotaUse{}
 	}
 	return writeJSON(w, http.StatusOK, list)
+}
+
+// Doctor is the answer of GET /v1/doctor: what the server found wrong
+// with its data.
+type Doctor struct {
+	// Quarantined are the stored records moved aside when a plane
+	// started, as they could not be read (control.PrefixQuarantine).
+	Quarantined []control.Quarantined `json:"quarantined"`
+}
+
+// doctor answers what is wrong with the server's data: admin only, as the
+// records moved aside are anyone's.
+func (s *Server) doctor(w http.ResponseWriter, r *http.Request) error {
+	list, err := s.plane.Quarantined(r.Context())
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, Doctor{Quarantined: list})
 }
 
 // DriverInfo describes a registered driver, or the driver a configured

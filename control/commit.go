@@ -121,8 +121,13 @@ func (s *state) commit(ctx context.Context, t *txn) (ok bool, rev int64, err err
 		s.mu.RUnlock()
 		for k, p := range t.puts {
 			key := PrefixInstances + p.in.ID
+			b, err := encodeRecord(p.in, shared[k])
+			if err != nil {
+				forget()
+				return false, 0, err
+			}
 			cmps = append(cmps, store.Cmp{Key: key, ModRevision: p.base})
-			ops = append(ops, store.Put(key, encodeRecord(p.in, shared[k])))
+			ops = append(ops, store.Put(key, b))
 		}
 	}
 	for _, in := range t.dels {
@@ -176,32 +181,43 @@ func (s *state) commit(ctx context.Context, t *txn) (ok bool, rev int64, err err
 			s.log.Warn("reserve", "err", err)
 		}
 	}
-	type moved struct {
-		id       string
-		from, to reconciler.Phase
+	phases := s.takeCommitted(t, res.Revision)
+	for _, m := range phases {
+		s.log.Debug("instance phase", "instance", m.id, "from", m.from, "to", m.to)
 	}
+	return true, res.Revision, nil
+}
+
+// moved is an instance whose phase a commit changed.
+type moved struct {
+	id       string
+	from, to reconciler.Phase
+}
+
+// takeCommitted brings memory in step with t, stored at revision rev,
+// and returns the phases it changed. The records' lock is released
+// however it returns: a panic here must not leave every reader of the
+// records waiting for ever.
+func (s *state) takeCommitted(t *txn, rev int64) []moved {
 	var phases []moved
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	for _, p := range t.puts {
-		p.in.Revision = res.Revision
-		if old := s.recs.get(p.in.ID); old != nil && old.Phase != p.in.Phase && old.Revision <= res.Revision {
+		p.in.Revision = rev
+		if old := s.recs.get(p.in.ID); old != nil && old.Phase != p.in.Phase && old.Revision <= rev {
 			phases = append(phases, moved{p.in.ID, old.Phase, p.in.Phase})
 		}
 		s.rememberLocked(*p.in)
 	}
 	for _, in := range t.dels {
-		if cur := s.recs.get(in.ID); cur != nil && cur.Revision <= res.Revision {
+		if cur := s.recs.get(in.ID); cur != nil && cur.Revision <= rev {
 			s.dropLocked(cur)
 		}
 	}
 	for _, id := range t.dropReqs {
 		delete(s.requests, id)
 	}
-	s.mu.Unlock()
-	for _, m := range phases {
-		s.log.Debug("instance phase", "instance", m.id, "from", m.from, "to", m.to)
-	}
-	return true, res.Revision, nil
+	return phases
 }
 
 // releases returns the id of in when acts give its reservation back, for

@@ -76,6 +76,18 @@
 //     follows the store's changes of instances and requests into the
 //     records and the scheduler's ledger, and every method that would
 //     write or reach a back-end returns ErrReadOnly (commit refuses too).
+//   - Start-up (state.go's load, quarantine.go): New reads every request,
+//     instance and group. A record that does not decode or breaks an
+//     invariant (a number beyond the range its field declares, an
+//     instance whose spec is stored nowhere) is moved aside under
+//     PrefixQuarantine, kept and logged, and the plane starts with the
+//     rest; Plane.Quarantined lists them (berth doctor), and sync leaves
+//     their back-end resources alone.
+//
+// Every number of an input has one range (driver.Range), declared next to
+// its field and checked by validation before anything is stored; the
+// records rely on them (a rec keeps some numbers in 32 bits), and
+// encodeRecord refuses, as an error, what is beyond them.
 //
 // The lifecycle of one instance is reconciler.Machine.Step, a pure function
 // of the record, an event and the time; this package only feeds it events

@@ -173,10 +173,14 @@ func (s *state) specOf(ctx context.Context, keep bool) func(string) *driver.Spec
 	}
 }
 
-// decodeRequest reads a request stored under PrefixRequests.
+// decodeRequest reads a request stored under PrefixRequests and checks
+// its invariants (checkStoredRequest).
 func decodeRequest(kv store.KV) (*storedRequest, error) {
 	var r storedRequest
 	if err := json.Unmarshal(kv.Value, &r); err != nil {
+		return nil, fmt.Errorf("control: decode %s: %w", kv.Key, err)
+	}
+	if err := checkStoredRequest(&r); err != nil {
 		return nil, fmt.Errorf("control: decode %s: %w", kv.Key, err)
 	}
 	r.spec = r.instanceSpec()

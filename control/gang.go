@@ -160,8 +160,15 @@ func (s *state) loadGroups(ctx context.Context) error {
 	s.mu.RUnlock()
 	for _, kv := range kvs {
 		var g scheduler.Group
-		if err := json.Unmarshal(kv.Value, &g); err != nil {
-			return fmt.Errorf("control: decode %s: %w", kv.Key, err)
+		err := json.Unmarshal(kv.Value, &g)
+		if err == nil {
+			err = scheduler.RangePriority.Err("priority", int64(g.Priority))
+		}
+		if err != nil {
+			if err := s.moveAside(ctx, kv, fmt.Errorf("group: %w", err)); err != nil {
+				return err
+			}
+			continue
 		}
 		id := strings.TrimPrefix(kv.Key, PrefixGroups)
 		g.Owner = owners[id]

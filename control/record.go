@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"reflect"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/reconciler"
+	"github.com/berth-dev/berth/scheduler"
 	"github.com/berth-dev/berth/store"
 )
 
@@ -116,7 +118,7 @@ const (
 
 // append appends r in its binary form to b. It may change r: the fields
 // it writes before the JSON of the rest are cleared.
-func (r *record) append(b []byte) []byte {
+func (r *record) append(b []byte) ([]byte, error) {
 	var flags uint64
 	var address string
 	o := r.Observed
@@ -157,16 +159,15 @@ func (r *record) append(b []byte) []byte {
 	*r = record{Name: r.Name, Spec: r.Spec, HostPorts: r.HostPorts, Observed: r.Observed, Label: r.Label, Group: r.Group,
 		Message: r.Message, After: r.After, Want: r.Want, Exclude: r.Exclude, ExcludeUntil: r.ExcludeUntil, Refused: r.Refused, Stale: r.Stale}
 	if r.isZero() {
-		return b
+		return b, nil
 	}
 	b[flagsAt] |= recordRest
 	more := *r // only a record with more escapes to the heap
 	rest, err := json.Marshal(&more)
 	if err != nil {
-		// A record holds only JSON-safe types; failing here is a bug.
-		panic(fmt.Sprintf("control: encode record: %v", err))
+		return nil, err
 	}
-	return append(b, rest...)
+	return append(b, rest...), nil
 }
 
 // isZero reports whether r sets no field.
@@ -318,10 +319,46 @@ func intern(s string) string {
 	return unique.Make(s).Value()
 }
 
+// A rec keeps priority, attempts and incarnation in 32 bits. The
+// priority's range is the scheduler's (scheduler.RangePriority, which
+// validation checks before anything is stored); attempts and incarnation
+// count up from 0 within rangeCounts. encodeRecord stores no number
+// beyond these ranges and decodeRecord reads none, so that newRec never
+// meets one.
+var rangeCounts = driver.Range{Min: 0, Max: math.MaxInt32}
+
+// A rec's int32 holds the priority's range: this does not compile
+// otherwise.
+const _, _ int32 = scheduler.MinPriority, scheduler.MaxPriority
+
+// checkNumbers returns the driver.FieldErrors of the numbers of in that
+// are beyond what a record holds, or nil.
+func checkNumbers(in *reconciler.Instance) error {
+	var es driver.FieldErrors
+	scheduler.RangePriority.Check(&es, "priority", int64(in.Priority))
+	rangeCounts.Check(&es, "attempts", int64(in.Attempts))
+	rangeCounts.Check(&es, "incarnation", int64(in.Incarnation))
+	return es.Err()
+}
+
+// checkOwnSpec returns what breaks an invariant of a spec a record holds
+// itself (not its request's, checked with the request): its resources,
+// which the scheduler's ledger reserves, beyond their ranges.
+func checkOwnSpec(spec *driver.Spec) error {
+	if spec == nil {
+		return nil
+	}
+	return driver.ValidateResources("spec.", spec.Resources)
+}
+
 // encodeRecord returns the stored form of in. shared is its request's spec
 // as the plane keeps it: when in's spec is that one, the record leaves it
-// out.
-func encodeRecord(in *reconciler.Instance, shared *driver.Spec) []byte {
+// out. A number beyond its range (checkNumbers) is an error, and nothing
+// is stored.
+func encodeRecord(in *reconciler.Instance, shared *driver.Spec) ([]byte, error) {
+	if err := checkNumbers(in); err != nil {
+		return nil, fmt.Errorf("control: encode instance %s: %w", in.ID, err)
+	}
 	r := record{
 		Provider: in.Provider, Node: in.Node, Phase: in.Phase,
 		HostPorts: in.HostPorts, BackendID: in.BackendID, Owner: in.Owner, Pool: in.Pool, Label: in.Label,
@@ -342,6 +379,9 @@ func encodeRecord(in *reconciler.Instance, shared *driver.Spec) []byte {
 	}
 	if in.Spec != shared || shared == nil {
 		r.Spec = in.Spec
+		if err := checkOwnSpec(r.Spec); err != nil {
+			return nil, fmt.Errorf("control: encode instance %s: %w", in.ID, err)
+		}
 	}
 	if o := in.Observed; o != nil {
 		r.Observed = &seenRecord{State: o.State, Message: o.Message, ExitCode: o.ExitCode, Addresses: o.Addresses,
@@ -356,7 +396,11 @@ func encodeRecord(in *reconciler.Instance, shared *driver.Spec) []byte {
 			r.Observed.State = ""
 		}
 	}
-	return r.append(make([]byte, 0, 96))
+	b, err := r.append(make([]byte, 0, 96))
+	if err != nil {
+		return nil, fmt.Errorf("control: encode instance %s: %w", in.ID, err)
+	}
+	return b, nil
 }
 
 // decodeRecord reads the instance stored in kv, a record or the JSON of an
@@ -366,6 +410,9 @@ func encodeRecord(in *reconciler.Instance, shared *driver.Spec) []byte {
 // it.
 func decodeRecord(kv store.KV, spec func(request string) *driver.Spec) (*reconciler.Instance, error) {
 	id := strings.TrimPrefix(kv.Key, PrefixInstances)
+	if id == "" || id == kv.Key {
+		return nil, fmt.Errorf("control: decode %q: not the key of an instance", kv.Key)
+	}
 	if bytes.HasPrefix(kv.Value, []byte(legacyPrefix)) {
 		var in reconciler.Instance
 		if err := json.Unmarshal(kv.Value, &in); err != nil {
@@ -378,10 +425,19 @@ func decodeRecord(kv store.KV, spec func(request string) *driver.Spec) (*reconci
 			in.Spec = &driver.Spec{}
 		}
 		in.ID, in.Revision = id, kv.ModRevision
+		if err := errors.Join(checkNumbers(&in), checkOwnSpec(in.Spec)); err != nil {
+			return nil, fmt.Errorf("control: decode %s: %w", kv.Key, err)
+		}
 		return &in, nil
 	}
 	var r record
 	if err := r.read(kv.Value); err != nil {
+		return nil, fmt.Errorf("control: decode %s: %w", kv.Key, err)
+	}
+	if !scheduler.RangePriority.Has(int64(r.Priority)) || !rangeCounts.Has(int64(r.Attempts)) || !rangeCounts.Has(int64(r.Incarnation)) {
+		return nil, fmt.Errorf("control: decode %s: priority %d, attempts %d or incarnation %d out of range", kv.Key, r.Priority, r.Attempts, r.Incarnation)
+	}
+	if err := checkOwnSpec(r.Spec); err != nil {
 		return nil, fmt.Errorf("control: decode %s: %w", kv.Key, err)
 	}
 	in := &reconciler.Instance{
@@ -553,8 +609,11 @@ func newRec(in *reconciler.Instance) *rec {
 		priority: int32(in.Priority), attempts: int32(in.Attempts), incarnation: int32(in.Incarnation),
 	}
 	if int(r.priority) != in.Priority || int(r.attempts) != in.Attempts || int(r.incarnation) != in.Incarnation {
-		// Bounded far below by validation and by Machine's limits.
-		panic(fmt.Sprintf("control: instance %s: priority, attempts or incarnation beyond 32 bits", in.ID))
+		// encodeRecord and decodeRecord let no number beyond its range
+		// through (checkNumbers): only a bug gets here, and it is logged
+		// rather than taking the records' lock down with a panic.
+		slog.Error("control: instance numbers beyond 32 bits", "instance", in.ID, "priority", in.Priority,
+			"attempts", in.Attempts, "incarnation", in.Incarnation)
 	}
 	var name, group string
 	if in.Name != in.ID {

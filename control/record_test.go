@@ -40,7 +40,7 @@ func TestRecordRoundTrip(t *testing.T) {
 		return nil
 	}
 	in := sampleInstance(shared)
-	b := encodeRecord(in, shared)
+	b := mustEncode(t, in, shared)
 	full, _ := json.Marshal(in)
 	t.Logf("record %d bytes, instance JSON %d: %q", len(b), len(full), b)
 	if 5*len(b) > len(full) {
@@ -67,7 +67,7 @@ func TestRecordRoundTrip(t *testing.T) {
 	x.Want = reconciler.Stopped
 	x.Refused, x.Stale = []string{"sim/n2: no image"}, []reconciler.Ref{{Provider: "sim", Node: "n3", BackendID: "b3"}}
 	x.Observed.RawState, x.Observed.Message, x.Observed.Finished = "exited (0)", "done", x.Created.Add(time.Hour)
-	got, err = decodeRecord(store.KV{Key: PrefixInstances + x.ID, Value: encodeRecord(x, shared)}, lookup)
+	got, err = decodeRecord(store.KV{Key: PrefixInstances + x.ID, Value: mustEncode(t, x, shared)}, lookup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestRecordRoundTrip(t *testing.T) {
 	for _, res := range []driver.Resources{shared.Resources, {CPU: 250}, {}} {
 		y := sampleInstance(shared)
 		y.Observed.Resources = res
-		b := encodeRecord(y, shared)
+		b := mustEncode(t, y, shared)
 		wantRS := !res.IsZero() && !reflect.DeepEqual(res, shared.Resources)
 		if strings.Contains(string(b), `"rs"`) != wantRS {
 			t.Errorf("resources %+v against the spec's %+v: record %s", res, shared.Resources, b)
@@ -96,7 +96,7 @@ func TestRecordRoundTrip(t *testing.T) {
 	for _, c := range []struct{ request, group string }{{"a.b", ""}, {"g.web", "g"}, {"plain", ""}, {"g.web", "other"}} {
 		y := sampleInstance(shared)
 		y.Request, y.Group = c.request, c.group
-		got, err := decodeRecord(store.KV{Key: PrefixInstances + y.ID, Value: encodeRecord(y, nil)}, lookup)
+		got, err := decodeRecord(store.KV{Key: PrefixInstances + y.ID, Value: mustEncode(t, y, nil)}, lookup)
 		if err != nil || got.Group != c.group {
 			t.Errorf("request %q group %q: decoded group %q, %v", c.request, c.group, got.Group, err)
 		}
@@ -129,7 +129,7 @@ func TestRecordForms(t *testing.T) {
 		t.Errorf("from JSON\n%+v\nwant\n%+v", got, in)
 	}
 
-	b := encodeRecord(in, shared)
+	b := mustEncode(t, in, shared)
 	if len(b) > 96 {
 		t.Errorf("a running instance's record is %d bytes, want at most 96: %q", len(b), b)
 	}
@@ -143,7 +143,7 @@ func TestRecordForms(t *testing.T) {
 		x := *in
 		o := *in.Observed
 		o.Addresses, x.Observed = addrs, &o
-		b := encodeRecord(&x, shared)
+		b := mustEncode(t, &x, shared)
 		if len(addrs) == 0 {
 			o.Addresses = nil
 		}
@@ -153,7 +153,7 @@ func TestRecordForms(t *testing.T) {
 		}
 	}
 	in.Message = "with the rest as JSON"
-	for _, b := range [][]byte{b, encodeRecord(in, shared)} {
+	for _, b := range [][]byte{b, mustEncode(t, in, shared)} {
 		for n := range len(b) {
 			if _, err := decodeRecord(store.KV{Key: PrefixInstances + in.ID, Value: b[:n]}, lookup); err == nil {
 				t.Errorf("%q, cut to %d bytes, decoded", b, n)
@@ -334,4 +334,14 @@ func TestInstant(t *testing.T) {
 	if instantOf(at.Add(-time.Nanosecond)) >= instantOf(at) || instantOf(time.Time{}) >= instantOf(time.Unix(0, math.MinInt64+1)) {
 		t.Error("instants do not keep the order of their times")
 	}
+}
+
+// mustEncode is encodeRecord, failing the test on an error.
+func mustEncode(t testing.TB, in *reconciler.Instance, shared *driver.Spec) []byte {
+	t.Helper()
+	b, err := encodeRecord(in, shared)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

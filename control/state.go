@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -158,6 +157,10 @@ type records struct {
 	// loadRev is the store revision the loaded instances reflect; the
 	// store watch starts after it. Set before Run, then read only.
 	loadRev int64
+	// aside holds the ids of the instances whose records are moved aside
+	// (PrefixQuarantine), now or at an earlier start: their back-end
+	// resources are not leaks to delete. Set by load, then read only.
+	aside map[string]bool
 }
 
 // gangs is the queue of groups placed all or none; gangMu guards it.
@@ -207,6 +210,7 @@ func newState(ctx context.Context, cfg Config) (*state, error) {
 	if err := cfg.QueuePolicy.Check("queue_policy"); errors.As(err, &fe) {
 		es = append(es, fe)
 	}
+	rangeCounts.Check(&es, "max_attempts", int64(cfg.MaxAttempts))
 	if cfg.Schedulers < 0 || cfg.Schedulers > MaxSchedulers {
 		es = append(es, &driver.FieldError{Path: "schedulers", Reason: fmt.Sprintf("%d: want 1 to %d, or 0 for the default (1)", cfg.Schedulers, MaxSchedulers)})
 	}
@@ -268,6 +272,7 @@ func newState(ctx context.Context, cfg Config) (*state, error) {
 			nameNS:   map[string]int{},
 			phases:   map[reconciler.Phase]int{},
 			pending:  map[string]bool{},
+			aside:    map[string]bool{},
 			nodeInfo: map[string]driver.Node{},
 			largest:  map[string]driver.Resources{},
 		},
@@ -297,9 +302,22 @@ func newState(ctx context.Context, cfg Config) (*state, error) {
 		s.cluster = newCluster(s)
 		return s, nil
 	}
-	if orphans := s.orphanRequests(); len(orphans) > 0 {
+	if orphans := s.orphanRequests(); len(orphans) > 0 && len(s.aside) == 0 {
 		if _, _, err := s.commit(ctx, &txn{dropReqs: orphans}); err != nil {
 			return nil, fmt.Errorf("control: remove requests without instances: %w", err)
+		}
+	} else if len(orphans) > 0 {
+		// Some of them may hold the spec of an instance record moved
+		// aside: they are moved aside too, not removed.
+		for _, id := range orphans {
+			kv, err := s.st.Get(ctx, PrefixRequests+id)
+			if err != nil {
+				return nil, fmt.Errorf("control: read request %s: %w", id, err)
+			}
+			if err := s.moveAside(ctx, kv, errors.New("request without instances, kept as instance records were moved aside")); err != nil {
+				return nil, err
+			}
+			delete(s.requests, id)
 		}
 	}
 	s.cluster = newCluster(s)
@@ -329,13 +347,17 @@ func (s *state) load(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("control: load requests: %w", err)
 	}
+	// A record that cannot be read is moved aside (moveAside): the plane
+	// starts with the rest.
 	for _, kv := range kvs {
-		var r storedRequest
-		if err := json.Unmarshal(kv.Value, &r); err != nil {
-			return fmt.Errorf("control: decode %s: %w", kv.Key, err)
+		r, err := decodeRequest(kv)
+		if err != nil {
+			if err := s.moveAside(ctx, kv, err); err != nil {
+				return err
+			}
+			continue
 		}
-		r.spec = r.instanceSpec()
-		s.requests[strings.TrimPrefix(kv.Key, PrefixRequests)] = &r
+		s.requests[strings.TrimPrefix(kv.Key, PrefixRequests)] = r
 	}
 	kvs, rev, err := s.st.List(ctx, PrefixInstances)
 	if err != nil {
@@ -351,11 +373,22 @@ func (s *state) load(ctx context.Context) error {
 	for _, kv := range kvs {
 		in, err := decodeRecord(kv, spec)
 		if err != nil {
-			return err
+			if err := s.moveAside(ctx, kv, err); err != nil {
+				return err
+			}
+			s.aside[strings.TrimPrefix(kv.Key, PrefixInstances)] = true
+			continue
 		}
 		s.putLocked(in)
 	}
 	s.loadRev = rev
+	kvs, _, err = s.st.List(ctx, quarantineKey(PrefixInstances))
+	if err != nil {
+		return fmt.Errorf("control: load quarantine: %w", err)
+	}
+	for _, kv := range kvs {
+		s.aside[strings.TrimPrefix(kv.Key, quarantineKey(PrefixInstances))] = true
+	}
 	return nil
 }
 

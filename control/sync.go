@@ -252,6 +252,10 @@ func (s *state) syncInstances(ctx context.Context, rt *runtime, p *provider.Prov
 			if in := cached.instance(); s.accountedFor(rt, &in, p.Name(), f) {
 				continue
 			}
+		} else if s.aside[id] {
+			// Its record is moved aside, not gone: the resource is left
+			// to whoever mends the record (berth doctor).
+			continue
 		}
 		// A leak: unknown to the store, deleted there, or a second copy.
 		key := p.Name() + "/" + f.ID

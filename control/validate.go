@@ -5,6 +5,7 @@ import (
 
 	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/scheduler"
 )
 
 // CheckPools checks pools and quotas against the providers known
@@ -28,9 +29,7 @@ func CheckPools(pools []Pool, quotas []Quota, providers func(string) bool) drive
 		if !providers(p.Provider) {
 			es.Add(f+".provider", "%q: no such provider", p.Provider)
 		}
-		if p.MaxInstances < 0 {
-			es.Add(f+".max_instances", "must not be negative")
-		}
+		scheduler.RangeCount.Check(&es, f+".max_instances", int64(p.MaxInstances))
 		es.AddErr(f, p.QueuePolicy.Check("queue_policy"))
 		labels := map[string]bool{}
 		for j, l := range p.Labels {
@@ -41,15 +40,10 @@ func CheckPools(pools []Pool, quotas []Quota, providers func(string) bool) drive
 				es.Add(lf+".name", "%q appears twice", l.Name)
 			}
 			labels[l.Name] = true
-			switch {
-			case l.MinReady < 0:
-				es.Add(lf+".min_ready", "must not be negative")
-			case l.Max > 0 && l.MinReady > l.Max:
+			if scheduler.RangeCount.Check(&es, lf+".min_ready", int64(l.MinReady)) && l.Max > 0 && l.MinReady > l.Max {
 				es.Add(lf+".min_ready", "%d is more than max %d", l.MinReady, l.Max)
 			}
-			if l.Max < 0 {
-				es.Add(lf+".max", "must not be negative")
-			}
+			scheduler.RangeCount.Check(&es, lf+".max", int64(l.Max))
 			es.AddErr(lf+".spec", l.Spec.Validate())
 		}
 	}

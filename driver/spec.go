@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"path"
 	"regexp"
 	"strings"
@@ -223,9 +224,7 @@ func (s *Spec) Validate() error {
 	}
 	s.validateBounds(&es)
 	validateResources(&es, "", s.Resources)
-	if s.MemoryReservation < 0 {
-		es.Add("memory_reservation", "must not be negative")
-	} else if s.Memory > 0 && s.MemoryReservation > s.Memory {
+	if RangeBytes.Check(&es, "memory_reservation", int64(s.MemoryReservation)) && s.Memory > 0 && s.MemoryReservation > s.Memory {
 		es.Add("memory_reservation", "%s exceeds the memory limit %s", s.MemoryReservation, s.Memory)
 	}
 	if s.Cpuset != "" && !cpusetR.MatchString(s.Cpuset) {
@@ -270,12 +269,8 @@ func (s *Spec) Validate() error {
 	seen := map[portKey]bool{}
 	for i, p := range s.Ports {
 		f := fmt.Sprintf("ports[%d]", i)
-		if p.ContainerPort < 1 || p.ContainerPort > 65535 {
-			es.Add(f+".container_port", "%d: want 1 to 65535", p.ContainerPort)
-		}
-		if p.HostPort < 0 || p.HostPort > 65535 {
-			es.Add(f+".host_port", "%d: want 1 to 65535, or 0 for any free port", p.HostPort)
-		}
+		RangeContainerPort.Check(&es, f+".container_port", int64(p.ContainerPort))
+		RangeHostPort.Check(&es, f+".host_port", int64(p.HostPort))
 		proto := p.Protocol
 		switch proto {
 		case "":
@@ -335,9 +330,7 @@ func (s *Spec) Validate() error {
 		if len(c.Content) > MaxConfigFileSize {
 			es.Add(f+".content", "%d bytes: at most %d are allowed", len(c.Content), MaxConfigFileSize)
 		}
-		if c.Mode > 0o7777 {
-			es.Add(f+".mode", "%o: not a file mode", c.Mode)
-		}
+		RangeFileMode.Check(&es, f+".mode", int64(c.Mode))
 	}
 	if len(s.UserData) > MaxUserDataSize {
 		es.Add("user_data", "%d bytes: at most %d are allowed", len(s.UserData), MaxUserDataSize)
@@ -348,9 +341,7 @@ func (s *Spec) Validate() error {
 			es.Add("restart_policy.max_retries", "only allowed with on-failure")
 		}
 	case "on-failure":
-		if s.RestartPolicy.MaxRetries < 0 {
-			es.Add("restart_policy.max_retries", "must not be negative")
-		}
+		RangeRetries.Check(&es, "restart_policy.max_retries", int64(s.RestartPolicy.MaxRetries))
 	default:
 		es.Add("restart_policy.name", "%q: want no, always, on-failure or unless-stopped", s.RestartPolicy.Name)
 	}
@@ -482,36 +473,42 @@ func (s *Spec) kindOrDefault() Kind {
 // KindOrDefault returns the spec's kind, container when unset.
 func (s *Spec) KindOrDefault() Kind { return s.kindOrDefault() }
 
-// validateResources checks that no amount is negative. prefix is prepended
-// to each field path.
+// validateResources checks that every amount is in its range. prefix is
+// prepended to each field path.
 func validateResources(es *FieldErrors, prefix string, r Resources) {
-	if r.CPU < 0 {
-		es.Add(prefix+"cpus", "%s: must not be negative", r.CPU)
-	}
-	if r.Memory < 0 {
-		es.Add(prefix+"memory", "%s: must not be negative", r.Memory)
-	}
-	if r.Disk < 0 {
-		es.Add(prefix+"disk", "%s: must not be negative", r.Disk)
-	}
-	if r.GPUs < 0 {
-		es.Add(prefix+"gpus", "%d: must not be negative", r.GPUs)
-	}
+	checkAmounts(es, prefix, r, RangeCPU, RangeBytes, RangeGPUs, RangeOther)
+}
+
+// checkAmounts checks r's amounts against the ranges given for each.
+func checkAmounts(es *FieldErrors, prefix string, r Resources, cpu, bytes, gpus, other Range) {
+	cpu.Check(es, prefix+"cpus", int64(r.CPU))
+	bytes.Check(es, prefix+"memory", int64(r.Memory))
+	bytes.Check(es, prefix+"disk", int64(r.Disk))
+	gpus.Check(es, prefix+"gpus", r.GPUs)
 	for k, v := range r.Other {
 		if k == "" {
 			es.Add(prefix+"other", "empty resource name")
 		}
-		if v < 0 {
-			es.Add(prefix+"other."+k, "%d: must not be negative", v)
-		}
+		other.Check(es, prefix+"other."+k, v)
 	}
 }
 
-// ValidateResources checks that no amount in r is negative; field paths are
-// prefixed with prefix (e.g. "capacity.").
+// ValidateResources checks that every amount in r, what an instance
+// asks for, is in its range (RangeCPU...); field paths are prefixed with
+// prefix (e.g. "resources.").
 func ValidateResources(prefix string, r Resources) error {
 	var es FieldErrors
 	validateResources(&es, prefix, r)
+	return es.Err()
+}
+
+// ValidateCapacity checks that no amount in r, what a node has or
+// holds back, is negative; field paths are prefixed with prefix (e.g.
+// "capacity."). A node may have more than one instance may ask for.
+func ValidateCapacity(prefix string, r Resources) error {
+	var es FieldErrors
+	some := Range{0, math.MaxInt64}
+	checkAmounts(&es, prefix, r, some, some, some, some)
 	return es.Err()
 }
 

@@ -233,8 +233,8 @@ func (c *Cluster) updateNodes(provider string, nodes []driver.Node, begun bool, 
 			es.Add(p+"name", "%q appears twice", n.Name)
 		}
 		seen[n.Name] = true
-		es.AddErr("", driver.ValidateResources(p+"capacity.", n.Capacity))
-		es.AddErr("", driver.ValidateResources(p+"reserved.", n.Reserved))
+		es.AddErr("", driver.ValidateCapacity(p+"capacity.", n.Capacity))
+		es.AddErr("", driver.ValidateCapacity(p+"reserved.", n.Reserved))
 		if n.MaxInstances < 0 {
 			es.Add(p+"max_instances", "%d: must not be negative", n.MaxInstances)
 		}
@@ -342,7 +342,7 @@ func (c *Cluster) Reserve(as ...Allocation) error {
 		if a.ID == "" {
 			return fmt.Errorf("reserve: %w", &driver.FieldError{Path: fmt.Sprintf("[%d].id", k), Reason: "required"})
 		}
-		if err := driver.ValidateResources(fmt.Sprintf("[%d].", k), a.Resources); err != nil {
+		if err := driver.ValidateCapacity(fmt.Sprintf("[%d].", k), a.Resources); err != nil {
 			return fmt.Errorf("reserve: %w", err)
 		}
 		if c.allocs.get(a.ID) != nil || seen[a.ID] {

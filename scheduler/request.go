@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,6 +39,23 @@ var Strategies = []Strategy{StrategyBinpack, StrategySpread, StrategyRandom, Str
 
 // MaxCount bounds Request.Count.
 const MaxCount = 1_000_000
+
+// The ranges of a request's and a group's numbers besides the spec's
+// (driver.RangeCPU...). A record of the control plane keeps a priority in
+// 32 bits: MinPriority and MaxPriority are its bounds.
+const (
+	MinPriority = math.MinInt32
+	MaxPriority = math.MaxInt32
+)
+
+var (
+	// RangeCount bounds count (0 means 1) and max_per_node (0: no cap).
+	RangeCount = driver.Range{Min: 0, Max: MaxCount}
+	// RangePriority bounds a request's and a group's priority.
+	RangePriority = driver.Range{Min: MinPriority, Max: MaxPriority}
+	// RangeStartupOrder bounds a service's startup_order.
+	RangeStartupOrder = driver.Range{Min: math.MinInt32, Max: math.MaxInt32}
+)
 
 // Request asks for Count instances of one spec. Its JSON is Citadel's request
 // with every driver.Spec field at the top level plus the placement fields:
@@ -146,12 +164,9 @@ func (r *Request) Validate() error {
 
 func (r *Request) validate(es *driver.FieldErrors, prefix string) {
 	es.AddErr(strings.TrimSuffix(prefix, "."), r.Spec.Validate())
-	if r.Count < 0 || r.Count > MaxCount {
-		es.Add(prefix+"count", "%d: want 1 to %d (0 means 1)", r.Count, MaxCount)
-	}
-	if r.MaxPerNode < 0 {
-		es.Add(prefix+"max_per_node", "%d: must not be negative", r.MaxPerNode)
-	}
+	RangeCount.Check(es, prefix+"count", int64(r.Count))
+	RangeCount.Check(es, prefix+"max_per_node", int64(r.MaxPerNode))
+	RangePriority.Check(es, prefix+"priority", int64(r.Priority))
 	for i, c := range r.Constraints {
 		if _, err := ParseExpr(c); err != nil {
 			es.Add(fmt.Sprintf("%sconstraints[%d]", prefix, i), "%v", err)
@@ -312,6 +327,7 @@ func (g *Group) Validate() error {
 	if g.ID == "" {
 		es.Add("id", "required")
 	}
+	RangePriority.Check(&es, "priority", int64(g.Priority))
 	switch g.Kind {
 	case "", KindApplication, KindNodeSet:
 	default:
@@ -330,12 +346,12 @@ func (g *Group) Validate() error {
 		if g.Pool != "" && g.Kind == KindNodeSet && s.Image == "" && s.Kind == "" {
 			// The spec is the pool's label's, filled in by the control
 			// plane, which validates the group again then.
-			if s.Count < 0 || s.Count > MaxCount {
-				es.Add(p+"count", "%d: want 1 to %d (0 means 1)", s.Count, MaxCount)
-			}
+			RangeCount.Check(&es, p+"count", int64(s.Count))
+			RangePriority.Check(&es, p+"priority", int64(s.Priority))
 		} else {
 			s.validate(&es, p)
 		}
+		RangeStartupOrder.Check(&es, p+"startup_order", int64(s.StartupOrder))
 		if s.Essential != nil && (*s.Essential < 0 || *s.Essential > s.N()) {
 			es.Add(p+"essential", "%d: want 0 to count (%d)", *s.Essential, s.N())
 		}

@@ -6,7 +6,9 @@ import (
 	"context"
 	"log/slog"
 	"net/http/httptest"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/berth-dev/berth/api"
 	"github.com/berth-dev/berth/api/client"
@@ -57,7 +59,7 @@ func (e *Env) Client(tb testing.TB, secret string, opts ...client.Option) *clien
 
 // Start opens a sim back-end with simOpts as the provider "sim" of cluster
 // "test", runs a control plane over it and st, and serves the API with
-// opts; unless opts.Tokens is set, the tokens are kept in st and Start makes
+// opts; unless opts.Tokens is set, the tokens are kept in st. Start makes
 // an admin token (Env.Token). When tb ends the streams, the listener, the plane, the provider and
 // st are closed, in that order.
 func Start(tb testing.TB, st store.Store, simOpts map[string]any, opts api.Options) *Env {
@@ -119,7 +121,9 @@ func StartWith(tb testing.TB, st store.Store, simOpts map[string]any, opts api.O
 		tokens = auth.NewTokens(st, nil)
 		opts.Tokens = tokens
 	}
-	admin, _, err := tokens.Create(ctx, auth.Spec{Name: "test-admin", Role: auth.RoleAdmin})
+	// A store started on again holds the admin tokens of the starts
+	// before: each start makes its own.
+	admin, _, err := tokens.Create(ctx, auth.Spec{Name: "test-admin-" + strconv.FormatInt(time.Now().UnixNano(), 36), Role: auth.RoleAdmin})
 	if err != nil {
 		cancel()
 		<-done

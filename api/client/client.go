@@ -624,6 +624,16 @@ func (c *Client) Quotas(ctx context.Context) ([]control.QuotaUse, error) {
 	return out, c.call(ctx, http.MethodGet, "/v1/quotas", nil, nil, &out)
 }
 
+// Doctor returns what the server found wrong with its data (admin
+// only).
+func (c *Client) Doctor(ctx context.Context) (*api.Doctor, error) {
+	var out api.Doctor
+	if err := c.call(ctx, http.MethodGet, "/v1/doctor", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // Drivers describes the server's registered drivers.
 func (c *Client) Drivers(ctx context.Context) ([]api.DriverInfo, error) {
 	var out []api.DriverInfo

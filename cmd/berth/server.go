@@ -560,9 +560,20 @@ loop:
 	}
 	// Then stop the plane (and give up the lead); the deferred calls close
 	// the providers and the store.
+	// The plane gets what is left of the grace: a plane that does not stop
+	// in it (a bug) does not keep the process alive.
 	stopPlane()
-	if err := <-planeDone; err != nil && !errors.Is(err, context.Canceled) {
-		log.Error("control plane", "error", err)
+	select {
+	case err := <-planeDone:
+		if err != nil && !errors.Is(err, context.Canceled) {
+			log.Error("control plane", "error", err)
+		}
+	case <-shutdownCtx.Done():
+		dumpStacks(log)
+		log.Error("the control plane did not stop within the shutdown timeout; stopping without it", "shutdown_timeout", cfg.ShutdownTimeout)
+		if runErr == nil {
+			runErr = errors.New("the control plane did not stop within the shutdown timeout")
+		}
 	}
 	log.Info("stopped")
 	return runErr

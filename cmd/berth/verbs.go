@@ -41,7 +41,7 @@ func clientCommands(c *cli) []*cobra.Command {
 		cmd.ValidArgsFunction = c.completeInstances
 	}
 	return append(withRefs, runCmd(c), planCmd(c), psCmd(c),
-		nodesCmd(c), adviseCmd(c), rebalanceCmd(c), providersCmd(c), imagesCmd(c), preloadCmd(c), eventsCmd(c), driversCmd(c), quotasCmd(c))
+		nodesCmd(c), adviseCmd(c), rebalanceCmd(c), providersCmd(c), imagesCmd(c), preloadCmd(c), eventsCmd(c), driversCmd(c), quotasCmd(c), doctorCmd(c))
 }
 
 // completeInstances offers the names of the server's instances for shell
@@ -1260,4 +1260,38 @@ func limit[T comparable](v T) string {
 		return "∞"
 	}
 	return fmt.Sprint(v)
+}
+
+func doctorCmd(c *cli) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "doctor",
+		Short: "Show what the server found wrong with its data: the stored records it moved aside (admin)",
+		Args:  nArgs(0, 0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			d, err := cl.Doctor(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(c.stdout, d)
+			}
+			if len(d.Quarantined) == 0 {
+				fmt.Fprintln(c.stdout, "no stored record was moved aside")
+				return nil
+			}
+			fmt.Fprintf(c.stdout, "%d stored records could not be read and were moved aside; their bytes are kept under the key shown\n", len(d.Quarantined))
+			tw := table(c.stdout, "KEY", "KEPT AS", "BYTES", "TIME", "REASON")
+			for _, q := range d.Quarantined {
+				row(tw, q.Key, q.QuarantineKey, q.Bytes, q.Time.Format(time.RFC3339), q.Reason)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
 }

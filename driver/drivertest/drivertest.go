@@ -367,7 +367,7 @@ func (s *suite) testState(t *testing.T) {
 		default:
 			t.Errorf("State: node %s has status %q", n.Name, n.Status)
 		}
-		if err := driver.ValidateResources("reserved.", n.Reserved); err != nil {
+		if err := driver.ValidateCapacity("reserved.", n.Reserved); err != nil {
 			t.Errorf("State: node %s: %v", n.Name, err)
 		}
 		if n.Instances < 0 {

@@ -181,7 +181,7 @@ func (o *Options) check() ([]*tls.Config, error) {
 				es.Add(p+".labels", "empty key")
 			}
 		}
-		es.AddErr("", driver.ValidateResources(p+".capacity.", e.Capacity))
+		es.AddErr("", driver.ValidateCapacity(p+".capacity.", e.Capacity))
 		if e.MaxInstances < 0 {
 			es.Add(p+".max_instances", "%d: must not be negative", e.MaxInstances)
 		}

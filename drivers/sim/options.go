@@ -147,7 +147,7 @@ func (o *Options) Validate() error {
 }
 
 func validateShape(es *driver.FieldErrors, prefix string, s Shape) {
-	es.AddErr("", driver.ValidateResources(prefix, s.Resources))
+	es.AddErr("", driver.ValidateCapacity(prefix, s.Resources))
 	if s.CPU <= 0 {
 		es.Add(prefix+"cpus", "a node needs more than 0 cpus")
 	}
