@@ -248,11 +248,12 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) error {
 	if q := r.URL.Query().Get("platform"); q != "" {
 		return unsupported("--platform: Berth places on any node that can run the image")
 	}
-	req, autoRemove, err := translate(name, &cr)
+	ns, err := identityOf(r).Namespace("")
 	if err != nil {
 		return err
 	}
-	ns, err := identityOf(r).Namespace("")
+	s.joinNetwork(ns, &cr)
+	req, autoRemove, err := translate(name, &cr)
 	if err != nil {
 		return err
 	}

@@ -125,6 +125,8 @@ type Server struct {
 	// sizes are the terminal sizes clients asked for, by container id,
 	// kept while the container may not run yet (bounded by MaxCreated).
 	sizes map[string]driver.TTYSize
+
+	nets *netStore // the networks of every namespace
 }
 
 // New returns the Engine API server for plane.
@@ -135,6 +137,7 @@ func New(plane *control.Plane, opts Options) *Server {
 		created: map[string]*created{}, autoRm: map[string]struct{}{}, attached: map[string]int{}, open: map[string]int{}, exits: map[string]int{},
 		sizes:        map[string]driver.TTYSize{},
 		tokenStreams: opts.TokenStreams,
+		nets:         newNetStore(),
 	}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -200,6 +203,14 @@ func (s *Server) routes() {
 	h("GET /events", s.events)
 	h("GET /images/json", s.images)
 	h("POST /images/create", s.pull)
+
+	h("GET /networks", s.networkList)
+	h("GET /networks/{id}", s.networkInspect)
+	h("POST /networks/create", s.networkCreate)
+	h("DELETE /networks/{id}", s.networkRemove)
+	h("POST /networks/prune", s.networkPrune)
+	h("POST /networks/{id}/connect", s.networkConnect)
+	h("POST /networks/{id}/disconnect", s.networkDisconnect)
 }
 
 // versionPrefix matches the /v1.NN prefix of versioned paths.

@@ -320,7 +320,7 @@ func inspectOf(in control.Instance, autoRemove bool) inspectResponse {
 		}
 		mounts = append(mounts, mp)
 	}
-	ns := &container.NetworkSettings{Ports: network.PortMap{}}
+	ns := &container.NetworkSettings{Ports: network.PortMap{}, Networks: endpointsOf(in)}
 	exposed := network.PortSet{}
 	for _, p := range spec.Ports {
 		port, ok := network.PortFrom(uint16(p.ContainerPort), network.IPProtocol(protoOr(p.Protocol)))

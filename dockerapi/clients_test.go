@@ -1,0 +1,194 @@
+package dockerapi_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth/auth"
+	"github.com/berth-dev/berth/dockerapi"
+	"github.com/berth-dev/berth/reconciler"
+)
+
+// TestNetworks drives the network routes with the docker CLI: create, ls,
+// inspect, a container created on the network, rm refused while it is
+// on it, connect and disconnect of a created container, prune.
+func TestNetworks(t *testing.T) {
+	e := setup(t)
+	id := strings.TrimSpace(e.must(t, "network", "create", "--label", "tier=front", "front"))
+	if len(id) != 64 {
+		t.Fatalf("docker network create printed %q, want a 64-digit id", id)
+	}
+	if _, errs, code := e.docker(t, "network", "create", "front"); code == 0 || !strings.Contains(errs, "already exists") {
+		t.Errorf("a second network front: exit %d, %s", code, errs)
+	}
+	if _, errs, code := e.docker(t, "network", "create", "--subnet", "10.9.0.0/24", "sub"); code == 0 || !strings.Contains(errs, "--subnet") {
+		t.Errorf("network create --subnet: exit %d, %s; want a refusal naming --subnet", code, errs)
+	}
+	if _, errs, code := e.docker(t, "network", "create", "-d", "overlay", "ov"); code == 0 || !strings.Contains(errs, "--driver overlay") {
+		t.Errorf("network create -d overlay: exit %d, %s", code, errs)
+	}
+	e.must(t, "network", "create", "spare")
+	ls := strings.Fields(e.must(t, "network", "ls", "--format", "{{.Name}}/{{.Driver}}/{{.Scope}}"))
+	slices.Sort(ls)
+	if !slices.Equal(ls, []string{"front/bridge/local", "spare/bridge/local"}) {
+		t.Errorf("docker network ls: %v", ls)
+	}
+	if got := strings.TrimSpace(e.must(t, "network", "ls", "-q", "--filter", "label=tier=front")); got != id[:12] {
+		t.Errorf("docker network ls --filter label=tier=front: %q, want %s", got, id[:12])
+	}
+	if got := strings.TrimSpace(e.must(t, "network", "inspect", "--format", "{{.Id}} {{.Labels.tier}}", id[:10])); got != id+" front" {
+		t.Errorf("docker network inspect by id prefix: %q", got)
+	}
+	if _, errs, code := e.docker(t, "network", "inspect", "nowhere"); code == 0 || !strings.Contains(errs, "not found") {
+		t.Errorf("inspect of a missing network: exit %d, %s", code, errs)
+	}
+
+	// A reader of every namespace sees the network and may not remove it.
+	reader := e.dockerConfig(t, e.reader)
+	if out, _, code := e.dockerWith(t, reader, "network", "ls", "-q"); code != 0 || len(strings.Fields(out)) != 2 {
+		t.Errorf("a reader's network ls: exit %d, %q", code, out)
+	}
+	if _, errs, code := e.dockerWith(t, reader, "network", "rm", "spare"); code == 0 || !strings.Contains(errs, "operate") {
+		t.Errorf("a reader removed a network: exit %d, %s", code, errs)
+	}
+	// An operator of another namespace does not see it.
+	other := e.dockerConfig(t, e.newToken(t, "other", auth.RoleOperator, "elsewhere"))
+	if _, errs, code := e.dockerWith(t, other, "network", "inspect", "front"); code == 0 || !strings.Contains(errs, "not found") {
+		t.Errorf("another namespace's operator inspected front: exit %d, %s", code, errs)
+	}
+	if out := e.mustWith(t, other, "network", "ls", "-q"); strings.TrimSpace(out) != "" {
+		t.Errorf("another namespace lists %q", out)
+	}
+
+	cid := strings.TrimSpace(e.must(t, "run", "-d", "--name", "web", "--network", "front", helloImage))
+	in := e.waitPhase(t, "web", reconciler.Running)
+	if in.ID != cid || in.Spec.Labels[dockerapi.LabelNetwork] != "front" || in.Spec.NetworkMode != "" {
+		t.Errorf("the instance of a container on front: label %q, network mode %q", in.Spec.Labels[dockerapi.LabelNetwork], in.Spec.NetworkMode)
+	}
+	if got := strings.TrimSpace(e.must(t, "network", "inspect", "--format", "{{range .Containers}}{{.Name}}{{end}}", "front")); got != "web" {
+		t.Errorf("the containers of front: %q, want web", got)
+	}
+	if got := e.must(t, "inspect", "--format", "{{range $k, $v := .NetworkSettings.Networks}}{{$k}}{{end}}", "web"); strings.TrimSpace(got) != "front" {
+		t.Errorf("docker inspect web shows networks %q", got)
+	}
+	if _, errs, code := e.docker(t, "network", "rm", "front"); code == 0 || !strings.Contains(errs, "active endpoints") {
+		t.Errorf("network rm of a network with a container: exit %d, %s", code, errs)
+	}
+	if _, errs, code := e.docker(t, "network", "disconnect", "front", "web"); code == 0 || !strings.Contains(errs, "started container") {
+		t.Errorf("network disconnect of a started container: exit %d, %s", code, errs)
+	}
+
+	// A created container joins and leaves a network before it starts.
+	e.must(t, "create", "--name", "later", helloImage)
+	e.must(t, "network", "connect", "spare", "later")
+	if got := e.must(t, "inspect", "--format", "{{range $k, $v := .NetworkSettings.Networks}}{{$k}}{{end}}", "later"); strings.TrimSpace(got) != "spare" {
+		t.Errorf("after network connect, later is on %q", got)
+	}
+	if _, errs, code := e.docker(t, "network", "rm", "spare"); code == 0 || !strings.Contains(errs, "later") {
+		t.Errorf("network rm of spare with later on it: exit %d, %s", code, errs)
+	}
+	e.must(t, "network", "disconnect", "spare", "later")
+	if got := strings.TrimSpace(e.must(t, "network", "prune", "-f")); !strings.Contains(got, "spare") || strings.Contains(got, "front") {
+		t.Errorf("network prune: %q, want spare removed and front kept", got)
+	}
+	e.must(t, "rm", "-f", "web", "later")
+	e.waitGone(t, cid)
+	e.must(t, "network", "rm", "front")
+	if out := e.must(t, "network", "ls", "-q"); strings.TrimSpace(out) != "" {
+		t.Errorf("networks left: %q", out)
+	}
+}
+
+// mustWith runs docker with the config directory cfg and fails the test
+// unless it exits 0.
+func (e *env) mustWith(t testing.TB, cfg string, args ...string) string {
+	t.Helper()
+	out, errs, code := e.dockerWith(t, cfg, args...)
+	if code != 0 {
+		t.Fatalf("docker %s: exit %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, out, errs)
+	}
+	return out
+}
+
+// compose runs Debian's docker-compose (1.29) against e's endpoint in dir.
+func (e *env) compose(t *testing.T, dir string, args ...string) (string, string, int) {
+	t.Helper()
+	bin, err := exec.LookPath("docker-compose")
+	if err != nil {
+		t.Fatalf("this test needs docker-compose (.ci/run installs Debian's): %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Dir = dir
+	cmd.Env = append(cleanEnv(), "DOCKER_HOST=unix://"+e.sock, "DOCKER_CONFIG="+e.config, "COMPOSE_INTERACTIVE_NO_CLI=1")
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err = cmd.Run()
+	var ee *exec.ExitError
+	code := 0
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("docker-compose %v: %v", args, err)
+	}
+	return out.String(), errb.String(), code
+}
+
+// TestDockerCompose: Debian's docker-compose brings a project of two
+// services up on its default network, lists it and takes it down.
+func TestDockerCompose(t *testing.T) {
+	e := setup(t)
+	dir := t.TempDir()
+	yaml := `version: "3.7"
+services:
+  db:
+    image: ` + helloImage + `
+    environment:
+      ROLE: db
+  web:
+    image: ` + helloImage + `
+    depends_on: [db]
+    environment:
+      ROLE: web
+`
+	if err := os.WriteFile(filepath.Join(dir, "docker-compose.yml"), []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	project := "cp" + strings.ReplaceAll(e.cluster, "-", "")
+	run := func(args ...string) string {
+		t.Helper()
+		out, errs, code := e.compose(t, dir, append([]string{"-p", project}, args...)...)
+		if code != 0 {
+			t.Fatalf("docker-compose %v: exit %d\nstdout: %s\nstderr: %s", args, code, out, errs)
+		}
+		return out + errs
+	}
+	run("up", "-d")
+	e.waitRunning(t, 2)
+	net := project + "_default"
+	if got := strings.TrimSpace(e.must(t, "network", "inspect", "--format", "{{len .Containers}} {{index .Labels \"com.docker.compose.project\"}}", net)); got != "2 "+project {
+		t.Errorf("network %s: %q, want its 2 containers and the project's label", net, got)
+	}
+	ps := run("ps")
+	for _, svc := range []string{project + "_db_1", project + "_web_1"} {
+		if !strings.Contains(ps, svc) {
+			t.Errorf("docker-compose ps does not list %s:\n%s", svc, ps)
+		}
+	}
+	run("down")
+	if out := e.must(t, "ps", "-a", "-q"); strings.TrimSpace(out) != "" {
+		t.Errorf("docker ps -a after docker-compose down: %q", out)
+	}
+	if out := e.must(t, "network", "ls", "-q"); strings.TrimSpace(out) != "" {
+		t.Errorf("networks left after docker-compose down: %q", out)
+	}
+}
