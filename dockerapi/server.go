@@ -203,6 +203,8 @@ func (s *Server) routes() {
 	h("GET /events", s.events)
 	h("GET /images/json", s.images)
 	h("POST /images/create", s.pull)
+	h("GET /images/{rest...}", s.imageRoute)
+	h("GET /system/df", s.systemDF)
 
 	h("GET /networks", s.networkList)
 	h("GET /networks/{id}", s.networkInspect)
