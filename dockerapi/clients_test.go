@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/dockerapi"
+	"github.com/berth-dev/berth/drivers/docker/dockertest"
 	"github.com/berth-dev/berth/reconciler"
 )
 
@@ -190,5 +192,64 @@ services:
 	}
 	if out := e.must(t, "network", "ls", "-q"); strings.TrimSpace(out) != "" {
 		t.Errorf("networks left after docker-compose down: %q", out)
+	}
+}
+
+// TestPauseRenameTopImages: docker pause and unpause suspend and resume
+// the instance; rename renames a created container and refuses a started
+// one by name; top is refused by name; image inspect, history and system
+// df answer what the engines list.
+func TestPauseRenameTopImages(t *testing.T) {
+	e := setup(t)
+	e.must(t, "run", "-d", "--name", "pz", helloImage)
+	e.waitPhase(t, "pz", reconciler.Running)
+	e.must(t, "pause", "pz")
+	e.waitPhase(t, "pz", reconciler.Suspended)
+	if got := strings.TrimSpace(e.must(t, "inspect", "--format", "{{.State.Status}} {{.State.Paused}}", "pz")); got != "paused true" {
+		t.Errorf("docker inspect of a paused container: %q", got)
+	}
+	if _, errs, code := e.docker(t, "pause", "pz"); code == 0 || !strings.Contains(errs, "already paused") {
+		t.Errorf("a second pause: exit %d, %s", code, errs)
+	}
+	e.must(t, "unpause", "pz")
+	e.waitPhase(t, "pz", reconciler.Running)
+	if _, errs, code := e.docker(t, "unpause", "pz"); code == 0 || !strings.Contains(errs, "not paused") {
+		t.Errorf("unpause of a running container: exit %d, %s", code, errs)
+	}
+
+	e.must(t, "create", "--name", "c1", helloImage)
+	e.must(t, "rename", "c1", "c2")
+	if got := strings.TrimSpace(e.must(t, "inspect", "--format", "{{.Name}}", "c2")); got != "/c2" {
+		t.Errorf("after rename c1 c2, inspect c2 names %q", got)
+	}
+	if _, errs, code := e.docker(t, "rename", "c2", "pz"); code == 0 || !strings.Contains(errs, "already in use") {
+		t.Errorf("rename to a name in use: exit %d, %s", code, errs)
+	}
+	if _, errs, code := e.docker(t, "rename", "pz", "qz"); code == 0 || !strings.Contains(errs, "rename of a started container") {
+		t.Errorf("rename of a started container: exit %d, %s", code, errs)
+	}
+	if _, errs, code := e.docker(t, "top", "pz"); code == 0 || !strings.Contains(errs, "processes") {
+		t.Errorf("docker top: exit %d, %s", code, errs)
+	}
+
+	ii, err := mainCli.ImageInspect(context.Background(), helloImage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(e.must(t, "image", "inspect", "--format", "{{.Id}} {{.Size}}", helloImage)); got != fmt.Sprintf("%s %d", ii.ID, ii.Size) {
+		t.Errorf("docker image inspect: %q, the engine says %s %d", got, ii.ID, ii.Size)
+	}
+	if got := strings.TrimSpace(e.must(t, "image", "inspect", "--format", "{{index .RepoTags 0}}", ii.ID[len("sha256:"):][:12])); got != helloImage {
+		t.Errorf("docker image inspect by a short id: %q", got)
+	}
+	if _, errs, code := e.docker(t, "image", "inspect", "berth-test/none:"+dockertest.RandomID()); code == 0 || !strings.Contains(errs, "No such image") {
+		t.Errorf("inspect of a missing image: exit %d, %s", code, errs)
+	}
+	if got := e.must(t, "history", "--no-trunc", "--format", "{{.ID}} {{.Comment}}", helloImage); !strings.HasPrefix(got, ii.ID+" ") || !strings.Contains(got, "without its layers") {
+		t.Errorf("docker history: %q", got)
+	}
+	df := e.must(t, "system", "df", "--format", "{{.Type}}={{.TotalCount}}/{{.Active}}")
+	if !strings.Contains(df, "Containers=2/1") || !strings.Contains(df, "Local Volumes=0/0") {
+		t.Errorf("docker system df:\n%s", df)
 	}
 }

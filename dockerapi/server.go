@@ -199,6 +199,10 @@ func (s *Server) routes() {
 	h("POST /containers/{id}/resize", s.resize)
 	h("GET /containers/{id}/logs", s.logs)
 	h("GET /containers/{id}/stats", s.stats)
+	h("POST /containers/{id}/pause", s.pause)
+	h("POST /containers/{id}/unpause", s.unpause)
+	h("POST /containers/{id}/rename", s.rename)
+	h("GET /containers/{id}/top", s.top)
 
 	h("GET /events", s.events)
 	h("GET /images/json", s.images)
