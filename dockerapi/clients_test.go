@@ -253,3 +253,75 @@ func TestPauseRenameTopImages(t *testing.T) {
 		t.Errorf("docker system df:\n%s", df)
 	}
 }
+
+// dockerPy runs testdata/clients.py (everyday docker-py work) against
+// host with the config directory cfg and returns each operation's
+// failure, "" for a pass, in order.
+func dockerPy(t *testing.T, host, cfg, prefix string) (names []string, fails map[string]string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "python3", "testdata/clients.py", helloImage, prefix)
+	cmd.Env = append(cleanEnv(), "DOCKER_HOST="+host, "DOCKER_CONFIG="+cfg)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("python3 testdata/clients.py against %s (.ci/run installs python3-docker): %v\n%s%s", host, err, out.String(), errb.String())
+	}
+	fails = map[string]string{}
+	for _, line := range strings.Split(out.String(), "\n") {
+		if name, ok := strings.CutPrefix(line, "PASS "); ok {
+			names = append(names, name)
+			fails[name] = ""
+		} else if rest, ok := strings.CutPrefix(line, "FAIL "); ok {
+			name, why, _ := strings.Cut(rest, ": ")
+			names = append(names, name)
+			fails[name] = why
+		}
+	}
+	if len(names) == 0 {
+		t.Fatalf("clients.py against %s reported nothing:\n%s%s", host, out.String(), errb.String())
+	}
+	return names, fails
+}
+
+// TestDockerPy runs the same docker-py script against the machine's
+// engine (the reference: every operation passes) and against Berth, where
+// images, networks, pause and the container lifecycle must pass and the
+// rest pass or fail with Berth's own refusal.
+func TestDockerPy(t *testing.T) {
+	e := setup(t)
+	ref, refFails := dockerPy(t, dockertest.MainHost, e.dockerConfig(t, ""), "ref"+dockertest.RandomID())
+	for _, name := range ref {
+		if refFails[name] != "" {
+			t.Errorf("against the engine itself %s fails: %s", name, refFails[name])
+		}
+	}
+	names, fails := dockerPy(t, "unix://"+e.sock, e.config, "py"+dockertest.RandomID())
+	if !slices.Equal(names, ref) {
+		t.Fatalf("the script ran %v against Berth, %v against the engine", names, ref)
+	}
+	passed := 0
+	for _, name := range names {
+		if fails[name] == "" {
+			passed++
+			continue
+		}
+		t.Logf("against Berth %s fails: %s", name, fails[name])
+	}
+	t.Logf("docker-py: %d of %d operations pass against Berth, %d of %d against the engine", passed, len(names), len(ref), len(ref))
+	for _, name := range []string{"ping", "version", "info", "images.list", "images.get", "images.get by id", "image.history",
+		"containers.run -d", "container running", "containers.list", "container.logs", "container.pause", "container.unpause",
+		"container.stop", "container.remove", "networks.create", "networks.list", "networks.get",
+		"containers.create on a network", "container.remove (created)", "network.remove", "df"} {
+		if why, ok := fails[name]; !ok || why != "" {
+			t.Errorf("against Berth %s fails: %s", name, why)
+		}
+	}
+	// The rest passes or is refused by Berth naming what it lacks.
+	for _, name := range []string{"container.top", "container.exec_run", "container.rename", "volumes.create", "volumes.list"} {
+		if why := fails[name]; why != "" && !strings.Contains(why, "Berth") {
+			t.Errorf("against Berth %s: %q, want a pass or Berth's refusal", name, why)
+		}
+	}
+}
