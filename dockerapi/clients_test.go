@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -38,6 +39,17 @@ func TestNetworks(t *testing.T) {
 		t.Errorf("network create -d overlay: exit %d, %s", code, errs)
 	}
 	e.must(t, "network", "create", "spare")
+	// The networks are kept in the plane's store: a server started
+	// afresh over it has them.
+	fresh := dockerapi.New(e.plane, dockerapi.Options{Authenticator: e.tokens, Logger: quiet, Store: e.store})
+	req := httptest.NewRequest("GET", "/v1.41/networks/front", nil)
+	req.Header.Set("Authorization", "Bearer "+e.token)
+	rec := httptest.NewRecorder()
+	fresh.ServeHTTP(rec, req)
+	fresh.Close()
+	if rec.Code != 200 || !strings.Contains(rec.Body.String(), id) {
+		t.Errorf("a fresh server over the store answers %d %s for network front", rec.Code, rec.Body.String())
+	}
 	ls := strings.Fields(e.must(t, "network", "ls", "--format", "{{.Name}}/{{.Driver}}/{{.Scope}}"))
 	slices.Sort(ls)
 	if !slices.Equal(ls, []string{"front/bridge/local", "spare/bridge/local"}) {

@@ -252,7 +252,9 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	s.joinNetwork(ns, &cr)
+	if err := s.joinNetwork(r.Context(), ns, &cr); err != nil {
+		return err
+	}
 	req, autoRemove, err := translate(name, &cr)
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 package dockerapi
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/reconciler"
+	"github.com/berth-dev/berth/store"
 )
 
 // LabelNetwork is the label that names the Berth network a container was
@@ -36,24 +38,114 @@ const (
 // networkName is the engine's rule for a network's name.
 var networkName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
 
+// PrefixNetworks is where the networks are kept in Options.Store, one key
+// per network: PrefixNetworks + namespace + "/" + name.
+const PrefixNetworks = "/dockerapi/networks/"
+
 // bnetwork is a network of a namespace, kept by the endpoint. Berth does
 // not create it on any back-end: it names a set of containers, which run on
 // their back-end's default network.
 type bnetwork struct {
-	id, name, owner string
-	created         time.Time
-	labels          map[string]string
-	attachable      bool
+	ID         string            `json:"id"`
+	Name       string            `json:"name"`
+	Owner      string            `json:"owner"`
+	Created    time.Time         `json:"created"`
+	Labels     map[string]string `json:"labels,omitempty"`
+	Attachable bool              `json:"attachable,omitempty"`
 }
 
-// netStore holds the networks, by id. Lock order: mu is a leaf, never held
-// while calling the plane or taking Server.mu.
+func (n *bnetwork) key() string { return PrefixNetworks + n.Owner + "/" + n.Name }
+
+// netStore holds the networks, by id, and keeps them in st when it is set.
+// Lock order: mu is held while calling st, never while calling the plane or
+// taking Server.mu.
 type netStore struct {
-	mu   sync.Mutex
-	byID map[string]*bnetwork
+	st     store.Store
+	mu     sync.Mutex
+	loaded bool // byID holds what st keeps
+	byID   map[string]*bnetwork
 }
 
-func newNetStore() *netStore { return &netStore{byID: map[string]*bnetwork{}} }
+func newNetStore(st store.Store) *netStore {
+	return &netStore{st: st, byID: map[string]*bnetwork{}, loaded: st == nil}
+}
+
+// load reads the networks st keeps, once. ns.mu is held.
+func (ns *netStore) load(ctx context.Context) error {
+	if ns.loaded {
+		return nil
+	}
+	kvs, _, err := ns.st.List(ctx, PrefixNetworks)
+	if err != nil {
+		return fmt.Errorf("read the networks: %w", err)
+	}
+	for _, kv := range kvs {
+		var n bnetwork
+		if err := json.Unmarshal(kv.Value, &n); err != nil || n.ID == "" {
+			return fmt.Errorf("the network kept at %s is unreadable: %v", kv.Key, err)
+		}
+		ns.byID[n.ID] = &n
+	}
+	ns.loaded = true
+	return nil
+}
+
+// all returns every network, st read first.
+func (ns *netStore) all(ctx context.Context) ([]*bnetwork, error) {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	if err := ns.load(ctx); err != nil {
+		return nil, err
+	}
+	return slices.Collect(maps.Values(ns.byID)), nil
+}
+
+// add keeps n unless its namespace has a network of its name, or there are
+// MaxNetworks.
+func (ns *netStore) add(ctx context.Context, n *bnetwork) error {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	if err := ns.load(ctx); err != nil {
+		return err
+	}
+	if len(ns.byID) >= MaxNetworks {
+		return &httpError{http.StatusTooManyRequests, fmt.Sprintf("Berth keeps at most %d networks: remove some first (docker network prune)", MaxNetworks)}
+	}
+	exists := &httpError{http.StatusConflict, fmt.Sprintf("network with name %s already exists", n.Name)}
+	for _, o := range ns.byID {
+		if o.Owner == n.Owner && o.Name == n.Name {
+			return exists
+		}
+	}
+	if ns.st != nil {
+		v, err := json.Marshal(n)
+		if err != nil {
+			return err
+		}
+		res, err := ns.st.Txn(ctx, []store.Cmp{{Key: n.key(), ModRevision: 0}}, []store.Op{store.Put(n.key(), v)})
+		if err != nil {
+			return fmt.Errorf("keep the network: %w", err)
+		}
+		if !res.Succeeded {
+			return exists
+		}
+	}
+	ns.byID[n.ID] = n
+	return nil
+}
+
+// remove forgets n.
+func (ns *netStore) remove(ctx context.Context, n *bnetwork) error {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	if ns.st != nil {
+		if _, err := ns.st.Txn(ctx, nil, []store.Op{store.Delete(n.key())}); err != nil {
+			return fmt.Errorf("remove the network: %w", err)
+		}
+	}
+	delete(ns.byID, n.ID)
+	return nil
+}
 
 // newNetworkID returns 64 hex digits, the engine's network id form.
 func newNetworkID() string {
@@ -65,25 +157,27 @@ func newNetworkID() string {
 // lookup returns the network ref names among those owned by a namespace
 // see accepts: an id, a name, or a unique prefix of an id. A name held in
 // several namespaces resolves to the one in prefer.
-func (ns *netStore) lookup(ref, prefer string, see func(string) bool) (*bnetwork, error) {
-	ns.mu.Lock()
-	defer ns.mu.Unlock()
+func (ns *netStore) lookup(ctx context.Context, ref, prefer string, see func(string) bool) (*bnetwork, error) {
+	all, err := ns.all(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var byName, byPrefix []*bnetwork
-	for _, n := range ns.byID {
-		if !see(n.owner) {
+	for _, n := range all {
+		if !see(n.Owner) {
 			continue
 		}
 		switch {
-		case n.id == ref:
+		case n.ID == ref:
 			return n, nil
-		case n.name == ref:
+		case n.Name == ref:
 			byName = append(byName, n)
-		case strings.HasPrefix(n.id, ref):
+		case strings.HasPrefix(n.ID, ref):
 			byPrefix = append(byPrefix, n)
 		}
 	}
 	if len(byName) > 1 {
-		if i := slices.IndexFunc(byName, func(n *bnetwork) bool { return n.owner == prefer }); i >= 0 {
+		if i := slices.IndexFunc(byName, func(n *bnetwork) bool { return n.Owner == prefer }); i >= 0 {
 			return byName[i], nil
 		}
 		return nil, badRequest("network %s is in several namespaces: give its id", ref)
@@ -104,7 +198,7 @@ func (ns *netStore) lookup(ref, prefer string, see func(string) bool) (*bnetwork
 func (s *Server) findNetwork(r *http.Request, ref string) (*bnetwork, error) {
 	who := identityOf(r)
 	prefer, _ := who.Namespace("")
-	return s.nets.lookup(ref, prefer, who.Sees)
+	return s.nets.lookup(r.Context(), ref, prefer, who.Sees)
 }
 
 // members lists the containers (instances not deleted, and containers
@@ -116,13 +210,13 @@ func (s *Server) members(r *http.Request, n *bnetwork) (map[string]string, error
 	}
 	out := map[string]string{}
 	for _, in := range list {
-		if in.Owner == n.owner && in.Phase != reconciler.Deleted && in.Phase != reconciler.Deleting && networkOf(in) == n.name {
+		if in.Owner == n.Owner && in.Phase != reconciler.Deleted && in.Phase != reconciler.Deleting && networkOf(in) == n.Name {
 			out[in.ID] = in.Name
 		}
 	}
 	s.mu.Lock()
 	for id, c := range s.created {
-		if c.owner == n.owner && c.req.Spec.Labels[LabelNetwork] == n.name {
+		if c.owner == n.Owner && c.req.Spec.Labels[LabelNetwork] == n.Name {
 			out[id] = instanceOf(id, c).Name
 		}
 	}
@@ -151,9 +245,9 @@ func endpointsOf(in control.Instance) map[string]*network.EndpointSettings {
 func (n *bnetwork) summary(members map[string]string) network.Inspect {
 	out := network.Inspect{
 		Network: network.Network{
-			Name: n.name, ID: n.id, Created: n.created, Scope: "local", Driver: "bridge",
+			Name: n.Name, ID: n.ID, Created: n.Created, Scope: "local", Driver: "bridge",
 			EnableIPv4: true, IPAM: network.IPAM{Driver: "default", Options: map[string]string{}, Config: []network.IPAMConfig{}},
-			Attachable: n.attachable, Options: map[string]string{}, Labels: maps.Clone(n.labels),
+			Attachable: n.Attachable, Options: map[string]string{}, Labels: maps.Clone(n.Labels),
 		},
 		Containers: map[string]network.EndpointResource{},
 	}
@@ -213,19 +307,11 @@ func (s *Server) networkCreate(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	n := &bnetwork{id: newNetworkID(), name: req.Name, owner: owner, created: time.Now().UTC(), labels: maps.Clone(req.Labels), attachable: req.Attachable}
-	s.nets.mu.Lock()
-	defer s.nets.mu.Unlock()
-	if len(s.nets.byID) >= MaxNetworks {
-		return &httpError{http.StatusTooManyRequests, fmt.Sprintf("Berth keeps at most %d networks: remove some first (docker network prune)", MaxNetworks)}
+	n := &bnetwork{ID: newNetworkID(), Name: req.Name, Owner: owner, Created: time.Now().UTC(), Labels: maps.Clone(req.Labels), Attachable: req.Attachable}
+	if err := s.nets.add(r.Context(), n); err != nil {
+		return err
 	}
-	for _, o := range s.nets.byID {
-		if o.owner == owner && o.name == req.Name {
-			return &httpError{http.StatusConflict, fmt.Sprintf("network with name %s already exists", req.Name)}
-		}
-	}
-	s.nets.byID[n.id] = n
-	return writeJSON(w, http.StatusCreated, network.CreateResponse{ID: n.id, Warning: ""})
+	return writeJSON(w, http.StatusCreated, network.CreateResponse{ID: n.ID, Warning: ""})
 }
 
 func (s *Server) networkInspect(w http.ResponseWriter, r *http.Request) error {
@@ -244,23 +330,25 @@ func (s *Server) networkInspect(w http.ResponseWriter, r *http.Request) error {
 }
 
 // visibleNetworks lists the networks r's caller sees, oldest first.
-func (s *Server) visibleNetworks(r *http.Request) []*bnetwork {
+func (s *Server) visibleNetworks(r *http.Request) ([]*bnetwork, error) {
 	who := identityOf(r)
-	s.nets.mu.Lock()
+	all, err := s.nets.all(r.Context())
+	if err != nil {
+		return nil, err
+	}
 	var out []*bnetwork
-	for _, n := range s.nets.byID {
-		if who.Sees(n.owner) {
+	for _, n := range all {
+		if who.Sees(n.Owner) {
 			out = append(out, n)
 		}
 	}
-	s.nets.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool {
-		if !out[i].created.Equal(out[j].created) {
-			return out[i].created.Before(out[j].created)
+		if !out[i].Created.Equal(out[j].Created) {
+			return out[i].Created.Before(out[j].Created)
 		}
-		return out[i].id < out[j].id
+		return out[i].ID < out[j].ID
 	})
-	return out
+	return out, nil
 }
 
 // labelsMatch reports whether labels has every key (or key=value) of want.
@@ -280,14 +368,18 @@ func (s *Server) networkList(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	nets, err := s.visibleNetworks(r)
+	if err != nil {
+		return err
+	}
 	out := []network.Inspect{}
-	for _, n := range s.visibleNetworks(r) {
-		ok := matchAny(f["id"], func(v string) bool { return strings.HasPrefix(n.id, v) }) &&
-			matchAny(f["name"], func(v string) bool { return strings.Contains(n.name, v) }) &&
+	for _, n := range nets {
+		ok := matchAny(f["id"], func(v string) bool { return strings.HasPrefix(n.ID, v) }) &&
+			matchAny(f["name"], func(v string) bool { return strings.Contains(n.Name, v) }) &&
 			matchAny(f["driver"], func(v string) bool { return v == "bridge" }) &&
 			matchAny(f["scope"], func(v string) bool { return v == "local" }) &&
 			matchAny(f["type"], func(v string) bool { return v == "custom" }) &&
-			labelsMatch(n.labels, f["label"])
+			labelsMatch(n.Labels, f["label"])
 		if !ok {
 			continue
 		}
@@ -314,11 +406,11 @@ func (s *Server) networkRemove(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if len(m) > 0 {
-		return &httpError{http.StatusForbidden, fmt.Sprintf("error while removing network: network %s id %s has active endpoints (%s)", n.name, n.id, strings.Join(slices.Sorted(maps.Values(m)), ", "))}
+		return &httpError{http.StatusForbidden, fmt.Sprintf("error while removing network: network %s id %s has active endpoints (%s)", n.Name, n.ID, strings.Join(slices.Sorted(maps.Values(m)), ", "))}
 	}
-	s.nets.mu.Lock()
-	delete(s.nets.byID, n.id)
-	s.nets.mu.Unlock()
+	if err := s.nets.remove(r.Context(), n); err != nil {
+		return err
+	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
@@ -330,9 +422,13 @@ func (s *Server) networkPrune(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	nets, err := s.visibleNetworks(r)
+	if err != nil {
+		return err
+	}
 	rep := network.PruneReport{NetworksDeleted: []string{}}
-	for _, n := range s.visibleNetworks(r) {
-		if !labelsMatch(n.labels, f["label"]) {
+	for _, n := range nets {
+		if !labelsMatch(n.Labels, f["label"]) {
 			continue
 		}
 		m, err := s.members(r, n)
@@ -342,10 +438,10 @@ func (s *Server) networkPrune(w http.ResponseWriter, r *http.Request) error {
 		if len(m) > 0 {
 			continue
 		}
-		s.nets.mu.Lock()
-		delete(s.nets.byID, n.id)
-		s.nets.mu.Unlock()
-		rep.NetworksDeleted = append(rep.NetworksDeleted, n.name)
+		if err := s.nets.remove(r.Context(), n); err != nil {
+			return err
+		}
+		rep.NetworksDeleted = append(rep.NetworksDeleted, n.Name)
 	}
 	return writeJSON(w, http.StatusOK, rep)
 }
@@ -384,10 +480,10 @@ func (s *Server) setNetwork(w http.ResponseWriter, r *http.Request, ref string, 
 	if c.created == nil {
 		cur := networkOf(c.in)
 		switch {
-		case connect && cur == n.name && c.in.Owner == n.owner:
-			return &httpError{http.StatusForbidden, fmt.Sprintf("endpoint with name %s already exists in network %s", c.in.Name, n.name)}
-		case !connect && (cur != n.name || c.in.Owner != n.owner):
-			return &httpError{http.StatusForbidden, fmt.Sprintf("container %s is not connected to network %s", c.in.Name, n.name)}
+		case connect && cur == n.Name && c.in.Owner == n.Owner:
+			return &httpError{http.StatusForbidden, fmt.Sprintf("endpoint with name %s already exists in network %s", c.in.Name, n.Name)}
+		case !connect && (cur != n.Name || c.in.Owner != n.Owner):
+			return &httpError{http.StatusForbidden, fmt.Sprintf("container %s is not connected to network %s", c.in.Name, n.Name)}
 		}
 		verb := map[bool]string{true: "network connect", false: "network disconnect"}[connect]
 		return unsupported("%s of a started container: Berth fixes a container's network when it places it; connect it before docker start", verb)
@@ -398,24 +494,24 @@ func (s *Server) setNetwork(w http.ResponseWriter, r *http.Request, ref string, 
 	if !ok {
 		return noSuch(ref)
 	}
-	if cc.owner != n.owner {
-		return badRequest("container %s is in namespace %s and network %s in %s: a container joins a network of its own namespace", ref, cc.owner, n.name, n.owner)
+	if cc.owner != n.Owner {
+		return badRequest("container %s is in namespace %s and network %s in %s: a container joins a network of its own namespace", ref, cc.owner, n.Name, n.Owner)
 	}
 	cur := cc.req.Spec.Labels[LabelNetwork]
 	switch {
-	case connect && cur == n.name:
-		return &httpError{http.StatusForbidden, fmt.Sprintf("endpoint with name %s already exists in network %s", instanceOf(c.id, cc).Name, n.name)}
+	case connect && cur == n.Name:
+		return &httpError{http.StatusForbidden, fmt.Sprintf("endpoint with name %s already exists in network %s", instanceOf(c.id, cc).Name, n.Name)}
 	case connect && cur != "":
-		return unsupported("network connect %s: the container is on network %s already, and Berth puts a container on one network", n.name, cur)
-	case !connect && cur != n.name:
-		return &httpError{http.StatusForbidden, fmt.Sprintf("container %s is not connected to network %s", ref, n.name)}
+		return unsupported("network connect %s: the container is on network %s already, and Berth puts a container on one network", n.Name, cur)
+	case !connect && cur != n.Name:
+		return &httpError{http.StatusForbidden, fmt.Sprintf("container %s is not connected to network %s", ref, n.Name)}
 	}
 	labels := maps.Clone(cc.req.Spec.Labels)
 	if labels == nil {
 		labels = map[string]string{}
 	}
 	if connect {
-		labels[LabelNetwork] = n.name
+		labels[LabelNetwork] = n.Name
 	} else {
 		delete(labels, LabelNetwork)
 	}
@@ -428,9 +524,9 @@ func (s *Server) setNetwork(w http.ResponseWriter, r *http.Request, ref string, 
 // NAME, or its one endpoint) from the engine's fields to the label
 // LabelNetwork: the back-end runs the container on its default network.
 // A name that is no Berth network of owner is left to the back-end.
-func (s *Server) joinNetwork(owner string, cr *container.CreateRequest) {
+func (s *Server) joinNetwork(ctx context.Context, owner string, cr *container.CreateRequest) error {
 	if cr.Config == nil {
-		return
+		return nil
 	}
 	var name string
 	if cr.HostConfig != nil {
@@ -448,18 +544,21 @@ func (s *Server) joinNetwork(owner string, cr *container.CreateRequest) {
 		}
 	}
 	if name == "" {
-		return
+		return nil
 	}
-	n, err := s.nets.lookup(name, owner, func(ns string) bool { return ns == owner })
+	n, err := s.nets.lookup(ctx, name, owner, func(ns string) bool { return ns == owner })
 	if err != nil {
-		return // not a Berth network: the back-end's to resolve
+		if statusOf(err) == http.StatusNotFound {
+			return nil // not a Berth network: the back-end's to resolve
+		}
+		return err
 	}
 	if cr.HostConfig != nil {
 		cr.HostConfig.NetworkMode = ""
 	}
 	if cr.NetworkingConfig != nil {
 		delete(cr.NetworkingConfig.EndpointsConfig, name)
-		delete(cr.NetworkingConfig.EndpointsConfig, n.id)
+		delete(cr.NetworkingConfig.EndpointsConfig, n.ID)
 		if len(cr.NetworkingConfig.EndpointsConfig) == 0 {
 			cr.NetworkingConfig = nil
 		}
@@ -468,6 +567,7 @@ func (s *Server) joinNetwork(owner string, cr *container.CreateRequest) {
 	if labels == nil {
 		labels = map[string]string{}
 	}
-	labels[LabelNetwork] = n.name
+	labels[LabelNetwork] = n.Name
 	cr.Config.Labels = labels
+	return nil
 }

@@ -37,6 +37,7 @@ import (
 	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/store"
 )
 
 // Version is the Engine API version the endpoint advertises and answers.
@@ -88,6 +89,9 @@ type Options struct {
 	MaxCreated int
 	// Logger receives request errors; nil means slog.Default().
 	Logger *slog.Logger
+	// Store keeps the networks (under PrefixNetworks), so that they outlive
+	// the server; the plane's store serves. Nil keeps them in memory.
+	Store store.Store
 }
 
 // Server serves the Engine API over a plane. It is an http.Handler; Close
@@ -137,7 +141,7 @@ func New(plane *control.Plane, opts Options) *Server {
 		created: map[string]*created{}, autoRm: map[string]struct{}{}, attached: map[string]int{}, open: map[string]int{}, exits: map[string]int{},
 		sizes:        map[string]driver.TTYSize{},
 		tokenStreams: opts.TokenStreams,
-		nets:         newNetStore(),
+		nets:         newNetStore(opts.Store),
 	}
 	if s.log == nil {
 		s.log = slog.Default()
