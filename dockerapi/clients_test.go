@@ -132,8 +132,9 @@ func (e *env) mustWith(t testing.TB, cfg string, args ...string) string {
 	return out
 }
 
-// compose runs Debian's docker-compose (1.29) against e's endpoint in dir.
-func (e *env) compose(t *testing.T, dir string, args ...string) (string, string, int) {
+// compose runs Debian's docker-compose (1.29) in dir against host, with
+// the config directory cfg.
+func compose(t *testing.T, host, cfg, dir string, args ...string) (string, string, int) {
 	t.Helper()
 	bin, err := exec.LookPath("docker-compose")
 	if err != nil {
@@ -143,7 +144,7 @@ func (e *env) compose(t *testing.T, dir string, args ...string) (string, string,
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Dir = dir
-	cmd.Env = append(cleanEnv(), "DOCKER_HOST=unix://"+e.sock, "DOCKER_CONFIG="+e.config, "COMPOSE_INTERACTIVE_NO_CLI=1")
+	cmd.Env = append(cleanEnv(), "DOCKER_HOST="+host, "DOCKER_CONFIG="+cfg, "COMPOSE_INTERACTIVE_NO_CLI=1")
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err = cmd.Run()
@@ -157,8 +158,34 @@ func (e *env) compose(t *testing.T, dir string, args ...string) (string, string,
 	return out.String(), errb.String(), code
 }
 
+// composeSteps is a Compose project's everyday life, in order; down last.
+var composeSteps = [][]string{
+	{"up", "-d"}, {"ps"}, {"logs", "--no-color"}, {"up", "-d", "--scale", "web=2"},
+	{"stop"}, {"start"}, {"restart"}, {"down"},
+}
+
+// composeLife runs composeSteps for project in dir against host and
+// returns each step's failure ("" for a pass) and its output.
+func composeLife(t *testing.T, host, cfg, dir, project string) (fails, outs []string) {
+	t.Helper()
+	for _, step := range composeSteps {
+		out, errs, code := compose(t, host, cfg, dir, append([]string{"-p", project}, step...)...)
+		why := ""
+		if code != 0 {
+			why = fmt.Sprintf("exit %d: %s", code, strings.TrimSpace(errs))
+		}
+		fails, outs = append(fails, why), append(outs, out+errs)
+	}
+	if fails[len(fails)-1] != "" {
+		// Leave nothing behind.
+		_, _, _ = compose(t, host, cfg, dir, "-p", project, "down", "-t", "1")
+	}
+	return fails, outs
+}
+
 // TestDockerCompose: Debian's docker-compose brings a project of two
-// services up on its default network, lists it and takes it down.
+// services up on its default network, lists it and takes it down; the same
+// steps run against the machine's engine are the reference.
 func TestDockerCompose(t *testing.T) {
 	e := setup(t)
 	dir := t.TempDir()
@@ -177,10 +204,18 @@ services:
 	if err := os.WriteFile(filepath.Join(dir, "docker-compose.yml"), []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	refFails, _ := composeLife(t, dockertest.MainHost, e.dockerConfig(t, ""), dir, "ref"+dockertest.RandomID())
+	for i, why := range refFails {
+		if why != "" {
+			t.Errorf("against the engine itself docker-compose %v fails: %s", composeSteps[i], why)
+		}
+	}
+
 	project := "cp" + strings.ReplaceAll(e.cluster, "-", "")
+	host := "unix://" + e.sock
 	run := func(args ...string) string {
 		t.Helper()
-		out, errs, code := e.compose(t, dir, append([]string{"-p", project}, args...)...)
+		out, errs, code := compose(t, host, e.config, dir, append([]string{"-p", project}, args...)...)
 		if code != 0 {
 			t.Fatalf("docker-compose %v: exit %d\nstdout: %s\nstderr: %s", args, code, out, errs)
 		}
@@ -204,6 +239,23 @@ services:
 	}
 	if out := e.must(t, "network", "ls", "-q"); strings.TrimSpace(out) != "" {
 		t.Errorf("networks left after docker-compose down: %q", out)
+	}
+
+	// The whole life against Berth, for the share of steps that pass.
+	fails, _ := composeLife(t, host, e.config, dir, project+"b")
+	passed := 0
+	for i, why := range fails {
+		if why == "" {
+			passed++
+		} else {
+			t.Logf("against Berth docker-compose %v fails: %s", composeSteps[i], why)
+		}
+	}
+	t.Logf("docker-compose: %d of %d steps pass against Berth, %d of %d against the engine", passed, len(fails), len(refFails), len(refFails))
+	for _, i := range []int{0, 1, len(fails) - 1} {
+		if fails[i] != "" {
+			t.Errorf("against Berth docker-compose %v fails: %s", composeSteps[i], fails[i])
+		}
 	}
 }
 
