@@ -198,14 +198,8 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) error {
 			matchAny(f["status"], func(v string) bool { return v == string(sum.State) }) &&
 			matchAny(f["ancestor"], func(v string) bool { return spec.Image == v || strings.TrimSuffix(spec.Image, ":latest") == v }) &&
 			matchAny(f["exited"], func(v string) bool { return sum.State == container.StateExited && strconv.Itoa(exitCode(in)) == v }) &&
-			matchAny(f["node"], func(v string) bool { return in.Node == v || reconciler.NodeID(in.Provider, in.Node) == v })
-		for _, l := range f["label"] {
-			k, v, hasV := strings.Cut(l, "=")
-			got, has := sum.Labels[k]
-			if !has || (hasV && got != v) {
-				ok = false
-			}
-		}
+			matchAny(f["node"], func(v string) bool { return in.Node == v || reconciler.NodeID(in.Provider, in.Node) == v }) &&
+			labelsMatch(sum.Labels, f["label"])
 		if ok {
 			out = append(out, sum)
 		}
