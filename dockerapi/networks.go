@@ -204,21 +204,39 @@ func (s *Server) findNetwork(r *http.Request, ref string) (*bnetwork, error) {
 // members lists the containers (instances not deleted, and containers
 // created here) of network n, by id.
 func (s *Server) members(r *http.Request, n *bnetwork) (map[string]string, error) {
+	all, err := s.membership(r)
+	if err != nil {
+		return nil, err
+	}
+	return all[n.key()], nil
+}
+
+// membership lists the containers of every network, by the network's key
+// and then the container's id: one listing of the plane for many networks.
+func (s *Server) membership(r *http.Request) (map[string]map[string]string, error) {
 	list, err := s.plane.Instances(r.Context(), control.Filter{})
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]string{}
+	out := map[string]map[string]string{}
+	add := func(owner, net, id, name string) {
+		if net == "" {
+			return
+		}
+		k := (&bnetwork{Owner: owner, Name: net}).key()
+		if out[k] == nil {
+			out[k] = map[string]string{}
+		}
+		out[k][id] = name
+	}
 	for _, in := range list {
-		if in.Owner == n.Owner && in.Phase != reconciler.Deleted && in.Phase != reconciler.Deleting && networkOf(in) == n.Name {
-			out[in.ID] = in.Name
+		if in.Phase != reconciler.Deleted && in.Phase != reconciler.Deleting {
+			add(in.Owner, networkOf(in), in.ID, in.Name)
 		}
 	}
 	s.mu.Lock()
 	for id, c := range s.created {
-		if c.owner == n.Owner && c.req.Spec.Labels[LabelNetwork] == n.Name {
-			out[id] = instanceOf(id, c).Name
-		}
+		add(c.owner, c.req.Spec.Labels[LabelNetwork], id, instanceOf(id, c).Name)
 	}
 	s.mu.Unlock()
 	return out, nil
@@ -372,6 +390,10 @@ func (s *Server) networkList(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	all, err := s.membership(r)
+	if err != nil {
+		return err
+	}
 	out := []network.Inspect{}
 	for _, n := range nets {
 		ok := matchAny(f["id"], func(v string) bool { return strings.HasPrefix(n.ID, v) }) &&
@@ -383,10 +405,7 @@ func (s *Server) networkList(w http.ResponseWriter, r *http.Request) error {
 		if !ok {
 			continue
 		}
-		m, err := s.members(r, n)
-		if err != nil {
-			return err
-		}
+		m := all[n.key()]
 		if len(f["dangling"]) > 0 && (len(m) == 0) != (f["dangling"][0] == "true" || f["dangling"][0] == "1") {
 			continue
 		}
@@ -426,15 +445,16 @@ func (s *Server) networkPrune(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	all, err := s.membership(r)
+	if err != nil {
+		return err
+	}
 	rep := network.PruneReport{NetworksDeleted: []string{}}
 	for _, n := range nets {
 		if !labelsMatch(n.Labels, f["label"]) {
 			continue
 		}
-		m, err := s.members(r, n)
-		if err != nil {
-			return err
-		}
+		m := all[n.key()]
 		if len(m) > 0 {
 			continue
 		}
