@@ -102,8 +102,8 @@ func TestNetworks(t *testing.T) {
 
 	// A created container joins and leaves a network before it starts.
 	e.must(t, "create", "--name", "later", helloImage)
-	e.must(t, "network", "connect", "spare", "later")
-	if got := e.must(t, "inspect", "--format", "{{range $k, $v := .NetworkSettings.Networks}}{{$k}}{{end}}", "later"); strings.TrimSpace(got) != "spare" {
+	e.must(t, "network", "connect", "--alias", "db", "spare", "later")
+	if got := e.must(t, "inspect", "--format", "{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{$v.Aliases}}{{end}}", "later"); strings.TrimSpace(got) != "spare [db]" {
 		t.Errorf("after network connect, later is on %q", got)
 	}
 	if _, errs, code := e.docker(t, "network", "rm", "spare"); code == 0 || !strings.Contains(errs, "later") {

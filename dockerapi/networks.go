@@ -28,6 +28,30 @@ import (
 // is kept in the instance's spec, so the membership outlives the server.
 const LabelNetwork = "io.berth.network"
 
+// LabelAliases keeps the aliases a client gave the container on its
+// network (comma-separated), so that inspect shows them back. Berth
+// resolves no names: they are recorded, not served.
+const LabelAliases = "io.berth.network.aliases"
+
+// maxAliases bounds a container's aliases on its network.
+const maxAliases = 32
+
+// aliasesOf is the LabelAliases value of an endpoint's aliases.
+func aliasesOf(net string, es *network.EndpointSettings) (string, error) {
+	if es == nil || len(es.Aliases) == 0 {
+		return "", nil
+	}
+	if len(es.Aliases) > maxAliases {
+		return "", badRequest("EndpointsConfig.%s.Aliases: %d aliases, at most %d", net, len(es.Aliases), maxAliases)
+	}
+	for i, a := range es.Aliases {
+		if len(a) > maxNetworkName || !networkName.MatchString(a) {
+			return "", badRequest("EndpointsConfig.%s.Aliases[%d] %q: want at most %d of [a-zA-Z0-9_.-], starting with a letter or digit", net, i, a, maxNetworkName)
+		}
+	}
+	return strings.Join(es.Aliases, ","), nil
+}
+
 // Bounds of the networks the endpoint keeps.
 const (
 	MaxNetworks      = 1000
@@ -257,7 +281,11 @@ func endpointsOf(in control.Instance) map[string]*network.EndpointSettings {
 	if name == "" {
 		return nil
 	}
-	return map[string]*network.EndpointSettings{name: {}}
+	es := &network.EndpointSettings{}
+	if a := in.Spec.Labels[LabelAliases]; a != "" {
+		es.Aliases = strings.Split(a, ",")
+	}
+	return map[string]*network.EndpointSettings{name: es}
 }
 
 func (n *bnetwork) summary(members map[string]string) network.Inspect {
@@ -474,7 +502,7 @@ func (s *Server) networkConnect(w http.ResponseWriter, r *http.Request) error {
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		return badRequest("decode the connection: %v", err)
 	}
-	return s.setNetwork(w, r, req.Container, true)
+	return s.setNetwork(w, r, req.Container, true, req.EndpointConfig)
 }
 
 func (s *Server) networkDisconnect(w http.ResponseWriter, r *http.Request) error {
@@ -482,12 +510,16 @@ func (s *Server) networkDisconnect(w http.ResponseWriter, r *http.Request) error
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		return badRequest("decode the disconnection: %v", err)
 	}
-	return s.setNetwork(w, r, req.Container, false)
+	return s.setNetwork(w, r, req.Container, false, nil)
 }
 
-func (s *Server) setNetwork(w http.ResponseWriter, r *http.Request, ref string, connect bool) error {
+func (s *Server) setNetwork(w http.ResponseWriter, r *http.Request, ref string, connect bool, es *network.EndpointSettings) error {
 	if ref == "" {
 		return badRequest("Container: name the container")
+	}
+	aliases, err := aliasesOf(r.PathValue("id"), es)
+	if err != nil {
+		return err
 	}
 	n, err := s.findNetwork(r, r.PathValue("id"))
 	if err != nil {
@@ -530,8 +562,12 @@ func (s *Server) setNetwork(w http.ResponseWriter, r *http.Request, ref string, 
 	if labels == nil {
 		labels = map[string]string{}
 	}
+	delete(labels, LabelAliases)
 	if connect {
 		labels[LabelNetwork] = n.Name
+		if aliases != "" {
+			labels[LabelAliases] = aliases
+		}
 	} else {
 		delete(labels, LabelNetwork)
 	}
@@ -576,7 +612,15 @@ func (s *Server) joinNetwork(ctx context.Context, owner string, cr *container.Cr
 	if cr.HostConfig != nil {
 		cr.HostConfig.NetworkMode = ""
 	}
+	var aliases string
 	if cr.NetworkingConfig != nil {
+		es := cr.NetworkingConfig.EndpointsConfig[name]
+		if es == nil {
+			es = cr.NetworkingConfig.EndpointsConfig[n.ID]
+		}
+		if aliases, err = aliasesOf(name, es); err != nil {
+			return err
+		}
 		delete(cr.NetworkingConfig.EndpointsConfig, name)
 		delete(cr.NetworkingConfig.EndpointsConfig, n.ID)
 		if len(cr.NetworkingConfig.EndpointsConfig) == 0 {
@@ -588,6 +632,10 @@ func (s *Server) joinNetwork(ctx context.Context, owner string, cr *container.Cr
 		labels = map[string]string{}
 	}
 	labels[LabelNetwork] = n.Name
+	delete(labels, LabelAliases)
+	if aliases != "" {
+		labels[LabelAliases] = aliases
+	}
 	cr.Config.Labels = labels
 	return nil
 }
