@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -15,6 +17,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/auth"
+	"github.com/berth-dev/berth/config"
 	"github.com/berth-dev/berth/dockerapi"
 	"github.com/berth-dev/berth/drivers/docker/dockertest"
 	"github.com/berth-dev/berth/reconciler"
@@ -132,6 +135,31 @@ func (e *env) mustWith(t testing.TB, cfg string, args ...string) string {
 	return out
 }
 
+// clientSocket serves e's endpoint on a unix socket of its own with the
+// timeouts berth server gives it by default, as the clients meet it: a
+// stop with Compose's 10-second grace outlasts setup's 2-second write
+// timeout on a loaded machine. It returns the DOCKER_HOST.
+func (e *env) clientSocket(t *testing.T) string {
+	t.Helper()
+	sock := filepath.Join(filepath.Dir(e.sock), "clients.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: e.server, ReadHeaderTimeout: config.DefaultReadHeaderTimeout, ReadTimeout: config.DefaultReadTimeout, WriteTimeout: config.DefaultWriteTimeout}
+	served := make(chan struct{})
+	go func() { defer close(served); _ = hs.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := hs.Shutdown(ctx); err != nil {
+			_ = hs.Close()
+		}
+		<-served
+	})
+	return "unix://" + sock
+}
+
 // compose runs Debian's docker-compose (1.29) in dir against host, with
 // the config directory cfg.
 func compose(t *testing.T, host, cfg, dir string, args ...string) (string, string, int) {
@@ -212,7 +240,7 @@ services:
 	}
 
 	project := "cp" + strings.ReplaceAll(e.cluster, "-", "")
-	host := "unix://" + e.sock
+	host := e.clientSocket(t)
 	run := func(args ...string) string {
 		t.Helper()
 		out, errs, code := compose(t, host, e.config, dir, append([]string{"-p", project}, args...)...)
@@ -252,12 +280,9 @@ services:
 		}
 	}
 	t.Logf("docker-compose: %d of %d steps pass against Berth, %d of %d against the engine", passed, len(fails), len(refFails), len(refFails))
-	// up and ps must pass; stop, start and restart wait on the back-end
-	// (a slow stop can outlast the test server's write timeout), so their
-	// share is logged, not asserted.
-	for _, i := range []int{0, 1, 2} {
-		if fails[i] != "" {
-			t.Errorf("against Berth docker-compose %v fails: %s", composeSteps[i], fails[i])
+	for i, why := range fails {
+		if why != "" {
+			t.Errorf("against Berth docker-compose %v fails: %s", composeSteps[i], why)
 		}
 	}
 }
@@ -364,7 +389,7 @@ func TestDockerPy(t *testing.T) {
 			t.Errorf("against the engine itself %s fails: %s", name, refFails[name])
 		}
 	}
-	names, fails := dockerPy(t, "unix://"+e.sock, e.config, "py"+dockertest.RandomID())
+	names, fails := dockerPy(t, e.clientSocket(t), e.config, "py"+dockertest.RandomID())
 	if !slices.Equal(names, ref) {
 		t.Fatalf("the script ran %v against Berth, %v against the engine", names, ref)
 	}
