@@ -253,11 +253,14 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) error {
 	if q := r.URL.Query().Get("platform"); q != "" {
 		return unsupported("--platform: Berth places on any node that can run the image")
 	}
-	req, autoRemove, err := translate(name, &cr)
+	ns, err := identityOf(r).Namespace("")
 	if err != nil {
 		return err
 	}
-	ns, err := identityOf(r).Namespace("")
+	if err := s.joinNetwork(r.Context(), ns, &cr); err != nil {
+		return err
+	}
+	req, autoRemove, err := translate(name, &cr)
 	if err != nil {
 		return err
 	}

@@ -85,6 +85,7 @@ type env struct {
 	server  *dockerapi.Server
 	sock    string
 	tokens  *auth.Tokens
+	store   *bolt.Store // the plane's, which keeps the endpoint's networks too
 	// token is an operator's of the namespace "team", admin an admin's,
 	// reader a reader's of every namespace.
 	token, admin, reader string
@@ -165,7 +166,8 @@ func setup(t testing.TB) *env {
 	e.token = e.newToken(t, "ops", auth.RoleOperator, "team")
 	e.admin = e.newToken(t, "root", auth.RoleAdmin, auth.AllNamespaces)
 	e.reader = e.newToken(t, "viewer", auth.RoleReader, auth.AllNamespaces)
-	e.server = dockerapi.New(e.plane, dockerapi.Options{Authenticator: e.tokens, Logger: quiet, ServerVersion: "test"})
+	e.store = st
+	e.server = dockerapi.New(e.plane, dockerapi.Options{Authenticator: e.tokens, Logger: quiet, ServerVersion: "test", Store: st})
 	dir, err := os.MkdirTemp("", "dapi")
 	if err != nil {
 		t.Fatal(err)

@@ -37,6 +37,7 @@ import (
 	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/store"
 )
 
 // Version is the Engine API version the endpoint advertises and answers.
@@ -95,6 +96,9 @@ type Options struct {
 	// api.DefaultWriteTimeout): a stop whose grace it cannot wait out
 	// (api.LongGrace) is answered once stored and carried out after.
 	WriteTimeout time.Duration
+	// Store keeps the networks (under PrefixNetworks), so that they outlive
+	// the server; the plane's store serves. Nil keeps them in memory.
+	Store store.Store
 }
 
 // Server serves the Engine API over a plane. It is an http.Handler; Close
@@ -134,6 +138,8 @@ type Server struct {
 	// sizes are the terminal sizes clients asked for, by container id,
 	// kept while the container may not run yet (bounded by MaxCreated).
 	sizes map[string]driver.TTYSize
+
+	nets *netStore // the networks of every namespace
 }
 
 // New returns the Engine API server for plane.
@@ -144,6 +150,7 @@ func New(plane *control.Plane, opts Options) *Server {
 		created: map[string]*created{}, autoRm: map[string]struct{}{}, attached: map[string]int{}, open: map[string]int{}, exits: map[string]int{},
 		sizes:        map[string]driver.TTYSize{},
 		tokenStreams: opts.TokenStreams, writeTimeout: opts.WriteTimeout,
+		nets: newNetStore(opts.Store),
 	}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -208,10 +215,24 @@ func (s *Server) routes() {
 	h("POST /containers/{id}/resize", s.resize)
 	h("GET /containers/{id}/logs", s.logs)
 	h("GET /containers/{id}/stats", s.stats)
+	h("POST /containers/{id}/pause", s.pause)
+	h("POST /containers/{id}/unpause", s.unpause)
+	h("POST /containers/{id}/rename", s.rename)
+	h("GET /containers/{id}/top", s.top)
 
 	h("GET /events", s.events)
 	h("GET /images/json", s.images)
 	h("POST /images/create", s.pull)
+	h("GET /images/{rest...}", s.imageRoute)
+	h("GET /system/df", s.systemDF)
+
+	h("GET /networks", s.networkList)
+	h("GET /networks/{id}", s.networkInspect)
+	h("POST /networks/create", s.networkCreate)
+	h("DELETE /networks/{id}", s.networkRemove)
+	h("POST /networks/prune", s.networkPrune)
+	h("POST /networks/{id}/connect", s.networkConnect)
+	h("POST /networks/{id}/disconnect", s.networkDisconnect)
 }
 
 // versionPrefix matches the /v1.NN prefix of versioned paths.

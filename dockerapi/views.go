@@ -197,14 +197,8 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) error {
 			matchAny(f["status"], func(v string) bool { return v == string(sum.State) }) &&
 			matchAny(f["ancestor"], func(v string) bool { return spec.Image == v || strings.TrimSuffix(spec.Image, ":latest") == v }) &&
 			matchAny(f["exited"], func(v string) bool { return sum.State == container.StateExited && strconv.Itoa(exitCode(in)) == v }) &&
-			matchAny(f["node"], func(v string) bool { return in.Node == v || reconciler.NodeID(in.Provider, in.Node) == v })
-		for _, l := range f["label"] {
-			k, v, hasV := strings.Cut(l, "=")
-			got, has := sum.Labels[k]
-			if !has || (hasV && got != v) {
-				ok = false
-			}
-		}
+			matchAny(f["node"], func(v string) bool { return in.Node == v || reconciler.NodeID(in.Provider, in.Node) == v }) &&
+			labelsMatch(sum.Labels, f["label"])
 		if ok {
 			out = append(out, sum)
 		}
@@ -319,7 +313,7 @@ func inspectOf(in control.Instance, autoRemove bool) inspectResponse {
 		}
 		mounts = append(mounts, mp)
 	}
-	ns := &container.NetworkSettings{Ports: network.PortMap{}}
+	ns := &container.NetworkSettings{Ports: network.PortMap{}, Networks: endpointsOf(in)}
 	exposed := network.PortSet{}
 	for _, p := range spec.Ports {
 		port, ok := network.PortFrom(uint16(p.ContainerPort), network.IPProtocol(protoOr(p.Protocol)))
@@ -374,47 +368,12 @@ func (s *Server) images(w http.ResponseWriter, r *http.Request) error {
 	if b, _ := strconv.ParseBool(r.URL.Query().Get("digests")); b {
 		return unsupported("images --digests: Berth's engines share no registry")
 	}
-	nodes, err := s.plane.Nodes(r.Context())
+	all, err := s.imageSummaries(r.Context())
 	if err != nil {
 		return err
-	}
-	provs, err := s.plane.Providers(r.Context())
-	if err != nil {
-		return err
-	}
-	lists := map[string]bool{}
-	for _, p := range provs {
-		lists[p.Name] = slices.Contains(p.Capabilities, driver.CapImages)
-	}
-	byID := map[string]*image.Summary{}
-	var order []string
-	for _, n := range nodes {
-		if !lists[n.Provider] || n.Status != driver.NodeOnline {
-			continue
-		}
-		imgs, err := s.plane.Images(r.Context(), n.Provider, n.Name)
-		if err != nil {
-			return fmt.Errorf("images of %s/%s: %w", n.Provider, n.Name, err)
-		}
-		for _, im := range imgs {
-			id := im.ID
-			if id == "" {
-				id = im.Name
-			}
-			sum, ok := byID[id]
-			if !ok {
-				sum = &image.Summary{ID: id, RepoTags: []string{}, RepoDigests: []string{}, Created: im.Created.Unix(), Size: int64(im.Size), Containers: -1, SharedSize: -1, Labels: map[string]string{}}
-				byID[id] = sum
-				order = append(order, id)
-			}
-			if im.Name != "" && im.Name != im.ID && !slices.Contains(sum.RepoTags, im.Name) {
-				sum.RepoTags = append(sum.RepoTags, im.Name)
-			}
-		}
 	}
 	out := []image.Summary{}
-	for _, id := range order {
-		sum := byID[id]
+	for _, sum := range all {
 		if len(f["dangling"]) > 0 && (len(sum.RepoTags) == 0) != (f["dangling"][0] == "true") {
 			continue
 		}

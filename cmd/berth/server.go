@@ -421,7 +421,9 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 		mux.Handle("/", single.mux)
 		runAll = func(ctx context.Context) error { return run(ctx, single) }
 		if f.dockerListen != "" {
-			ds := dockerapi.New(single.plane, dockerOpts)
+			opts := dockerOpts
+			opts.Store = planeCfg.Store // the networks outlive the server
+			ds := dockerapi.New(single.plane, opts)
 			if dockerEP, err = listenDocker(f.dockerListen, dockerTLSConfig, cfg.Insecure, cfg.Timeouts, ds, ds.Close, log); err != nil {
 				return err
 			}
@@ -493,7 +495,9 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 				defer reads.start(ctx)
 				defer door.lead(nil)
 				if dockerEP != nil {
-					ds := dockerapi.New(fr.plane, dockerOpts)
+					opts := dockerOpts
+					opts.Store = pc.Store // fenced: only the leader keeps networks
+					ds := dockerapi.New(fr.plane, opts)
 					door.leadDocker(ds)
 					defer func() {
 						door.leadDocker(nil)

@@ -1,0 +1,640 @@
+package dockerapi
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/http"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/network"
+
+	"github.com/berth-dev/berth/control"
+	"github.com/berth-dev/berth/reconciler"
+	"github.com/berth-dev/berth/store"
+)
+
+// LabelNetwork is the label that names the Berth network a container was
+// created on (docker run --network NAME, a Compose service's network). It
+// is kept in the instance's spec, so the membership outlives the server.
+const LabelNetwork = "io.berth.network"
+
+// LabelAliases keeps the aliases a client gave the container on its
+// network (comma-separated), so that inspect shows them back. Berth
+// resolves no names: they are recorded, not served.
+const LabelAliases = "io.berth.network.aliases"
+
+// maxAliases bounds a container's aliases on its network.
+const maxAliases = 32
+
+// aliasesOf is the LabelAliases value of an endpoint's aliases.
+func aliasesOf(net string, es *network.EndpointSettings) (string, error) {
+	if es == nil || len(es.Aliases) == 0 {
+		return "", nil
+	}
+	if len(es.Aliases) > maxAliases {
+		return "", badRequest("EndpointsConfig.%s.Aliases: %d aliases, at most %d", net, len(es.Aliases), maxAliases)
+	}
+	for i, a := range es.Aliases {
+		if len(a) > maxNetworkName || !networkName.MatchString(a) {
+			return "", badRequest("EndpointsConfig.%s.Aliases[%d] %q: want at most %d of [a-zA-Z0-9_.-], starting with a letter or digit", net, i, a, maxNetworkName)
+		}
+	}
+	return strings.Join(es.Aliases, ","), nil
+}
+
+// Bounds of the networks the endpoint keeps.
+const (
+	MaxNetworks      = 1000
+	maxNetworkLabels = 64
+	maxNetworkName   = 128
+)
+
+// networkName is the engine's rule for a network's name.
+var networkName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
+
+// PrefixNetworks is where the networks are kept in Options.Store, one key
+// per network: PrefixNetworks + namespace + "/" + name.
+const PrefixNetworks = "/dockerapi/networks/"
+
+// bnetwork is a network of a namespace, kept by the endpoint. Berth does
+// not create it on any back-end: it names a set of containers, which run on
+// their back-end's default network.
+type bnetwork struct {
+	ID         string            `json:"id"`
+	Name       string            `json:"name"`
+	Owner      string            `json:"owner"`
+	Created    time.Time         `json:"created"`
+	Labels     map[string]string `json:"labels,omitempty"`
+	Attachable bool              `json:"attachable,omitempty"`
+}
+
+func (n *bnetwork) key() string { return PrefixNetworks + n.Owner + "/" + n.Name }
+
+// netStore holds the networks, by id, and keeps them in st when it is set.
+// Lock order: mu is held while calling st, never while calling the plane or
+// taking Server.mu.
+type netStore struct {
+	st     store.Store
+	mu     sync.Mutex
+	loaded bool // byID holds what st keeps
+	byID   map[string]*bnetwork
+}
+
+func newNetStore(st store.Store) *netStore {
+	return &netStore{st: st, byID: map[string]*bnetwork{}, loaded: st == nil}
+}
+
+// load reads the networks st keeps, once. ns.mu is held.
+func (ns *netStore) load(ctx context.Context) error {
+	if ns.loaded {
+		return nil
+	}
+	kvs, _, err := ns.st.List(ctx, PrefixNetworks)
+	if err != nil {
+		return fmt.Errorf("read the networks: %w", err)
+	}
+	for _, kv := range kvs {
+		var n bnetwork
+		if err := json.Unmarshal(kv.Value, &n); err != nil || n.ID == "" {
+			return fmt.Errorf("the network kept at %s is unreadable: %v", kv.Key, err)
+		}
+		ns.byID[n.ID] = &n
+	}
+	ns.loaded = true
+	return nil
+}
+
+// all returns every network, st read first.
+func (ns *netStore) all(ctx context.Context) ([]*bnetwork, error) {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	if err := ns.load(ctx); err != nil {
+		return nil, err
+	}
+	return slices.Collect(maps.Values(ns.byID)), nil
+}
+
+// add keeps n unless its namespace has a network of its name, or there are
+// MaxNetworks.
+func (ns *netStore) add(ctx context.Context, n *bnetwork) error {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	if err := ns.load(ctx); err != nil {
+		return err
+	}
+	if len(ns.byID) >= MaxNetworks {
+		return &httpError{http.StatusTooManyRequests, fmt.Sprintf("Berth keeps at most %d networks: remove some first (docker network prune)", MaxNetworks)}
+	}
+	exists := &httpError{http.StatusConflict, fmt.Sprintf("network with name %s already exists", n.Name)}
+	for _, o := range ns.byID {
+		if o.Owner == n.Owner && o.Name == n.Name {
+			return exists
+		}
+	}
+	if ns.st != nil {
+		v, err := json.Marshal(n)
+		if err != nil {
+			return err
+		}
+		res, err := ns.st.Txn(ctx, []store.Cmp{{Key: n.key(), ModRevision: 0}}, []store.Op{store.Put(n.key(), v)})
+		if err != nil {
+			return fmt.Errorf("keep the network: %w", err)
+		}
+		if !res.Succeeded {
+			return exists
+		}
+	}
+	ns.byID[n.ID] = n
+	return nil
+}
+
+// remove forgets n.
+func (ns *netStore) remove(ctx context.Context, n *bnetwork) error {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	if ns.st != nil {
+		if _, err := ns.st.Txn(ctx, nil, []store.Op{store.Delete(n.key())}); err != nil {
+			return fmt.Errorf("remove the network: %w", err)
+		}
+	}
+	delete(ns.byID, n.ID)
+	return nil
+}
+
+// newNetworkID returns 64 hex digits, the engine's network id form.
+func newNetworkID() string {
+	var b [32]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// lookup returns the network ref names among those owned by a namespace
+// see accepts: an id, a name, or a unique prefix of an id. A name held in
+// several namespaces resolves to the one in prefer.
+func (ns *netStore) lookup(ctx context.Context, ref, prefer string, see func(string) bool) (*bnetwork, error) {
+	all, err := ns.all(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var byName, byPrefix []*bnetwork
+	for _, n := range all {
+		if !see(n.Owner) {
+			continue
+		}
+		switch {
+		case n.ID == ref:
+			return n, nil
+		case n.Name == ref:
+			byName = append(byName, n)
+		case strings.HasPrefix(n.ID, ref):
+			byPrefix = append(byPrefix, n)
+		}
+	}
+	if len(byName) > 1 {
+		if i := slices.IndexFunc(byName, func(n *bnetwork) bool { return n.Owner == prefer }); i >= 0 {
+			return byName[i], nil
+		}
+		return nil, badRequest("network %s is in several namespaces: give its id", ref)
+	}
+	if len(byName) == 1 {
+		return byName[0], nil
+	}
+	if len(byPrefix) == 1 {
+		return byPrefix[0], nil
+	}
+	if len(byPrefix) > 1 {
+		return nil, badRequest("network %s is ambiguous (%d matches): give more of its id", ref, len(byPrefix))
+	}
+	return nil, &httpError{http.StatusNotFound, fmt.Sprintf("network %s not found", ref)}
+}
+
+// findNetwork resolves a network reference among what r's caller sees.
+func (s *Server) findNetwork(r *http.Request, ref string) (*bnetwork, error) {
+	who := identityOf(r)
+	prefer, _ := who.Namespace("")
+	return s.nets.lookup(r.Context(), ref, prefer, func(ns string) bool { return authorized(r, ns) })
+}
+
+// members lists the containers (instances not deleted, and containers
+// created here) of network n, by id.
+func (s *Server) members(r *http.Request, n *bnetwork) (map[string]string, error) {
+	all, err := s.membership(r)
+	if err != nil {
+		return nil, err
+	}
+	return all[n.key()], nil
+}
+
+// membership lists the containers of every network, by the network's key
+// and then the container's id: one listing of the plane for many networks.
+func (s *Server) membership(r *http.Request) (map[string]map[string]string, error) {
+	list, err := s.plane.Instances(r.Context(), control.Filter{})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]map[string]string{}
+	add := func(owner, net, id, name string) {
+		if net == "" {
+			return
+		}
+		k := (&bnetwork{Owner: owner, Name: net}).key()
+		if out[k] == nil {
+			out[k] = map[string]string{}
+		}
+		out[k][id] = name
+	}
+	for _, in := range list {
+		if in.Phase != reconciler.Deleted && in.Phase != reconciler.Deleting {
+			add(in.Owner, networkOf(in), in.ID, in.Name)
+		}
+	}
+	s.mu.Lock()
+	for id, c := range s.created {
+		add(c.owner, c.req.Spec.Labels[LabelNetwork], id, instanceOf(id, c).Name)
+	}
+	s.mu.Unlock()
+	return out, nil
+}
+
+// networkOf names the Berth network in was created on, if any.
+func networkOf(in control.Instance) string {
+	if in.Spec == nil {
+		return ""
+	}
+	return in.Spec.Labels[LabelNetwork]
+}
+
+// endpointsOf is a container's NetworkSettings.Networks: its Berth network,
+// with no address (the back-end's default network gives it one).
+func endpointsOf(in control.Instance) map[string]*network.EndpointSettings {
+	name := networkOf(in)
+	if name == "" {
+		return nil
+	}
+	es := &network.EndpointSettings{}
+	if a := in.Spec.Labels[LabelAliases]; a != "" {
+		es.Aliases = strings.Split(a, ",")
+	}
+	return map[string]*network.EndpointSettings{name: es}
+}
+
+func (n *bnetwork) summary(members map[string]string) network.Inspect {
+	out := network.Inspect{
+		Network: network.Network{
+			Name: n.Name, ID: n.ID, Created: n.Created, Scope: "local", Driver: "bridge",
+			EnableIPv4: true, IPAM: network.IPAM{Driver: "default", Options: map[string]string{}, Config: []network.IPAMConfig{}},
+			Attachable: n.Attachable, Options: map[string]string{}, Labels: maps.Clone(n.Labels),
+		},
+		Containers: map[string]network.EndpointResource{},
+	}
+	if out.Labels == nil {
+		out.Labels = map[string]string{}
+	}
+	for id, name := range members {
+		out.Containers[id] = network.EndpointResource{Name: name}
+	}
+	return out
+}
+
+// networkCreate keeps a network in the caller's namespace. What the engine
+// would configure on a bridge (subnets, options, internal, IPv6) is refused
+// by name: Berth's containers run on their back-end's default network.
+func (s *Server) networkCreate(w http.ResponseWriter, r *http.Request) error {
+	var req network.CreateRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		return badRequest("decode the network: %v", err)
+	}
+	if req.Name == "" {
+		return badRequest("Name: a network needs a name")
+	}
+	if len(req.Name) > maxNetworkName || !networkName.MatchString(req.Name) {
+		return badRequest("Name %q: want at most %d of [a-zA-Z0-9_.-], starting with a letter or digit", req.Name, maxNetworkName)
+	}
+	switch req.Name {
+	case "bridge", "host", "none", "default":
+		return &httpError{http.StatusForbidden, fmt.Sprintf("%s is a pre-defined network and cannot be created", req.Name)}
+	}
+	if len(req.Labels) > maxNetworkLabels {
+		return badRequest("Labels: %d labels, at most %d", len(req.Labels), maxNetworkLabels)
+	}
+	var refused []string
+	refuse := func(cond bool, what string) {
+		if cond {
+			refused = append(refused, what)
+		}
+	}
+	refuse(req.Driver != "" && req.Driver != "bridge", "--driver "+req.Driver+" (Berth keeps bridge networks only)")
+	refuse(req.Scope != "" && req.Scope != "local", "--scope "+req.Scope)
+	refuse(req.Internal, "--internal")
+	refuse(req.Ingress, "--ingress")
+	refuse(req.ConfigOnly || (req.ConfigFrom != nil && req.ConfigFrom.Network != ""), "--config-only/--config-from")
+	refuse(req.EnableIPv6 != nil && *req.EnableIPv6, "--ipv6")
+	refuse(req.EnableIPv4 != nil && !*req.EnableIPv4, "a network without IPv4")
+	if req.IPAM != nil {
+		refuse(req.IPAM.Driver != "" && req.IPAM.Driver != "default", "--ipam-driver "+req.IPAM.Driver)
+		refuse(len(req.IPAM.Config) > 0, "--subnet/--ip-range/--gateway")
+		refuse(len(req.IPAM.Options) > 0, "--ipam-opt")
+	}
+	refuse(len(req.Options) > 0, "--opt "+strings.Join(slices.Sorted(maps.Keys(req.Options)), ", "))
+	if len(refused) > 0 {
+		return unsupported("Berth cannot honour %s: its networks name a set of containers, which run on their back-end's default network", strings.Join(refused, ", "))
+	}
+	owner, err := identityOf(r).Namespace("")
+	if err != nil {
+		return err
+	}
+	n := &bnetwork{ID: newNetworkID(), Name: req.Name, Owner: owner, Created: time.Now().UTC(), Labels: maps.Clone(req.Labels), Attachable: req.Attachable}
+	if err := s.nets.add(r.Context(), n); err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusCreated, network.CreateResponse{ID: n.ID, Warning: ""})
+}
+
+func (s *Server) networkInspect(w http.ResponseWriter, r *http.Request) error {
+	if sc := r.URL.Query().Get("scope"); sc != "" && sc != "local" {
+		return &httpError{http.StatusNotFound, fmt.Sprintf("network %s not found (Berth's networks are local)", r.PathValue("id"))}
+	}
+	n, err := s.findNetwork(r, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	m, err := s.members(r, n)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, n.summary(m))
+}
+
+// visibleNetworks lists the networks r's caller sees, oldest first.
+func (s *Server) visibleNetworks(r *http.Request) ([]*bnetwork, error) {
+	all, err := s.nets.all(r.Context())
+	if err != nil {
+		return nil, err
+	}
+	var out []*bnetwork
+	for _, n := range all {
+		if authorized(r, n.Owner) {
+			out = append(out, n)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].Created.Equal(out[j].Created) {
+			return out[i].Created.Before(out[j].Created)
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out, nil
+}
+
+// labelsMatch reports whether labels has every key (or key=value) of want.
+func labelsMatch(labels map[string]string, want []string) bool {
+	for _, l := range want {
+		k, v, hasV := strings.Cut(l, "=")
+		got, has := labels[k]
+		if !has || (hasV && got != v) {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Server) networkList(w http.ResponseWriter, r *http.Request) error {
+	f, err := filters(r, "id", "name", "label", "driver", "scope", "type", "dangling")
+	if err != nil {
+		return err
+	}
+	nets, err := s.visibleNetworks(r)
+	if err != nil {
+		return err
+	}
+	all, err := s.membership(r)
+	if err != nil {
+		return err
+	}
+	out := []network.Inspect{}
+	for _, n := range nets {
+		ok := matchAny(f["id"], func(v string) bool { return strings.HasPrefix(n.ID, v) }) &&
+			matchAny(f["name"], func(v string) bool { return strings.Contains(n.Name, v) }) &&
+			matchAny(f["driver"], func(v string) bool { return v == "bridge" }) &&
+			matchAny(f["scope"], func(v string) bool { return v == "local" }) &&
+			matchAny(f["type"], func(v string) bool { return v == "custom" }) &&
+			labelsMatch(n.Labels, f["label"])
+		if !ok {
+			continue
+		}
+		m := all[n.key()]
+		if len(f["dangling"]) > 0 && (len(m) == 0) != (f["dangling"][0] == "true" || f["dangling"][0] == "1") {
+			continue
+		}
+		out = append(out, n.summary(m))
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+// networkRemove removes a network no container is on, as the engine.
+func (s *Server) networkRemove(w http.ResponseWriter, r *http.Request) error {
+	n, err := s.findNetwork(r, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	m, err := s.members(r, n)
+	if err != nil {
+		return err
+	}
+	if len(m) > 0 {
+		return &httpError{http.StatusForbidden, fmt.Sprintf("error while removing network: network %s id %s has active endpoints (%s)", n.Name, n.ID, strings.Join(slices.Sorted(maps.Values(m)), ", "))}
+	}
+	if err := s.nets.remove(r.Context(), n); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// networkPrune removes the networks the caller sees that no container is
+// on.
+func (s *Server) networkPrune(w http.ResponseWriter, r *http.Request) error {
+	f, err := filters(r, "label")
+	if err != nil {
+		return err
+	}
+	nets, err := s.visibleNetworks(r)
+	if err != nil {
+		return err
+	}
+	all, err := s.membership(r)
+	if err != nil {
+		return err
+	}
+	rep := network.PruneReport{NetworksDeleted: []string{}}
+	for _, n := range nets {
+		if !labelsMatch(n.Labels, f["label"]) {
+			continue
+		}
+		m := all[n.key()]
+		if len(m) > 0 {
+			continue
+		}
+		if err := s.nets.remove(r.Context(), n); err != nil {
+			return err
+		}
+		rep.NetworksDeleted = append(rep.NetworksDeleted, n.Name)
+	}
+	return writeJSON(w, http.StatusOK, rep)
+}
+
+// networkConnect puts a container created and not started on a network.
+// A started container keeps the network it was created on: Berth fixes a
+// container's network when it places it.
+func (s *Server) networkConnect(w http.ResponseWriter, r *http.Request) error {
+	var req network.ConnectRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		return badRequest("decode the connection: %v", err)
+	}
+	return s.setNetwork(w, r, req.Container, true, req.EndpointConfig)
+}
+
+func (s *Server) networkDisconnect(w http.ResponseWriter, r *http.Request) error {
+	var req network.DisconnectRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		return badRequest("decode the disconnection: %v", err)
+	}
+	return s.setNetwork(w, r, req.Container, false, nil)
+}
+
+func (s *Server) setNetwork(w http.ResponseWriter, r *http.Request, ref string, connect bool, es *network.EndpointSettings) error {
+	if ref == "" {
+		return badRequest("Container: name the container")
+	}
+	aliases, err := aliasesOf(r.PathValue("id"), es)
+	if err != nil {
+		return err
+	}
+	n, err := s.findNetwork(r, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	c, err := s.find(r, ref)
+	if err != nil {
+		return err
+	}
+	if c.created == nil {
+		cur := networkOf(c.in)
+		switch {
+		case connect && cur == n.Name && c.in.Owner == n.Owner:
+			return &httpError{http.StatusForbidden, fmt.Sprintf("endpoint with name %s already exists in network %s", c.in.Name, n.Name)}
+		case !connect && (cur != n.Name || c.in.Owner != n.Owner):
+			return &httpError{http.StatusForbidden, fmt.Sprintf("container %s is not connected to network %s", c.in.Name, n.Name)}
+		}
+		verb := map[bool]string{true: "network connect", false: "network disconnect"}[connect]
+		return unsupported("%s of a started container: Berth fixes a container's network when it places it; connect it before docker start", verb)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cc, ok := s.created[c.id]
+	if !ok {
+		return noSuch(ref)
+	}
+	if cc.owner != n.Owner {
+		return badRequest("container %s is in namespace %s and network %s in %s: a container joins a network of its own namespace", ref, cc.owner, n.Name, n.Owner)
+	}
+	cur := cc.req.Spec.Labels[LabelNetwork]
+	switch {
+	case connect && cur == n.Name:
+		return &httpError{http.StatusForbidden, fmt.Sprintf("endpoint with name %s already exists in network %s", instanceOf(c.id, cc).Name, n.Name)}
+	case connect && cur != "":
+		return unsupported("network connect %s: the container is on network %s already, and Berth puts a container on one network", n.Name, cur)
+	case !connect && cur != n.Name:
+		return &httpError{http.StatusForbidden, fmt.Sprintf("container %s is not connected to network %s", ref, n.Name)}
+	}
+	labels := maps.Clone(cc.req.Spec.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	delete(labels, LabelAliases)
+	if connect {
+		labels[LabelNetwork] = n.Name
+		if aliases != "" {
+			labels[LabelAliases] = aliases
+		}
+	} else {
+		delete(labels, LabelNetwork)
+	}
+	cc.req.Spec.Labels = labels
+	w.WriteHeader(http.StatusOK)
+	return nil
+}
+
+// joinNetwork moves the Berth network a create request names (--network
+// NAME, or its one endpoint) from the engine's fields to the label
+// LabelNetwork: the back-end runs the container on its default network.
+// A name that is no Berth network of owner is left to the back-end.
+func (s *Server) joinNetwork(ctx context.Context, owner string, cr *container.CreateRequest) error {
+	if cr.Config == nil {
+		return nil
+	}
+	var name string
+	if cr.HostConfig != nil {
+		switch m := string(cr.HostConfig.NetworkMode); m {
+		case "", "default", "bridge", "host", "none":
+		default:
+			if !strings.HasPrefix(m, "container:") {
+				name = m
+			}
+		}
+	}
+	if name == "" && cr.NetworkingConfig != nil && len(cr.NetworkingConfig.EndpointsConfig) == 1 {
+		for k := range cr.NetworkingConfig.EndpointsConfig {
+			name = k
+		}
+	}
+	if name == "" {
+		return nil
+	}
+	n, err := s.nets.lookup(ctx, name, owner, func(ns string) bool { return ns == owner })
+	if err != nil {
+		if statusOf(err) == http.StatusNotFound {
+			return nil // not a Berth network: the back-end's to resolve
+		}
+		return err
+	}
+	if cr.HostConfig != nil {
+		cr.HostConfig.NetworkMode = ""
+	}
+	var aliases string
+	if cr.NetworkingConfig != nil {
+		es := cr.NetworkingConfig.EndpointsConfig[name]
+		if es == nil {
+			es = cr.NetworkingConfig.EndpointsConfig[n.ID]
+		}
+		if aliases, err = aliasesOf(name, es); err != nil {
+			return err
+		}
+		delete(cr.NetworkingConfig.EndpointsConfig, name)
+		delete(cr.NetworkingConfig.EndpointsConfig, n.ID)
+		if len(cr.NetworkingConfig.EndpointsConfig) == 0 {
+			cr.NetworkingConfig = nil
+		}
+	}
+	labels := maps.Clone(cr.Config.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[LabelNetwork] = n.Name
+	delete(labels, LabelAliases)
+	if aliases != "" {
+		labels[LabelAliases] = aliases
+	}
+	cr.Config.Labels = labels
+	return nil
+}
