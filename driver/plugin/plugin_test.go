@@ -250,8 +250,9 @@ func stopProcess(pid int, sig syscall.Signal) { _ = syscall.Kill(pid, sig) }
 // TestKillDuringLaunches kills the local plugin with SIGKILL while
 // processes are being launched through it. Each launch that failed is
 // looked up by name and made again only if absent, as the reconciler does:
-// in the end every instance exists once, and after the deletes no process
-// is left.
+// in the end every instance runs once, a copy whose create was cut short
+// is failed and removed as the leak collector removes it (never a second
+// running copy), and after the deletes no process is left.
 func TestKillDuringLaunches(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -268,12 +269,15 @@ func TestKillDuringLaunches(t *testing.T) {
 	spec := func(i int) *driver.Spec {
 		return &driver.Spec{Name: fmt.Sprintf("k%d", i), Kind: driver.KindProcess, Entrypoint: []string{"/bin/sleep", token}, Tags: tags}
 	}
-	launch := func(i int) error {
+	launchOne := func(i int) (*driver.Instance, error) {
 		op, err := h.Create(ctx, "", spec(i))
 		if err != nil {
-			return err
+			return nil, err
 		}
-		_, err = driver.Drive(ctx, op)
+		return driver.Drive(ctx, op)
+	}
+	launch := func(i int) error {
+		_, err := launchOne(i)
 		return err
 	}
 	// Half the launches start; once one has ended the plugin is killed
@@ -304,7 +308,9 @@ func TestKillDuringLaunches(t *testing.T) {
 	t.Logf("%d of %d launches failed with the plugin", failed, n)
 	waitRestart(t, h, old)
 	// Recover as the reconciler does: look each one up, make it if
-	// absent, replace it if its create was cut short.
+	// absent, replace it if its create was cut short. kept holds the id
+	// each name ends with, as its record would.
+	kept := map[string]bool{}
 	for i := range n {
 		for {
 			inst, err := h.Find(ctx, spec(i).Name)
@@ -320,13 +326,15 @@ func TestKillDuringLaunches(t *testing.T) {
 				continue
 			}
 			if err == nil {
+				kept[inst.ID] = true
 				break
 			}
 			if errors.Is(err, driver.ErrNotFound) {
-				err = launch(i)
-			}
-			if err == nil {
-				break
+				var made *driver.Instance
+				if made, err = launchOne(i); err == nil {
+					kept[made.ID] = true
+					break
+				}
 			}
 			if !errors.Is(err, driver.ErrRetryable) && !errors.Is(err, driver.ErrTimeout) && !errors.Is(err, driver.ErrAlreadyExists) {
 				t.Fatalf("recovering k%d: %v", i, err)
@@ -337,6 +345,29 @@ func TestKillDuringLaunches(t *testing.T) {
 	list, err := h.List(ctx, tags)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// A copy no name kept is what the leak collector removes: it must be
+	// one whose create was cut short, never a second running copy.
+	var leaks []*driver.Instance
+	list = slices.DeleteFunc(list, func(inst *driver.Instance) bool {
+		if kept[inst.ID] {
+			return false
+		}
+		leaks = append(leaks, inst)
+		return true
+	})
+	for _, inst := range leaks {
+		if inst.State != driver.StateFailed {
+			t.Errorf("%s (%s) is %s and no name kept it: a duplicate", inst.Name, inst.ID, inst.State)
+		}
+		t.Logf("%s (%s): %s: removed as a leak", inst.Name, inst.ID, inst.Message)
+		op, derr := h.Delete(ctx, inst.ID)
+		if derr == nil {
+			_, derr = driver.Drive(ctx, op)
+		}
+		if derr != nil && !errors.Is(derr, driver.ErrNotFound) {
+			t.Fatalf("deleting the leaked %s: %v", inst.Name, derr)
+		}
 	}
 	names := map[string]int{}
 	for _, inst := range list {
