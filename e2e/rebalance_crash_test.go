@@ -22,8 +22,17 @@ import (
 // instances the plane places there. The sim holds its instances in the
 // server's memory, so the restarted server finds its back-end empty: the
 // instances (restart policy always) are found lost and placed again, and
-// a copy the settling deletes must not be left running.
+// a copy the settling deletes must not be left running. The server is
+// killed once while a move's new copy is being created (the settling
+// undoes the move) and once after it ran (the move is finished).
 func TestRebalanceKillDuringApply(t *testing.T) {
+	t.Run("new copy stored", func(t *testing.T) { rebalanceKill(t, false) })
+	t.Run("new copy running", func(t *testing.T) { rebalanceKill(t, true) })
+}
+
+// rebalanceKill is TestRebalanceKillDuringApply, killing the server once a
+// move's new copy is stored, or, with copyRuns, once it runs.
+func rebalanceKill(t *testing.T, copyRuns bool) {
 	const nodes, total = 4, 8
 	dir := t.TempDir()
 	dataDir := filepath.Join(dir, "data")
@@ -92,7 +101,7 @@ func TestRebalanceKillDuringApply(t *testing.T) {
 		}
 		for _, m := range run.Moves {
 			for _, in := range list {
-				if m.New != "" && in.ID == m.New {
+				if m.New != "" && in.ID == m.New && (!copyRuns || in.Phase == "running") {
 					return true
 				}
 			}
@@ -118,6 +127,9 @@ func TestRebalanceKillDuringApply(t *testing.T) {
 		case control.MoveCreating, control.MoveDeleting:
 			t.Errorf("move of %s left %s", m.Instance, m.State)
 		}
+	}
+	if copyRuns && run.Moves[0].State != control.MoveDone {
+		t.Errorf("the first move, whose new copy ran, is %s, want %s", run.Moves[0].State, control.MoveDone)
 	}
 
 	// Settled: every instance the plane keeps runs, and the back-end runs
