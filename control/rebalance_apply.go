@@ -373,11 +373,10 @@ type RebalanceMetrics interface {
 	RebalanceEnded(state string, done, undone int)
 }
 
-// rebalanceLoop settles a run a previous plane left under way, then
-// carries out the runs ApplyRebalance hands it, and the continuous mode's
-// rounds, until ctx ends.
+// rebalanceLoop carries out the runs ApplyRebalance hands it, and the
+// continuous mode's rounds, until ctx ends (run settles a run a previous
+// plane left under way before it starts).
 func (s *state) rebalanceLoop(ctx context.Context) {
-	s.settleRun(ctx)
 	var tick <-chan time.Time
 	if every := s.cfg.Rebalance.Every; every > 0 {
 		t := time.NewTicker(every)

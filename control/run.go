@@ -185,6 +185,10 @@ func (s *state) run(ctx context.Context) error {
 		s.rtMu.Unlock()
 	}()
 
+	// A rebalance run the previous plane left under way is settled first:
+	// a move's new copy it undoes is deleted before the resume below could
+	// create it again.
+	s.settleRun(ctx)
 	// Resume interrupted work before the first listing, so that instances
 	// mid-create are looked up by tag rather than counted as leaks.
 	for _, in := range s.snapshot(func(in *rec) bool { return !in.Phase.Terminal() }) {

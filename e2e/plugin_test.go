@@ -75,7 +75,7 @@ func TestPluginSurvivesKill9(t *testing.T) {
 	}
 	mark := fmt.Sprintf("plugin-%d", time.Now().UnixNano())
 	t.Cleanup(func() {
-		killMarked("BERTH_CRASH", mark+"-")
+		killMarked("E2E_CRASH", mark+"-")
 		if pid := pluginPid(bin); pid != 0 {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
@@ -154,7 +154,7 @@ func TestPluginSurvivesKill9(t *testing.T) {
 				settled++
 			}
 		}
-		procs := marked("BERTH_CRASH", mark+"-")
+		procs := marked("E2E_CRASH", mark+"-")
 		match := len(procs) == len(running)
 		for v, pids := range procs {
 			match = match && len(pids) == 1 && running[v]
@@ -176,5 +176,5 @@ func TestPluginSurvivesKill9(t *testing.T) {
 			t.Fatalf("delete %s: %v", id, err)
 		}
 	}
-	waitFor(t, "every process to end", func() bool { return len(marked("BERTH_CRASH", mark+"-")) == 0 })
+	waitFor(t, "every process to end", func() bool { return len(marked("E2E_CRASH", mark+"-")) == 0 })
 }
