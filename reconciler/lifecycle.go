@@ -111,7 +111,8 @@ type Instance struct {
 	// is kept under /berth/requests/<id> for placing it again.
 	Request  string `json:"request,omitempty"`
 	Priority int    `json:"priority,omitempty"`
-	// Attempts counts failed create attempts (quota refusals excluded).
+	// Attempts counts failed create attempts (quota refusals and creates
+	// the provider refused without trying them excluded).
 	Attempts int `json:"attempts"`
 	// Incarnation counts the times the instance was placed again after its
 	// node or its back-end lost it; copies get distinct back-end names.
