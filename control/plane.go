@@ -195,7 +195,8 @@ type Instance struct {
 	// Request is the id of the request the instance came from.
 	Request  string `json:"request,omitempty"`
 	Priority int    `json:"priority,omitempty"`
-	// Attempts counts failed create attempts (quota refusals excluded).
+	// Attempts counts failed create attempts (quota refusals and creates
+	// the provider refused without trying them excluded).
 	Attempts int `json:"attempts"`
 	// Incarnation counts the times the instance was placed again after its
 	// node or its back-end lost it; each copy has a back-end name of its

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // The error vocabulary. Drivers wrap one of these with %w; callers test with
@@ -223,3 +224,32 @@ func (e *PartialListError) Missing(node string) bool {
 	}
 	return false
 }
+
+// NotAttemptedError is what a layer in front of the back-end (the
+// provider's circuit breaker) returns for a call it refused without passing
+// it on: nothing reached the back-end, and no call will before Until. It
+// matches ErrRetryable under errors.Is, so a caller that does not look for
+// it treats the call as a retryable failure, as before. A caller that finds
+// it with errors.As must not count the refusal as a failed attempt of the
+// request (the request was never tried): it waits until Until, says why
+// (Err), and tries again.
+type NotAttemptedError struct {
+	// Until is the earliest time a new call may get through.
+	Until time.Time
+	// Err says why the call was refused. It carries no kind of its own.
+	Err error
+}
+
+func (e *NotAttemptedError) Error() string {
+	msg := "retryable: not attempted"
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+// Is reports whether target is ErrRetryable.
+func (e *NotAttemptedError) Is(target error) bool { return target == ErrRetryable }
+
+// Unwrap returns the underlying error.
+func (e *NotAttemptedError) Unwrap() error { return e.Err }

@@ -296,18 +296,22 @@ func (p *Provider) outcome(ctx context.Context, err error) error {
 	return err
 }
 
-// breakerError explains why the breaker refused a call. It wraps
-// driver.ErrRetryable: nothing reached the back-end.
+// breakerError explains why the breaker refused a call. It is a
+// *driver.NotAttemptedError (which matches driver.ErrRetryable): nothing
+// reached the back-end, and nothing will before the breaker lets a call
+// through again.
 func (p *Provider) breakerError(op string, err error) error {
 	p.mu.Lock()
 	n, at, last := p.openedAfter, p.retryAt, p.lastErr
 	p.mu.Unlock()
 	if errors.Is(err, gobreaker.ErrTooManyRequests) {
-		return fmt.Errorf("provider %q: %s: %w: circuit breaker is half-open and its trial call is still running; try again shortly",
-			p.cfg.Name, op, driver.ErrRetryable)
+		// The trial call ends within CallTimeout, or sooner.
+		return &driver.NotAttemptedError{Until: time.Now().Add(min(p.cfg.CallTimeout, time.Second)), Err: fmt.Errorf(
+			"provider %q: %s: circuit breaker is half-open and its trial call is still running; try again shortly", p.cfg.Name, op)}
 	}
-	return fmt.Errorf("provider %q: %s: %w: circuit breaker is open after %d consecutive failures (last: %s); it lets a call through again at %s",
-		p.cfg.Name, op, driver.ErrRetryable, n, last, at.Format(time.RFC3339))
+	return &driver.NotAttemptedError{Until: at, Err: fmt.Errorf(
+		"provider %q: %s: circuit breaker is open after %d consecutive failures (last: %s); it lets a call through again at %s",
+		p.cfg.Name, op, n, last, at.Format(time.RFC3339))}
 }
 
 // breakerWait is how long an Operation refused by the breaker should wait.

@@ -24,6 +24,7 @@
 package reconciler
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -110,7 +111,8 @@ type Instance struct {
 	// is kept under /berth/requests/<id> for placing it again.
 	Request  string `json:"request,omitempty"`
 	Priority int    `json:"priority,omitempty"`
-	// Attempts counts failed create attempts (quota refusals excluded).
+	// Attempts counts failed create attempts (quota refusals and creates
+	// the provider refused without trying them excluded).
 	Attempts int `json:"attempts"`
 	// Incarnation counts the times the instance was placed again after its
 	// node or its back-end lost it; copies get distinct back-end names.
@@ -579,6 +581,9 @@ func (m Machine) creating(in *Instance, ev Event, now time.Time) []Action {
 		if ev.Instance != nil && ev.Instance.ID != "" {
 			in.BackendID = ev.Instance.ID
 		}
+		if acts, ok := m.notAttempted(in, ev.Err, now); ok {
+			return acts
+		}
 		if acts, ok := m.retryElsewhere(in, ev.Err, now); ok {
 			return acts
 		}
@@ -637,6 +642,23 @@ func (m Machine) launchFailed(in *Instance, err error, now time.Time) []Action {
 	}
 	in.Message = fmt.Sprintf("attempt %d failed, retrying: %s", in.Attempts, msg)
 	return m.requeue(in, now, mayExist, m.backoff(in.Attempts))
+}
+
+// notAttempted requeues the instance after a create the provider refused
+// without passing it on (a *driver.NotAttemptedError: its circuit breaker
+// is open): the request was never tried, so, like a quota refusal, it is
+// not counted. The instance waits in pending until the provider lets calls
+// through again (at least Backoff), its message saying why and until when.
+// ok is false when err is not such a refusal.
+func (m Machine) notAttempted(in *Instance, err error, now time.Time) (acts []Action, ok bool) {
+	na, ok := errors.AsType[*driver.NotAttemptedError](err)
+	if !ok {
+		return nil, false
+	}
+	wait := max(na.Until.Sub(now), m.backoff(1))
+	in.Message = fmt.Sprintf("waiting until %s, provider %s did not attempt the create: %v",
+		now.Add(wait).UTC().Format(time.RFC3339), in.Provider, err)
+	return m.requeue(in, now, in.BackendID != "", wait), true
 }
 
 // retryElsewhere requeues the instance after a retryable create failure

@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -25,7 +26,8 @@ import (
 // AT is the time since the start (a Go duration). EVENT is an EventKind;
 // its arguments are provider, node, id and state (the driver instance), err
 // (an error class: retryable, permanent, quota, capacity, timeout, invalid,
-// notfound, deletefailed), msg and until (a duration since the start). After
+// notfound, deletefailed, or notattempted: a *driver.NotAttemptedError whose
+// Until is the step's until), msg and until (a duration since the start). After
 // the arrow come the expected phase, the expected actions in order ("-" for
 // none; "create+adopt" is a create that looks up first; a wake is written
 // "wake"), and checks: attempts=N, backend=ID (or backend=- for none),
@@ -233,6 +235,7 @@ func parseScenarios(t *testing.T, file string) []*scenario {
 		}
 		st := scriptStep{line: n, at: at, ev: Event{Kind: EventKind(fields[1])}, checks: map[string]string{}}
 		var obs *driver.Instance
+		notAttempted := false
 		for k, v := range kv(fields[2:arrow], bad) {
 			switch k {
 			case "provider":
@@ -246,6 +249,10 @@ func parseScenarios(t *testing.T, file string) []*scenario {
 				obs = cond(obs)
 				obs.State = driver.State(v)
 			case "err":
+				if v == "notattempted" {
+					notAttempted = true
+					continue
+				}
 				cls, ok := errClasses[v]
 				if !ok {
 					bad("unknown error class %q", v)
@@ -264,6 +271,9 @@ func parseScenarios(t *testing.T, file string) []*scenario {
 			default:
 				bad("unknown event key %q", k)
 			}
+		}
+		if notAttempted {
+			st.ev.Err = &driver.NotAttemptedError{Until: st.ev.Until, Err: errors.New("scripted: circuit breaker is open")}
 		}
 		st.ev.Instance = obs
 		st.phase = Phase(fields[arrow+1])
