@@ -188,7 +188,7 @@ func TestErrors(t *testing.T) {
 		{"ports", driver.Spec{Kind: driver.KindVM, Image: "guest", Ports: []driver.Port{{ContainerPort: 80}}}, driver.ErrUnsupported, "ports"},
 		{"container", driver.Spec{Image: "guest"}, driver.ErrUnsupported, "kind"},
 		{"unknown flavor", driver.Spec{Kind: driver.KindVM, Image: "guest", Flavor: "huge"}, driver.ErrUnsupported, "flavor"},
-		{"host full", driver.Spec{Kind: driver.KindVM, Image: "guest", Resources: driver.Resources{Memory: 1 << 50}}, driver.ErrInsufficientCapacity, "node local"},
+		{"host full", driver.Spec{Kind: driver.KindVM, Image: "guest", Resources: driver.Resources{Memory: driver.Bytes(driver.RangeBytes.Max)}}, driver.ErrInsufficientCapacity, "node local"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
