@@ -227,11 +227,12 @@ func composeLife(t *testing.T, host, cfg, dir, project string) (fails, outs []st
 		}
 		fails, outs = append(fails, why), append(outs, out+errs)
 		if step[0] == "restart" && why == "" {
-			// Berth applies the engine's die and start events of a
-			// restart after the restart call has returned, so for a
-			// moment a restarted container can be listed as exited
-			// (a known fault); docker-compose down stops only the
-			// containers listed running and would leave it behind.
+			// A listing of the engine that Berth's sync took while the
+			// restart ran can be applied after the restart call has
+			// returned, so for up to a sync interval a restarted
+			// container can be listed as exited (a known fault);
+			// docker-compose down stops only the containers listed
+			// running and would leave it behind.
 			// The next step waits until every container is listed
 			// running again, against the engine as against Berth.
 			waitProjectRunning(t, host, cfg, project)
