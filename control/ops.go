@@ -287,7 +287,9 @@ func (s *state) restart(ctx context.Context, ref string, grace time.Duration) er
 	if err := p.Restart(ctx, in.BackendID, grace); err != nil {
 		return err
 	}
-	if in.Phase == reconciler.Stopped || in.Phase == reconciler.Exited {
+	if in.Phase == reconciler.Stopped || in.Phase == reconciler.Exited || in.Phase == reconciler.Running {
+		// Recorded for a running one too: a listing taken while the
+		// restart ran is older than the record, and sync passes over it.
 		_, _, err = s.apply(context.WithoutCancel(ctx), in.ID, reconciler.Event{Kind: reconciler.StartDone})
 	}
 	return err

@@ -238,6 +238,15 @@ func (s *state) syncInstances(ctx context.Context, rt *runtime, p *provider.Prov
 	}
 	for _, l := range changed {
 		id, f := l.id, l.f
+		s.mu.RLock()
+		cur := s.recs.get(id)
+		s.mu.RUnlock()
+		if cur != nil && cur.Updated().After(listedAt) {
+			// A verb changed the record while the listing ran (a
+			// restart, a stop): what the listing shows may be older
+			// than the record, and the next listing tells.
+			continue
+		}
 		if _, _, err := s.apply(ctx, id, reconciler.Event{Kind: reconciler.Observed, Instance: f}); err != nil && ctx.Err() == nil {
 			s.log.Warn("observe", "instance", id, "err", err)
 		}

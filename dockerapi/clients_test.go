@@ -186,29 +186,6 @@ func compose(t *testing.T, host, cfg, dir string, args ...string) (string, strin
 	return out.String(), errb.String(), code
 }
 
-// waitProjectRunning waits until every container of the Compose project
-// is listed running on host, for a minute at most.
-func waitProjectRunning(t *testing.T, host, cfg, project string) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		cmd := exec.CommandContext(ctx, "docker", "ps", "-a", "--filter", "label=com.docker.compose.project="+project, "--format", "{{.State}}")
-		cmd.Env = append(cleanEnv(), "DOCKER_HOST="+host, "DOCKER_CONFIG="+cfg)
-		out, err := cmd.Output()
-		cancel()
-		states := strings.Fields(string(out))
-		if err == nil && len(states) > 0 && !slices.ContainsFunc(states, func(s string) bool { return s != "running" }) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("project %s: containers %q (%v), want all running", project, states, err)
-			return
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
 // composeSteps is a Compose project's everyday life, in order; down last.
 var composeSteps = [][]string{
 	{"up", "-d"}, {"ps"}, {"logs", "--no-color"}, {"up", "-d", "--scale", "web=2"},
@@ -226,17 +203,6 @@ func composeLife(t *testing.T, host, cfg, dir, project string) (fails, outs []st
 			why = fmt.Sprintf("exit %d: %s", code, strings.TrimSpace(errs))
 		}
 		fails, outs = append(fails, why), append(outs, out+errs)
-		if step[0] == "restart" && why == "" {
-			// A listing of the engine that Berth's sync took while the
-			// restart ran can be applied after the restart call has
-			// returned, so for up to a sync interval a restarted
-			// container can be listed as exited (a known fault);
-			// docker-compose down stops only the containers listed
-			// running and would leave it behind.
-			// The next step waits until every container is listed
-			// running again, against the engine as against Berth.
-			waitProjectRunning(t, host, cfg, project)
-		}
 	}
 	if fails[len(fails)-1] != "" {
 		// Leave nothing behind.

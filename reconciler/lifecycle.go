@@ -739,6 +739,7 @@ func (m Machine) live(in *Instance, ev Event, now time.Time) []Action {
 		return m.nodeOffline(in, ev, now)
 	case StartDone:
 		in.Phase, in.Message = Running, ""
+		in.Observed = seenAs(in.Observed, driver.StateRunning)
 	case StartFailed:
 		in.Message = fmt.Sprint("start failed: ", ev.Err)
 	case SuspendDone:
