@@ -232,7 +232,7 @@ func TestRolesAndTenants(t *testing.T) {
 		if strings.Contains(fmt.Sprint(ev.Instance.Spec), secret) {
 			t.Errorf("an event holds a secret")
 		}
-		if ev.Instance.ID == "alices-2" {
+		if ev.Instance.Name == "alices-2" {
 			cancel()
 		}
 	})
@@ -242,6 +242,73 @@ func TestRolesAndTenants(t *testing.T) {
 	for _, o := range seen {
 		if o != "alice" {
 			t.Errorf("alice's event stream shows an instance of %q", o)
+		}
+	}
+}
+
+// TestIDsPerNamespace: alice and bob may choose the same request and group
+// ids; each answer names only the caller's own objects, each finds its
+// own by the id it chose, and a repeated id is refused naming only the
+// caller's own request.
+func TestIDsPerNamespace(t *testing.T) {
+	e := apitest.Start(t, memory.New(memory.Options{}), map[string]any{"nodes": 2}, api.Options{})
+	ctx := context.Background()
+	alice := e.NewToken(t, "alice", auth.RoleOperator, "alice")
+	bob := e.NewToken(t, "bob", auth.RoleOperator, "bob")
+	ac, bc := e.Client(t, alice), e.Client(t, bob)
+
+	a, err := ac.Submit(ctx, scheduler.Request{ID: "web", Spec: driver.Spec{Image: "x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := bc.Submit(ctx, scheduler.Request{ID: "web", Spec: driver.Spec{Image: "x"}})
+	if err != nil {
+		t.Fatalf("bob choosing the id alice chose: %v", err)
+	}
+	if a.Request == b.Request || strings.Contains(b.Request, "alice") || strings.Contains(a.Request, "bob") {
+		t.Fatalf("requests %q and %q", a.Request, b.Request)
+	}
+	for _, c := range []struct {
+		cl    *client.Client
+		owner string
+	}{{ac, "alice"}, {bc, "bob"}} {
+		in, err := c.cl.Instance(ctx, "web")
+		if err != nil || in.Owner != c.owner || in.Name != "web" {
+			t.Errorf("%s's instance web: %+v %v", c.owner, in, err)
+		}
+	}
+	// The same id again: refused, naming the caller's request only.
+	status, eb := send(t, e, "POST", "/v1/requests", `{"id": "web", "image": "x"}`, bearer(bob))
+	if status != http.StatusConflict || strings.Contains(eb.Error.Message, "alice") || !strings.Contains(eb.Error.Message, b.Request) {
+		t.Errorf("bob's repeated id: %d %+v, want 409 naming %s only", status, eb, b.Request)
+	}
+	// NAMESPACE_ID is the form of the namespaces' ids: an admin may not
+	// choose one of another namespace's.
+	if status, eb := send(t, e, "POST", "/v1/requests", `{"id": "alice_web", "image": "x"}`, bearer(e.Token)); status != http.StatusBadRequest || eb.Error.Field != "id" {
+		t.Errorf("an id of alice's in the default namespace: %d %+v, want 400 naming id", status, eb)
+	}
+
+	// Groups: the same.
+	g := `{"id": "shop", "services": [{"name": "db", "image": "x"}]}`
+	for _, tok := range []string{alice, bob} {
+		if status, eb := send(t, e, "POST", "/v1/groups", g, bearer(tok)); status != http.StatusCreated {
+			t.Fatalf("group shop: %d %+v", status, eb)
+		}
+	}
+	for _, c := range []struct {
+		tok, owner string
+	}{{alice, "alice"}, {bob, "bob"}} {
+		req, _ := http.NewRequest("GET", e.HTTP.URL+"/v1/groups/shop", nil)
+		req.Header.Set("Authorization", "Bearer "+c.tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st control.GroupStatus
+		err = json.NewDecoder(resp.Body).Decode(&st)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || err != nil || !strings.HasPrefix(st.ID, c.owner+"_") {
+			t.Errorf("%s's group shop: %d %+v %v", c.owner, resp.StatusCode, st, err)
 		}
 	}
 }

@@ -362,6 +362,15 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) error {
 	if err := s.decodeRequest(w, r, &req); err != nil {
 		return err
 	}
+	if req.ID != "" {
+		chosen := req.ID
+		if req.ID, err = control.ChosenID(caller(r), ns, chosen, "id"); err != nil {
+			return err
+		}
+		if req.Name == "" && req.ID != chosen {
+			req.Name = chosen // the instances are named as the client named the request
+		}
+	}
 	ans, err := s.plane.Submit(r.Context(), req, ns)
 	if err != nil {
 		return err
@@ -382,6 +391,9 @@ func (s *Server) submitGroup(w http.ResponseWriter, r *http.Request) error {
 	if err := g.Validate(); err != nil {
 		return err
 	}
+	if g.ID, err = control.ChosenID(caller(r), ns, g.ID, "id"); err != nil {
+		return err
+	}
 	total := 0
 	for _, svc := range g.Services {
 		total += svc.N()
@@ -400,12 +412,20 @@ func (s *Server) submitGroup(w http.ResponseWriter, r *http.Request) error {
 func (s *Server) group(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
 	if c := caller(r); !c.All() {
-		// A group is seen by those who see its instances.
-		members, err := s.plane.Instances(r.Context(), control.Filter{Group: id, All: true, Limit: 1})
-		if err != nil {
-			return err
+		// A group is seen by those who see its instances; its id is the
+		// stored one or the one chosen in one of the caller's namespaces.
+		seen := false
+		for _, cand := range append([]string{id}, chosenIDs(c, id)...) {
+			members, err := s.plane.Instances(r.Context(), control.Filter{Group: cand, All: true, Limit: 1})
+			if err != nil {
+				return err
+			}
+			if len(members) > 0 && c.Authorize(auth.Read, members[0].Owner) == nil {
+				id, seen = cand, true
+				break
+			}
 		}
-		if len(members) == 0 || c.Authorize(auth.Read, members[0].Owner) != nil {
+		if !seen {
 			return driver.Errorf(driver.ErrNotFound, "group %q", id)
 		}
 	}
@@ -414,6 +434,18 @@ func (s *Server) group(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	return writeJSON(w, http.StatusOK, st)
+}
+
+// chosenIDs is what id is stored as when c chooses it in each of its
+// namespaces (control.ChosenID), those that differ from id.
+func chosenIDs(c auth.Identity, id string) []string {
+	var out []string
+	for _, ns := range c.Namespaces {
+		if q, err := control.ChosenID(c, ns, id, "id"); err == nil && q != id {
+			out = append(out, q)
+		}
+	}
+	return out
 }
 
 func (s *Server) plan(w http.ResponseWriter, r *http.Request) error {

@@ -111,7 +111,9 @@ func translate(p *types.Project) (*Project, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := scheduler.Group{ID: scheduler.NewGroupID(p.Name)}
+	// A project name may hold a '_', which ids keep for their namespace
+	// (control.ChosenID).
+	g := scheduler.Group{ID: scheduler.NewGroupID(strings.ReplaceAll(p.Name, "_", "-"))}
 	var es driver.FieldErrors
 	for _, name := range slices.Sorted(maps.Keys(p.Services)) {
 		svc := p.Services[name]

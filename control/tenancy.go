@@ -138,3 +138,34 @@ func (s *state) checkSubmitted(ctx context.Context, spec *driver.Spec, owner, pr
 	}
 	return s.checkRunAs(ctx, spec, owner, prefix)
 }
+
+// ChosenID is the id under which a request or group id chosen by caller
+// in namespace ns is stored, so that two namespaces may choose the same
+// id and no answer reveals another namespace's. A caller who sees every
+// namespace (an admin) keeps its id; anyone else's is stored as
+// ns+"_"+id (an id that carries its namespace so already is kept). Ids
+// kept as chosen take no '_' in their first part (up to the first '.')
+// but after the namespace they are submitted to: namespaces are DNS
+// labels, so the ids of two namespaces never meet, and a tenant's 409 is
+// only ever about its own. Ids Berth makes itself (random ones) are
+// stored as they are. The errors name path.
+func ChosenID(caller auth.Identity, ns, id, path string) (string, error) {
+	if !idRE.MatchString(id) {
+		return "", &driver.FieldError{Path: path, Reason: fmt.Sprintf("%q: use 1 to 48 letters, digits, '_', '.' or '-', starting with a letter or digit", id)}
+	}
+	own := strings.HasPrefix(id, ns+"_")
+	if caller.All() {
+		if first, _, _ := strings.Cut(id, "."); strings.Contains(first, "_") && !own {
+			return "", &driver.FieldError{Path: path, Reason: fmt.Sprintf("%q: NAMESPACE_ID is the form of other namespaces' ids; in namespace %s an id takes no '_' before its first '.' but after %s_", id, ns, ns)}
+		}
+		return id, nil
+	}
+	if own {
+		return id, nil
+	}
+	q := ns + "_" + id
+	if !idRE.MatchString(q) {
+		return "", &driver.FieldError{Path: path, Reason: fmt.Sprintf("%q: stored as %q in namespace %s, longer than 48 characters: choose a shorter id", id, q, ns)}
+	}
+	return q, nil
+}

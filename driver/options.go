@@ -18,7 +18,12 @@ type Option struct {
 	Name    string `json:"name"`
 	Type    string `json:"type"` // string, bool, int, float, duration, list, map, size, cpus or json
 	Default string `json:"default,omitempty"`
-	Help    string `json:"help,omitempty"`
+	// Range is the values a number may take, both ends included, as
+	// "min,max" in the option's own notation ("1ms,1h", "1,1024"): the
+	// field's `range` tag, which every numeric option declares. Decode
+	// refuses a value outside it, naming the option.
+	Range string `json:"range,omitempty"`
+	Help  string `json:"help,omitempty"`
 }
 
 // FlagName returns the command-line flag (without dashes in front) that sets
@@ -41,6 +46,7 @@ type optionField struct {
 	index []int
 	typ   reflect.Type
 	help  string
+	rng   string // the range tag, "min,max"
 }
 
 func optionFields(t reflect.Type) []optionField {
@@ -50,7 +56,7 @@ func optionFields(t reflect.Type) []optionField {
 		if !ok || !f.IsExported() {
 			continue
 		}
-		out = append(out, optionField{name: name, index: f.Index, typ: f.Type, help: f.Tag.Get("help")})
+		out = append(out, optionField{name: name, index: f.Index, typ: f.Type, help: f.Tag.Get("help"), rng: f.Tag.Get("range")})
 	}
 	slices.SortFunc(out, func(a, b optionField) int { return strings.Compare(a.name, b.name) })
 	return out
@@ -91,7 +97,7 @@ func optionsOf(v any) []Option {
 	rv := reflect.ValueOf(v).Elem()
 	var out []Option
 	for _, f := range optionFields(rv.Type()) {
-		out = append(out, Option{Name: f.name, Type: typeName(f.typ), Default: formatDefault(rv.FieldByIndex(f.index)), Help: f.help})
+		out = append(out, Option{Name: f.name, Type: typeName(f.typ), Default: formatDefault(rv.FieldByIndex(f.index)), Range: f.rng, Help: f.help})
 	}
 	return out
 }
@@ -138,6 +144,99 @@ func decodeOptions(dst any, raw map[string]any) error {
 		}
 	}
 	return es.Err()
+}
+
+// CheckRanges returns an error for each numeric option of the options
+// struct opts points to whose value is outside its declared range (the
+// field's `range` tag), naming the option. Definition.Decode checks them
+// before the options' Validate; a Validate that constructors call
+// directly starts with them.
+func CheckRanges(opts any) FieldErrors {
+	rv := reflect.ValueOf(opts).Elem()
+	var es FieldErrors
+	for _, f := range optionFields(rv.Type()) {
+		if err := f.checkRange(rv.FieldByIndex(f.index)); err != nil {
+			es.Add(f.name, "%s", err)
+		}
+	}
+	return es
+}
+
+// numeric reports whether options of type t are numbers, which declare a
+// range.
+func numeric(t reflect.Type) bool {
+	switch typeName(t) {
+	case "int", "float", "duration", "cpus", "size":
+		return true
+	}
+	return false
+}
+
+// bounds parses f's range tag in the notation of f's type. It panics on a
+// tag that does not parse: a declaration the driver's tests find.
+func (f optionField) bounds() (lo, hi reflect.Value, ok bool) {
+	if f.rng == "" {
+		return reflect.Value{}, reflect.Value{}, false
+	}
+	a, b, found := strings.Cut(f.rng, ",")
+	lp, hp := reflect.New(f.typ), reflect.New(f.typ)
+	if !found || parseText(lp, strings.TrimSpace(a)) != nil || parseText(hp, strings.TrimSpace(b)) != nil {
+		panic(fmt.Sprintf("driver: option %s: range tag %q: want \"min,max\" of %s", f.name, f.rng, typeName(f.typ)))
+	}
+	return lp.Elem(), hp.Elem(), true
+}
+
+// checkRange returns an error when v, of f's field, is outside f's range.
+func (f optionField) checkRange(v reflect.Value) error {
+	lo, hi, ok := f.bounds()
+	if !ok {
+		return nil
+	}
+	var out bool
+	switch v.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		out = v.Int() < lo.Int() || v.Int() > hi.Int()
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		out = v.Uint() < lo.Uint() || v.Uint() > hi.Uint()
+	case reflect.Float32, reflect.Float64:
+		out = !(v.Float() >= lo.Float() && v.Float() <= hi.Float())
+	default:
+		panic(fmt.Sprintf("driver: option %s: a range on %s", f.name, f.typ))
+	}
+	if out {
+		return fmt.Errorf("%v is out of range [%v, %v]", v.Interface(), lo.Interface(), hi.Interface())
+	}
+	return nil
+}
+
+// CheckOptionRanges reports the numeric options of the options struct v
+// points to that declare no range, or whose range does not parse or does
+// not hold the default: what a driver's test asserts is empty.
+func CheckOptionRanges(v any) (problems []string) {
+	rv := reflect.ValueOf(v).Elem()
+	for _, f := range optionFields(rv.Type()) {
+		if !numeric(f.typ) {
+			if f.rng != "" {
+				problems = append(problems, fmt.Sprintf("%s: a range on a %s", f.name, typeName(f.typ)))
+			}
+			continue
+		}
+		if f.rng == "" {
+			problems = append(problems, f.name+": no range tag")
+			continue
+		}
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					problems = append(problems, fmt.Sprint(r))
+				}
+			}()
+			if err := f.checkRange(rv.FieldByIndex(f.index)); err != nil {
+				problems = append(problems, fmt.Sprintf("%s: the default %v", f.name, err))
+			}
+		}()
+	}
+	return problems
 }
 
 func setOption(field reflect.Value, val any) error {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/driver/drivertest"
 )
 
 type allOpts struct {
@@ -139,5 +140,48 @@ func TestOptionErrors(t *testing.T) {
 	var fes driver.FieldErrors
 	if !errors.As(err, &fes) || len(fes) != 3 || fes[0].Path != "aa" || fes[1].Path != "count" || fes[2].Path != "zz" {
 		t.Errorf("several bad keys: %v, want three field errors in key order", err)
+	}
+}
+
+type rangedOptions struct {
+	Workers int           `option:"workers" range:"1,8"`
+	Grace   time.Duration `option:"grace" range:"0s,1m"`
+	Ratio   float64       `option:"ratio" range:"0,1"`
+	Bare    int           `option:"bare"`
+}
+
+// TestOptionRanges: a value outside a declared range is refused naming the
+// option, whether set or left at a default; a number without a range is
+// reported.
+func TestOptionRanges(t *testing.T) {
+	def := driver.Define("ranged", "test", func() *rangedOptions { return &rangedOptions{Workers: 2, Ratio: 0.5} },
+		func(context.Context, *rangedOptions, driver.Env) (driver.Driver, error) { return nil, nil })
+	for _, c := range []struct {
+		raw   map[string]any
+		field string
+	}{
+		{map[string]any{"workers": 9}, "workers"},
+		{map[string]any{"workers": "0"}, "workers"},
+		{map[string]any{"grace": "-1ns"}, "grace"},
+		{map[string]any{"grace": "61s"}, "grace"},
+		{map[string]any{"ratio": 1.5}, "ratio"},
+	} {
+		if _, err := def.Decode(c.raw); !drivertest.HasField(err, c.field) {
+			t.Errorf("%v: %v, want an error naming %s", c.raw, err, c.field)
+		}
+	}
+	if _, err := def.Decode(map[string]any{"workers": 8, "grace": "1m", "ratio": 0}); err != nil {
+		t.Errorf("the ends of the ranges: %v", err)
+	}
+	bad := driver.Define("ranged", "test", func() *rangedOptions { return &rangedOptions{Workers: 0} },
+		func(context.Context, *rangedOptions, driver.Env) (driver.Driver, error) { return nil, nil })
+	if _, err := bad.Decode(nil); !drivertest.HasField(err, "workers") {
+		t.Errorf("a default out of its range: %v, want an error naming workers", err)
+	}
+	if got := driver.CheckOptionRanges(&rangedOptions{Workers: 2}); len(got) != 1 || !strings.HasPrefix(got[0], "bare:") {
+		t.Errorf("CheckOptionRanges: %q, want bare reported", got)
+	}
+	if o := def.Options(); o[3].Name != "workers" || o[3].Range != "1,8" {
+		t.Errorf("options: %+v", o)
 	}
 }

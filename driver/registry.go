@@ -83,6 +83,11 @@ func (d Definition) Decode(raw map[string]any) (any, error) {
 	if err := decodeOptions(opts, raw); err != nil {
 		return nil, fmt.Errorf("driver %q: %w", d.Name, err)
 	}
+	// Every number, set or default: a default out of its range is the
+	// driver's bug, found at the first Decode.
+	if err := CheckRanges(opts).Err(); err != nil {
+		return nil, fmt.Errorf("driver %q: %w", d.Name, err)
+	}
 	if v, ok := opts.(Validator); ok {
 		if err := v.Validate(); err != nil {
 			return nil, fmt.Errorf("driver %q: %w", d.Name, err)

@@ -117,6 +117,10 @@ goroutine's stack to the log.`,
 		if help == "" {
 			help = df.Option.Type
 		}
+		if df.Option.Range != "" {
+			lo, hi, _ := strings.Cut(df.Option.Range, ",")
+			help += " (" + lo + " to " + hi + ")"
+		}
 		if df.Option.Default != "" {
 			help += " (default " + df.Option.Default + ")"
 		}

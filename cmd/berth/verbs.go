@@ -1223,9 +1223,9 @@ func driversCmd(c *cli) *cobra.Command {
 				} else {
 					fmt.Fprintf(c.stdout, "%s: %s\n", d.Name, d.Summary)
 				}
-				tw := table(c.stdout, "  OPTION", "TYPE", "DEFAULT", "FLAG", "HELP")
+				tw := table(c.stdout, "  OPTION", "TYPE", "DEFAULT", "RANGE", "FLAG", "HELP")
 				for _, o := range d.Options {
-					row(tw, "  "+o.Name, o.Type, o.Default, flag(o), o.Help)
+					row(tw, "  "+o.Name, o.Type, o.Default, o.Range, flag(o), o.Help)
 				}
 				if err := tw.Flush(); err != nil {
 					return err

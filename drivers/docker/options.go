@@ -23,23 +23,23 @@ type Options struct {
 	Host    string         `option:"host" help:"shorthand for a single engine named \"local\" at this address (unix:///path or tcp://host:port); used when engines is empty"`
 
 	APIVersion   string        `option:"api_version" help:"fix the Engine API version (e.g. 1.41) instead of negotiating it with each engine"`
-	CallTimeout  time.Duration `option:"call_timeout" help:"the longest a single Engine API call may take"`
-	PollInterval time.Duration `option:"poll_interval" help:"how often an online engine is checked"`
-	BackoffMin   time.Duration `option:"backoff_min" help:"first retry delay for an engine that stopped answering"`
-	BackoffMax   time.Duration `option:"backoff_max" help:"longest retry delay for an offline engine"`
-	StopGrace    time.Duration `option:"stop_grace" help:"how long Delete waits after SIGTERM before killing the container"`
+	CallTimeout  time.Duration `option:"call_timeout" range:"1ms,1h" help:"the longest a single Engine API call may take"`
+	PollInterval time.Duration `option:"poll_interval" range:"1ms,1h" help:"how often an online engine is checked"`
+	BackoffMin   time.Duration `option:"backoff_min" range:"1ms,1h" help:"first retry delay for an engine that stopped answering"`
+	BackoffMax   time.Duration `option:"backoff_max" range:"1ms,1h" help:"longest retry delay for an offline engine"`
+	StopGrace    time.Duration `option:"stop_grace" range:"0s,1h" help:"how long Delete waits after SIGTERM before killing the container"`
 	// MaxInFlight bounds the container changes (create, start, stop,
 	// remove, and what a create does between them) sent to one engine at
 	// once. The engine performs starts largely one after another: a start
 	// it has queued past call_timeout would be undone and made again,
 	// while one waiting here has not started its call_timeout.
-	MaxInFlight  int    `option:"max_in_flight" help:"the most container changes (create, start, stop, remove) in flight on one engine at once; more wait their turn in Berth, before their call_timeout starts"`
+	MaxInFlight  int    `option:"max_in_flight" range:"1,1024" help:"the most container changes (create, start, stop, remove) in flight on one engine at once; more wait their turn in Berth, before their call_timeout starts"`
 	Network      string `option:"network" help:"network for containers whose spec names neither a network mode nor networks (engine default when empty)"`
 	UserDataPath string `option:"user_data_path" help:"file in the container that receives the spec's user data"`
 	Pull         bool   `option:"pull" help:"let Preload try the registry before copying an image from another engine"`
 	// UsageInterval is how often each online engine's use is measured for
 	// Node.InUse: one stats call per running Berth container.
-	UsageInterval time.Duration `option:"usage_interval" help:"how often each engine's in-use cpus and memory are measured (one stats call per running Berth container); 0 turns it off"`
+	UsageInterval time.Duration `option:"usage_interval" range:"0s,1h" help:"how often each engine's in-use cpus and memory are measured (one stats call per running Berth container); 0 turns it off"`
 }
 
 // EngineConfig is one Docker Engine, which Berth shows as one node.
@@ -111,7 +111,7 @@ func (o *Options) Validate() error {
 // configuration of each of o.Engines (nil where an engine has no tls), so
 // that the files are read once.
 func (o *Options) check() ([]*tls.Config, error) {
-	var es driver.FieldErrors
+	es := driver.CheckRanges(o)
 	tlsConfigs := make([]*tls.Config, len(o.Engines))
 	if len(o.Engines) > 0 && o.Host != "" {
 		es.Add("host", "set either host or engines, not both")
@@ -124,25 +124,8 @@ func (o *Options) check() ([]*tls.Config, error) {
 	if o.APIVersion != "" && !apiVersionRE.MatchString(o.APIVersion) {
 		es.Add("api_version", "%q: want a version such as 1.41", o.APIVersion)
 	}
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{{"call_timeout", o.CallTimeout}, {"poll_interval", o.PollInterval}, {"backoff_min", o.BackoffMin}, {"backoff_max", o.BackoffMax}} {
-		if d.v < time.Millisecond || d.v > time.Hour {
-			es.Add(d.name, "%s: want 1ms to 1h", d.v)
-		}
-	}
 	if o.UsageInterval > 0 && o.UsageInterval < 100*time.Millisecond {
 		es.Add("usage_interval", "%s: want 0 (off) or at least 100ms: each round asks every engine for every container's stats", o.UsageInterval)
-	}
-	if o.MaxInFlight < 1 || o.MaxInFlight > 1024 {
-		es.Add("max_in_flight", "%d: want 1 to 1024", o.MaxInFlight)
-	}
-	if o.StopGrace < 0 {
-		es.Add("stop_grace", "%s: must not be negative", o.StopGrace)
-	}
-	if o.UsageInterval < 0 {
-		es.Add("usage_interval", "%s: must not be negative (0 turns the measurement off)", o.UsageInterval)
 	}
 	if o.BackoffMax < o.BackoffMin {
 		es.Add("backoff_max", "%s is shorter than backoff_min %s", o.BackoffMax, o.BackoffMin)

@@ -17,16 +17,16 @@ type Options struct {
 	Kubeconfig   string            `option:"kubeconfig" help:"path of a kubeconfig file; empty: the in-cluster configuration (a pod's service account), or $KUBECONFIG when not in a cluster"`
 	Context      string            `option:"context" help:"the kubeconfig context to use (default: its current context)"`
 	Namespace    string            `option:"namespace" help:"the namespace Berth's pods, config maps and secrets live in"`
-	QPS          float64           `option:"qps" help:"requests per second to the API server, sustained"`
-	Burst        int               `option:"burst" help:"requests to the API server in a burst above qps"`
+	QPS          float64           `option:"qps" range:"0.01,100000" help:"requests per second to the API server, sustained"`
+	Burst        int               `option:"burst" range:"1,100000" help:"requests to the API server in a burst above qps"`
 	NodeSelector string            `option:"node_selector" help:"a label selector (e.g. pool=berth,!gpu): only the nodes it matches are Berth's nodes"`
 	Bind         bool              `option:"bind" help:"Berth binds each pod to the node it chose (the binding subresource); false leaves placement to the cluster's scheduler, the chosen node a preference, and reports where the pod went"`
 	Scheduler    string            `option:"scheduler_name" help:"the pod's schedulerName when bind is true: one no scheduler of the cluster answers to, so that only Berth binds the pod"`
 	Logs         bool              `option:"logs" help:"read instance output through pods/log; turn it off where nodes run no kubelet that serves logs (simulated nodes)"`
-	StopGrace    time.Duration     `option:"stop_grace" help:"the pod's termination grace period: how long a delete waits after SIGTERM before the kubelet kills it"`
-	ForceAfter   time.Duration     `option:"force_after" help:"how long past its grace period a deleted pod may stay (its node gone, its kubelet silent) before Delete removes it by force"`
-	CallTimeout  time.Duration     `option:"call_timeout" help:"the longest a single API request may take"`
-	SyncTimeout  time.Duration     `option:"sync_timeout" help:"how long Open waits for the first listing of nodes and pods"`
+	StopGrace    time.Duration     `option:"stop_grace" range:"0s,24h" help:"the pod's termination grace period: how long a delete waits after SIGTERM before the kubelet kills it"`
+	ForceAfter   time.Duration     `option:"force_after" range:"1ms,24h" help:"how long past its grace period a deleted pod may stay (its node gone, its kubelet silent) before Delete removes it by force"`
+	CallTimeout  time.Duration     `option:"call_timeout" range:"1ms,1h" help:"the longest a single API request may take"`
+	SyncTimeout  time.Duration     `option:"sync_timeout" range:"1ms,1h" help:"how long Open waits for the first listing of nodes and pods"`
 	UserDataPath string            `option:"user_data_path" help:"file in the container that receives the spec's user data (from a secret)"`
 	PodLabels    map[string]string `option:"pod_labels" help:"labels added to every pod Berth creates (k=v,k2=v2)"`
 }
@@ -49,7 +49,7 @@ func defaultOptions() *Options {
 
 // Validate checks what types cannot; every error names its key.
 func (o *Options) Validate() error {
-	var es driver.FieldErrors
+	es := driver.CheckRanges(o)
 	if o.Kubeconfig != "" {
 		if fi, err := os.Stat(o.Kubeconfig); err != nil {
 			es.Add("kubeconfig", "%v", err)
@@ -60,12 +60,6 @@ func (o *Options) Validate() error {
 	if errs := validation.IsDNS1123Label(o.Namespace); len(errs) > 0 {
 		es.Add("namespace", "%q: %s", o.Namespace, errs[0])
 	}
-	if o.QPS <= 0 {
-		es.Add("qps", "%g: must be positive", o.QPS)
-	}
-	if o.Burst < 1 {
-		es.Add("burst", "%d: must be at least 1", o.Burst)
-	}
 	if _, err := labels.Parse(o.NodeSelector); err != nil {
 		es.Add("node_selector", "%v", err)
 	}
@@ -73,18 +67,6 @@ func (o *Options) Validate() error {
 		if errs := validation.IsDNS1123Subdomain(o.Scheduler); len(errs) > 0 {
 			es.Add("scheduler_name", "%q: %s", o.Scheduler, errs[0])
 		}
-	}
-	if o.StopGrace < 0 {
-		es.Add("stop_grace", "%s: must not be negative", o.StopGrace)
-	}
-	if o.ForceAfter <= 0 {
-		es.Add("force_after", "%s: must be positive", o.ForceAfter)
-	}
-	if o.CallTimeout <= 0 {
-		es.Add("call_timeout", "%s: must be positive", o.CallTimeout)
-	}
-	if o.SyncTimeout <= 0 {
-		es.Add("sync_timeout", "%s: must be positive", o.SyncTimeout)
 	}
 	if !path.IsAbs(o.UserDataPath) || path.Clean(o.UserDataPath) != o.UserDataPath || o.UserDataPath == "/" {
 		es.Add("user_data_path", "%q: must be a clean absolute file path", o.UserDataPath)

@@ -29,9 +29,9 @@ type Options struct {
 	NodeName     string            `option:"node_name" help:"name of the one node; default the host name"`
 	Address      string            `option:"address" help:"address at which the node's processes are reached"`
 	Labels       map[string]string `option:"labels" help:"labels of the node, matched by placement constraints"`
-	StopGrace    time.Duration     `option:"stop_grace" help:"time between SIGTERM and SIGKILL when Delete stops a process"`
+	StopGrace    time.Duration     `option:"stop_grace" range:"0s,1h" help:"time between SIGTERM and SIGKILL when Delete stops a process"`
 	CgroupRoot   string            `option:"cgroup_root" help:"mount point of the cgroup file system used for cpu and memory limits; empty disables limits"`
-	PollInterval time.Duration     `option:"poll_interval" help:"how often Watch and log follow look at /proc and the log files"`
+	PollInterval time.Duration     `option:"poll_interval" range:"5ms,1h" help:"how often Watch and log follow look at /proc and the log files"`
 	AllowRoot    bool              `option:"allow_root" help:"run processes as root: a spec naming root, or naming no user while the server runs as root and no default_user is set; refused otherwise"`
 	DefaultUser  string            `option:"default_user" help:"the unprivileged user (name or id) a process runs as when its spec names none and the server runs as root; empty: such a spec runs as root with allow_root, else is refused"`
 }
@@ -48,13 +48,7 @@ func DefaultOptions() *Options {
 
 // Validate checks the options beyond their types.
 func (o *Options) Validate() error {
-	var es driver.FieldErrors
-	if o.StopGrace < 0 {
-		es = append(es, &driver.FieldError{Path: "stop_grace", Reason: "must not be negative"})
-	}
-	if o.PollInterval < 5*time.Millisecond || o.PollInterval > time.Hour {
-		es = append(es, &driver.FieldError{Path: "poll_interval", Reason: fmt.Sprintf("%s: want 5ms to 1h", o.PollInterval)})
-	}
+	es := driver.CheckRanges(o)
 	for k := range o.Labels {
 		if k == "" {
 			es = append(es, &driver.FieldError{Path: "labels", Reason: "empty key"})

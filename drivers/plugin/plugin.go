@@ -39,7 +39,7 @@ type Options struct {
 	Path       string         `option:"path" help:"the plugin binary, an absolute path (required)"`
 	SHA256     string         `option:"sha256" help:"the binary's SHA-256 in hex (required); a binary that does not match is refused, at start and at every restart"`
 	Options    map[string]any `option:"options" help:"the options of the plugin's driver, as JSON; the plugin checks them against the options it declares"`
-	MaxBackoff time.Duration  `option:"max_backoff" help:"longest wait before restarting a plugin that keeps failing (default 30s)"`
+	MaxBackoff time.Duration  `option:"max_backoff" range:"0s,1h" help:"longest wait before restarting a plugin that keeps failing (default 30s)"`
 }
 
 // DefaultOptions returns the defaults.
@@ -47,7 +47,7 @@ func DefaultOptions() *Options { return &Options{} }
 
 // Validate checks the path and the checksum, and that the binary matches.
 func (o *Options) Validate() error {
-	var es driver.FieldErrors
+	es := driver.CheckRanges(o)
 	switch {
 	case o.Path == "":
 		es.Add("path", "required: the plugin binary")
@@ -56,9 +56,6 @@ func (o *Options) Validate() error {
 	}
 	if b, err := hex.DecodeString(o.SHA256); err != nil || len(b) != 32 {
 		es.Add("sha256", "required: the binary's SHA-256, 64 hex digits (sha256sum prints it)")
-	}
-	if o.MaxBackoff < 0 {
-		es.Add("max_backoff", "must not be negative")
 	}
 	if len(es) == 0 {
 		if sum, err := plugin.Checksum(o.Path); err != nil {

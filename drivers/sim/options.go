@@ -41,29 +41,29 @@ type Pool struct {
 // Options configures the sim back-end. The tagged fields are driver options
 // (config key or flag --sim-<name>); Clock is for embedders and tests.
 type Options struct {
-	Nodes int    `option:"nodes" help:"number of nodes of the given shape (default 10 when pools is not set; 1 to 100000)"`
+	Nodes int    `option:"nodes" range:"0,100000" help:"number of nodes of the given shape (default 10 when pools is not set)"`
 	Shape Shape  `option:"shape" help:"shape of the uniform nodes as JSON: {cpus, memory, disk, gpus, other, max_instances, labels, zones, racks, images}"`
 	Pools []Pool `option:"pools" help:"node groups as a JSON list of {count, name_prefix, cpus, memory, disk, gpus, other, max_instances, labels, zones, racks, images}; replaces nodes and shape"`
 
 	StrictImages bool `option:"strict_images" help:"fail a create permanently when its image is not present on the node, as in a cluster without a registry; otherwise the image is fetched on first use"`
 	// Overcommit lets a node hold reservations beyond its capacity, as an
 	// engine that does not hold instances to their reservations does.
-	Overcommit float64 `option:"overcommit" help:"cpu and memory a node admits in reservations, as a multiple of its capacity (1 to 10; 0 means 1)"`
+	Overcommit float64 `option:"overcommit" range:"0,10" help:"cpu and memory a node admits in reservations, as a multiple of its capacity (0 means 1; else at least 1)"`
 
-	CreateLatency time.Duration `option:"create_latency" help:"how long a create takes before the instance runs"`
-	DeleteLatency time.Duration `option:"delete_latency" help:"how long a delete takes before the instance is gone"`
-	LatencyJitter time.Duration `option:"latency_jitter" help:"a random extra of up to this much on every create and delete latency"`
-	Seed          uint64        `option:"seed" help:"seed for every random choice: the same seed and the same calls give the same outcomes"`
+	CreateLatency time.Duration `option:"create_latency" range:"0s,1h" help:"how long a create takes before the instance runs"`
+	DeleteLatency time.Duration `option:"delete_latency" range:"0s,1h" help:"how long a delete takes before the instance is gone"`
+	LatencyJitter time.Duration `option:"latency_jitter" range:"0s,1h" help:"a random extra of up to this much on every create and delete latency"`
+	Seed          uint64        `option:"seed" range:"0,18446744073709551615" help:"seed for every random choice: the same seed and the same calls give the same outcomes"`
 
-	FailRetryable float64 `option:"fail_retryable" help:"share of creates that fail with a retryable error (0 to 1)"`
-	FailPermanent float64 `option:"fail_permanent" help:"share of creates that fail permanently (0 to 1)"`
-	FailQuota     float64 `option:"fail_quota" help:"share of creates refused for quota (0 to 1)"`
-	HangRate      float64 `option:"hang_rate" help:"share of creates that never finish until their context ends (0 to 1)"`
+	FailRetryable float64 `option:"fail_retryable" range:"0,1" help:"share of creates that fail with a retryable error"`
+	FailPermanent float64 `option:"fail_permanent" range:"0,1" help:"share of creates that fail permanently"`
+	FailQuota     float64 `option:"fail_quota" range:"0,1" help:"share of creates refused for quota"`
+	HangRate      float64 `option:"hang_rate" range:"0,1" help:"share of creates that never finish until their context ends"`
 
-	OfflineRate float64       `option:"offline_rate" help:"share of nodes that are offline at any time (0 to 1)"`
-	Flap        time.Duration `option:"flap" help:"how often the set of offline nodes is drawn anew; 0 keeps it fixed"`
+	OfflineRate float64       `option:"offline_rate" range:"0,1" help:"share of nodes that are offline at any time"`
+	Flap        time.Duration `option:"flap" range:"0s,24h" help:"how often the set of offline nodes is drawn anew; 0 keeps it fixed"`
 
-	CallLog int `option:"call_log" help:"how many of the most recent calls Calls returns; 0 records none"`
+	CallLog int `option:"call_log" range:"0,1000000" help:"how many of the most recent calls Calls returns; 0 records none"`
 
 	// Clock tells the sim's time; nil means the wall clock. Tests and
 	// what-if runs pass a *ManualClock to make time explicit.
@@ -82,10 +82,7 @@ func DefaultOptions() *Options {
 
 // Validate checks the options; every error names its key.
 func (o *Options) Validate() error {
-	var es driver.FieldErrors
-	if o.Nodes < 0 || o.Nodes > MaxNodes {
-		es.Add("nodes", "%d: want 1 to %d", o.Nodes, MaxNodes)
-	}
+	es := driver.CheckRanges(o)
 	if o.Nodes > 0 && len(o.Pools) > 0 {
 		es.Add("nodes", "set either nodes (with shape) or pools, not both")
 	}
@@ -112,36 +109,11 @@ func (o *Options) Validate() error {
 	if total > MaxNodes {
 		es.Add("pools", "%d nodes in total: at most %d", total, MaxNodes)
 	}
-	for _, r := range []struct {
-		key string
-		v   float64
-	}{
-		{"fail_retryable", o.FailRetryable}, {"fail_permanent", o.FailPermanent},
-		{"fail_quota", o.FailQuota}, {"hang_rate", o.HangRate}, {"offline_rate", o.OfflineRate},
-	} {
-		if !(r.v >= 0 && r.v <= 1) {
-			es.Add(r.key, "%v: want a share from 0 to 1", r.v)
-		}
-	}
 	if sum := o.FailRetryable + o.FailPermanent + o.FailQuota + o.HangRate; sum > 1 {
 		es.Add("fail_retryable", "fail_retryable, fail_permanent, fail_quota and hang_rate add up to %v: at most 1", sum)
 	}
-	for _, d := range []struct {
-		key string
-		v   time.Duration
-	}{
-		{"create_latency", o.CreateLatency}, {"delete_latency", o.DeleteLatency},
-		{"latency_jitter", o.LatencyJitter}, {"flap", o.Flap},
-	} {
-		if d.v < 0 {
-			es.Add(d.key, "%s: must not be negative", d.v)
-		}
-	}
 	if o.Overcommit != 0 && !(o.Overcommit >= 1 && o.Overcommit <= 10) {
 		es.Add("overcommit", "%v: want 1 to 10, or 0 for 1", o.Overcommit)
-	}
-	if o.CallLog < 0 {
-		es.Add("call_log", "%d: must not be negative", o.CallLog)
 	}
 	return es.Err()
 }

@@ -11,11 +11,8 @@ import (
 	"github.com/berth-dev/berth/driver"
 )
 
-// Limits of the options.
-const (
-	MaxHosts       = 1024
-	maxChannelsCap = 64
-)
+// MaxHosts bounds the hosts of one provider.
+const MaxHosts = 1024
 
 // Options configure the driver.
 type Options struct {
@@ -28,11 +25,11 @@ type Options struct {
 	KnownHosts       string        `option:"known_hosts" help:"known_hosts file the hosts' keys are checked against (default ~/.ssh/known_hosts); a host with no host_key must be in it"`
 	TrustFirstUse    bool          `option:"trust_on_first_use" help:"accept the key of a host known_hosts does not know, and add it there (never a changed key)"`
 	Root             string        `option:"root" help:"directory on each host holding the supervisor and the instance directories"`
-	MaxChannels      int           `option:"max_channels" help:"most ssh channels open at once on one host's connection (1 to 64)"`
-	ProbeInterval    time.Duration `option:"probe_interval" help:"how often each host's connection is checked (and a lost host dialled again)"`
-	DialTimeout      time.Duration `option:"dial_timeout" help:"bound of connecting to and logging in to a host"`
-	CallTimeout      time.Duration `option:"call_timeout" help:"bound of each command run on a host (the binary's copy excepted)"`
-	StopGrace        time.Duration `option:"stop_grace" help:"time between SIGTERM and SIGKILL when Delete stops a process"`
+	MaxChannels      int           `option:"max_channels" range:"1,64" help:"most ssh channels open at once on one host's connection"`
+	ProbeInterval    time.Duration `option:"probe_interval" range:"10ms,1h" help:"how often each host's connection is checked (and a lost host dialled again)"`
+	DialTimeout      time.Duration `option:"dial_timeout" range:"10ms,10m" help:"bound of connecting to and logging in to a host"`
+	CallTimeout      time.Duration `option:"call_timeout" range:"100ms,1h" help:"bound of each command run on a host (the binary's copy excepted)"`
+	StopGrace        time.Duration `option:"stop_grace" range:"0s,1h" help:"time between SIGTERM and SIGKILL when Delete stops a process"`
 	SupervisorBinary string        `option:"supervisor_binary" help:"the Berth binary copied to each host to supervise its instances (default: this one); it must be built for the hosts' architecture"`
 }
 
@@ -64,7 +61,7 @@ func DefaultOptions() *Options {
 
 // Validate checks what types cannot; every error names its key.
 func (o *Options) Validate() error {
-	var es driver.FieldErrors
+	es := driver.CheckRanges(o)
 	switch {
 	case len(o.Hosts) == 0:
 		es.Add("hosts", "at least one host is needed")
@@ -109,23 +106,6 @@ func (o *Options) Validate() error {
 	}
 	if o.Root == "" || !path.IsAbs(o.Root) || path.Clean(o.Root) != o.Root || o.Root == "/" {
 		es.Add("root", "%q: want a clean absolute directory other than /", o.Root)
-	}
-	if o.MaxChannels < 1 || o.MaxChannels > maxChannelsCap {
-		es.Add("max_channels", "%d: want 1 to %d", o.MaxChannels, maxChannelsCap)
-	}
-	for _, d := range []struct {
-		name     string
-		v        time.Duration
-		min, max time.Duration
-	}{
-		{"probe_interval", o.ProbeInterval, 10 * time.Millisecond, time.Hour},
-		{"dial_timeout", o.DialTimeout, 10 * time.Millisecond, 10 * time.Minute},
-		{"call_timeout", o.CallTimeout, 100 * time.Millisecond, time.Hour},
-		{"stop_grace", o.StopGrace, 0, time.Hour},
-	} {
-		if d.v < d.min || d.v > d.max {
-			es.Add(d.name, "%s: want %s to %s", d.v, d.min, d.max)
-		}
 	}
 	return es.Err()
 }

@@ -22,14 +22,14 @@ type Options struct {
 	Network    string            `option:"network" help:"guest network: user (QEMU user-mode networking), none, or the name of a libvirt network"`
 	ReadyLine  string            `option:"ready_line" help:"the console line by which a guest says it is ready"`
 	// BootTimeout bounds the wait for the ready line.
-	BootTimeout time.Duration `option:"boot_timeout" help:"how long a guest may take to write its ready line"`
-	CallTimeout time.Duration `option:"call_timeout" help:"bound of each libvirt call and qemu-img run"`
+	BootTimeout time.Duration `option:"boot_timeout" range:"1ms,24h" help:"how long a guest may take to write its ready line"`
+	CallTimeout time.Duration `option:"call_timeout" range:"1ms,1h" help:"bound of each libvirt call and qemu-img run"`
 	// CPUOvercommit multiplies each host's CPUs in its capacity.
-	CPUOvercommit float64 `option:"cpu_overcommit" help:"host CPUs are counted this many times in capacity (1 to 64)"`
+	CPUOvercommit float64 `option:"cpu_overcommit" range:"1,64" help:"host CPUs are counted this many times in capacity"`
 	// MemoryHeadroom sizes a guest's maximum memory for Resize.
-	MemoryHeadroom float64 `option:"memory_headroom" help:"a guest's memory may be resized up to this many times what it was created with (1 to 16; above 1 the guest needs a virtio balloon driver)"`
+	MemoryHeadroom float64 `option:"memory_headroom" range:"1,16" help:"a guest's memory may be resized up to this many times what it was created with (above 1 the guest needs a virtio balloon driver)"`
 	// CPUHeadroom sizes a guest's maximum vCPUs for Resize.
-	CPUHeadroom float64 `option:"cpu_headroom" help:"a guest's vCPUs may be raised (hot-plugged) up to this many times what it was created with, rounded up (1 to 16; the guest must bring the new CPUs online)"`
+	CPUHeadroom float64 `option:"cpu_headroom" range:"1,16" help:"a guest's vCPUs may be raised (hot-plugged) up to this many times what it was created with, rounded up (the guest must bring the new CPUs online)"`
 	// Machine and Emulator are passed to the domain XML when set.
 	Machine  string `option:"machine" help:"QEMU machine type (default: libvirt's)"`
 	Emulator string `option:"emulator" help:"path of the QEMU binary (default: libvirt's)"`
@@ -117,7 +117,7 @@ func DefaultOptions() *Options {
 
 // Validate checks what types cannot; every error names its key.
 func (o *Options) Validate() error {
-	var es driver.FieldErrors
+	es := driver.CheckRanges(o)
 	if len(o.Nodes) == 0 {
 		es.Add("nodes", "at least one libvirt host is needed")
 	}
@@ -190,21 +190,6 @@ func (o *Options) Validate() error {
 	}
 	if strings.TrimSpace(o.ReadyLine) == "" || strings.ContainsAny(o.ReadyLine, "\r\n") {
 		es.Add("ready_line", "%q: want one non-empty line", o.ReadyLine)
-	}
-	if o.BootTimeout <= 0 {
-		es.Add("boot_timeout", "must be positive")
-	}
-	if o.CallTimeout <= 0 {
-		es.Add("call_timeout", "must be positive")
-	}
-	if o.CPUOvercommit < 1 || o.CPUOvercommit > 64 {
-		es.Add("cpu_overcommit", "%g: want 1 to 64", o.CPUOvercommit)
-	}
-	if o.MemoryHeadroom < 1 || o.MemoryHeadroom > 16 {
-		es.Add("memory_headroom", "%g: want 1 to 16", o.MemoryHeadroom)
-	}
-	if o.CPUHeadroom < 1 || o.CPUHeadroom > 16 {
-		es.Add("cpu_headroom", "%g: want 1 to 16", o.CPUHeadroom)
 	}
 	if o.DomainType != "kvm" && o.DomainType != "qemu" {
 		es.Add("domain_type", "%q: want kvm or qemu", o.DomainType)
