@@ -21,6 +21,7 @@ import (
 
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/driver/drivertest"
+	"github.com/berth-dev/berth/driver/drivertest/probe"
 )
 
 // testTimeout bounds every wait in these tests; it is a liveness bound, not
@@ -152,6 +153,13 @@ func TestConformance(t *testing.T) {
 	drivertest.Run(t, drivertest.Harness{
 		Open: func(t *testing.T) driver.Driver { return open(t, t.TempDir(), nil) },
 		Spec: serviceSpec,
+		Exec: func(steps ...string) []string {
+			exe, err := os.Executable()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return append([]string{exe, probeArg}, steps...)
+		},
 		MissingImage: func() *driver.Spec {
 			return &driver.Spec{Kind: driver.KindProcess, Image: "/nonexistent/berth-no-such-program"}
 		},
@@ -894,7 +902,14 @@ func TestAbandonedCreate(t *testing.T) {
 // them: a Berth that stops while its processes run.
 const helperEnv = "BERTH_LOCAL_TEST_HELPER_DIR"
 
+// probeArg as the first argument makes the test binary the conformance
+// suite's probe (package probe), which the exec case runs.
+const probeArg = "-berth-probe"
+
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == probeArg {
+		os.Exit(probe.Main(os.Args[2:]))
+	}
 	if dir := os.Getenv(churnEnv); dir != "" {
 		err := churnBerth(dir) // returns only on an error: the test kills it
 		fmt.Fprintln(os.Stderr, err)

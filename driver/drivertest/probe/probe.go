@@ -8,13 +8,17 @@
 //	pwd        writes the working directory to stdout
 //	cat        copies stdin to stdout until its end
 //	tty        writes "tty true" or "tty false": whether stdin is a terminal
-//	size       writes "size ROWSxCOLS", the terminal's size
+//	sizes      writes "size ROWSxCOLS", the terminal's size, for each line
+//	           it reads, until the end of stdin
+//	touch=PATH creates the file PATH, empty
+//	read=PATH  writes "PATH: exists" or "PATH: missing" to stdout
 //	exit=N     exits with code N at once
 //
 // A driver's test image or test binary calls Main with its arguments.
 package probe
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"os"
@@ -54,7 +58,7 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			}
 		case "cat":
 			_, err = io.Copy(stdout, stdin)
-		case "tty", "size":
+		case "tty", "sizes":
 			f, ok := stdin.(*os.File)
 			isTTY := ok && term.IsTerminal(int(f.Fd()))
 			if verb == "tty" {
@@ -65,10 +69,21 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 				err = fmt.Errorf("stdin is no terminal")
 				break
 			}
-			var cols, rows int
-			if cols, rows, err = term.GetSize(int(f.Fd())); err == nil {
-				_, err = fmt.Fprintf(stdout, "size %dx%d\n", rows, cols)
+			sc := bufio.NewScanner(stdin)
+			for err == nil && sc.Scan() {
+				var cols, rows int
+				if cols, rows, err = term.GetSize(int(f.Fd())); err == nil {
+					_, err = fmt.Fprintf(stdout, "size %dx%d\n", rows, cols)
+				}
 			}
+		case "touch":
+			err = os.WriteFile(arg, nil, 0o644)
+		case "read":
+			state := "exists"
+			if _, serr := os.Stat(arg); serr != nil {
+				state = "missing"
+			}
+			_, err = fmt.Fprintf(stdout, "%s: %s\n", arg, state)
 		case "exit":
 			n, perr := strconv.Atoi(arg)
 			if perr != nil {
