@@ -492,12 +492,8 @@ func (s *suite) testExec(t *testing.T) {
 	if _, out, errs := run("no tty", driver.ExecOptions{Cmd: s.h.Exec("tty")}, ""); out != "tty false\n" {
 		t.Errorf("Exec tty without a terminal: stdout %q, stderr %q; want tty false", out, errs)
 	}
-	size := driver.TTYSize{Rows: 33, Cols: 101}
-	code, out, errs := run("tty", driver.ExecOptions{Cmd: s.h.Exec("tty", "size", "err=on the terminal"), TTY: true, Size: size}, "")
-	if code != 0 || !strings.Contains(out, "tty true") || !strings.Contains(out, "size 33x101") || !strings.Contains(out, "on the terminal") || errs != "" {
-		t.Errorf("Exec tty, size on a %dx%d terminal: code %d, stdout %q, stderr %q; want tty true, its size and the stderr line on stdout", size.Rows, size.Cols, code, out, errs)
-	}
-	code, _, errs = run("missing", driver.ExecOptions{Cmd: []string{"/berth-drivertest-no-such-program"}}, "")
+	s.testExecTTY(t, ex, inst.ID)
+	code, _, errs := run("missing", driver.ExecOptions{Cmd: []string{"/berth-drivertest-no-such-program"}}, "")
 	if code != 126 && code != 127 {
 		t.Errorf("Exec of a missing program: code %d, stderr %q; want 126 or 127", code, errs)
 	}
@@ -509,5 +505,47 @@ func (s *suite) testExec(t *testing.T) {
 	}
 	if _, err := ex.Exec(ctx, inst.ID, driver.ExecOptions{Cmd: s.h.Exec("out=x")}, nil, io.Discard, io.Discard); !errors.Is(err, driver.ErrPermanent) {
 		t.Errorf("Exec in a stopped instance: %v, want ErrPermanent", err)
+	}
+}
+
+// testExecTTY runs the probe on a terminal of 33x101 and, once it reported
+// that size, resizes it to 40x120; each line it is sent makes it print its
+// terminal's size, and Ctrl-D ends it.
+func (s *suite) testExecTTY(t *testing.T, ex driver.Execer, id string) {
+	ctx := s.ctx(t)
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	sizes := make(chan driver.TTYSize, 1)
+	var out, errb SyncBuffer
+	type result struct {
+		code int
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		opts := driver.ExecOptions{Cmd: s.h.Exec("tty", "err=on the terminal", "sizes"), TTY: true, Size: driver.TTYSize{Rows: 33, Cols: 101}, Resize: sizes}
+		code, err := ex.Exec(ctx, id, opts, pr, &out, &errb)
+		done <- result{code, err}
+	}()
+	// A write waits for the driver to read: each is made in a goroutine of
+	// its own, which the pipe's close ends.
+	send := func(p string) { go func() { _, _ = io.WriteString(pw, p) }() }
+	for _, want := range []string{"size 33x101", "size 40x120"} {
+		if want == "size 40x120" {
+			sizes <- driver.TTYSize{Rows: 40, Cols: 120}
+		}
+		if !poll(ctx, func() bool { send("\r"); return strings.Contains(out.String(), want) }) {
+			t.Fatalf("Exec on a terminal: no %q in stdout %q (stderr %q)", want, out.String(), errb.String())
+		}
+	}
+	send("\x04")
+	var r result
+	select {
+	case r = <-done:
+	case <-ctx.Done():
+		t.Fatalf("Exec on a terminal did not end after Ctrl-D; stdout %q", out.String())
+	}
+	if r.err != nil || r.code != 0 || !strings.Contains(out.String(), "tty true") || !strings.Contains(out.String(), "on the terminal") || errb.String() != "" {
+		t.Errorf("Exec on a terminal: code %d, err %v, stdout %q, stderr %q; want 0, tty true and the stderr line on stdout", r.code, r.err, out.String(), errb.String())
 	}
 }
