@@ -164,7 +164,7 @@ func TestExecRefusals(t *testing.T) {
 		}
 	}
 	if _, err := team.Exec(ctx, id, ls); !errors.Is(err, driver.ErrUnsupported) || !errors.As(err, &ae) || ae.Status != http.StatusUnprocessableEntity ||
-		!strings.Contains(err.Error(), "provider sim (driver sim) cannot exec") {
+		!strings.Contains(err.Error(), `provider "sim" (driver "sim") cannot exec`) {
 		t.Errorf("exec on a provider that cannot: %v, want 422 naming it and its driver", err)
 	}
 }

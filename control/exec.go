@@ -58,7 +58,7 @@ func (p *Plane) CanExec(ref string) error {
 }
 
 func cannotExec(provider, drv string) error {
-	return driver.Errorf(driver.ErrUnsupported, "provider %s (driver %s) cannot exec: it cannot run a command in an instance", provider, drv)
+	return driver.Errorf(driver.ErrUnsupported, "provider %q (driver %q) cannot exec: it cannot run a command in an instance", provider, drv)
 }
 
 // CheckExecOptions reports the first field of opts that is malformed

@@ -57,7 +57,7 @@ func TestExecRefusals(t *testing.T) {
 		}
 		waitPhase(t, p, "app", reconciler.Running)
 		var out bytes.Buffer
-		want := "provider " + prov.Name() + " (driver sim) cannot exec"
+		want := `provider "` + prov.Name() + `" (driver "sim") cannot exec`
 		if _, err := p.Exec(ctx, "app", driver.ExecOptions{Cmd: []string{"ls"}}, nil, &out, &out); !errors.Is(err, driver.ErrUnsupported) || !strings.Contains(err.Error(), want) {
 			t.Errorf("exec on a provider that cannot: %v, want unsupported saying %q", err, want)
 		}
