@@ -25,7 +25,9 @@ const execWaitDelay = time.Second
 // instance's user and group, or opts.User ("name", "uid", "name:group"),
 // which the server must be able to become as for a spec's user, in the
 // instance's working directory or opts.WorkDir, and in the instance's
-// cgroup when it has one. The command leads a process group of its own (on
+// cgroup when it has one (born in it on cgroup v2; on v1 moved in just
+// after the start, before its input is sent, as the instance's process
+// is). The command leads a process group of its own (on
 // a terminal, a session of its own whose controlling terminal is a
 // pseudo-terminal the driver opens); it is killed with its group when ctx
 // ends or the instance stops running. A missing executable ends with exit
