@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -24,9 +25,9 @@ import (
 )
 
 // startLocal serves the API over the local back-end (real processes).
-func startLocal(t *testing.T) *apitest.Env {
+func startLocal(t *testing.T, opts api.Options) *apitest.Env {
 	t.Helper()
-	return apitest.StartWith(t, memory.New(memory.Options{}), nil, api.Options{}, func(c *control.Config) {
+	return apitest.StartWith(t, memory.New(memory.Options{}), nil, opts, func(c *control.Config) {
 		opts := local.DefaultOptions()
 		opts.DataDir = t.TempDir()
 		opts.NodeName = "host"
@@ -49,9 +50,11 @@ func startLocal(t *testing.T) *apitest.Env {
 
 // TestExecStream runs commands in a process's instance over the exec
 // stream: exit code, input, output apart, environment; on a terminal, its
-// size at the start and a resize.
+// size at the start and a resize. The audit log has the exec, not the
+// environment's values.
 func TestExecStream(t *testing.T) {
-	e := startLocal(t)
+	var audit lockedBuffer
+	e := startLocal(t, api.Options{AuditLog: slog.New(slog.NewTextHandler(&audit, nil))})
 	ctx := context.Background()
 	c := e.Client(t, "")
 	ans, err := c.Submit(ctx, scheduler.Request{Spec: driver.Spec{Kind: driver.KindProcess, Entrypoint: []string{"/bin/sh", "-c", "exec sleep 60"}}})
@@ -107,6 +110,9 @@ func TestExecStream(t *testing.T) {
 	}
 	if r := <-done; r.err != nil || r.code != 0 || !strings.Contains(sized.String(), "on a terminal") {
 		t.Errorf("exec on a terminal: %d, %v, output %q", r.code, r.err, sized.String())
+	}
+	if log := audit.String(); !strings.Contains(log, "/v1/instances/"+id+"/exec") || strings.Contains(log, "from exec") {
+		t.Errorf("audit log %q: want the exec, without the environment's values", log)
 	}
 }
 

@@ -64,8 +64,6 @@ func (d *Driver) Exec(ctx context.Context, id string, opts driver.ExecOptions, s
 		done := make(chan struct{})
 		defer close(done)
 		go d.execSizes(ctx, e, cr.ID, opts, done)
-	}
-	if opts.TTY {
 		_, err = io.Copy(stdout, res.Reader)
 	} else {
 		_, err = stdcopy.StdCopy(stdout, stderr, res.Reader)
