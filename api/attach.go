@@ -43,6 +43,9 @@ const (
 	FrameResize byte = 4
 	// FrameError (server): an Error in JSON, what ended the stream.
 	FrameError byte = 5
+	// FrameExit (server, exec only): an ExitStatus in JSON, the command's
+	// exit code; the last frame of an exec that ran to its end.
+	FrameExit byte = 6
 )
 
 // WriteFrame writes p as frames of kind, each at most MaxAttachFrame
@@ -157,46 +160,11 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) error {
 	fc := &frameConn{w: conn}
 	fail := func(err error) { _ = fc.write(FrameError, mustJSON(toError(err))) }
 
-	// The caller's frames: input, its end, terminal sizes. A read error
-	// means the caller went away.
+	// The caller's frames: input, its end, terminal sizes.
 	pr, pw := io.Pipe()
 	defer pr.Close()
 	resized := make(chan driver.TTYSize, 1)
-	go func() {
-		var err error
-		for {
-			var kind byte
-			var p []byte
-			if kind, p, err = ReadFrame(brw.Reader); err != nil {
-				break
-			}
-			switch kind {
-			case FrameStdin:
-				if !withStdin {
-					continue
-				}
-				if _, err = pw.Write(p); err != nil {
-					err = nil // the attach is over and no longer reads
-				}
-			case FrameStdinEnd:
-				pw.Close()
-			case FrameResize:
-				var size driver.TTYSize
-				if json.Unmarshal(p, &size) == nil {
-					select {
-					case <-resized:
-					default:
-					}
-					resized <- size
-				}
-			}
-		}
-		if errors.Is(err, io.EOF) {
-			err = io.ErrUnexpectedEOF
-		}
-		pw.CloseWithError(err)
-		cancel()
-	}()
+	go clientFrames(brw.Reader, withStdin, pw, resized, cancel)
 
 	in, err = s.waitLive(ctx, in.ID)
 	if err != nil {
@@ -228,6 +196,46 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) error {
 		fail(err)
 	}
 	return nil
+}
+
+// clientFrames reads the caller's frames of an attach or exec stream:
+// input into pw (when withStdin), its end closing pw, terminal sizes into
+// resized, where only the latest waits. A read error means the caller
+// went away: pw is closed with it and gone is called.
+func clientFrames(r io.Reader, withStdin bool, pw *io.PipeWriter, resized chan driver.TTYSize, gone func()) {
+	var err error
+	for {
+		var kind byte
+		var p []byte
+		if kind, p, err = ReadFrame(r); err != nil {
+			break
+		}
+		switch kind {
+		case FrameStdin:
+			if !withStdin {
+				continue
+			}
+			if _, err = pw.Write(p); err != nil {
+				err = nil // the stream is over and no longer reads
+			}
+		case FrameStdinEnd:
+			pw.Close()
+		case FrameResize:
+			var size driver.TTYSize
+			if json.Unmarshal(p, &size) == nil {
+				select {
+				case <-resized:
+				default:
+				}
+				resized <- size
+			}
+		}
+	}
+	if errors.Is(err, io.EOF) {
+		err = io.ErrUnexpectedEOF
+	}
+	pw.CloseWithError(err)
+	gone()
 }
 
 // waitLive waits until the instance id has its back-end resource and has

@@ -197,6 +197,7 @@ func (s *Server) routes() {
 	h("GET /v1/instances/{ref}/logs", auth.Read, s.logs)
 	h("GET /v1/instances/{ref}/stats", auth.Read, s.stats)
 	h("POST /v1/instances/{ref}/attach", auth.Operate, s.attach)
+	h("POST /v1/instances/{ref}/exec", auth.Operate, s.exec)
 	h("GET /v1/events", auth.Read, s.events)
 	h("GET /v1/nodes", auth.Read, s.nodes)
 	h("GET /v1/advice", auth.Read, s.advice)

@@ -123,7 +123,7 @@ type Server struct {
 	tokenStreams int
 	writeTimeout time.Duration
 
-	// mu guards created, autoRm, attached, sizes and open. Lock order: mu is a
+	// mu guards created, autoRm, attached, sizes, execs and open. Lock order: mu is a
 	// leaf, never held while calling the plane.
 	mu       sync.Mutex
 	open     map[string]int      // open streams, by token accessor
@@ -138,6 +138,8 @@ type Server struct {
 	// sizes are the terminal sizes clients asked for, by container id,
 	// kept while the container may not run yet (bounded by MaxCreated).
 	sizes map[string]driver.TTYSize
+	// execs are the execs made lately, by id (at most maxNew).
+	execs map[string]*execRec
 
 	nets *netStore // the networks of every namespace
 }
@@ -148,7 +150,7 @@ func New(plane *control.Plane, opts Options) *Server {
 		plane: plane, auth: opts.Authenticator, certs: opts.ClientCerts, log: opts.Logger, version: opts.ServerVersion, name: opts.Name,
 		maxBody: opts.MaxBodySize, maxNew: opts.MaxCreated, mux: http.NewServeMux(),
 		created: map[string]*created{}, autoRm: map[string]struct{}{}, attached: map[string]int{}, open: map[string]int{}, exits: map[string]int{},
-		sizes:        map[string]driver.TTYSize{},
+		sizes: map[string]driver.TTYSize{}, execs: map[string]*execRec{},
 		tokenStreams: opts.TokenStreams, writeTimeout: opts.WriteTimeout,
 		nets: newNetStore(opts.Store),
 	}
@@ -219,6 +221,10 @@ func (s *Server) routes() {
 	h("POST /containers/{id}/unpause", s.unpause)
 	h("POST /containers/{id}/rename", s.rename)
 	h("GET /containers/{id}/top", s.top)
+	h("POST /containers/{id}/exec", s.execCreate)
+	h("POST /exec/{id}/start", s.execStart)
+	h("POST /exec/{id}/resize", s.execResize)
+	h("GET /exec/{id}/json", s.execInspect)
 
 	h("GET /events", s.events)
 	h("GET /images/json", s.images)

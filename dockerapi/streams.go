@@ -309,17 +309,9 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) error {
 // after start and on every change of its window). A container not running
 // yet keeps the size until its attach applies it.
 func (s *Server) resize(w http.ResponseWriter, r *http.Request) error {
-	q := r.URL.Query()
-	var size driver.TTYSize
-	for _, p := range []struct {
-		name string
-		v    *uint16
-	}{{"h", &size.Rows}, {"w", &size.Cols}} {
-		n, err := strconv.ParseUint(q.Get(p.name), 10, 16)
-		if err != nil {
-			return badRequest("%s=%q: want a number of characters up to 65535", p.name, q.Get(p.name))
-		}
-		*p.v = uint16(n)
+	size, err := sizeParams(r)
+	if err != nil {
+		return err
 	}
 	c, err := s.find(r, r.PathValue("id"))
 	if err != nil {
@@ -358,6 +350,23 @@ func (s *Server) resize(w http.ResponseWriter, r *http.Request) error {
 	}
 	w.WriteHeader(http.StatusOK)
 	return nil
+}
+
+// sizeParams reads the size of a resize: h rows and w columns.
+func sizeParams(r *http.Request) (driver.TTYSize, error) {
+	q := r.URL.Query()
+	var size driver.TTYSize
+	for _, p := range []struct {
+		name string
+		v    *uint16
+	}{{"h", &size.Rows}, {"w", &size.Cols}} {
+		n, err := strconv.ParseUint(q.Get(p.name), 10, 16)
+		if err != nil {
+			return size, badRequest("%s=%q: want a number of characters up to 65535", p.name, q.Get(p.name))
+		}
+		*p.v = uint16(n)
+	}
+	return size, nil
 }
 
 // applySize gives the container id the terminal size its client asked for

@@ -12,7 +12,7 @@
 // delete, get, find by name, list by tags, close. Everything else is an
 // optional interface discovered by type assertion (ImageLister, Preloader,
 // Resizer, Starter, Stopper, Restarter, Killer, Suspender, LogReader,
-// Attacher, EventWatcher, UsageReporter, ConsoleReader). Each one's doc comment states
+// Attacher, Execer, EventWatcher, UsageReporter, ConsoleReader). Each one's doc comment states
 // the fallback that package provider applies when a driver lacks it.
 // Callers find them with As, which also honours a Forwarder (a plugin's
 // host side) that has a capability's methods but not the capability.

@@ -2,8 +2,10 @@ package driver
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -188,6 +190,72 @@ type TTYSize struct {
 	Cols uint16 `json:"cols"`
 }
 
+// Execer runs a command inside a running instance, as docker exec does.
+//
+// Exec starts opts.Cmd in the instance id, with the instance's environment
+// and opts.Env over it, as opts.User (the instance's user when empty), in
+// opts.WorkDir (the instance's working directory when empty), on a
+// terminal when opts.TTY. It copies the command's output to stdout and
+// stderr (with a terminal, everything comes on stdout) and, when stdin is
+// not nil, stdin to the command's input; the end of stdin closes that
+// input (the command reads end of file) and the output goes on. Exec
+// returns the command's exit code once the command has ended and its
+// output is copied. A command the instance cannot start (no such
+// executable, not executable) ends with exit code 127 or 126 and a
+// message on stderr, as a shell's does. Exec reads stdin in a goroutine
+// that may outlive the call until stdin's Read returns: the caller closes
+// what stdin reads from once Exec returns.
+//
+// When ctx ends first, Exec returns ctx's error; the driver's documentation
+// says whether the command is ended then (a back-end that cannot end it
+// lets it run on). An instance that is not running is ErrPermanent; an
+// empty Cmd, an Env entry without "=", and a Size or Resize without TTY
+// are ErrInvalid.
+//
+// Fallback: ErrUnsupported.
+type Execer interface {
+	Exec(ctx context.Context, id string, opts ExecOptions, stdin io.Reader, stdout, stderr io.Writer) (exitCode int, err error)
+}
+
+// ExecOptions describe the command an Exec runs.
+type ExecOptions struct {
+	// Cmd is the command and its arguments; required.
+	Cmd []string
+	// Env holds NAME=value entries set over the instance's environment.
+	Env []string
+	// User is the user (name or id, optionally ":group") the command runs
+	// as; empty means the instance's.
+	User string
+	// WorkDir is the working directory of the command; empty means the
+	// instance's.
+	WorkDir string
+	// TTY runs the command on a terminal.
+	TTY bool
+	// Size is the terminal's size at the start (TTY only); zero leaves the
+	// back-end's default.
+	Size TTYSize
+	// Resize delivers later sizes of the terminal (TTY only); nil sends
+	// none. Exec stops reading it when it returns.
+	Resize <-chan TTYSize
+}
+
+// Check reports the first malformed field of o as a *FieldError: an empty
+// Cmd, an Env entry without a name and "=", a Size or Resize without TTY.
+func (o *ExecOptions) Check() error {
+	if len(o.Cmd) == 0 || o.Cmd[0] == "" {
+		return &FieldError{Path: "cmd", Reason: "required: the command to run"}
+	}
+	for i, kv := range o.Env {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return &FieldError{Path: fmt.Sprintf("env[%d]", i), Reason: "want NAME=value"}
+		}
+	}
+	if !o.TTY && (o.Size != (TTYSize{}) || o.Resize != nil) {
+		return &FieldError{Path: "tty", Reason: "a terminal size needs a terminal (tty)"}
+	}
+	return nil
+}
+
 // EventWatcher calls fn for every change in the back-end until ctx ends, and
 // returns ctx's error then, or the error that broke the stream.
 // Fallback: the caller polls List and reports the differences.
@@ -271,6 +339,7 @@ const (
 	CapUsage   = "usage"
 	CapConsole = "console"
 	CapAttach  = "attach"
+	CapExec    = "exec"
 )
 
 // Features: what a back-end can run, as declared by a FeatureReporter and
@@ -380,6 +449,8 @@ func Capabilities(d Driver) []string {
 	add(ok, CapConsole)
 	_, ok = As[EventWatcher](d, CapEvents)
 	add(ok, CapEvents)
+	_, ok = As[Execer](d, CapExec)
+	add(ok, CapExec)
 	_, ok = As[ImageLister](d, CapImages)
 	add(ok, CapImages)
 	_, ok = As[Killer](d, CapKill)

@@ -57,10 +57,13 @@ func (capsAll) Kill(context.Context, string, string) error             { return 
 func (capsAll) Suspend(context.Context, string) error                  { return nil }
 func (capsAll) Resume(context.Context, string) error                   { return nil }
 func (capsAll) Stop(context.Context, string, time.Duration) error      { return nil }
+func (capsAll) Exec(context.Context, string, driver.ExecOptions, io.Reader, io.Writer, io.Writer) (int, error) {
+	return 0, nil
+}
 
 func TestCapabilities(t *testing.T) {
 	got := driver.Capabilities(capsAll{})
-	want := []string{driver.CapImages, driver.CapKill, driver.CapStop, driver.CapSuspend}
+	want := []string{driver.CapExec, driver.CapImages, driver.CapKill, driver.CapStop, driver.CapSuspend}
 	if !slices.Equal(got, want) {
 		t.Errorf("Capabilities = %v, want %v", got, want)
 	}
@@ -135,5 +138,31 @@ func TestFeaturesStdinNeedsAttach(t *testing.T) {
 	}
 	if driver.FeatureField(driver.CapStdin) != "stdin" || driver.FeatureField(driver.CapTTY) != "tty" {
 		t.Errorf("FeatureField names %q and %q", driver.FeatureField(driver.CapStdin), driver.FeatureField(driver.CapTTY))
+	}
+}
+
+func TestExecOptionsCheck(t *testing.T) {
+	sizes := make(chan driver.TTYSize)
+	for _, tc := range []struct {
+		opts driver.ExecOptions
+		path string // "" when valid
+	}{
+		{driver.ExecOptions{Cmd: []string{"ls"}, Env: []string{"A=1", "B="}}, ""},
+		{driver.ExecOptions{Cmd: []string{"ls"}, TTY: true, Size: driver.TTYSize{Rows: 2, Cols: 3}, Resize: sizes}, ""},
+		{driver.ExecOptions{}, "cmd"},
+		{driver.ExecOptions{Cmd: []string{""}}, "cmd"},
+		{driver.ExecOptions{Cmd: []string{"ls"}, Env: []string{"A=1", "B"}}, "env[1]"},
+		{driver.ExecOptions{Cmd: []string{"ls"}, Env: []string{"=1"}}, "env[0]"},
+		{driver.ExecOptions{Cmd: []string{"ls"}, Size: driver.TTYSize{Rows: 2, Cols: 3}}, "tty"},
+		{driver.ExecOptions{Cmd: []string{"ls"}, Resize: sizes}, "tty"},
+	} {
+		err := tc.opts.Check()
+		var fe *driver.FieldError
+		switch {
+		case tc.path == "" && err != nil:
+			t.Errorf("Check(%+v) = %v, want nil", tc.opts, err)
+		case tc.path != "" && (!errors.As(err, &fe) || fe.Path != tc.path):
+			t.Errorf("Check(%+v) = %v, want a field error on %s", tc.opts, err, tc.path)
+		}
 	}
 }

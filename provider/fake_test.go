@@ -350,12 +350,27 @@ func (f full) Attach(ctx context.Context, id string, opts driver.AttachOptions, 
 	return err
 }
 
+// Exec copies stdin to stdout, as cat would, and exits with the number
+// of the command's words.
+func (f full) Exec(ctx context.Context, id string, opts driver.ExecOptions, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+	if err := f.enter(ctx, "exec"); err != nil {
+		return -1, err
+	}
+	if stdin != nil {
+		if _, err := io.Copy(stdout, stdin); err != nil {
+			return -1, err
+		}
+	}
+	return len(opts.Cmd), nil
+}
+
 func (f full) ResizeTTY(ctx context.Context, id string, size driver.TTYSize) error {
 	return f.enter(ctx, fmt.Sprintf("resize-tty(%dx%d)", size.Rows, size.Cols))
 }
 
 var (
 	_ driver.Attacher      = full{}
+	_ driver.Execer        = full{}
 	_ driver.Driver        = (*fake)(nil)
 	_ driver.Starter       = lifecycle{}
 	_ driver.Stopper       = lifecycle{}

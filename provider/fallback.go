@@ -288,6 +288,24 @@ func (p *Provider) ResizeTTY(ctx context.Context, id string, size driver.TTYSize
 	return p.write1(ctx, "resize-tty", id, func(ctx context.Context) error { return a.ResizeTTY(ctx, id, size) })
 }
 
+// Exec runs a command in an instance (driver.Execer) and returns its exit
+// code. It spends one change and is not bounded by CallTimeout, as
+// Attach; malformed options are ErrInvalid without calling the driver.
+// Fallback: ErrUnsupported.
+func (p *Provider) Exec(ctx context.Context, id string, opts driver.ExecOptions, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+	x, ok := driver.As[driver.Execer](p.d, driver.CapExec)
+	if !ok {
+		return -1, p.unsupported("exec", "the driver cannot run commands in instances", "instance", id)
+	}
+	if err := opts.Check(); err != nil {
+		var fe *driver.FieldError
+		errors.As(err, &fe)
+		return -1, p.invalid("exec", fe, "instance", id)
+	}
+	return call(ctx, p, callOpts{op: "exec", budget: writeBudget, long: true, attrs: []any{"instance", id}},
+		func(ctx context.Context) (int, error) { return x.Exec(ctx, id, opts, stdin, stdout, stderr) })
+}
+
 // Usage measures one instance's live usage.
 // Fallback: ErrUnsupported; node usage is in State's InUse.
 func (p *Provider) Usage(ctx context.Context, id string) (*driver.Usage, error) {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -622,6 +623,31 @@ func TestAttachIsLongAndResizeChecked(t *testing.T) {
 	}
 }
 
+// TestExecIsLongAndChecked: Exec is a stream, not bounded by
+// CallTimeout; malformed options never reach the driver.
+func TestExecIsLongAndChecked(t *testing.T) {
+	ctx := noDeadline(t)
+	f := newFake()
+	f.put(driver.Instance{ID: "i-1", State: driver.StateRunning})
+	p := newProvider(t, full{lifecycle{f}}, provider.Config{CallTimeout: time.Minute})
+	var out bytes.Buffer
+	code, err := p.Exec(ctx, "i-1", driver.ExecOptions{Cmd: []string{"cat", "-"}}, strings.NewReader("hi\n"), &out, io.Discard)
+	if err != nil || code != 2 || out.String() != "hi\n" {
+		t.Fatalf("Exec = %d, %v, output %q; want 2, nil, hi", code, err, out.String())
+	}
+	if f.hadDeadline("exec") {
+		t.Fatal("Exec must not be timed")
+	}
+	n := len(f.callLog())
+	var fe *driver.FieldError
+	if _, err := p.Exec(ctx, "i-1", driver.ExecOptions{}, nil, &out, io.Discard); !errors.As(err, &fe) || fe.Path != "cmd" {
+		t.Fatalf("Exec of no command: %v", err)
+	}
+	if len(f.callLog()) != n {
+		t.Fatalf("an invalid exec reached the driver: %v", f.callLog())
+	}
+}
+
 func TestStateIsSharedAndCached(t *testing.T) {
 	ctx := testCtx(t)
 	f := newFake()
@@ -822,6 +848,10 @@ func TestFallbacks(t *testing.T) {
 			"attach":     p.Attach(ctx, "i-1", driver.AttachOptions{}, strings.NewReader("x"), &o, &o),
 			"resize-tty": p.ResizeTTY(ctx, "i-1", driver.TTYSize{Rows: 24, Cols: 80}),
 			"usage":      func() error { _, err := p.Usage(ctx, "i-1"); return err }(),
+			"exec": func() error {
+				_, err := p.Exec(ctx, "i-1", driver.ExecOptions{Cmd: []string{"ls"}}, nil, &o, &o)
+				return err
+			}(),
 		} {
 			if !errors.Is(err, driver.ErrUnsupported) {
 				t.Errorf("%s: err = %v, want ErrUnsupported", name, err)

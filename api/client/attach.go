@@ -42,28 +42,78 @@ func (c *Client) Attach(ctx context.Context, r string, opts AttachOptions) error
 	if opts.Logs {
 		q.Set("logs", "true")
 	}
-	path := ref(r) + "/attach"
-	req, err := c.newRequest(ctx, http.MethodPost, path, q, nil)
+	_, err := c.stream(ctx, "attach", ref(r)+"/attach", q, nil, streamOptions{opts.Stdin, opts.Stdout, opts.Stderr, opts.Resize})
+	return err
+}
+
+// ExecOptions qualify Client.Exec.
+type ExecOptions struct {
+	// Cmd is the command and its arguments; Env, User and WorkDir as in
+	// api.ExecRequest.
+	Cmd     []string
+	Env     []string
+	User    string
+	WorkDir string
+	// TTY runs the command on a terminal, of Size at the start when not
+	// zero.
+	TTY  bool
+	Size driver.TTYSize
+	// Stdin, Stdout, Stderr and Resize as in AttachOptions.
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	Resize         <-chan driver.TTYSize
+}
+
+// Exec runs a command in an instance over one two-way stream
+// (api.ExecRequest) and returns its exit code once it has ended, the error
+// the server reported if something else ended the stream, or ctx's error
+// when ctx ends.
+func (c *Client) Exec(ctx context.Context, r string, opts ExecOptions) (int, error) {
+	req := api.ExecRequest{Cmd: opts.Cmd, Env: opts.Env, User: opts.User, WorkDir: opts.WorkDir, TTY: opts.TTY, Stdin: opts.Stdin != nil}
+	if opts.Size != (driver.TTYSize{}) {
+		req.Size = &opts.Size
+	}
+	exit, err := c.stream(ctx, "exec", ref(r)+"/exec", nil, req, streamOptions{opts.Stdin, opts.Stdout, opts.Stderr, opts.Resize})
 	if err != nil {
-		return err
+		return -1, err
+	}
+	if exit == nil {
+		return -1, fmt.Errorf("exec: %w: the stream ended without the command's exit code", driver.ErrRetryable)
+	}
+	return exit.ExitCode, nil
+}
+
+type streamOptions struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	resize         <-chan driver.TTYSize
+}
+
+// stream opens the two-way stream of path (api.AttachProtocol) with body,
+// and runs it until the server's side ends: it returns the exit status the
+// server sent, if any.
+func (c *Client) stream(ctx context.Context, what, path string, q url.Values, body any, opts streamOptions) (*api.ExitStatus, error) {
+	req, err := c.newRequest(ctx, http.MethodPost, path, q, body)
+	if err != nil {
+		return nil, err
 	}
 	req.Header.Set("Connection", "Upgrade")
 	req.Header.Set("Upgrade", api.AttachProtocol)
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return transportError(http.MethodPost, path, err)
+		return nil, transportError(http.MethodPost, path, err)
 	}
 	if resp.StatusCode != http.StatusSwitchingProtocols {
 		defer resp.Body.Close()
 		if resp.StatusCode/100 == 2 {
-			return fmt.Errorf("attach: the server answered %s instead of switching to %s", resp.Status, api.AttachProtocol)
+			return nil, fmt.Errorf("%s: the server answered %s instead of switching to %s", what, resp.Status, api.AttachProtocol)
 		}
-		return decodeError(resp)
+		return nil, decodeError(resp)
 	}
 	conn, ok := resp.Body.(io.ReadWriteCloser)
 	if !ok {
 		resp.Body.Close()
-		return fmt.Errorf("attach: the connection cannot be written to")
+		return nil, fmt.Errorf("%s: the connection cannot be written to", what)
 	}
 	var closeOnce sync.Once
 	closeConn := func() { closeOnce.Do(func() { conn.Close() }) }
@@ -79,11 +129,11 @@ func (c *Client) Attach(ctx context.Context, r string, opts AttachOptions) error
 	}
 	done := make(chan struct{})
 	defer close(done)
-	if opts.Stdin != nil {
+	if opts.stdin != nil {
 		go func() {
 			buf := make([]byte, api.MaxAttachFrame)
 			for {
-				n, err := opts.Stdin.Read(buf)
+				n, err := opts.stdin.Read(buf)
 				if n > 0 {
 					if write(api.FrameStdin, buf[:n]) != nil {
 						return
@@ -98,13 +148,13 @@ func (c *Client) Attach(ctx context.Context, r string, opts AttachOptions) error
 			}
 		}()
 	}
-	if opts.Resize != nil {
+	if opts.resize != nil {
 		go func() {
 			for {
 				select {
 				case <-done:
 					return
-				case size, ok := <-opts.Resize:
+				case size, ok := <-opts.resize:
 					if !ok {
 						return
 					}
@@ -116,33 +166,39 @@ func (c *Client) Attach(ctx context.Context, r string, opts AttachOptions) error
 			}
 		}()
 	}
+	var exit *api.ExitStatus
 	for {
 		kind, p, err := api.ReadFrame(conn)
 		if err != nil {
 			if ctx.Err() != nil {
-				return ctx.Err()
+				return exit, ctx.Err()
 			}
 			if errors.Is(err, io.EOF) {
-				return nil
+				return exit, nil
 			}
-			return fmt.Errorf("attach: %w: %w", driver.ErrRetryable, err)
+			return exit, fmt.Errorf("%s: %w: %w", what, driver.ErrRetryable, err)
 		}
 		var w io.Writer
 		switch kind {
 		case api.FrameStdout:
-			w = opts.Stdout
+			w = opts.stdout
 		case api.FrameStderr:
-			w = opts.Stderr
+			w = opts.stderr
+		case api.FrameExit:
+			exit = new(api.ExitStatus)
+			if err := json.Unmarshal(p, exit); err != nil {
+				return nil, fmt.Errorf("%s: the server sent the exit status %q", what, p)
+			}
 		case api.FrameError:
 			var e api.Error
 			if err := json.Unmarshal(p, &e); err != nil {
-				return fmt.Errorf("attach: the server ended the stream with %q", p)
+				return exit, fmt.Errorf("%s: the server ended the stream with %q", what, p)
 			}
-			return &e
+			return exit, &e
 		}
 		if w != nil {
 			if _, err := w.Write(p); err != nil {
-				return err
+				return exit, err
 			}
 		}
 	}

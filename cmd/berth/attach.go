@@ -2,13 +2,9 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
+	"io"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"github.com/berth-dev/berth/api/client"
 	"github.com/berth-dev/berth/driver"
@@ -52,46 +48,15 @@ func (c *cli) attach(ctx context.Context, cmd *cobra.Command, cl *client.Client,
 	if tty {
 		opts.Stderr = c.stdout
 	}
-	in := cmd.InOrStdin()
-	if stdin {
-		opts.Stdin = in
-	}
-	if f, ok := in.(*os.File); ok && tty && term.IsTerminal(int(f.Fd())) {
-		fd := int(f.Fd())
+	restore, err := c.terminal(ctx, cmd.InOrStdin(), stdin, tty, func(in io.Reader, sizes <-chan driver.TTYSize) {
 		if stdin {
-			old, err := term.MakeRaw(fd)
-			if err != nil {
-				return fmt.Errorf("put the terminal in raw mode: %w", err)
-			}
-			defer func() { _ = term.Restore(fd, old) }()
+			opts.Stdin = in
 		}
-		sizes := make(chan driver.TTYSize, 1)
-		send := func() {
-			if w, h, err := term.GetSize(fd); err == nil && w > 0 && h > 0 {
-				select {
-				case <-sizes:
-				default:
-				}
-				sizes <- driver.TTYSize{Rows: uint16(h), Cols: uint16(w)}
-			}
-		}
-		send()
-		winch := make(chan os.Signal, 1)
-		signal.Notify(winch, syscall.SIGWINCH)
-		defer signal.Stop(winch)
-		wctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		go func() {
-			for {
-				select {
-				case <-wctx.Done():
-					return
-				case <-winch:
-					send()
-				}
-			}
-		}()
 		opts.Resize = sizes
+	})
+	if err != nil {
+		return err
 	}
+	defer restore()
 	return cl.Attach(ctx, id, opts)
 }

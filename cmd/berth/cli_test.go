@@ -302,7 +302,7 @@ func TestVerbsOnABackEndThatCannotExit6(t *testing.T) {
 		in, err := e.Plane.Instance(context.Background(), "web")
 		return err == nil && in.Phase == reconciler.Running
 	})
-	for _, args := range [][]string{{"suspend", "web"}, {"stats", "--no-stream", "web"}, {"stats", "web"}, {"attach", "web"}} {
+	for _, args := range [][]string{{"suspend", "web"}, {"stats", "--no-stream", "web"}, {"stats", "web"}, {"attach", "web"}, {"exec", "web", "--", "ls"}} {
 		if code, _, errOut := berth(t, e.HTTP.URL, args...); code != exitUnsupported || !strings.Contains(errOut, `"plain"`) {
 			t.Errorf("berth %v: exit %d %q, want %d naming the provider", args, code, errOut, exitUnsupported)
 		}

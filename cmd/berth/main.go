@@ -11,6 +11,9 @@
 //	5  conflict: already exists, not suspended, no capacity, quota exceeded
 //	6  unsupported: the back-end cannot do this
 //	7  unavailable: the server cannot be reached or a back-end is down
+//
+// berth exec exits with the exit code of the command it ran; the codes
+// above are then its own only when the command could not be run.
 package main
 
 import (
@@ -106,6 +109,10 @@ func runIn(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 		addr := root.PersistentFlags().Lookup("addr").Value.String()
 		fmt.Fprintf(stderr, "berth: cannot reach the Berth server at %s: is the server running at %s? (start one with: berth server --dev)\n", addr, addr)
 		return exitUnavailable
+	}
+	var es exitStatus
+	if errors.As(err, &es) {
+		return int(es) // the command's own, which said why
 	}
 	var rep reported
 	if !errors.As(err, &rep) {

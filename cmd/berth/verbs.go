@@ -34,7 +34,7 @@ func clientCommands(c *cli) []*cobra.Command {
 		changeCmd(c, "restart", "Restart instances"),
 		changeCmd(c, "suspend", "Pause running instances: they keep their node and memory but use no cpu"),
 		changeCmd(c, "resume", "Continue suspended instances"),
-		holdCmd(c), statsCmd(c), attachCmd(c),
+		holdCmd(c), statsCmd(c), attachCmd(c), execCmd(c),
 		killCmd(c), rmCmd(c), resizeCmd(c), whyCmd(c),
 	}
 	for _, cmd := range withRefs {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"slices"
 	"strings"
 	"sync"
@@ -440,5 +441,111 @@ func (s *suite) testConsole(t *testing.T) {
 	inst := s.startOne(t, "console")
 	if _, err := s.d.(driver.ConsoleReader).Console(s.ctx(t), inst.ID); err != nil {
 		t.Fatalf("Console: %v", err)
+	}
+}
+
+// testExec runs the probe in a running instance: its exit code, its output
+// apart on stdout and stderr without a terminal, the environment, the
+// working directory, input to its end, a terminal of the size asked for;
+// then a command that does not exist, an empty one, and an instance that
+// is not running.
+func (s *suite) testExec(t *testing.T) {
+	if s.h.Exec == nil {
+		t.Fatal("drivertest: the driver is a driver.Execer: Harness.Exec must give the probe's command line")
+	}
+	ex, _ := driver.As[driver.Execer](s.d, driver.CapExec)
+	inst := s.startOne(t, "exec")
+	ctx := s.ctx(t)
+	run := func(what string, opts driver.ExecOptions, stdin string) (int, string, string) {
+		t.Helper()
+		var in io.Reader
+		if stdin != "" {
+			in = strings.NewReader(stdin)
+		}
+		var out, errb SyncBuffer
+		code, err := ex.Exec(ctx, inst.ID, opts, in, &out, &errb)
+		if err != nil {
+			t.Fatalf("Exec %s (%q): %v", what, opts.Cmd, err)
+		}
+		return code, out.String(), errb.String()
+	}
+	if code, out, errs := run("exit code and streams", driver.ExecOptions{Cmd: s.h.Exec("out=to stdout", "err=to stderr", "exit=3")}, ""); code != 3 || out != "to stdout\n" || errs != "to stderr\n" {
+		t.Errorf("Exec out, err, exit 3: code %d, stdout %q, stderr %q; want 3, %q, %q", code, out, errs, "to stdout\n", "to stderr\n")
+	}
+	if code, out, errs := run("success", driver.ExecOptions{Cmd: s.h.Exec("out=ok")}, ""); code != 0 || out != "ok\n" {
+		t.Errorf("Exec out: code %d, stdout %q, stderr %q; want 0 and ok", code, out, errs)
+	}
+	const name = "BERTH_DRIVERTEST_EXEC"
+	if _, out, errs := run("env", driver.ExecOptions{Cmd: s.h.Exec("env=" + name), Env: []string{name + "=a b=c"}}, ""); out != name+"=a b=c\n" {
+		t.Errorf("Exec with env %s=a b=c: stdout %q, stderr %q", name, out, errs)
+	}
+	if _, out, errs := run("no env", driver.ExecOptions{Cmd: s.h.Exec("env=" + name)}, ""); out != name+" unset\n" {
+		t.Errorf("Exec without env: stdout %q, stderr %q; want %s unset", out, errs, name)
+	}
+	if _, out, errs := run("workdir", driver.ExecOptions{Cmd: s.h.Exec("pwd"), WorkDir: "/proc"}, ""); out != "/proc\n" {
+		t.Errorf("Exec in /proc: stdout %q, stderr %q; want /proc", out, errs)
+	}
+	const input = "line one\nline two\n"
+	if code, out, errs := run("stdin", driver.ExecOptions{Cmd: s.h.Exec("cat", "out=end")}, input); code != 0 || out != input+"end\n" {
+		t.Errorf("Exec cat with input: code %d, stdout %q, stderr %q; want the input, then end", code, out, errs)
+	}
+	if _, out, errs := run("no tty", driver.ExecOptions{Cmd: s.h.Exec("tty")}, ""); out != "tty false\n" {
+		t.Errorf("Exec tty without a terminal: stdout %q, stderr %q; want tty false", out, errs)
+	}
+	s.testExecTTY(t, ex, inst.ID)
+	code, _, errs := run("missing", driver.ExecOptions{Cmd: []string{"/berth-drivertest-no-such-program"}}, "")
+	if code != 126 && code != 127 {
+		t.Errorf("Exec of a missing program: code %d, stderr %q; want 126 or 127", code, errs)
+	}
+	if _, err := ex.Exec(ctx, inst.ID, driver.ExecOptions{}, nil, io.Discard, io.Discard); !errors.Is(err, driver.ErrInvalid) {
+		t.Errorf("Exec of no command: %v, want ErrInvalid", err)
+	}
+	if !s.stopIfCan(t, inst.ID) {
+		return
+	}
+	if _, err := ex.Exec(ctx, inst.ID, driver.ExecOptions{Cmd: s.h.Exec("out=x")}, nil, io.Discard, io.Discard); !errors.Is(err, driver.ErrPermanent) {
+		t.Errorf("Exec in a stopped instance: %v, want ErrPermanent", err)
+	}
+}
+
+// testExecTTY runs the probe on a terminal of 33x101 and, once it reported
+// that size, resizes it to 40x120; each line it is sent makes it print its
+// terminal's size, and Ctrl-D ends it.
+func (s *suite) testExecTTY(t *testing.T, ex driver.Execer, id string) {
+	ctx := s.ctx(t)
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	sizes := make(chan driver.TTYSize, 1)
+	var out, errb SyncBuffer
+	type result struct {
+		code int
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		opts := driver.ExecOptions{Cmd: s.h.Exec("tty", "err=on the terminal", "sizes"), TTY: true, Size: driver.TTYSize{Rows: 33, Cols: 101}, Resize: sizes}
+		code, err := ex.Exec(ctx, id, opts, pr, &out, &errb)
+		done <- result{code, err}
+	}()
+	// A write waits for the driver to read: each is made in a goroutine of
+	// its own, which the pipe's close ends.
+	send := func(p string) { go func() { _, _ = io.WriteString(pw, p) }() }
+	for _, want := range []string{"size 33x101", "size 40x120"} {
+		if want == "size 40x120" {
+			sizes <- driver.TTYSize{Rows: 40, Cols: 120}
+		}
+		if !poll(ctx, func() bool { send("\r"); return strings.Contains(out.String(), want) }) {
+			t.Fatalf("Exec on a terminal: no %q in stdout %q (stderr %q)", want, out.String(), errb.String())
+		}
+	}
+	send("\x04")
+	var r result
+	select {
+	case r = <-done:
+	case <-ctx.Done():
+		t.Fatalf("Exec on a terminal did not end after Ctrl-D; stdout %q", out.String())
+	}
+	if r.err != nil || r.code != 0 || !strings.Contains(out.String(), "tty true") || !strings.Contains(out.String(), "on the terminal") || errb.String() != "" {
+		t.Errorf("Exec on a terminal: code %d, err %v, stdout %q, stderr %q; want 0, tty true and the stderr line on stdout", r.code, r.err, out.String(), errb.String())
 	}
 }

@@ -52,6 +52,11 @@ type Harness struct {
 	// when the driver has no images (then the suite checks a bad-spec case
 	// only).
 	MissingImage func() *driver.Spec
+	// Exec returns the command line that runs, inside an instance made
+	// from Spec, the program of package probe with steps as its arguments
+	// (the image's or the host's copy of it). Required when the driver is a
+	// driver.Execer.
+	Exec func(steps ...string) []string
 	// PreloadImage is an image the suite may preload on every node when the
 	// driver is a driver.Preloader; it must not be present before (the
 	// harness arranges that).
@@ -131,6 +136,12 @@ func Run(t *testing.T, h Harness) {
 			t.Run("Cap/"+c.name, c.fn)
 		}
 	}
+	t.Run("Cap/"+driver.CapExec, func(t *testing.T) {
+		if !caps[driver.CapExec] {
+			t.Skip("the driver is no driver.Execer: it cannot run a command in an instance (its fallback, ErrUnsupported, is package provider's)")
+		}
+		s.testExec(t)
+	})
 
 	if err := closeDriver(); err != nil {
 		t.Errorf("Close: %v", err)
@@ -760,6 +771,12 @@ func (s *suite) testUnknownID(t *testing.T, caps map[string]bool) {
 	}
 	if caps[driver.CapConsole] {
 		calls["Console"] = func() error { _, err := s.d.(driver.ConsoleReader).Console(ctx, id); return err }
+	}
+	if caps[driver.CapExec] {
+		calls["Exec"] = func() error {
+			_, err := s.d.(driver.Execer).Exec(ctx, id, driver.ExecOptions{Cmd: []string{"true"}}, nil, io.Discard, io.Discard)
+			return err
+		}
 	}
 	if caps[driver.CapLogs] {
 		calls["Logs"] = func() error {

@@ -106,6 +106,7 @@ func TestConformance(t *testing.T) {
 			return d
 		},
 		Spec:         helloSpec,
+		Exec:         func(steps ...string) []string { return append([]string{"/hello", "probe"}, steps...) },
 		MissingImage: func() *driver.Spec { return &driver.Spec{Image: "berth-test/missing:" + randomID()} },
 		Parallel:     16,
 	}

@@ -116,6 +116,15 @@
 // running or ctx ends. Usage reads the group's CPU time and resident memory
 // from /proc. Watch polls every poll_interval and reports the differences.
 //
+// Exec runs a command beside the instance's process, as docker exec does
+// in a container: with the instance's environment (the exec's entries over
+// it), user and group (or the exec's user, which the server must be able
+// to become), working directory and cgroup. It leads a process group of
+// its own, or with a terminal a session whose controlling terminal is a
+// pseudo-terminal the driver opens; it is killed with its group when the
+// caller goes away or the instance stops running (looked at every
+// poll_interval). A command that is not there ends with exit code 127.
+//
 // Resize sets cpu and memory limits in a cgroup per instance: under
 // <cgroup_root>/berth/<id> with cgroup v2 when cgroup_root is a v2 mount
 // with the cpu and memory controllers, else under <cgroup_root>/cpu/berth/<id>

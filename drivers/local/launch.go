@@ -274,20 +274,23 @@ func (d *Driver) launch(rec *record) error {
 	sp := rec.Spec
 	args := argv(sp)
 	env := d.environ(rec)
-	dir := d.workDir(rec.ID)
 	if sp.WorkingDir != "" {
-		dir = sp.WorkingDir
-		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-			return driver.Errorf(driver.ErrPermanent, "working_dir %q: not a directory on node %q", dir, d.node)
+		if fi, err := os.Stat(sp.WorkingDir); err != nil || !fi.IsDir() {
+			return driver.Errorf(driver.ErrPermanent, "working_dir %q: not a directory on node %q", sp.WorkingDir, d.node)
 		}
 	}
+	cred, err := d.credential(sp)
+	if err != nil {
+		return err
+	}
+	dir := d.runDir(rec, cred)
 	pathList := defaultPath
 	for _, kv := range env {
 		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
 			pathList = v
 		}
 	}
-	exe, err := lookPath(args[0], pathList, dir)
+	exe, err := lookPath(args[0], pathList, d.runDir(rec, nil))
 	if err != nil {
 		return driver.Errorf(driver.ErrPermanent, "executable %q: %v", args[0], err)
 	}
@@ -305,17 +308,7 @@ func (d *Driver) launch(rec *record) error {
 		defer f.Close()
 		outs[i] = f
 	}
-	cred, err := d.credential(sp)
-	if err != nil {
-		return err
-	}
 	sys := &syscall.SysProcAttr{Setpgid: true, Credential: cred}
-	if cred != nil && sp.WorkingDir == "" {
-		// The instance's own directory lies in the server's private data
-		// directory, out of another user's reach: such a process starts
-		// in /, as a container does.
-		dir = "/"
-	}
 	limits := d.cg.usable() && (sp.CPU > 0 || sp.Memory > 0)
 	if limits {
 		// The cgroup and its limits exist before the process does. On v2

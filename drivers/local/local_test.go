@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/driver/drivertest"
+	"github.com/berth-dev/berth/driver/drivertest/probe"
 )
 
 // testTimeout bounds every wait in these tests; it is a liveness bound, not
@@ -152,6 +154,13 @@ func TestConformance(t *testing.T) {
 	drivertest.Run(t, drivertest.Harness{
 		Open: func(t *testing.T) driver.Driver { return open(t, t.TempDir(), nil) },
 		Spec: serviceSpec,
+		Exec: func(steps ...string) []string {
+			exe, err := os.Executable()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return append([]string{exe, probeArg}, steps...)
+		},
 		MissingImage: func() *driver.Spec {
 			return &driver.Spec{Kind: driver.KindProcess, Image: "/nonexistent/berth-no-such-program"}
 		},
@@ -894,7 +903,14 @@ func TestAbandonedCreate(t *testing.T) {
 // them: a Berth that stops while its processes run.
 const helperEnv = "BERTH_LOCAL_TEST_HELPER_DIR"
 
+// probeArg as the first argument makes the test binary the conformance
+// suite's probe (package probe), which the exec case runs.
+const probeArg = "-berth-probe"
+
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == probeArg {
+		os.Exit(probe.Main(os.Args[2:]))
+	}
 	if dir := os.Getenv(churnEnv); dir != "" {
 		err := churnBerth(dir) // returns only on an error: the test kills it
 		fmt.Fprintln(os.Stderr, err)
@@ -1067,5 +1083,83 @@ func TestDefaultUser(t *testing.T) {
 		if !errors.As(err, &fe) || fe.Path != "default_user" {
 			t.Errorf("default_user %q: %v, want refused naming default_user", u, err)
 		}
+	}
+}
+
+// TestExecUserCgroupAndEnd: an exec runs as the instance's user (or the
+// one it names), in the instance's cgroup when it has one, and is killed
+// when the instance stops.
+func TestExecUserCgroupAndEnd(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("runs processes as another user: run as root (CI does)")
+	}
+	d := open(t, t.TempDir(), nil)
+	defer d.Close(context.Background())
+	ctx := ctxT(t)
+	sp := shSpec(`sleep 1000 & wait`)
+	sp.User = "nobody"
+	if d.cg.usable() {
+		sp.Memory = 256 * driver.MiB
+	}
+	in := create(t, d, sp)
+	waitFor(t, d, in.ID, "running", hasState(driver.StateRunning))
+	nobody, err := user.Lookup("nobody")
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(opts driver.ExecOptions) string {
+		t.Helper()
+		var out, errb bytes.Buffer
+		code, err := d.Exec(ctx, in.ID, opts, strings.NewReader("go\n"), &out, &errb)
+		if err != nil || code != 0 {
+			t.Fatalf("Exec %q: %d, %v, stderr %q", opts.Cmd, code, err, errb.String())
+		}
+		return out.String()
+	}
+	if got := run(driver.ExecOptions{Cmd: []string{"/bin/sh", "-c", "id -u; pwd"}}); got != nobody.Uid+"\n/\n" {
+		t.Errorf("an exec in an instance of nobody ran as, in %q; want nobody's uid %s in /", got, nobody.Uid)
+	}
+	if got := run(driver.ExecOptions{Cmd: []string{"id", "-u"}, User: "root"}); got != "0\n" {
+		t.Errorf("an exec as root ran as %q", got)
+	}
+	if d.cg.usable() {
+		// Read once the input comes, which the driver sends only after it
+		// has placed the command (on cgroup v1 just after its start).
+		got := run(driver.ExecOptions{Cmd: []string{"/bin/sh", "-c", "read go; cat /proc/self/cgroup"}})
+		if !strings.Contains(got, cgroupParent+"/"+in.ID) {
+			t.Errorf("an exec is not in the instance's cgroup: %q", got)
+		}
+	} else {
+		t.Logf("the cgroup is not checked: no usable cgroups on this host: %s", d.cg.reason)
+	}
+
+	// A command still running when the instance stops is killed.
+	type result struct {
+		code int
+		err  error
+	}
+	done := make(chan result, 1)
+	var started drivertest.SyncBuffer
+	go func() {
+		code, err := d.Exec(ctx, in.ID, driver.ExecOptions{Cmd: []string{"/bin/sh", "-c", "echo started; exec sleep 1000"}}, nil, &started, io.Discard)
+		done <- result{code, err}
+	}()
+	for started.String() == "" {
+		select {
+		case r := <-done:
+			t.Fatalf("the exec ended before it started: %d, %v", r.code, r.err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if err := d.Stop(ctx, in.ID, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		if r.err != nil || r.code != 128+int(syscall.SIGKILL) {
+			t.Errorf("an exec when its instance stopped: %d, %v; want killed (%d)", r.code, r.err, 128+int(syscall.SIGKILL))
+		}
+	case <-ctx.Done():
+		t.Fatal("an exec outlived its stopped instance")
 	}
 }

@@ -9,7 +9,8 @@
 // stdout, as cat does, and exits 0 at its end. "hello tty" prints "tty
 // true" or "tty false" (whether stdin is a terminal) and exits 0; "hello
 // size" prints the same, then, for each line it reads, "size ROWSxCOLS" of
-// the terminal, and exits 0 at the end of stdin.
+// the terminal, and exits 0 at the end of stdin. "hello probe STEPS..." is
+// the conformance suite's probe (package probe).
 package main
 
 import (
@@ -24,9 +25,14 @@ import (
 	"syscall"
 
 	"golang.org/x/term"
+
+	"github.com/berth-dev/berth/driver/drivertest/probe"
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "probe" {
+		os.Exit(probe.Main(os.Args[2:]))
+	}
 	if len(os.Args) > 1 && os.Args[1] == "health" {
 		if os.Getenv("HELLO_UNHEALTHY") == "1" {
 			os.Exit(1)
