@@ -88,4 +88,3 @@ func (d *Driver) ResizeTTY(ctx context.Context, id string, size driver.TTYSize) 
 	}
 	return d.simple(ctx, h, id, "resize-tty", d.instDir(id), strconv.Itoa(int(size.Rows)), strconv.Itoa(int(size.Cols)))
 }
-
