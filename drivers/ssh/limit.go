@@ -110,15 +110,23 @@ func makeCgroup(parent string, rec *record) (cgroup, error) {
 		return none, err
 	}
 	cl := filepath.Join(parent, rec.Cluster)
-	if err := os.Mkdir(cl, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-		return none, fmt.Errorf("make the cgroup %s: %w", cl, err)
-	}
-	if err := enable(cl); err != nil {
-		return none, err
-	}
 	cg := cgroup{dir: cgroupDir(parent, rec.Cluster, rec.ID), fd: -1}
-	if err := os.Mkdir(cg.dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-		return none, fmt.Errorf("make the cgroup %s: %w", cg.dir, err)
+	// The cluster's cgroup goes with its last instance's: one removed
+	// between the two mkdirs is made again.
+	for try := 0; ; try++ {
+		if err := os.Mkdir(cl, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return none, fmt.Errorf("make the cgroup %s: %w", cl, err)
+		}
+		if err := enable(cl); err != nil && (try == 2 || !errors.Is(err, os.ErrNotExist)) {
+			return none, err
+		}
+		err := os.Mkdir(cg.dir, 0o755)
+		if err == nil || errors.Is(err, os.ErrExist) {
+			break
+		}
+		if try == 2 || !errors.Is(err, os.ErrNotExist) {
+			return none, fmt.Errorf("make the cgroup %s: %w", cg.dir, err)
+		}
 	}
 	if err := setLimits(cg.dir, rec.Resources); err != nil {
 		removeCgroup(cg.dir)
