@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -198,6 +199,18 @@ func TestSupervisorLimits(t *testing.T) {
 	why := checkCgroup(parent)
 	t.Cleanup(func() { os.Remove(parent) })
 	lim := driver.Resources{CPU: 500, Memory: 256 * driver.MiB}
+	// A hybrid host's cgroup v2 has no cpu and memory controllers: said
+	// so, and nothing is made there.
+	if unified := "/sys/fs/cgroup/unified"; why != nil && isCgroup2(unified) {
+		p := filepath.Join(unified, "berth-ssh-test")
+		if err := checkCgroup(p); err == nil || !strings.Contains(err.Error(), "cpu and memory controllers are needed") {
+			t.Errorf("a cgroup v2 without the controllers: %v, want it to say so", err)
+		}
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s after the check: %v, want nothing made", p, err)
+			os.Remove(p)
+		}
+	}
 	if why != nil {
 		t.Logf("no cgroup v2 here: %v", why)
 		_, code, out := supervisedWith(t, "sleep 1000", func(r *record) { r.CgroupParent, r.Resources = parent, lim })
@@ -247,4 +260,9 @@ func TestSupervisorLimits(t *testing.T) {
 			t.Errorf("the cgroup after delete: %v, want it gone", err)
 		}
 	})
+}
+
+func isCgroup2(p string) bool {
+	var fs syscall.Statfs_t
+	return syscall.Statfs(p, &fs) == nil && fs.Type == cgroup2Magic
 }

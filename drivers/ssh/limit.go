@@ -41,18 +41,16 @@ func cgroupDir(parent, cluster, id string) string {
 // checkCgroup makes parent, a cgroup v2 directory with the cpu and memory
 // controllers given to its children, unless it is there already, and
 // returns why it cannot (nil when it can): limits are then not enforceable
-// on this host.
+// on this host. Nothing is made when the answer is no.
 func checkCgroup(parent string) error {
-	if !filepath.IsAbs(parent) {
-		return fmt.Errorf("cgroup parent %q: not an absolute path", parent)
+	if !filepath.IsAbs(parent) || filepath.Clean(parent) != parent {
+		return fmt.Errorf("cgroup parent %q: not a clean absolute path", parent)
 	}
-	// The nearest directory that exists must be on cgroup v2.
+	// The nearest directory that exists must be a cgroup v2 with the
+	// controllers.
 	probe := parent
-	for {
+	for probe != "/" {
 		if _, err := os.Stat(probe); err == nil {
-			break
-		}
-		if probe == "/" {
 			break
 		}
 		probe = filepath.Dir(probe)
@@ -64,25 +62,32 @@ func checkCgroup(parent string) error {
 	if fs.Type != cgroup2Magic {
 		return fmt.Errorf("%s is not on a cgroup v2 file system (a cgroup v1 or hybrid host)", probe)
 	}
-	if err := os.MkdirAll(parent, 0o755); err != nil {
-		return fmt.Errorf("make the cgroup %s: %w", parent, err)
-	}
-	return delegate(parent)
-}
-
-// delegate gives the cpu and memory controllers to dir's children: they
-// must be in dir's cgroup.controllers, and are written to its parent's and
-// its own cgroup.subtree_control when missing there.
-func delegate(dir string) error {
-	have, err := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
+	have, err := os.ReadFile(filepath.Join(probe, "cgroup.controllers"))
 	if err != nil {
-		return fmt.Errorf("cgroup %s: %w", dir, err)
+		return fmt.Errorf("cgroup %s: %w", probe, err)
 	}
 	if f := strings.Fields(string(have)); !slices.Contains(f, "cpu") || !slices.Contains(f, "memory") {
-		return fmt.Errorf("cgroup %s has controllers %q: the cpu and memory controllers are needed (enable them in %s)",
-			dir, strings.TrimSpace(string(have)), filepath.Join(filepath.Dir(dir), "cgroup.subtree_control"))
+		return fmt.Errorf("cgroup %s has the controllers %q: the cpu and memory controllers are needed (bound to cgroup v1, or not enabled in %s)",
+			probe, strings.TrimSpace(string(have)), filepath.Join(filepath.Dir(probe), "cgroup.subtree_control"))
 	}
-	return enable(dir)
+	// Down from there to parent, each level gives them to the next.
+	rel, err := filepath.Rel(probe, parent)
+	if err != nil {
+		return err
+	}
+	dir := probe
+	if rel != "." {
+		for part := range strings.SplitSeq(rel, "/") {
+			if err := enable(dir); err != nil {
+				return err
+			}
+			dir = filepath.Join(dir, part)
+			if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+				return fmt.Errorf("make the cgroup %s: %w", dir, err)
+			}
+		}
+	}
+	return enable(parent)
 }
 
 // enable writes +cpu +memory to dir's cgroup.subtree_control unless both
