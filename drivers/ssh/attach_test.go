@@ -223,3 +223,35 @@ func TestLimits(t *testing.T) {
 		}
 	})
 }
+
+// TestLogsFollowToTheEnd follows an instance's logs with a tail: the
+// lines written after the follow started come, each stream apart, and the
+// follow returns nil by itself when the instance ends.
+func TestLogsFollowToTheEnd(t *testing.T) {
+	f := newFleet(t, 1)
+	d := f.open(t, nil)
+	defer d.Close(context.Background())
+	sp := shSpec(`echo zero; echo first; read l; echo "second $l"; echo late >&2`)
+	sp.Stdin = true
+	in := create(t, d, "h0", sp)
+	var out, errOut drivertest.SyncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- d.(driver.LogReader).Logs(ctxT(t), in.ID, driver.LogOptions{Stdout: true, Stderr: true, Tail: 1, Follow: true}, &out, &errOut)
+	}()
+	waitOutput(t, &out, "first\n")
+	if err := d.(driver.Attacher).Attach(ctxT(t), in.ID, driver.AttachOptions{}, strings.NewReader("x\n"), io.Discard, io.Discard); err != nil {
+		t.Fatalf("Attach: %v", err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Logs with Follow: %v, want nil once the instance ended", err)
+		}
+	case <-time.After(testTimeout):
+		t.Fatal("Logs with Follow never returned after the instance ended")
+	}
+	if out.String() != "first\nsecond x\n" || errOut.String() != "late\n" {
+		t.Errorf("Logs with Tail 1 and Follow: stdout %q, stderr %q; want %q and %q", out.String(), errOut.String(), "first\nsecond x\n", "late\n")
+	}
+}
