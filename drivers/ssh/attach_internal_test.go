@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/driver"
-	"github.com/berth-dev/berth/internal/testdeps"
 )
 
 // supervisedWith is supervised with the record changed by edit first; it
@@ -226,7 +225,11 @@ func TestSupervisorLimits(t *testing.T) {
 		}
 	}
 	t.Run("cgroup2", func(t *testing.T) {
-		testdeps.Need(t, why)
+		if why != nil {
+			// Not a package to install: the machine's cgroup layout.
+			// TestSupervisorLimitsInGuest covers the limits anywhere.
+			t.Skipf("no usable cgroup v2 here: %v", why)
+		}
 		dir, code, out := supervisedWith(t, "sleep 1000", func(r *record) { r.CgroupParent, r.Resources = parent, lim })
 		if code != 0 {
 			t.Fatalf("start: exit code %d: %s", code, out)

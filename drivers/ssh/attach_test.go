@@ -14,7 +14,6 @@ import (
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/driver/drivertest"
 	"github.com/berth-dev/berth/drivers/ssh"
-	"github.com/berth-dev/berth/internal/testdeps"
 )
 
 // waitOutput waits until b holds want.
@@ -183,7 +182,9 @@ func TestLimits(t *testing.T) {
 	}
 	t.Run("cgroup2", func(t *testing.T) {
 		if errors.Is(err, driver.ErrUnsupported) {
-			testdeps.Need(t, err)
+			// Not a package to install: the machine's cgroup layout.
+			// TestSupervisorLimitsInGuest covers the limits anywhere.
+			t.Skipf("this machine cannot enforce limits: %v", err)
 		}
 		list, lerr := d.List(ctxT(t), nil)
 		if lerr != nil || len(list) != 1 {
