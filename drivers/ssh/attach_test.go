@@ -235,6 +235,20 @@ func TestLogsFollowToTheEnd(t *testing.T) {
 	sp := shSpec(`echo zero; echo first; read l; echo "second $l"; echo late >&2`)
 	sp.Stdin = true
 	in := create(t, d, "h0", sp)
+	// The tail is taken once both first lines are there.
+	deadline := time.Now().Add(testTimeout)
+	for {
+		var start strings.Builder
+		if err := d.(driver.LogReader).Logs(ctxT(t), in.ID, driver.LogOptions{Stdout: true}, &start, io.Discard); err != nil {
+			t.Fatalf("Logs: %v", err)
+		}
+		if strings.Contains(start.String(), "first\n") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the instance never wrote its first lines: %q", start.String())
+		}
+	}
 	var out, errOut drivertest.SyncBuffer
 	done := make(chan error, 1)
 	go func() {

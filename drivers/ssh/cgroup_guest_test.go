@@ -109,7 +109,7 @@ func TestSupervisorLimitsInGuest(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	// KVM only with the processor's virtualization flags: a /dev/kvm
 	// without them hangs guests (see drivers/vm's tests).
