@@ -227,7 +227,7 @@ func TestSupervisorLimits(t *testing.T) {
 	t.Run("cgroup2", func(t *testing.T) {
 		if why != nil {
 			// Not a package to install: the machine's cgroup layout.
-			// TestSupervisorLimitsInGuest covers the limits anywhere.
+			// cgrouptest.TestSupervisorLimitsInGuest covers them anywhere.
 			t.Skipf("no usable cgroup v2 here: %v", why)
 		}
 		dir, code, out := supervisedWith(t, "sleep 1000", func(r *record) { r.CgroupParent, r.Resources = parent, lim })

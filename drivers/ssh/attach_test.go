@@ -47,15 +47,23 @@ func waitAttach(t *testing.T, done chan error) error {
 	}
 }
 
-// TestAttach attaches to an instance made with stdin over SSH: the output
-// replayed, then live; a detach (the caller's context ends) leaves the
-// input open and the instance running; a second attach, from now, sends
-// the rest and ends the input: the instance reads end of file and ends,
-// and Attach returns nil.
+// TestAttach attaches to instances over SSH, on one host: with stdin, on
+// a terminal, and follows logs to an instance's end.
 func TestAttach(t *testing.T) {
 	f := newFleet(t, 1)
 	d := f.open(t, nil)
 	defer d.Close(context.Background())
+	t.Run("stdin", func(t *testing.T) { testAttachStdin(t, d) })
+	t.Run("tty", func(t *testing.T) { testAttachTTY(t, d) })
+	t.Run("logs-follow", func(t *testing.T) { testLogsFollowToTheEnd(t, d) })
+}
+
+// testAttachStdin attaches to an instance made with stdin: the output
+// replayed, then live; a detach (the caller's context ends) leaves the
+// input open and the instance running; a second attach, from now, sends
+// the rest and ends the input: the instance reads end of file and ends,
+// and Attach returns nil.
+func testAttachStdin(t *testing.T, d driver.Driver) {
 	sp := shSpec(`echo ready; echo warn >&2; while read l; do echo "got $l"; done; echo bye`)
 	sp.Stdin = true
 	in := create(t, d, "h0", sp)
@@ -99,13 +107,10 @@ func TestAttach(t *testing.T) {
 	}
 }
 
-// TestAttachTTY attaches to an instance on a terminal: ResizeTTY reaches
+// testAttachTTY attaches to an instance on a terminal: ResizeTTY reaches
 // it, the end of stdin is the terminal's end of file, and everything comes
 // on stdout.
-func TestAttachTTY(t *testing.T) {
-	f := newFleet(t, 1)
-	d := f.open(t, nil)
-	defer d.Close(context.Background())
+func testAttachTTY(t *testing.T, d driver.Driver) {
 	sp := shSpec(`test -t 0 && echo on a tty; stty size; read l; stty size; cat; echo "bye $l" >&2`)
 	sp.TTY = true
 	for _, need := range driver.SpecFeatures(sp) {
@@ -183,7 +188,7 @@ func TestLimits(t *testing.T) {
 	t.Run("cgroup2", func(t *testing.T) {
 		if errors.Is(err, driver.ErrUnsupported) {
 			// Not a package to install: the machine's cgroup layout.
-			// TestSupervisorLimitsInGuest covers the limits anywhere.
+			// cgrouptest.TestSupervisorLimitsInGuest covers them anywhere.
 			t.Skipf("this machine cannot enforce limits: %v", err)
 		}
 		list, lerr := d.List(ctxT(t), nil)
@@ -225,13 +230,10 @@ func TestLimits(t *testing.T) {
 	})
 }
 
-// TestLogsFollowToTheEnd follows an instance's logs with a tail: the
+// testLogsFollowToTheEnd follows an instance's logs with a tail: the
 // lines written after the follow started come, each stream apart, and the
 // follow returns nil by itself when the instance ends.
-func TestLogsFollowToTheEnd(t *testing.T) {
-	f := newFleet(t, 1)
-	d := f.open(t, nil)
-	defer d.Close(context.Background())
+func testLogsFollowToTheEnd(t *testing.T, d driver.Driver) {
 	sp := shSpec(`echo zero; echo first; read l; echo "second $l"; echo late >&2`)
 	sp.Stdin = true
 	in := create(t, d, "h0", sp)

@@ -1,4 +1,4 @@
-package ssh
+package cgrouptest_test
 
 import (
 	"bufio"
@@ -53,6 +53,19 @@ echo "@end"
 poweroff -f
 `
 
+// record is the part of an instance's record.json the test writes (the
+// supervisor's own type is drivers/ssh's).
+type record struct {
+	ID           string            `json:"id"`
+	Node         string            `json:"node"`
+	Cluster      string            `json:"cluster"`
+	Tags         map[string]string `json:"tags"`
+	Created      time.Time         `json:"created"`
+	Argv         []string          `json:"argv"`
+	Resources    driver.Resources  `json:"resources"`
+	CgroupParent string            `json:"cgroup_parent"`
+}
+
 // TestSupervisorLimitsInGuest runs the supervisor in a small guest whose
 // kernel (the host's packaged one) has cgroup v2 with the cpu and memory
 // controllers, which a cgroup v1 or hybrid host cannot give: the instance
@@ -72,7 +85,7 @@ func TestSupervisorLimitsInGuest(t *testing.T) {
 	dir := t.TempDir()
 	// A static supervisor: the guest has no C library.
 	bin := filepath.Join(dir, "supervise")
-	build := exec.Command("go", "build", "-o", bin, "./testdata/supervise")
+	build := exec.Command("go", "build", "-o", bin, "../testdata/supervise")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build the supervisor: %v: %s", err, out)
