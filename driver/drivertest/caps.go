@@ -549,3 +549,49 @@ func (s *suite) testExecTTY(t *testing.T, ex driver.Execer, id string) {
 		t.Errorf("Exec on a terminal: code %d, err %v, stdout %q, stderr %q; want 0, tty true and the stderr line on stdout", r.code, r.err, out.String(), errb.String())
 	}
 }
+
+// testAttach attaches to an instance made with Stdin: what it wrote
+// before is replayed, what is sent reaches its input and comes back, the
+// end of stdin is the end of its input, and Attach returns nil once the
+// instance ended. An unknown id is ErrNotFound.
+func (s *suite) testAttach(t *testing.T) {
+	if s.h.Echo == nil {
+		t.Skip("no echoing spec (Harness.Echo is nil)")
+	}
+	a := s.d.(driver.Attacher)
+	sp := s.h.Echo()
+	sp.Name, sp.Tags, sp.Stdin = s.name("attach"), s.tags(nil), true
+	inst := s.create(t, s.onlineNodes(t)[0], sp)
+	ctx := s.ctx(t)
+	r, w := io.Pipe()
+	defer w.Close()
+	var out, errOut SyncBuffer
+	done := make(chan error, 1)
+	go func() { done <- a.Attach(ctx, inst.ID, driver.AttachOptions{Replay: true}, r, &out, &errOut) }()
+	if !poll(ctx, func() bool { return strings.Contains(out.String(), "ready\n") }) {
+		t.Fatalf("Attach with Replay: never saw the line written before it, stdout %q", out.String())
+	}
+	if _, err := w.Write([]byte("ping\n")); err != nil {
+		t.Fatalf("write to the attach: %v", err)
+	}
+	if !poll(ctx, func() bool { return strings.Contains(out.String(), "ping\n") }) {
+		t.Fatalf("Attach: the input never came back, stdout %q", out.String())
+	}
+	w.Close()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Attach after the input's end: %v, want nil (the instance ended)", err)
+		}
+	case <-ctx.Done():
+		t.Fatalf("Attach never returned after the input's end; stdout %q", out.String())
+	}
+	got := s.waitState(t, inst.ID, "exited", is(driver.StateExited))
+	if got.ExitCode != nil && *got.ExitCode != 0 {
+		t.Errorf("after the input's end: exit code %d, want 0", *got.ExitCode)
+	}
+	s.destroy(t, inst.ID)
+	if err := a.Attach(ctx, inst.ID, driver.AttachOptions{}, nil, io.Discard, io.Discard); !errors.Is(err, driver.ErrNotFound) {
+		t.Errorf("Attach to a deleted instance: %v, want ErrNotFound", err)
+	}
+}

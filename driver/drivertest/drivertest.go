@@ -48,6 +48,11 @@ type Harness struct {
 	// then runs until stopped (and exits 0 on SIGTERM). The suite sets Name
 	// and Tags itself.
 	Spec func() *driver.Spec
+	// Echo returns a spec for an instance that, made with Stdin, writes
+	// the line "ready" to stdout, then copies its input to stdout until
+	// the input ends, then exits 0 (a shell's `echo ready; cat`). The suite
+	// sets Stdin, Name and Tags itself. The attach case runs only with it.
+	Echo func() *driver.Spec
 	// MissingImage returns a spec naming an image that does not exist, or nil
 	// when the driver has no images (then the suite checks a bad-spec case
 	// only).
@@ -130,6 +135,7 @@ func Run(t *testing.T, h Harness) {
 		{driver.CapEvents, s.testEvents},
 		{driver.CapUsage, s.testUsage},
 		{driver.CapConsole, s.testConsole},
+		{driver.CapAttach, s.testAttach},
 	}
 	for _, c := range capTests {
 		if caps[c.name] {

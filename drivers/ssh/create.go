@@ -62,9 +62,6 @@ func checkSpec(spec *driver.Spec) error {
 	if r := spec.RestartPolicy.Name; r != "" && r != "no" {
 		bad = append(bad, fmt.Sprintf("restart_policy %q (only no)", r))
 	}
-	if spec.Stdin || spec.TTY {
-		bad = append(bad, "stdin and tty")
-	}
 	if len(bad) > 0 {
 		return driver.Errorf(driver.ErrUnsupported, "the ssh back-end cannot honour %s", strings.Join(bad, "; "))
 	}
@@ -74,9 +71,10 @@ func checkSpec(spec *driver.Spec) error {
 // CheckSpec refuses, at submit, what no host can run.
 func (d *Driver) CheckSpec(spec *driver.Spec) error { return checkSpec(spec) }
 
-// Features are what the ssh back-end runs: processes, as a user.
+// Features are what the ssh back-end runs: processes, as a user, with
+// their input kept for attaches or on a terminal.
 func (d *Driver) Features() []string {
-	return []string{driver.CapKindProcess, driver.CapRunAsUser}
+	return []string{driver.CapKindProcess, driver.CapRunAsUser, driver.CapStdin, driver.CapTTY}
 }
 
 // argv returns the command line: Entrypoint then Command; when Entrypoint is
@@ -126,6 +124,8 @@ func (d *Driver) Create(ctx context.Context, node string, spec *driver.Spec) (dr
 		ID: id, Name: spec.Name, Node: node, Cluster: d.cluster, Image: spec.Image,
 		Tags: spec.Tags, Labels: spec.Labels, Resources: spec.Resources, Created: time.Now().UTC(),
 		Argv: argv(spec), Env: spec.Env, Dir: spec.WorkingDir, User: spec.User, Group: spec.Group,
+		CgroupParent: d.opts.CgroupParent, CountLimits: d.opts.Limits == LimitsCount,
+		Stdin: spec.Stdin || spec.TTY, TTY: spec.TTY,
 	}
 	if rec.Tags == nil || rec.Tags[driver.TagManaged] != "true" {
 		tags := map[string]string{}
@@ -175,12 +175,16 @@ func (d *Driver) create(ctx context.Context, h *host, rec *record, recJSON []byt
 			return nil, driver.Errorf(driver.ErrInsufficientCapacity, "node %q runs %d instances, its max_instances", h.name, count)
 		}
 	}
-	if err := h.install(ctx); err != nil {
+	why, err := h.noLimits(ctx)
+	if err != nil {
 		return nil, err
+	}
+	if why != "" && !rec.CountLimits && (rec.Resources.CPU > 0 || rec.Resources.Memory > 0) {
+		return nil, driver.Errorf(driver.ErrUnsupported, "host %s cannot enforce cpus and memory: %s (with the option limits: %s they run counted, not enforced)", h.name, why, LimitsCount)
 	}
 	dir := d.instDir(rec.ID)
 	tmp := path.Join(d.clusterDir(), ".new-"+rec.ID)
-	err := h.sftp(ctx, func(c *sftpClient) error {
+	err = h.sftp(ctx, func(c *sftpClient) error {
 		if err := c.MkdirAll(tmp); err != nil {
 			return fmt.Errorf("%w: mkdir %s: %w", driver.ErrRetryable, tmp, err)
 		}
@@ -225,10 +229,13 @@ func (d *Driver) create(ctx context.Context, h *host, rec *record, recJSON []byt
 	case err != nil:
 		// The supervisor may have started it: the caller looks it up.
 		return &driver.Instance{ID: rec.ID}, err
-	case code == exitPermanent || code == exitFailed:
+	case code == exitPermanent || code == exitFailed || code == exitUnsupported:
 		kind := driver.ErrPermanent
-		if code == exitFailed {
+		switch code {
+		case exitFailed:
 			kind = driver.ErrRetryable
+		case exitUnsupported:
+			kind = driver.ErrUnsupported
 		}
 		// Nothing runs: remove what was made, so that nothing is left.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.opts.CallTimeout)
@@ -443,8 +450,31 @@ func (d *Driver) simple(ctx context.Context, h *host, id, verb string, args ...s
 		return driver.Errorf(driver.ErrNotSuspended, "instance %s is not suspended", id)
 	case code == exitPermanent:
 		return driver.Errorf(driver.ErrPermanent, "host %s: %s %s: %s", h.name, verb, id, msg)
+	case code == exitUnsupported:
+		return driver.Errorf(driver.ErrUnsupported, "host %s: %s %s: %s", h.name, verb, id, msg)
+	case code == exitInvalid:
+		return driver.Errorf(driver.ErrInvalid, "host %s: %s %s: %s", h.name, verb, id, msg)
 	}
 	return driver.Errorf(driver.ErrRetryable, "host %s: %s %s: exit code %d: %s", h.name, verb, id, code, msg)
+}
+
+// Resize sets the cpu and memory limits of the instance (a zero field is
+// left as it is): cpu.max and memory.max of its cgroup when it runs, and
+// its record, which a later start applies and Get shows. A host without
+// a usable cgroup v2, or an instance running without a cgroup, is
+// ErrUnsupported.
+func (d *Driver) Resize(ctx context.Context, id string, r driver.Resources) error {
+	if err := d.checkOpen(); err != nil {
+		return err
+	}
+	if r.CPU < 0 || r.Memory < 0 {
+		return &driver.FieldError{Path: "resources", Reason: "cpus and memory must not be negative"}
+	}
+	h, err := d.hostOf(id)
+	if err != nil {
+		return err
+	}
+	return d.simple(ctx, h, id, "resize", d.instDir(id), strconv.FormatInt(int64(r.CPU), 10), strconv.FormatInt(int64(r.Memory), 10))
 }
 
 // Logs copies the instance's stdout.log to stdout and stderr.log to

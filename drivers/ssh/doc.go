@@ -52,10 +52,32 @@
 // process whose supervisor was killed still reads as running from /proc;
 // its end is then seen without an exit code.
 //
-// With cpus or memory in the spec the supervisor makes a cgroup v2
-// /sys/fs/cgroup/berth-ssh/<id> with cpu.max and memory.max before the
-// start, and the process is born in it; on a host without cgroup v2 and
-// its cpu and memory controllers the resources are only counted.
+// # Limits
+//
+// Each instance has a cgroup v2 <cgroup_parent>/<cluster id>/<instance id>
+// (cgroup_parent defaults to /sys/fs/cgroup/berth-ssh), made by the
+// supervisor before the start with cpu.max and memory.max from the spec;
+// the process is born in it (CLONE_INTO_CGROUP). When the process ends
+// what is left in it is killed and the cgroup removed; Delete removes it
+// too. Once per connection the supervisor (`ssh-supervise cgroup`) makes
+// the parent, giving the cpu and memory controllers down to it, or says
+// why it cannot; the node's attribute limits is then cgroup2 or none. On a
+// host with none, a create with cpus or memory is ErrUnsupported unless
+// the option limits is count (then they are counted, not enforced), and
+// Resize is ErrUnsupported. Resize writes the limits of a running
+// instance's cgroup and its record (a zero field is left as it is).
+//
+// # Attach
+//
+// A spec with Stdin runs with its input a pipe, one with TTY on a new
+// terminal; the supervisor holds the pipe's write end or the terminal's
+// master (whose output it appends to stdout.log) and serves them on the
+// unix socket attach.sock in the instance directory. Attach runs
+// `ssh-supervise attach` in a session for as long as it lasts: the output
+// comes from the log files (from their start with Replay), the caller's
+// stdin goes to the socket as frames, its end as a frame of its own that
+// closes the instance's input (on a terminal: the end-of-file character);
+// the session's end is a detach. ResizeTTY goes through the socket too.
 //
 // # Specs
 //
@@ -68,7 +90,7 @@
 // be root) and makes the config files and user data theirs. An executable
 // or user the host lacks fails the create with ErrPermanent and leaves
 // nothing behind. Volumes, networks, ports, hostname, cpuset, flavor,
-// GPUs, stdin, tty and restart policies are refused with ErrUnsupported.
+// GPUs and restart policies are refused with ErrUnsupported.
 //
 // # Ids, names and clusters
 //
@@ -87,7 +109,7 @@
 // memory, from the host's /proc) and Logs (stdout and stderr
 // apart, tail, follow; follow ends when the process ends or the caller's
 // context does, which closes the command's input) go through the
-// supervisor. There is no Resize, Attach or Watch: the provider's
-// fallbacks apply. Create and Delete run in the background (driver.Calls);
-// their Advance only looks.
+// supervisor, as do Resize, Attach and ResizeTTY. There is no Watch: the
+// provider polls List. Create and Delete run in the background
+// (driver.Calls); their Advance only looks.
 package ssh

@@ -45,6 +45,9 @@ type host struct {
 	reason    string        // why it is offline
 	facts     facts
 	installed string // the supervisor's path on the host once it is there
+	// limits is "ok" when the supervisor can make cgroups with cpu and
+	// memory limits, else why not; known once installed.
+	limits string
 }
 
 // facts are what a host says of itself when it is connected.
@@ -258,7 +261,7 @@ func (d *Driver) auth() ([]gossh.AuthMethod, func(), error) {
 func readFacts(ctx context.Context, c *gossh.Client, root string) (facts, error) {
 	var out, errOut bytes.Buffer
 	script := "getconf _NPROCESSORS_ONLN; grep '^MemTotal:' /proc/meminfo; mkdir -p " + quote(root) + " && df -Pk " + quote(root) + " | tail -n 1; uname -r; uname -m"
-	if _, err := runOn(ctx, c, script, &out, &errOut); err != nil {
+	if _, err := runOn(ctx, c, script, nil, &out, &errOut); err != nil {
 		return facts{}, err
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
@@ -287,8 +290,10 @@ func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + 
 
 // runOn runs cmd in a session of c and returns its exit code; an error
 // when the session could not run it or ctx ended. When ctx ends the
-// session is closed, which ends the command's input and output.
-func runOn(ctx context.Context, c *gossh.Client, cmd string, stdout, stderr io.Writer) (int, error) {
+// session is closed, which ends the command's input and output. What
+// stdin (if not nil) gives is copied to the command's input, which stays
+// open when stdin ends.
+func runOn(ctx context.Context, c *gossh.Client, cmd string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
 	s, err := c.NewSession()
 	if err != nil {
 		return -1, fmt.Errorf("%w: %w", errNotSent, err)
@@ -303,6 +308,9 @@ func runOn(ctx context.Context, c *gossh.Client, cmd string, stdout, stderr io.W
 	}
 	if err := s.Start(cmd); err != nil {
 		return -1, fmt.Errorf("%w: %w", errNotSent, err)
+	}
+	if stdin != nil {
+		go io.Copy(in, stdin)
 	}
 	done := make(chan error, 1)
 	go func() { done <- s.Wait() }()
@@ -328,7 +336,7 @@ func runOn(ctx context.Context, c *gossh.Client, cmd string, stdout, stderr io.W
 // the command's exit code. An error means the command may not have run:
 // ErrRetryable when the host could not be reached, ErrTimeout when ctx
 // ended. A connection that failed is dropped, to be dialled again.
-func (h *host) run(ctx context.Context, cmd string, stdout, stderr io.Writer) (int, error) {
+func (h *host) run(ctx context.Context, cmd string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
 	select {
 	case h.slots <- struct{}{}:
 		defer func() { <-h.slots }()
@@ -342,7 +350,7 @@ func (h *host) run(ctx context.Context, cmd string, stdout, stderr io.Writer) (i
 		// Only the probe dials a host that went away.
 		return -1, driver.Errorf(driver.ErrRetryable, "host %s is offline: %s", h.name, reason)
 	}
-	code, err := runOn(ctx, c, cmd, stdout, stderr)
+	code, err := runOn(ctx, c, cmd, stdin, stdout, stderr)
 	if err != nil {
 		if ctx.Err() != nil {
 			return -1, fmt.Errorf("%w: host %s: %w", driver.ErrTimeout, h.name, ctx.Err())
@@ -364,7 +372,7 @@ func (h *host) drop(c *gossh.Client, err error) {
 	h.mu.Lock()
 	if h.client == c {
 		h.client = nil
-		h.installed = ""
+		h.installed, h.limits = "", ""
 		h.reason = err.Error()
 	}
 	h.mu.Unlock()

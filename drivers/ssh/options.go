@@ -31,7 +31,16 @@ type Options struct {
 	CallTimeout      time.Duration `option:"call_timeout" range:"100ms,1h" help:"bound of each command run on a host (the binary's copy excepted)"`
 	StopGrace        time.Duration `option:"stop_grace" range:"0s,1h" help:"time between SIGTERM and SIGKILL when Delete stops a process"`
 	SupervisorBinary string        `option:"supervisor_binary" help:"the Berth binary copied to each host to supervise its instances (default: this one); it must be built for the hosts' architecture"`
+	// CgroupParent and Limits: see the package documentation.
+	CgroupParent string `option:"cgroup_parent" help:"cgroup v2 directory on each host under which each instance gets a cgroup <cluster>/<id> with its cpu.max and memory.max; the login user must be able to write it"`
+	Limits       string `option:"limits" help:"enforce: an instance with cpus or memory is refused on a host where no cgroup can hold them; count: it runs there with them counted, not enforced"`
 }
+
+// The values of the option limits.
+const (
+	LimitsEnforce = "enforce"
+	LimitsCount   = "count"
+)
 
 // Host is one machine.
 type Host struct {
@@ -56,6 +65,8 @@ func DefaultOptions() *Options {
 		DialTimeout:   10 * time.Second,
 		CallTimeout:   30 * time.Second,
 		StopGrace:     10 * time.Second,
+		CgroupParent:  DefaultCgroupParent,
+		Limits:        LimitsEnforce,
 	}
 }
 
@@ -106,6 +117,12 @@ func (o *Options) Validate() error {
 	}
 	if o.Root == "" || !path.IsAbs(o.Root) || path.Clean(o.Root) != o.Root || o.Root == "/" {
 		es.Add("root", "%q: want a clean absolute directory other than /", o.Root)
+	}
+	if o.CgroupParent == "" || !path.IsAbs(o.CgroupParent) || path.Clean(o.CgroupParent) != o.CgroupParent || o.CgroupParent == "/" {
+		es.Add("cgroup_parent", "%q: want a clean absolute directory other than /", o.CgroupParent)
+	}
+	if o.Limits != LimitsEnforce && o.Limits != LimitsCount {
+		es.Add("limits", "%q: want %s or %s", o.Limits, LimitsEnforce, LimitsCount)
 	}
 	return es.Err()
 }

@@ -228,6 +228,11 @@ func (d *Driver) hostOf(id string) (*host, error) {
 // supervise runs a verb of the supervisor on h, installing it first when
 // needed. It returns the verb's exit code and what it wrote on stderr.
 func (h *host) supervise(ctx context.Context, stdout, stderr io.Writer, verb string, args ...string) (int, string, error) {
+	return h.superviseIn(ctx, nil, stdout, stderr, verb, args...)
+}
+
+// superviseIn is supervise with stdin copied to the verb's input.
+func (h *host) superviseIn(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, verb string, args ...string) (int, string, error) {
 	if err := h.install(ctx); err != nil {
 		return -1, "", err
 	}
@@ -241,11 +246,11 @@ func (h *host) supervise(ctx context.Context, stdout, stderr io.Writer, verb str
 	if stderr != nil {
 		w = stderr
 	}
-	code, err := h.run(ctx, b.String(), stdout, w)
+	code, err := h.run(ctx, b.String(), stdin, stdout, w)
 	if code == 127 || code == 126 {
 		// The binary is gone (someone cleaned the root): copy it again.
 		h.mu.Lock()
-		h.installed = ""
+		h.installed, h.limits = "", ""
 		h.mu.Unlock()
 		return -1, "", driver.Errorf(driver.ErrRetryable, "host %s: the supervisor %s is missing: %s", h.name, h.d.remoteBin(), strings.TrimSpace(errBuf.String()))
 	}
@@ -301,7 +306,7 @@ func (h *host) install(ctx context.Context) error {
 	bin := h.d.remoteBin()
 	check := func() (bool, error) {
 		var out bytes.Buffer
-		_, err := h.run(ctx, "sha256sum "+quote(bin)+" 2>/dev/null", &limitedBuffer{b: &out, n: 4096}, io.Discard)
+		_, err := h.run(ctx, "sha256sum "+quote(bin)+" 2>/dev/null", nil, &limitedBuffer{b: &out, n: 4096}, io.Discard)
 		if err != nil {
 			return false, err
 		}
@@ -333,10 +338,39 @@ func (h *host) install(ctx context.Context) error {
 		}
 		h.d.log.Info("ssh: supervisor copied", "host", h.name, "path", bin)
 	}
+	// Whether limits can be enforced: the supervisor makes the cgroup
+	// parent, or says why it cannot.
+	var errOut bytes.Buffer
+	code, err := h.run(ctx, quote(bin)+" "+SuperviseCommand+" cgroup "+quote(h.d.opts.CgroupParent), nil, io.Discard, &limitedBuffer{b: &errOut, n: 4096})
+	if err != nil {
+		return err
+	}
+	limits := "ok"
+	switch code {
+	case exitOK:
+	case exitUnsupported:
+		limits = strings.TrimSpace(errOut.String())
+	default:
+		return driver.Errorf(driver.ErrRetryable, "host %s: cgroup check: exit code %d: %s", h.name, code, strings.TrimSpace(errOut.String()))
+	}
 	h.mu.Lock()
-	h.installed = bin
+	h.installed, h.limits = bin, limits
 	h.mu.Unlock()
 	return nil
+}
+
+// noLimits says why cpu and memory limits cannot be enforced on h, or ""
+// when they can. It installs the supervisor first when needed.
+func (h *host) noLimits(ctx context.Context) (string, error) {
+	if err := h.install(ctx); err != nil {
+		return "", err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.limits == "ok" {
+		return "", nil
+	}
+	return h.limits, nil
 }
 
 // status reads one instance from its host.
@@ -564,6 +598,15 @@ func (d *Driver) State(ctx context.Context) (*driver.PlatformState, error) {
 		if f.cpus > 0 {
 			n.Capacity = driver.Resources{CPU: driver.MilliCPU(f.cpus * 1000), Memory: driver.Bytes(f.memory), Disk: driver.Bytes(f.disk)}
 			n.Attributes = map[string]string{"kernel": f.kernel, "arch": f.arch, "os": "linux"}
+			h.mu.Lock()
+			switch h.limits {
+			case "":
+			case "ok":
+				n.Attributes["limits"] = "cgroup2"
+			default:
+				n.Attributes["limits"] = "none"
+			}
+			h.mu.Unlock()
 		}
 		n.Capacity = h.capacity(n.Capacity)
 		for _, in := range r.insts {
@@ -661,4 +704,6 @@ var (
 	_ driver.LogReader       = (*Driver)(nil)
 	_ driver.FeatureReporter = (*Driver)(nil)
 	_ driver.SpecChecker     = (*Driver)(nil)
+	_ driver.Resizer         = (*Driver)(nil)
+	_ driver.Attacher        = (*Driver)(nil)
 )

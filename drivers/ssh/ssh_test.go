@@ -161,6 +161,7 @@ func TestConformance(t *testing.T) {
 	drivertest.Run(t, drivertest.Harness{
 		Open: func(t *testing.T) driver.Driver { return f.open(t, nil) },
 		Spec: func() *driver.Spec { return shSpec(serviceScript) },
+		Echo: func() *driver.Spec { return shSpec("echo ready; exec cat") },
 		// Each create is a few channels on a shared connection: eight at
 		// once keep the suite's time modest on two cores.
 		Parallel: 8,

@@ -33,6 +33,10 @@ const (
 	exitNotRunning = 4 // a signal for an instance that is not running
 	exitUsage      = 5
 	exitNotPaused  = 6 // a resume for an instance that is not suspended
+	// exitUnsupported: the host cannot do it (no usable cgroup v2 for
+	// limits); the message says why.
+	exitUnsupported = 7
+	exitInvalid     = 8 // a request that does not fit the instance (a terminal size without a terminal)
 )
 
 // The files of an instance directory.
@@ -44,6 +48,7 @@ const (
 	fileStdout = "stdout.log"
 	fileStderr = "stderr.log"
 	fileSupLog = "supervisor.log"
+	fileAttach = "attach.sock" // the supervisor's socket for the instance's input and terminal
 	dirFiles   = "files"
 	fileUData  = "user-data"
 )
@@ -66,6 +71,17 @@ type record struct {
 	Dir       string            `json:"dir,omitempty"`
 	User      string            `json:"user,omitempty"`
 	Group     string            `json:"group,omitempty"`
+	// CgroupParent is where the instance's cgroup v2 is made
+	// (<parent>/<cluster>/<id>); empty: none is made.
+	CgroupParent string `json:"cgroup_parent,omitempty"`
+	// CountLimits lets the instance run with its cpu and memory
+	// unenforced where no cgroup can be made; without it such a start
+	// fails.
+	CountLimits bool `json:"count_limits,omitempty"`
+	// Stdin keeps the instance's input open for attaches; TTY runs it on
+	// a terminal.
+	Stdin bool `json:"stdin,omitempty"`
+	TTY   bool `json:"tty,omitempty"`
 }
 
 // runState is what the supervisor writes once the process runs.
@@ -76,6 +92,8 @@ type runState struct {
 	Supervisor int       `json:"supervisor"`
 	Started    time.Time `json:"started"`
 	Cgroup     string    `json:"cgroup,omitempty"`
+	// NoCgroup says why the instance runs without a cgroup.
+	NoCgroup string `json:"no_cgroup,omitempty"`
 }
 
 // exitState is what the supervisor writes when the process ended.
@@ -117,6 +135,10 @@ type status struct {
 //	stop DIR GRACE         TERM, then KILL after GRACE; wait for the end
 //	delete DIR GRACE       stop, then remove DIR
 //	logs DIR STREAMS TAIL FOLLOW   copy stdout.log to stdout and stderr.log to stderr
+//	cgroup PARENT          make PARENT a cgroup v2 for instances, or say why it cannot be (exit 7)
+//	resize DIR CPUS MEMORY set the instance's cpu (millicpus) and memory (bytes) limits; 0 leaves one as it is
+//	attach DIR MODE        follow the output (MODE replay: from its start; new: from now) and relay stdin to the instance's input
+//	resize-tty DIR ROWS COLS  set the size of the instance's terminal
 //	run DIR                (internal) the supervisor itself
 func Supervise(args []string, stdout, stderr io.Writer) int {
 	fail := func(code int, format string, a ...any) int {
@@ -127,7 +149,8 @@ func Supervise(args []string, stdout, stderr io.Writer) int {
 		return fail(exitUsage, "usage: %s VERB ARGS...", SuperviseCommand)
 	}
 	verb, args := args[0], args[1:]
-	need := map[string]int{"start": 1, "list": 1, "signal": 2, "stop": 2, "delete": 2, "logs": 4, "run": 1, "suspend": 1, "resume": 1, "usage": 1}
+	need := map[string]int{"start": 1, "list": 1, "signal": 2, "stop": 2, "delete": 2, "logs": 4, "run": 1, "suspend": 1, "resume": 1, "usage": 1,
+		"cgroup": 1, "resize": 3, "attach": 2, "resize-tty": 3}
 	if n, ok := need[verb]; ok && len(args) != n {
 		return fail(exitUsage, "%s %s: %d arguments, want %d", SuperviseCommand, verb, len(args), n)
 	}
@@ -170,10 +193,20 @@ func Supervise(args []string, stdout, stderr io.Writer) int {
 		err = supStop(args[0], args[1], true)
 	case "logs":
 		err = supLogs(args[0], args[1], args[2], args[3], stdout, stderr)
+	case "cgroup":
+		if cerr := checkCgroup(args[0]); cerr != nil {
+			err = codedError{exitUnsupported, cerr}
+		}
+	case "resize":
+		err = supResize(args[0], args[1], args[2])
+	case "attach":
+		err = supAttach(args[0], args[1], os.Stdin, stdout, stderr)
+	case "resize-tty":
+		err = supResizeTTY(args[0], args[1], args[2])
 	default:
 		return fail(exitUsage, "%s: unknown verb %q", SuperviseCommand, verb)
 	}
-	if verb == "logs" {
+	if verb == "logs" || verb == "attach" {
 		// stderr is the instance's: no message of the supervisor's.
 		fail = func(code int, _ string, _ ...any) int { return code }
 	}
@@ -245,7 +278,7 @@ func supStart(dir string) error {
 	if st, err := readStatus(dir); err == nil && (st.Phase == "running" || st.Phase == "suspended") {
 		return nil
 	}
-	for _, f := range []string{fileState, fileExit, fileStop} {
+	for _, f := range []string{fileState, fileExit, fileStop, fileAttach} {
 		if err := os.Remove(filepath.Join(dir, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
@@ -285,6 +318,8 @@ func supStart(dir string) error {
 		return nil
 	case strings.HasPrefix(line, "permanent: "):
 		return coded(exitPermanent, "%s", strings.TrimSpace(strings.TrimPrefix(line, "permanent: ")))
+	case strings.HasPrefix(line, "unsupported: "):
+		return coded(exitUnsupported, "%s", strings.TrimSpace(strings.TrimPrefix(line, "unsupported: ")))
 	case line == "":
 		return fmt.Errorf("the supervisor ended before it started the process (see %s)", filepath.Join(dir, fileSupLog))
 	}
@@ -294,7 +329,8 @@ func supStart(dir string) error {
 const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // supRun is the supervisor: it starts the process of dir, reports on fd 3,
-// waits for the process and records how it ended.
+// serves attaches on dir's socket while the process runs, waits for it and
+// records how it ended.
 func supRun(dir string) int {
 	report := os.NewFile(3, "report")
 	say := func(s string) {
@@ -305,6 +341,9 @@ func supRun(dir string) int {
 		}
 	}
 	signalIgnore(syscall.SIGHUP, syscall.SIGPIPE)
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs
+	}
 	var rec record
 	if err := readJSON(filepath.Join(dir, fileRecord), &rec); err != nil {
 		say("error: " + err.Error())
@@ -326,25 +365,42 @@ func supRun(dir string) int {
 		outs[i] = f
 	}
 	cmd.Stdout, cmd.Stderr = outs[0], outs[1]
-	cg := limit(rec.ID, rec.Resources)
+	ios, err := openStreams(dir, cmd, &rec, outs[0])
+	if err != nil {
+		say("error: " + err.Error())
+		return exitFailed
+	}
+	defer ios.close()
+	cg := cgroup{fd: -1}
+	var noCgroup string
+	if rec.CgroupParent != "" {
+		if cg, err = makeCgroup(rec.CgroupParent, &rec); err != nil {
+			if (rec.Resources.CPU > 0 || rec.Resources.Memory > 0) && !rec.CountLimits {
+				say("unsupported: cpus and memory cannot be enforced on this host: " + err.Error())
+				return exitUnsupported
+			}
+			noCgroup = err.Error()
+		}
+	}
 	if cg.fd >= 0 {
 		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, cg.fd
 	}
 	err = cmd.Start()
 	cg.close()
+	ios.started()
 	if err != nil {
-		cg.remove()
+		removeCgroup(cg.dir)
 		say("permanent: start " + rec.Argv[0] + ": " + err.Error())
 		return exitPermanent
 	}
-	rs := runState{PID: cmd.Process.Pid, BootID: bootID(), Supervisor: os.Getpid(), Started: time.Now().UTC(), Cgroup: cg.dir}
+	rs := runState{PID: cmd.Process.Pid, BootID: bootID(), Supervisor: os.Getpid(), Started: time.Now().UTC(), Cgroup: cg.dir, NoCgroup: noCgroup}
 	if t, err := startTicks(rs.PID); err == nil {
 		rs.StartTicks = t
 	}
 	if err := writeJSON(filepath.Join(dir, fileState), rs); err != nil {
 		syscall.Kill(-rs.PID, syscall.SIGKILL)
 		cmd.Wait()
-		cg.remove()
+		removeCgroup(cg.dir)
 		say("error: " + err.Error())
 		return exitFailed
 	}
@@ -362,9 +418,13 @@ func supRun(dir string) int {
 	} else if err != nil {
 		ex.Code = -1
 	}
-	// Members of the group left behind by the leader go with it.
+	// Members of the group (and of the cgroup) left behind by the leader
+	// go with it.
 	syscall.Kill(-rs.PID, syscall.SIGKILL)
-	cg.remove()
+	removeCgroup(cg.dir)
+	// All the output is in the logs before the end is recorded: whoever
+	// follows them stops at exit.json.
+	ios.ended()
 	if err := writeJSON(filepath.Join(dir, fileExit), ex); err != nil {
 		fmt.Fprintln(os.Stderr, "record the exit:", err)
 		return exitFailed
@@ -785,9 +845,7 @@ func supStop(dir, graceText string, remove bool) error {
 	if !remove {
 		return nil
 	}
-	if rs.Cgroup != "" {
-		os.Remove(rs.Cgroup)
-	}
+	removeCgroup(rs.Cgroup)
 	// A rename first: a listing never sees half a directory.
 	gone := filepath.Join(filepath.Dir(dir), ".gone-"+filepath.Base(dir))
 	if err := os.Rename(dir, gone); err != nil {
@@ -813,6 +871,83 @@ func supervisorAlive(rs runState) bool {
 	return bytes.Contains(cmdline, []byte("\x00"+SuperviseCommand+"\x00run\x00"))
 }
 
+// logStream is one log file being copied to w.
+type logStream struct {
+	path string
+	w    io.Writer
+	f    *os.File // nil until the file exists
+}
+
+// open opens the file when it exists.
+func (s *logStream) open() error {
+	if s.f != nil {
+		return nil
+	}
+	f, err := os.Open(s.path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	s.f = f
+	return err
+}
+
+func (s *logStream) close() {
+	if s.f != nil {
+		s.f.Close()
+	}
+}
+
+// copyAll copies what the files hold past where each stream is.
+func copyAll(ss []*logStream) error {
+	for _, s := range ss {
+		if err := s.open(); err != nil || s.f == nil {
+			continue
+		}
+		if _, err := io.Copy(s.w, s.f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// follow copies ss until the output of dir ended (outputEnded) and all of
+// it was copied, or stop is closed.
+func follow(dir string, ss []*logStream, stop <-chan struct{}) error {
+	for {
+		ended, err := outputEnded(dir)
+		if err != nil {
+			return err
+		}
+		if err := copyAll(ss); err != nil || ended {
+			return err
+		}
+		select {
+		case <-stop:
+			return nil
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// outputEnded reports whether dir's process will write no more: its end
+// is recorded, or it is gone and its supervisor too (or it never started).
+// While the supervisor lives the end is not taken before exit.json: it
+// copies a terminal's last output first.
+func outputEnded(dir string) (bool, error) {
+	if _, err := os.Stat(filepath.Join(dir, fileRecord)); err != nil {
+		return false, err
+	}
+	if _, err := os.Stat(filepath.Join(dir, fileExit)); err == nil {
+		return true, nil
+	}
+	var rs runState
+	if err := readJSON(filepath.Join(dir, fileState), &rs); err != nil {
+		return true, nil
+	}
+	_, alive := procState(rs)
+	return !alive && !supervisorAlive(rs), nil
+}
+
 // supLogs copies the log files: streams is "out", "err" or "both"; tail
 // keeps the last lines of each (0: all); follow keeps copying until the
 // process ends (or the session does).
@@ -821,55 +956,31 @@ func supLogs(dir, streams, tailText, followText string, stdout, stderr io.Writer
 	if err != nil || tail < 0 {
 		return coded(exitUsage, "tail %q: want a count", tailText)
 	}
-	follow := followText == "follow"
 	if _, err := os.Stat(filepath.Join(dir, fileRecord)); err != nil {
 		return err
 	}
-	type stream struct {
-		path string
-		w    io.Writer
-		f    *os.File
-	}
-	var ss []*stream
+	var ss []*logStream
 	if streams != "err" {
-		ss = append(ss, &stream{path: filepath.Join(dir, fileStdout), w: stdout})
+		ss = append(ss, &logStream{path: filepath.Join(dir, fileStdout), w: stdout})
 	}
 	if streams != "out" {
-		ss = append(ss, &stream{path: filepath.Join(dir, fileStderr), w: stderr})
+		ss = append(ss, &logStream{path: filepath.Join(dir, fileStderr), w: stderr})
 	}
 	for _, s := range ss {
-		f, err := os.Open(s.path)
-		if err != nil {
-			continue
+		if err := s.open(); err != nil {
+			return err
 		}
-		defer f.Close()
-		s.f = f
-		if tail > 0 {
-			off, err := tailOffset(f, tail)
+		defer s.close()
+		if tail > 0 && s.f != nil {
+			off, err := tailOffset(s.f, tail)
 			if err != nil {
 				return err
 			}
-			f.Seek(off, io.SeekStart)
+			s.f.Seek(off, io.SeekStart)
 		}
 	}
-	copyAll := func() error {
-		for _, s := range ss {
-			if s.f == nil {
-				f, err := os.Open(s.path)
-				if err != nil {
-					continue
-				}
-				defer f.Close()
-				s.f = f
-			}
-			if _, err := io.Copy(s.w, s.f); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	if err := copyAll(); err != nil || !follow {
-		return err
+	if followText != "follow" {
+		return copyAll(ss)
 	}
 	// The driver closes this command's input when it stops following.
 	eof := make(chan struct{})
@@ -877,20 +988,7 @@ func supLogs(dir, streams, tailText, followText string, stdout, stderr io.Writer
 		io.Copy(io.Discard, os.Stdin)
 		close(eof)
 	}()
-	for {
-		_, live, err := running(dir)
-		if err != nil {
-			return err
-		}
-		if err := copyAll(); err != nil || !live {
-			return err
-		}
-		select {
-		case <-eof:
-			return nil
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	return follow(dir, ss, eof)
 }
 
 // tailOffset returns the offset at which the last n lines of f start.

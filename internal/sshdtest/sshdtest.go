@@ -281,7 +281,10 @@ func (s *Server) Restart() error {
 	defer logFile.Close()
 	args := []string{s.sshd, "-D", "-e", "-f", filepath.Join(s.Dir, "sshd_config")}
 	if s.Netns != "" {
-		args = append([]string{"ip", "netns", "exec", s.Netns}, args...)
+		// nsenter joins the network namespace only; `ip netns exec`
+		// would also mount a sysfs of the namespace's own on /sys, hiding
+		// the host's /sys/fs/cgroup from the sessions.
+		args = append([]string{"nsenter", "--net=/run/netns/" + s.Netns}, args...)
 	}
 	cmd := exec.Command(args[0], args[1:]...)
 	// Its own process group: Kill ends the sessions' processes too.

@@ -86,12 +86,10 @@ while true; do sleep 3600; done
 // the newest kernel in /boot and busybox-static. It fails, saying what to
 // install, when either is missing.
 func Build(dir string) (*Guest, error) {
-	kernels, _ := filepath.Glob("/boot/vmlinuz-*")
-	if len(kernels) == 0 {
-		return nil, errors.New("vmtest: no kernel in /boot (apt-get install linux-image-amd64)")
+	kernel, err := Kernel()
+	if err != nil {
+		return nil, err
 	}
-	sort.Strings(kernels)
-	kernel := kernels[len(kernels)-1]
 	version := strings.TrimPrefix(filepath.Base(kernel), "vmlinuz-")
 	busybox := "/bin/busybox"
 	if _, err := os.Stat(busybox); err != nil {
@@ -213,4 +211,32 @@ func (c *cpio) addNode(name string, mode uint32, major, minor int) {
 func (c *cpio) close() []byte {
 	c.header("TRAILER!!!", 0, 0, 0, 0)
 	return c.buf.Bytes()
+}
+
+// Archive is a newc cpio archive, for an initramfs of a test's own.
+type Archive struct{ c cpio }
+
+// Dir adds the directory name (no leading slash).
+func (a *Archive) Dir(name string) { a.c.add(name, 0o40755, nil) }
+
+// File adds the regular file name with permission bits perm.
+func (a *Archive) File(name string, perm uint32, data []byte) {
+	a.c.add(name, 0o100000|perm&0o7777, data)
+}
+
+// CharDev adds the character device name.
+func (a *Archive) CharDev(name string, major, minor int) { a.c.addNode(name, 0o20600, major, minor) }
+
+// Bytes ends the archive and returns it.
+func (a *Archive) Bytes() []byte { return a.c.close() }
+
+// Kernel returns the newest kernel in /boot, or an error saying what to
+// install.
+func Kernel() (string, error) {
+	kernels, _ := filepath.Glob("/boot/vmlinuz-*")
+	if len(kernels) == 0 {
+		return "", errors.New("vmtest: no kernel in /boot (apt-get install linux-image-amd64)")
+	}
+	sort.Strings(kernels)
+	return kernels[len(kernels)-1], nil
 }
