@@ -37,7 +37,7 @@ func TestHeldUntilBeforeTheEarliestExpiry(t *testing.T) {
 		until    time.Duration // after t0, for the grant sent at t0
 	}{
 		{"the grant only", nil, 800 * time.Millisecond},
-		{"renewed in time", []renewal{{200 * time.Millisecond, 210 * time.Millisecond}, {400 * time.Millisecond, 405 * time.Millisecond}}, 1200 * time.Millisecond},
+		{"renewed in time", []renewal{{200 * time.Millisecond, 210 * time.Millisecond}, {400 * time.Millisecond, 410 * time.Millisecond}}, 1200 * time.Millisecond},
 		{"acknowledged out of order", []renewal{{400 * time.Millisecond, 450 * time.Millisecond}, {200 * time.Millisecond, 700 * time.Millisecond}}, 1200 * time.Millisecond},
 		{"renewals unanswered", []renewal{{200 * time.Millisecond, -1}, {400 * time.Millisecond, -1}}, 800 * time.Millisecond},
 		{"an answer too late", []renewal{{200 * time.Millisecond, 900 * time.Millisecond}}, 800 * time.Millisecond},

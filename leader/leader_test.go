@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/goleak"
@@ -296,22 +297,27 @@ func TestALeaderWhoseRenewalsAreDelayedStopsBeforeAnotherLeads(t *testing.T) {
 			})
 	})
 	a := <-first
-	second := make(chan leader.Term, 1)
+	began := make(chan int64, 1) // etcd's revision when b's term began
 	aHeld := make(chan bool, 1)
 	wg.Go(func() {
 		_ = leader.Run(ctx, leader.Config{Client: cb, Prefix: prefix, TTL: time.Second, Self: leader.Info{Name: "b", Address: "http://b"}},
 			func(tctx context.Context, tm leader.Term, _ func()) error {
 				aHeld <- a.Held() // at the start of b's term
-				second <- tm
+				resp, err := cb.Get(tctx, prefix+"/x")
+				if err != nil {
+					t.Error(err)
+					resp = &clientv3.GetResponse{Header: &etcdserverpb.ResponseHeader{}}
+				}
+				began <- resp.Header.Revision
 				<-tctx.Done()
 				return nil
 			})
 	})
 	// The first leader's renewals no longer reach etcd.
 	p.hold()
-	var b leader.Term
+	var rev int64
 	select {
-	case b = <-second:
+	case rev = <-began:
 	case <-time.After(time.Minute):
 		t.Fatal("nobody took the lead from a leader whose renewals are held up")
 	}
@@ -327,8 +333,8 @@ func TestALeaderWhoseRenewalsAreDelayedStopsBeforeAnotherLeads(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Store revisions are etcd's less one.
-	if kv.ModRevision >= b.Rev-1 {
-		t.Fatalf("the first leader's last write is at revision %d, after the second's term began (%d)", kv.ModRevision, b.Rev-1)
+	if kv.ModRevision >= rev-1 {
+		t.Fatalf("the first leader's last write is at revision %d, after the second's term began (%d)", kv.ModRevision, rev-1)
 	}
 }
 
