@@ -53,6 +53,7 @@ type keeper struct {
 	until atomic.Int64 // nanoseconds after base until which the lease holds
 	done  chan struct{}
 	once  sync.Once
+	why   atomic.Pointer[string] // why it ended, when not because its run's context did
 }
 
 // newKeeper returns a keeper of a lease whose grant, sent at sent, was
@@ -90,7 +91,7 @@ func (k *keeper) held() bool {
 	default:
 	}
 	if !k.now().Before(k.deadline()) {
-		k.end()
+		k.lapse("no renewal acknowledged in time")
 		return false
 	}
 	return true
@@ -98,6 +99,21 @@ func (k *keeper) held() bool {
 
 // end ends the keeper: the lease is not held any more.
 func (k *keeper) end() { k.once.Do(func() { close(k.done) }) }
+
+// lapse ends the keeper for the reason why.
+func (k *keeper) lapse(why string) {
+	k.why.CompareAndSwap(nil, &why)
+	k.end()
+}
+
+// reason says why the keeper ended, or "" when its run's context ended
+// first (or it runs still).
+func (k *keeper) reason() string {
+	if w := k.why.Load(); w != nil {
+		return *w
+	}
+	return ""
+}
 
 // run renews the lease every k.every until the keeper ends, and ends it
 // at its deadline, when the lease is gone, or when ctx ends. It returns
@@ -115,6 +131,7 @@ func (k *keeper) run(ctx context.Context) {
 		now := k.now()
 		left := k.deadline().Sub(now)
 		if left <= 0 {
+			k.lapse("no renewal acknowledged in time")
 			return
 		}
 		if !now.Before(next) {
@@ -128,7 +145,7 @@ func (k *keeper) run(ctx context.Context) {
 				case err == nil:
 					k.acked(now, ttl)
 				case errors.Is(err, errLeaseGone):
-					k.end()
+					k.lapse("etcd says the lease is gone (it expired, or was revoked)")
 				}
 			})
 		}

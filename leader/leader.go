@@ -246,6 +246,9 @@ func session(ctx context.Context, cfg Config, log *slog.Logger, k *keeper, id cl
 	if cfg.Changed != nil {
 		cfg.Changed(false)
 	}
+	if why := k.reason(); why != "" {
+		log.Warn("the term's lease lapsed", "why", why, "term", term.Rev, "since_deadline", time.Since(k.deadline()).Round(time.Millisecond).String())
+	}
 	return term.Rev, nil
 }
 
