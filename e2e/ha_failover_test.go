@@ -80,7 +80,11 @@ func TestFailover(t *testing.T) {
 	// One term for each kill and the first: any other is a lease a live
 	// leader lost (a needless failover: a loaded machine, too short a
 	// lease).
-	t.Logf("%d terms of leadership, %d without a needless failover", h.terms(), len(took)+1)
+	if n := h.terms(); n != len(took)+1 {
+		t.Logf("%d terms of leadership, %d without a needless failover:\n%s", n, len(took)+1, h.leadership())
+	} else {
+		t.Logf("%d terms of leadership, none for a needless failover", n)
+	}
 }
 
 // loggedAfter returns when a server first logged msg after t.
