@@ -3,6 +3,7 @@ package leader
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -102,6 +103,9 @@ func (k *keeper) end() { k.once.Do(func() { close(k.done) }) }
 
 // lapse ends the keeper for the reason why.
 func (k *keeper) lapse(why string) {
+	if late := k.now().Sub(k.deadline()); late >= 0 {
+		why += fmt.Sprintf(" (the renewals acknowledged held it until %s ago)", late.Round(time.Millisecond))
+	}
 	k.why.CompareAndSwap(nil, &why)
 	k.end()
 }

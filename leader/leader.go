@@ -247,7 +247,7 @@ func session(ctx context.Context, cfg Config, log *slog.Logger, k *keeper, id cl
 		cfg.Changed(false)
 	}
 	if why := k.reason(); why != "" {
-		log.Warn("the term's lease lapsed", "why", why, "term", term.Rev, "since_deadline", time.Since(k.deadline()).Round(time.Millisecond).String())
+		log.Warn("the term's lease lapsed", "why", why, "term", term.Rev)
 	}
 	return term.Rev, nil
 }
