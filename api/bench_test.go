@@ -130,7 +130,7 @@ func threeMembers(b *testing.B, ttl time.Duration) store.Store {
 	}()
 	b.Cleanup(func() { cancel(); <-done })
 	term := <-terms
-	return leader.Fenced(st, term.Fence, cancel)
+	return leader.Fenced(st, term, cancel)
 }
 
 func benchSubmit(b *testing.B, st store.Store, useTLS bool) {

@@ -95,6 +95,8 @@ func TestServerRejectsBadConfig(t *testing.T) {
 			[]string{"leader-lease", "1s to 1m"}},
 		{"an election faster than five heartbeats", []string{"--dev", "--data-dir", filepath.Join(dir, "d11"), "--etcd-name", "a", "--etcd-peer-url", "http://127.0.0.1:2380", "--etcd-heartbeat-interval", "50ms", "--etcd-election-timeout", "100ms"}, 2,
 			[]string{"etcd-election-timeout", "five heartbeats"}},
+		{"a lease shorter than etcd grants", []string{"--dev", "--data-dir", filepath.Join(dir, "d40"), "--etcd-name", "a", "--etcd-peer-url", "http://127.0.0.1:2380", "--etcd-election-timeout", "1s", "--leader-lease", "1s"}, 2,
+			[]string{"leader-lease", "no lease shorter than 2s"}},
 		{"a lease without etcd", []string{"--dev", "--data-dir", filepath.Join(dir, "d10"), "--leader-lease", "5s"}, 2,
 			[]string{"--leader-lease", "etcd"}},
 		{"a Docker advertise URL without etcd", []string{"--dev", "--data-dir", filepath.Join(dir, "d12"), "--docker-advertise-url", "http://127.0.0.1:2375"}, 2,

@@ -48,34 +48,43 @@ func TestFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.start(0, 1, 2)
-	var took []time.Duration
+	var took, named []time.Duration
 	for round := range *failovers {
 		lead := h.leader(0, 1, 2)
 		through := (lead + 1) % 3
 		raft := h.etcdLeader(through)
-		placed, killedAt := h.placeAcrossKill(round, lead, through)
+		placed, killedAt, seen := h.placeAcrossKill(round, lead, through)
 		d := placed.Sub(killedAt)
 		took = append(took, d)
+		named = append(named, seen.Sub(killedAt))
 		since := func(msg string) string {
 			if at, ok := h.loggedAfter(msg, killedAt); ok {
 				return fmt.Sprintf("%.2fs", at.Sub(killedAt).Seconds())
 			}
 			return "?"
 		}
-		t.Logf("failover %d: killed %s (etcd's leader: %s); a new leader elected after %s, answering after %s, its first request placed %.2fs after the kill",
-			round+1, memberNames[lead], raft, since("elected leader"), since("leading: the control plane answers"), d.Seconds())
+		t.Logf("failover %d: killed %s (etcd's leader: %s); a new leader elected after %s, answering after %s, named by both others' /v1/health after %.2fs, its first request placed %.2fs after the kill",
+			round+1, memberNames[lead], raft, since("elected leader"), since("leading: the control plane answers"), seen.Sub(killedAt).Seconds(), d.Seconds())
 		h.start(lead)
 	}
-	slices.Sort(took)
-	var s []string
-	for _, d := range took {
-		s = append(s, strconv.FormatFloat(d.Seconds(), 'f', 2, 64))
+	sorted := func(ds []time.Duration) string {
+		slices.Sort(ds)
+		var s []string
+		for _, d := range ds {
+			s = append(s, strconv.FormatFloat(d.Seconds(), 'f', 2, 64))
+		}
+		return strings.Join(s, " ")
 	}
-	t.Logf("failover over %d kills, sorted: %s s", len(took), strings.Join(s, " "))
+	t.Logf("failover over %d kills, sorted: %s s", len(took), sorted(took))
+	t.Logf("the new leader named by both other servers' /v1/health (polled every 20 ms), sorted: %s s", sorted(named))
 	// One term for each kill and the first: any other is a lease a live
 	// leader lost (a needless failover: a loaded machine, too short a
 	// lease).
-	t.Logf("%d terms of leadership, %d without a needless failover", h.terms(), len(took)+1)
+	if n := h.terms(); n != len(took)+1 {
+		t.Logf("%d terms of leadership, %d without a needless failover:\n%s", n, len(took)+1, h.leadership())
+	} else {
+		t.Logf("%d terms of leadership, none for a needless failover", n)
+	}
 }
 
 // loggedAfter returns when a server first logged msg after t.
@@ -147,9 +156,10 @@ func (h *haCluster) etcdLeader(i int) string {
 }
 
 // placeAcrossKill submits requests through server through, kills server
-// lead once a few are placed, and returns the time of the kill and when
-// the first request sent after it was answered placed.
-func (h *haCluster) placeAcrossKill(round, lead, through int) (placed, killedAt time.Time) {
+// lead once a few are placed, and returns the time of the kill, when the
+// first request sent after it was answered placed, and when the /v1/health
+// of both other servers first named the same new leader.
+func (h *haCluster) placeAcrossKill(round, lead, through int) (placed, killedAt, named time.Time) {
 	h.t.Helper()
 	c := h.client(through)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -224,6 +234,28 @@ func (h *haCluster) placeAcrossKill(round, lead, through int) (placed, killedAt 
 		mu.Lock()
 		killed = time.Now()
 		mu.Unlock()
+		wg.Go(func() {
+			hctx, hcancel := context.WithTimeout(context.Background(), time.Minute)
+			defer hcancel()
+			for hctx.Err() == nil {
+				var names []string
+				for i := range 3 {
+					if i == lead {
+						continue
+					}
+					if hl, err := h.health(i); err == nil && hl.Leader != nil && hl.Leader.Name != memberNames[lead] {
+						names = append(names, hl.Leader.Name)
+					}
+				}
+				if len(names) == 2 && names[0] == names[1] {
+					mu.Lock()
+					named = time.Now()
+					mu.Unlock()
+					return
+				}
+				sleep(hctx, 20*time.Millisecond)
+			}
+		})
 		for w := 4; ctx.Err() == nil; w++ {
 			spawn(w, 1)
 			sleep(ctx, 50*time.Millisecond)
@@ -237,5 +269,8 @@ func (h *haCluster) placeAcrossKill(round, lead, through int) (placed, killedAt 
 	if first.IsZero() {
 		h.t.Fatalf("round %d: nothing placed after killing %s: %s", round, memberNames[lead], strings.Join(errs, "; "))
 	}
-	return first, killedAt
+	if named.IsZero() {
+		h.t.Fatalf("round %d: the other servers' /v1/health never named a new leader", round)
+	}
+	return first, killedAt, named
 }

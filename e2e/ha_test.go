@@ -128,7 +128,7 @@ func (h *haCluster) leadership() string {
 			continue
 		}
 		for line := range strings.Lines(sv.logs()) {
-			if strings.Contains(line, `"msg":"elected leader"`) || strings.Contains(line, "no longer leader") || strings.Contains(line, "lease revoked") {
+			if strings.Contains(line, `"msg":"elected leader"`) || strings.Contains(line, "no longer leader") || strings.Contains(line, "lease revoked") || strings.Contains(line, "lease lapsed") || strings.Contains(line, "refused by the fence") || strings.Contains(line, "a write was refused") {
 				b.WriteString(line)
 			}
 		}

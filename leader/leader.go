@@ -1,14 +1,23 @@
 // Package leader elects one leader among the Berth servers of a cluster on
 // etcd, and fences the leader's writes.
 //
-// Every server campaigns (etcd's concurrency.Election, on a lease of a few
-// seconds kept alive by the server). The winner's election key, with its
+// Every server campaigns (the scheme of etcd's concurrency.Election) on a
+// lease of a second or two that it renews itself, every fifth of the TTL,
+// in a goroutine of its own (keeper). The winner's election key, with its
 // revision, is the fence: the leader's store (Fenced) adds to each of its
-// transactions the comparison that the key still has that revision, in the
-// same transaction. A leader that lost its lease (frozen, cut off, too
+// transactions the comparison that the key still has that revision, in
+// the same transaction. A leader that lost its lease (frozen, cut off, too
 // slow) has lost its key, so each of its writes fails; Fenced then reports
 // ErrDeposed and the leader stops at once. No write of a deposed leader
 // ever lands, whatever it still believes.
+//
+// A leader also knows, from its own clock, when its lease may be lost:
+// etcd cannot let a lease expire before the TTL has passed since the
+// renewal that was last acknowledged was sent. Once four fifths of the
+// TTL have passed since then, the term ends (Term.Held turns false, the
+// term's context ends, Fenced sends nothing more): a leader whose
+// renewals are delayed stops before etcd can let its lease expire, so
+// before any other server is elected.
 //
 // A leader that stops answering loses the lead when its lease runs out. One
 // whose process died is replaced sooner: the other servers revoke its lease
@@ -31,8 +40,9 @@ import (
 	"syscall"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/berth-dev/berth/store"
 )
@@ -42,8 +52,10 @@ import (
 var ErrDeposed = errors.New("leader: this server no longer leads the cluster")
 
 // DefaultTTL is the leader's lease: how long a leader that stopped
-// answering keeps the lead before another server takes it.
-const DefaultTTL = 2 * time.Second
+// answering keeps the lead before another server takes it. etcd grants
+// no lease shorter than 1.5 of its election timeouts, rounded up to whole
+// seconds: one second needs an election timeout of at most 666 ms.
+const DefaultTTL = time.Second
 
 // ElectionKey is the store key under which the servers campaign.
 const ElectionKey = "/berth/leader/"
@@ -65,14 +77,15 @@ type Info struct {
 
 // Config configures Run.
 type Config struct {
-	// Client reaches etcd.
+	// Client reaches etcd. The lease is renewed on it: it should be a
+	// client of its own, whose connection no heavy traffic delays.
 	Client *clientv3.Client
 	// Prefix is the store's key prefix in etcd (store/etcd Options.Prefix).
 	Prefix string
 	// Self is this server.
 	Self Info
 	// TTL is the lease (0: DefaultTTL; etcd rounds it up to whole seconds
-	// and to its own minimum).
+	// and to its own minimum, 1.5 election timeouts).
 	TTL    time.Duration
 	Logger *slog.Logger
 	// Changed, when set, is called with each change of leadership seen by
@@ -100,19 +113,33 @@ type Term struct {
 	Fence store.Cmp
 	// Rev is the term's revision in etcd: later terms have larger ones.
 	Rev int64
+
+	k *keeper
 }
 
+// Held reports whether this server knows its lease still holds: a renewal
+// it sent less than four fifths of the TTL ago was acknowledged. Once
+// false it stays false, and the term's context ends. No other server can
+// be elected while it is true. A Term that Run did not make holds nothing.
+func (t Term) Held() bool { return t.k != nil && t.k.held() }
+
 // Run campaigns until ctx ends. Each time this server is elected it calls
-// lead with a context that ends when the term does (the lease lost, the
-// fence refused a write: lead's store is to be Fenced with the term's
-// fence and that context's cancel), waits for lead to return, then
-// campaigns again. It returns ctx's error.
+// lead with a context that ends when the term does (the lease lost or
+// taken for lost, the fence refused a write: lead's store is to be Fenced
+// with the term and that context's cancel), waits for lead to return,
+// then campaigns again. It returns ctx's error.
+//
+// The lease is renewed by a goroutine of its own (keeper) every fifth of
+// its TTL, on cfg.Client: give Run a client that the control plane does
+// not load. The term ends, and Term.Held turns false, once no renewal
+// sent in the last four fifths of the TTL was acknowledged: before etcd
+// can let the lease expire, so before another server can be elected.
 func Run(ctx context.Context, cfg Config, lead func(ctx context.Context, term Term, deposed func()) error) error {
 	ttl := cfg.TTL
 	if ttl <= 0 {
 		ttl = DefaultTTL
 	}
-	secs := max(int((ttl+time.Second-1)/time.Second), 1)
+	secs := max(int64((ttl+time.Second-1)/time.Second), 1)
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
@@ -124,67 +151,156 @@ func Run(ctx context.Context, cfg Config, lead func(ctx context.Context, term Te
 	var reaping sync.WaitGroup
 	defer reaping.Wait()
 	reaping.Go(func() { reap(ctx, cfg.Client, cfg.Prefix, log) })
+	warned := false
 	for ctx.Err() == nil {
-		sess, err := concurrency.NewSession(cfg.Client, concurrency.WithTTL(secs), concurrency.WithContext(ctx))
+		sent := time.Now()
+		grant, err := cfg.Client.Grant(ctx, secs)
 		if err != nil {
 			if ctx.Err() == nil {
-				log.Warn("leader election: no session", "err", err)
+				log.Warn("leader election: no lease", "err", err)
 				sleep(ctx, time.Second)
 			}
 			continue
 		}
-		el := concurrency.NewElection(sess, cfg.Prefix+ElectionKey)
-		if err := el.Campaign(ctx, string(value)); err != nil {
-			_ = sess.Close()
-			if ctx.Err() == nil {
-				log.Warn("leader election", "err", err)
-				sleep(ctx, time.Second)
-			}
-			continue
+		if grant.TTL > secs && !warned {
+			warned = true
+			log.Warn("etcd lengthened the leader's lease to its minimum, 1.5 election timeouts", "asked", time.Duration(secs)*time.Second, "got", time.Duration(grant.TTL)*time.Second)
 		}
-		// Campaign may return after the lease expired: then the term is
-		// over before it began.
-		select {
-		case <-sess.Done():
-			continue
-		default:
-		}
-		term := Term{Fence: store.Cmp{Key: strings.TrimPrefix(el.Key(), cfg.Prefix), ModRevision: el.Rev() - 1}, Rev: el.Rev()}
-		log.Info("elected leader", "name", cfg.Self.Name, "term", term.Rev)
-		if cfg.Changed != nil {
-			cfg.Changed(true)
-		}
-		tctx, end := context.WithCancel(ctx)
-		stop := context.AfterFunc(sess.Ctx(), end)
-		go func() {
-			select {
-			case <-sess.Done():
-				end()
-			case <-tctx.Done():
-			}
-		}()
-		var handing sync.WaitGroup
-		if cfg.HandOff != nil {
-			handing.Go(handOff(tctx, cfg.HandOff, log))
-		}
-		if err := lead(tctx, term, end); err != nil && tctx.Err() == nil {
-			log.Error("leading", "err", err)
-		}
-		end()
-		handing.Wait()
-		stop()
-		if cfg.Changed != nil {
-			cfg.Changed(false)
-		}
-		log.Info("no longer leader", "name", cfg.Self.Name, "term", term.Rev)
+		id := grant.ID
+		k := newKeeper(time.Now, sent, time.Duration(grant.TTL)*time.Second, renewer(cfg.Client, id))
+		term, err := session(ctx, cfg, log, k, id, string(value), lead)
 		// Give the lead up at once when the lease still holds, so that
 		// another server need not wait for it to expire.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		_ = el.Resign(rctx)
+		_, _ = cfg.Client.Revoke(rctx, id)
 		cancel()
-		_ = sess.Close()
+		if err != nil && ctx.Err() == nil {
+			log.Warn("leader election", "err", err)
+			sleep(ctx, time.Second)
+		}
+		if term != 0 {
+			log.Info("no longer leader", "name", cfg.Self.Name, "term", term)
+		}
 	}
 	return ctx.Err()
+}
+
+// renewer returns the renewal of lease id on c.
+func renewer(c *clientv3.Client, id clientv3.LeaseID) func(ctx context.Context) (time.Duration, error) {
+	return func(ctx context.Context) (time.Duration, error) {
+		resp, err := c.KeepAliveOnce(ctx, id)
+		switch {
+		case errors.Is(err, rpctypes.ErrLeaseNotFound) || errors.Is(err, rpctypes.ErrGRPCLeaseNotFound):
+			return 0, errLeaseGone
+		case err != nil:
+			return 0, err
+		case resp.TTL <= 0:
+			return 0, errLeaseGone
+		}
+		return time.Duration(resp.TTL) * time.Second, nil
+	}
+}
+
+// session campaigns on the lease that k keeps and, once elected, leads
+// until the term ends. It returns the term's revision (0: not elected)
+// and why it could not campaign.
+func session(ctx context.Context, cfg Config, log *slog.Logger, k *keeper, id clientv3.LeaseID, value string, lead func(ctx context.Context, term Term, deposed func()) error) (int64, error) {
+	var keeping sync.WaitGroup
+	defer keeping.Wait()
+	sctx, end := context.WithCancel(ctx)
+	defer end()
+	keeping.Go(func() { k.run(sctx) })
+	keeping.Go(func() {
+		select {
+		case <-k.done:
+			end()
+		case <-sctx.Done():
+		}
+	})
+	key, rev, err := campaign(sctx, cfg.Client, cfg.Prefix+ElectionKey+"/", id, value)
+	if err != nil {
+		if sctx.Err() != nil && ctx.Err() == nil {
+			return 0, nil // the lease was lost while waiting: campaign again
+		}
+		return 0, err
+	}
+	// Campaign may return after the lease was lost: then the term is over
+	// before it began.
+	if !k.held() {
+		return 0, nil
+	}
+	term := Term{Fence: store.Cmp{Key: strings.TrimPrefix(key, cfg.Prefix), ModRevision: rev - 1}, Rev: rev, k: k}
+	log.Info("elected leader", "name", cfg.Self.Name, "term", term.Rev)
+	if cfg.Changed != nil {
+		cfg.Changed(true)
+	}
+	var handing sync.WaitGroup
+	if cfg.HandOff != nil {
+		handing.Go(handOff(sctx, cfg.HandOff, log))
+	}
+	if err := lead(sctx, term, end); err != nil && sctx.Err() == nil {
+		log.Error("leading", "err", err)
+	}
+	end()
+	handing.Wait()
+	if cfg.Changed != nil {
+		cfg.Changed(false)
+	}
+	if why := k.reason(); why != "" {
+		log.Warn("the term's lease lapsed", "why", why, "term", term.Rev)
+	}
+	return term.Rev, nil
+}
+
+// campaign puts value under pfx on lease id, as etcd's
+// concurrency.Election does (the key is pfx and the lease in hex, so that
+// servers of other versions campaign in the same election), and returns
+// once every key created before it is gone: this server leads. It returns
+// the key and its create revision.
+func campaign(ctx context.Context, c *clientv3.Client, pfx string, id clientv3.LeaseID, value string) (string, int64, error) {
+	key := fmt.Sprintf("%s%x", pfx, int64(id))
+	resp, err := c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, value, clientv3.WithLease(id))).Else(clientv3.OpGet(key)).Commit()
+	if err != nil {
+		return "", 0, err
+	}
+	rev := resp.Header.Revision
+	if !resp.Succeeded {
+		rev = resp.Responses[0].GetResponseRange().Kvs[0].CreateRevision
+	}
+	older := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1))
+	for {
+		g, err := c.Get(ctx, pfx, older...)
+		if err != nil {
+			return "", 0, err
+		}
+		if len(g.Kvs) == 0 {
+			return key, rev, nil
+		}
+		if err := awaitDelete(ctx, c, string(g.Kvs[0].Key), g.Header.Revision); err != nil {
+			return "", 0, err
+		}
+	}
+}
+
+// awaitDelete returns once key is deleted, looking from revision rev on.
+func awaitDelete(ctx context.Context, c *clientv3.Client, key string, rev int64) error {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for resp := range c.Watch(wctx, key, clientv3.WithRev(rev)) {
+		if err := resp.Err(); err != nil {
+			return err
+		}
+		for _, ev := range resp.Events {
+			if ev.Type == mvccpb.DELETE {
+				return nil
+			}
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return errors.New("leader: the watch of the previous candidate ended")
 }
 
 // reap revokes the lease of a leader whose process died, until ctx ends:
@@ -327,30 +443,36 @@ func Watch(ctx context.Context, c *clientv3.Client, prefix string, fn func(in In
 	}
 }
 
-// Fenced returns st whose every transaction also compares fence, in the
-// same transaction. When a transaction fails and the fence no longer
-// holds, it returns an error wrapping ErrDeposed and calls deposed (once):
-// the caller stops leading.
-func Fenced(st store.Store, fence store.Cmp, deposed func()) store.Store {
-	return &fenced{Store: st, fence: fence, deposed: deposed}
+// Fenced returns st whose every transaction also compares the term's
+// fence, in the same transaction, and is sent only while the term is Held.
+// When the term is not held, or a transaction fails and the fence no
+// longer holds, it returns an error wrapping ErrDeposed and calls deposed
+// (once): the caller stops leading.
+func Fenced(st store.Store, term Term, deposed func()) store.Store {
+	return &fenced{Store: st, term: term, deposed: deposed}
 }
 
 type fenced struct {
 	store.Store
-	fence   store.Cmp
+	term    Term
 	deposed func()
 	once    sync.Once
 }
 
 func (f *fenced) Txn(ctx context.Context, cmps []store.Cmp, ops []store.Op) (store.TxnResult, error) {
+	if !f.term.Held() {
+		f.once.Do(f.deposed)
+		return store.TxnResult{}, fmt.Errorf("%w (no renewal of its lease acknowledged in time)", ErrDeposed)
+	}
+	fence := f.term.Fence
 	all := make([]store.Cmp, 0, len(cmps)+1)
-	all = append(append(all, cmps...), f.fence)
+	all = append(append(all, cmps...), fence)
 	res, err := f.Store.Txn(ctx, all, ops)
 	if err != nil || res.Succeeded {
 		return res, err
 	}
-	kv, gerr := f.Store.Get(ctx, f.fence.Key)
-	if gerr == nil && kv.ModRevision == f.fence.ModRevision {
+	kv, gerr := f.Store.Get(ctx, fence.Key)
+	if gerr == nil && kv.ModRevision == fence.ModRevision {
 		// One of the caller's own comparisons failed.
 		return res, nil
 	}
@@ -358,7 +480,7 @@ func (f *fenced) Txn(ctx context.Context, cmps []store.Cmp, ops []store.Op) (sto
 		return res, gerr
 	}
 	f.once.Do(f.deposed)
-	return res, fmt.Errorf("%w (its term's key %s is gone)", ErrDeposed, f.fence.Key)
+	return res, fmt.Errorf("%w (its term's key %s is gone)", ErrDeposed, fence.Key)
 }
 
 // sleep waits d or until ctx ends.

@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"net"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/goleak"
@@ -59,7 +61,7 @@ func TestOneLeaderAndTheFence(t *testing.T) {
 						t.Errorf("%s leads before it handed etcd's lead off", srv.name)
 					}
 					tr := &term{name: srv.name, term: tm, ended: make(chan struct{})}
-					tr.st = leader.Fenced(srv.st, tm.Fence, func() { tr.gone.Store(true); deposed() })
+					tr.st = leader.Fenced(srv.st, tm, func() { tr.gone.Store(true); deposed() })
 					terms <- tr
 					<-tctx.Done()
 					close(tr.ended)
@@ -241,5 +243,203 @@ func TestWatchSeesALeaderElectedRightAfterItsRead(t *testing.T) {
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("the leader elected between the read and the watch was never seen")
+	}
+}
+
+// A leader whose renewals are held up on the network past its lease (its
+// own connection to etcd stops passing anything; its store's connection
+// still works) stops writing before another server is elected: when the
+// second server leads, the first knows its term is over, and none of its
+// writes landed after the second's term began.
+func TestALeaderWhoseRenewalsAreDelayedStopsBeforeAnotherLeads(t *testing.T) {
+	m := etcdtest.Member(t)
+	const prefix = "/c4"
+	p := newHoldingProxy(t, m.ClientURL())
+	ca, err := etcd.NewClient([]string{p.url()}, etcd.TLSFiles{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ca.Close() })
+	cb := etcdtest.Client(t, m)
+	sa := etcd.New(etcdtest.Client(t, m), etcd.Options{Prefix: prefix})
+	sb := etcd.New(cb, etcd.Options{Prefix: prefix})
+	t.Cleanup(func() { _ = sa.Close(); _ = sb.Close() })
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() {
+		p.release() // let the first server's calls through, to end
+		cancel()
+		wg.Wait()
+	}()
+	first := make(chan leader.Term, 1)
+	stopped := make(chan error, 1) // the first leader's refused write
+	ended := make(chan struct{})
+	var terms atomic.Int32
+	wg.Go(func() {
+		_ = leader.Run(ctx, leader.Config{Client: ca, Prefix: prefix, TTL: time.Second, Self: leader.Info{Name: "a", Address: "http://a"}},
+			func(tctx context.Context, tm leader.Term, deposed func()) error {
+				if terms.Add(1) > 1 {
+					return nil // a later term, once the test is over
+				}
+				defer close(ended)
+				first <- tm
+				st := leader.Fenced(sa, tm, deposed)
+				for {
+					if _, err := st.Txn(tctx, nil, []store.Op{store.Put("/x", []byte("a"))}); err != nil {
+						stopped <- err
+						break
+					}
+					sleep(tctx, 20*time.Millisecond)
+				}
+				<-tctx.Done()
+				return nil
+			})
+	})
+	a := <-first
+	began := make(chan int64, 1) // etcd's revision when b's term began
+	aHeld := make(chan bool, 1)
+	wg.Go(func() {
+		_ = leader.Run(ctx, leader.Config{Client: cb, Prefix: prefix, TTL: time.Second, Self: leader.Info{Name: "b", Address: "http://b"}},
+			func(tctx context.Context, tm leader.Term, _ func()) error {
+				aHeld <- a.Held() // at the start of b's term
+				resp, err := cb.Get(tctx, prefix+"/x")
+				if err != nil {
+					t.Error(err)
+					resp = &clientv3.GetResponse{Header: &etcdserverpb.ResponseHeader{}}
+				}
+				began <- resp.Header.Revision
+				<-tctx.Done()
+				return nil
+			})
+	})
+	// The first leader's renewals no longer reach etcd.
+	p.hold()
+	var rev int64
+	select {
+	case rev = <-began:
+	case <-time.After(time.Minute):
+		t.Fatal("nobody took the lead from a leader whose renewals are held up")
+	}
+	if <-aHeld {
+		t.Fatal("the first leader still took its lease for held when the second was elected")
+	}
+	if err := <-stopped; !errors.Is(err, leader.ErrDeposed) {
+		t.Fatalf("the first leader's writes ended with %v, want ErrDeposed", err)
+	}
+	<-ended
+	kv, err := sb.Get(ctx, "/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Store revisions are etcd's less one.
+	if kv.ModRevision >= rev-1 {
+		t.Fatalf("the first leader's last write is at revision %d, after the second's term began (%d)", kv.ModRevision, rev-1)
+	}
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// holdingProxy passes TCP connections on to a server, and holds every
+// byte (in both directions) between hold and release, as a network that
+// stopped delivering would.
+type holdingProxy struct {
+	ln   net.Listener
+	mu   sync.Mutex
+	open chan struct{} // closed while bytes pass
+	wg   sync.WaitGroup
+}
+
+func newHoldingProxy(t *testing.T, to string) *holdingProxy {
+	t.Helper()
+	u, err := url.Parse(to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &holdingProxy{ln: ln, open: make(chan struct{})}
+	close(p.open)
+	var conns []net.Conn
+	var mu sync.Mutex
+	p.wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", u.Host)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, c, s)
+			mu.Unlock()
+			p.wg.Go(func() { p.pipe(s, c) })
+			p.wg.Go(func() { p.pipe(c, s) })
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		p.release()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *holdingProxy) url() string { return "http://" + p.ln.Addr().String() }
+
+// pipe copies from src to dst, waiting while bytes are held.
+func (p *holdingProxy) pipe(dst, src net.Conn) {
+	defer dst.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			open := p.open
+			p.mu.Unlock()
+			<-open
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (p *holdingProxy) hold() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.open:
+		p.open = make(chan struct{})
+	default:
+	}
+}
+
+func (p *holdingProxy) release() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.open:
+	default:
+		close(p.open)
 	}
 }

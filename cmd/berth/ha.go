@@ -69,9 +69,9 @@ func (h *haFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&h.peerCert, "etcd-peer-cert", "", "the member's certificate for peer traffic (PEM; with --etcd-peer-key and --etcd-peer-ca)")
 	fl.StringVar(&h.peerKey, "etcd-peer-key", "", "key of --etcd-peer-cert")
 	fl.StringVar(&h.peerCA, "etcd-peer-ca", "", "CA that signs every member's peer certificate")
-	fl.DurationVar(&h.heartbeat, "etcd-heartbeat-interval", 100*time.Millisecond, "the members' Raft heartbeat (the same on every member)")
-	fl.DurationVar(&h.election, "etcd-election-timeout", time.Second, "the members' Raft election timeout (the same on every member; a failover takes one or two of these more when etcd's leader died with the Berth leader)")
-	fl.DurationVar(&h.lease, "leader-lease", leader.DefaultTTL, "how long a leader that stops answering keeps the lead (whole seconds; one whose process died is replaced at once)")
+	fl.DurationVar(&h.heartbeat, "etcd-heartbeat-interval", etcd.DefaultHeartbeat, "the members' Raft heartbeat (the same on every member)")
+	fl.DurationVar(&h.election, "etcd-election-timeout", etcd.DefaultElectionTimeout, "the members' Raft election timeout (the same on every member; a failover takes one or two of these more when etcd's leader died with the Berth leader; --leader-lease must be at least 1.5 of these)")
+	fl.DurationVar(&h.lease, "leader-lease", leader.DefaultTTL, "how long a leader that stops answering keeps the lead (whole seconds, at least 1.5 etcd election timeouts; one whose process died is replaced at once)")
 	fl.StringVar(&h.advertise, "advertise-url", "", "URL at which the other servers reach this server's API, to forward to the leader (default: from --listen)")
 	fl.StringVar(&h.dockerAdvertise, "docker-advertise-url", "", "URL at which the other servers reach this server's Docker endpoint, to forward docker requests to the leader (default: from --docker-listen)")
 	fl.StringVar(&h.leaderCA, "leader-ca", "", "CA trusted for the other servers' API certificates when forwarding to the leader (default: the system's)")
@@ -126,8 +126,12 @@ func (h *haFlags) check(insecure bool) error {
 	if n != 0 && n != 3 {
 		es.Add("etcd-peer-cert", "peer TLS needs --etcd-peer-cert, --etcd-peer-key and --etcd-peer-ca")
 	}
-	if h.lease < time.Second || h.lease > time.Minute {
-		es.Add("leader-lease", "%s: want 1s to 1m", h.lease)
+	switch mc := h.member("", insecure); {
+	case h.lease < time.Second || h.lease > time.Minute || h.lease%time.Second != 0:
+		es.Add("leader-lease", "%s: want whole seconds, 1s to 1m", h.lease)
+	case h.name != "" && h.lease < mc.MinLeaseTTL():
+		// etcd would lengthen it silently.
+		es.Add("leader-lease", "%s: etcd grants no lease shorter than %s with --etcd-election-timeout %s; lengthen the lease or shorten the election timeout", h.lease, mc.MinLeaseTTL(), h.election)
 	}
 	if h.advertise != "" {
 		if u, err := url.Parse(h.advertise); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" && u.Path != "/" {
@@ -155,28 +159,34 @@ func (h *haFlags) check(insecure bool) error {
 }
 
 // openEtcd connects to the external cluster or starts this server's
-// member, and returns the client, the member (nil for an external
-// cluster) and the store's options.
-func (h *haFlags) openEtcd(ctx context.Context, dataDir string, insecure bool, m *metrics.Metrics) (*clientv3.Client, *etcd.Member, etcd.Options, error) {
-	opts := etcd.Options{Prefix: h.prefix, MaxTxnOps: h.maxTxnOps, MaxRequestBytes: h.maxReqBytes, Observe: m.StoreCall}
-	if len(h.endpoints) > 0 {
-		c, err := etcd.NewClient(h.endpoints, etcd.TLSFiles{CertFile: h.cert, KeyFile: h.key, CAFile: h.caCert})
-		if err != nil {
-			return nil, nil, opts, err
+// member, and returns two clients (the store's, and the leader election's
+// own, so that the store's traffic never delays a renewal of the
+// leader's lease), the member (nil for an external cluster) and the
+// store's options.
+func (h *haFlags) openEtcd(ctx context.Context, dataDir string, insecure bool, m *metrics.Metrics) (c, elect *clientv3.Client, member *etcd.Member, opts etcd.Options, err error) {
+	opts = etcd.Options{Prefix: h.prefix, MaxTxnOps: h.maxTxnOps, MaxRequestBytes: h.maxReqBytes, Observe: m.StoreCall}
+	dial := func() (*clientv3.Client, error) {
+		return etcd.NewClient(h.endpoints, etcd.TLSFiles{CertFile: h.cert, KeyFile: h.key, CAFile: h.caCert})
+	}
+	if len(h.endpoints) == 0 {
+		if member, err = etcd.StartMember(ctx, h.member(dataDir, insecure)); err != nil {
+			return nil, nil, nil, opts, err
 		}
-		return c, nil, opts, nil
+		dial = member.Client
+		opts.MaxTxnOps, opts.MaxRequestBytes = etcd.DefaultMaxTxnOps, etcd.DefaultMaxRequestBytes
 	}
-	member, err := etcd.StartMember(ctx, h.member(dataDir, insecure))
+	if c, err = dial(); err == nil {
+		if elect, err = dial(); err != nil {
+			_ = c.Close()
+		}
+	}
 	if err != nil {
-		return nil, nil, opts, err
+		if member != nil {
+			member.Close()
+		}
+		return nil, nil, nil, opts, err
 	}
-	c, err := member.Client()
-	if err != nil {
-		member.Close()
-		return nil, nil, opts, err
-	}
-	opts.MaxTxnOps, opts.MaxRequestBytes = etcd.DefaultMaxTxnOps, etcd.DefaultMaxRequestBytes
-	return c, member, opts, nil
+	return c, elect, member, opts, nil
 }
 
 // member is the embedded member's configuration, its data under dataDir.

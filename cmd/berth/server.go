@@ -298,6 +298,7 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 	var (
 		st      store.Store
 		client  *clientv3.Client
+		elect   *clientv3.Client                // the leader election's own
 		handOff func(ctx context.Context) error // passes etcd's lead off this server's member
 	)
 	var dockerTLSConfig *tls.Config
@@ -313,15 +314,16 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 		}
 	}
 	if f.ha.enabled() {
-		c, member, opts, err := f.ha.openEtcd(ctx, cfg.DataDir, cfg.Insecure, m)
+		c, ec, member, opts, err := f.ha.openEtcd(ctx, cfg.DataDir, cfg.Insecure, m)
 		if err != nil {
 			return err
 		}
-		client = c
+		client, elect = c, ec
 		if member != nil {
 			handOff = member.HandOff
 		}
 		defer func() {
+			_ = elect.Close()
 			_ = client.Close()
 			if member != nil {
 				member.Close()
@@ -478,12 +480,12 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 			reads.start(ctx)
 			defer reads.stop()
 			return leader.Run(ctx, leader.Config{
-				Client: client, Prefix: f.ha.prefix, Self: self, TTL: f.ha.lease, Logger: log, Changed: m.Leading, HandOff: handOff,
+				Client: elect, Prefix: f.ha.prefix, Self: self, TTL: f.ha.lease, Logger: log, Changed: m.Leading, HandOff: handOff,
 			}, func(tctx context.Context, term leader.Term, deposed func()) error {
 				pc := planeCfg
-				pc.Store = leader.Fenced(st, term.Fence, func() {
+				pc.Store = leader.Fenced(st, term, func() {
 					m.Fenced()
-					log.Warn("a write was refused by the fence: another server leads; stopping", "term", term.Rev)
+					log.Warn("a write was refused: this server's term is over (its lease was not renewed in time, or another server leads); stopping", "term", term.Rev)
 					deposed()
 				})
 				start := time.Now()

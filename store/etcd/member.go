@@ -64,6 +64,30 @@ type MemberConfig struct {
 	Heartbeat, ElectionTimeout time.Duration
 }
 
+// DefaultHeartbeat and DefaultElectionTimeout are the Raft timings of the
+// Berth server's member (its flags' defaults): an election timeout short
+// enough for etcd to grant the leader a lease of one second (MinLeaseTTL).
+const (
+	DefaultHeartbeat       = 50 * time.Millisecond
+	DefaultElectionTimeout = 500 * time.Millisecond
+)
+
+// MinLeaseTTL is the shortest lease the member's cluster grants: etcd
+// lengthens a shorter one to 1.5 election timeouts (counted in whole
+// heartbeats), rounded up to whole seconds.
+func (c *MemberConfig) MinLeaseTTL() time.Duration {
+	hb, et := c.Heartbeat, c.ElectionTimeout
+	if hb <= 0 {
+		hb = 100 * time.Millisecond
+	}
+	if et <= 0 {
+		et = time.Second
+	}
+	ticks := int64(et / hb)
+	least := time.Duration(3*ticks/2) * hb
+	return (least + time.Second - 1) / time.Second * time.Second
+}
+
 // Check validates c, naming the flag of each bad field.
 func (c *MemberConfig) Check() error {
 	var es driver.FieldErrors
@@ -219,6 +243,9 @@ func StartMember(ctx context.Context, c MemberConfig) (*Member, error) {
 func (m *Member) Client() (*clientv3.Client, error) {
 	return NewClient([]string{m.cfg.ClientURL}, m.cfg.ClientTLS)
 }
+
+// ClientURL is the member's client URL.
+func (m *Member) ClientURL() string { return m.cfg.ClientURL }
 
 // Err delivers an error when the member fails while it runs.
 func (m *Member) Err() <-chan error { return m.e.Err() }

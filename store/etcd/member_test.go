@@ -98,3 +98,42 @@ func TestHandOff(t *testing.T) {
 		t.Fatalf("with %s down, %s leads after %s's HandOff, want %s", names[down], names[got], names[l2], names[l])
 	}
 }
+
+// MinLeaseTTL is the TTL etcd grants for a one-second lease: one second
+// with the Berth server's timings, two with etcd's own.
+func TestMinLeaseTTL(t *testing.T) {
+	for _, tc := range []struct {
+		name                string
+		heartbeat, election time.Duration
+		want                time.Duration
+	}{
+		{"the Berth server's", etcd.DefaultHeartbeat, etcd.DefaultElectionTimeout, time.Second},
+		{"etcd's", 0, 0, 2 * time.Second},
+		{"600ms in 100ms heartbeats", 100 * time.Millisecond, 600 * time.Millisecond, time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := etcd.MemberConfig{
+				Name: "m", Dir: filepath.Join(t.TempDir(), "etcd"),
+				PeerURL:   fmt.Sprintf("http://127.0.0.1:%d", etcdtest.FreePort(t)),
+				ClientURL: fmt.Sprintf("http://127.0.0.1:%d", etcdtest.FreePort(t)),
+				SkipFsync: true, Heartbeat: tc.heartbeat, ElectionTimeout: tc.election,
+			}
+			if got := cfg.MinLeaseTTL(); got != tc.want {
+				t.Fatalf("MinLeaseTTL = %s, want %s", got, tc.want)
+			}
+			m, err := etcd.StartMember(t.Context(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(m.Close)
+			c := etcdtest.Client(t, m)
+			resp, err := c.Grant(t.Context(), 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := time.Duration(resp.TTL) * time.Second; got != tc.want {
+				t.Fatalf("etcd granted a one-second lease %s, MinLeaseTTL says %s", got, tc.want)
+			}
+		})
+	}
+}
