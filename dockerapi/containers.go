@@ -376,6 +376,9 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request) error {
 		if err := s.submit(r.Context(), c.id, c.created); err != nil {
 			return err
 		}
+		if err := s.awaitStarted(r.Context(), c.id); err != nil {
+			return err
+		}
 		w.WriteHeader(http.StatusNoContent)
 		return nil
 	}
@@ -389,6 +392,52 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request) error {
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+// startWait bounds how long a start waits for its container to run: past
+// it the start is answered and the create goes on.
+const startWait = 5 * time.Minute
+
+// awaitStarted waits, as the Engine's start does, until the submitted
+// container id runs or has ended, so that docker run -d returns with the
+// container up. One that failed to be created is the error: the Engine's
+// 500 with the back-end's reason, which the CLI turns into its exit code
+// (126 or 127 when the reason says the entrypoint cannot run, else 125).
+// One that a node refused to create (back to pending, to be placed again)
+// is that error too, and stays created, as after the Engine's failed
+// start. One waiting for room (pending, never tried) is answered at once:
+// it starts when room frees up.
+func (s *Server) awaitStarted(ctx context.Context, id string) error {
+	ctx, cancel := context.WithTimeout(ctx, startWait)
+	defer cancel()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		in, err := s.plane.Instance(ctx, id)
+		if err != nil {
+			return err
+		}
+		switch in.Phase {
+		case reconciler.Scheduled, reconciler.Creating:
+		case reconciler.Failed:
+			return &httpError{http.StatusInternalServerError, "failed to create the container's process: " + in.Message}
+		case reconciler.Pending, reconciler.Deleting:
+			// Deleting: what a refused create left is being removed.
+			if in.Attempts > 0 || len(in.Refused) > 0 {
+				// A node refused its create: as the Engine's failed start,
+				// the container stays created (Berth places it again).
+				return &httpError{http.StatusInternalServerError, "failed to create the container's process: " + in.Message}
+			}
+			return nil
+		default:
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil // the create goes on; inspect shows where it is
+		case <-tick.C:
+		}
+	}
 }
 
 // submit hands a created container to the plane; it stays in created

@@ -47,6 +47,15 @@ func TestLifecycle(t *testing.T) {
 	if id == "" {
 		t.Fatal("docker run -d printed no id")
 	}
+	// run -d returns once the container runs, as the Engine's does.
+	if st := strings.TrimSpace(e.must(t, "inspect", "--format", "{{.State.Status}}", "web")); st != "running" {
+		t.Errorf("docker inspect right after docker run -d: %q, want running", st)
+	}
+	// An entrypoint that cannot run fails the run, with the CLI's code.
+	if _, errs, code := e.docker(t, "run", "-d", "--name", "noentry", "--entrypoint", "/no-such-program", helloImage); code != 126 && code != 127 {
+		t.Errorf("docker run -d of a missing entrypoint: exit %d, stderr %q; want 126 or 127", code, errs)
+	}
+	e.must(t, "rm", "-f", "noentry")
 	in := e.waitPhase(t, "web", reconciler.Running)
 	if in.ID != id {
 		t.Errorf("docker run -d printed %s, Berth's instance is %s", id, in.ID)
@@ -119,7 +128,9 @@ func TestLifecycle(t *testing.T) {
 	_ = evCmd.Wait()
 	var got []string
 	for _, l := range strings.Split(strings.TrimSpace(evOut.String()), "\n") {
-		got = append(got, l)
+		if strings.HasSuffix(l, " web") { // noentry's are not counted
+			got = append(got, l)
+		}
 	}
 	want2 := []string{"create web", "start web", "die web", "stop web", "destroy web"}
 	if !slices.Equal(got, want2) {
