@@ -45,14 +45,22 @@ func ReadBody(w http.ResponseWriter, body io.Reader) ([]byte, error) {
 	if err == nil {
 		return b, nil
 	}
+	return nil, ReadError(w, err)
+}
+
+// ReadError is what ReadBody returns for err, an error reading w's
+// request's body by any other means (a form parser): the
+// *http.MaxBytesError as it is, else a *BodyError, giving w answerTime
+// to answer when the read deadline cut the body.
+func ReadError(w http.ResponseWriter, err error) error {
 	if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
-		return nil, err
+		return err
 	}
 	be := &BodyError{Err: err}
 	if be.Timeout() {
 		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(answerTime))
 	}
-	return nil, be
+	return be
 }
 
 // answerTime is how long the answer to a body cut by the read deadline may

@@ -1,12 +1,17 @@
 package web_test
 
 import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/berth-dev/berth/web"
 )
@@ -185,5 +190,53 @@ func TestFailedSignInsAreBounded(t *testing.T) {
 	}
 	if codes[http.StatusTooManyRequests] == 0 {
 		t.Errorf("%d wrong tokens in a row: statuses %v, want some 429", web.SignInBurst+5, codes)
+	}
+}
+
+// TestFormBodiesCutAre4xx: a dashboard form whose body arrives too slowly
+// is 408, one shorter than its Content-Length 400: never a 5xx, as the
+// API answers such bodies.
+func TestFormBodiesCutAre4xx(t *testing.T) {
+	plane := simPlane(t, 1)
+	hs := httptest.NewUnstartedServer(newWeb(t, plane, nil))
+	hs.Config.ReadTimeout = time.Second
+	hs.Start()
+	t.Cleanup(hs.Close)
+	const form = "csrf=x&grace=10s"
+	for _, c := range []struct {
+		name   string
+		send   string
+		close  bool
+		status int
+	}{
+		{"too slow", form[:5], false, http.StatusRequestTimeout},
+		{"truncated", form, true, http.StatusBadRequest},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", hs.Listener.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			req := "POST /ui/instances/a/stop HTTP/1.1\r\nHost: " + hs.Listener.Addr().String() + "\r\n" +
+				"Authorization: Bearer operator-secret\r\nContent-Type: application/x-www-form-urlencoded\r\n" +
+				fmt.Sprintf("Content-Length: %d\r\n\r\n", len(form)+20) + c.send
+			if _, err := io.WriteString(conn, req); err != nil {
+				t.Fatal(err)
+			}
+			if c.close {
+				if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Fatalf("no answer: %v", err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != c.status {
+				t.Fatalf("got %d, want %d", resp.StatusCode, c.status)
+			}
+		})
 	}
 }

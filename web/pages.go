@@ -506,7 +506,7 @@ func (s *Server) signin(w http.ResponseWriter, r *http.Request, _ *caller) error
 		return errNoAuth
 	}
 	if err := r.ParseForm(); err != nil {
-		return fmt.Errorf("%w: %v", errBadForm, err)
+		return formError(w, err, "reading the form")
 	}
 	ck, err := r.Cookie(signinCookie)
 	if err != nil || !sameSecret(r.PostFormValue("csrf"), ck.Value) {

@@ -256,8 +256,14 @@ func (h handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if r.Method == http.MethodPost {
+			// ParseForm first: ParseMultipartForm drops its error for a
+			// body that is not multipart.
+			if err := r.ParseForm(); err != nil {
+				s.renderError(w, r, c, formError(w, err, "reading the form"))
+				return
+			}
 			if err := r.ParseMultipartForm(maxFormSize(r)); err != nil && !errors.Is(err, http.ErrNotMultipart) {
-				s.renderError(w, r, c, fmt.Errorf("%w: reading the form: %v", errBadForm, err))
+				s.renderError(w, r, c, formError(w, err, "reading the form"))
 				return
 			}
 			if err := checkCSRF(r, c); err != nil {
@@ -273,6 +279,17 @@ func (h handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		s.renderError(w, r, c, err)
 	}
+}
+
+// formError is the answer to a form whose body could not be read or
+// parsed: what the API answers a body it could not read (413 too large,
+// 408 too slow), else errBadForm (400).
+func formError(w http.ResponseWriter, err error, what string) error {
+	re := api.ReadError(w, err)
+	if be := (*api.BodyError)(nil); errors.As(re, &be) && !be.Timeout() {
+		return fmt.Errorf("%w: %s: %v", errBadForm, what, err)
+	}
+	return re
 }
 
 // maxFormSize bounds a post body: the what-if form carries a workload
