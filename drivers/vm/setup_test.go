@@ -76,8 +76,12 @@ func options(t *testing.T) vm.Options {
 	if !kvmWorks() {
 		o.DomainType = "qemu"
 	}
-	o.BootTimeout = 2 * time.Minute
+	// A liveness bound: guests beside each other on a loaded machine boot slowly.
+	o.BootTimeout = 4 * time.Minute
 	o.MemoryHeadroom = 2
+	// The tests run up to four guests at once, and other work on the
+	// machine may have guests of its own: capacity is not what they test.
+	o.CPUOvercommit = 4
 	o.Images = map[string]vm.Image{"guest": {ImageFiles: vm.ImageFiles{Kernel: kernel, Initrd: initrd}, Cmdline: guest.Cmdline}}
 	o.Flavors = map[string]vm.Flavor{"tiny": {CPU: 500, Memory: 96 * driver.MiB}}
 	return o
