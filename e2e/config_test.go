@@ -32,6 +32,7 @@ func serverExit(t *testing.T, args ...string) (string, int) {
 }
 
 func TestServerRejectsBadConfig(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	write := func(name, body string) string {
 		p := filepath.Join(dir, name)
@@ -124,6 +125,7 @@ func TestServerRejectsBadConfig(t *testing.T) {
 // TestGracefulShutdownEndsStreams starts an events follower and checks that
 // SIGTERM ends it and the server cleanly.
 func TestGracefulShutdownEndsStreams(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, t.TempDir())
 	cmd := exec.Command(berthBin, "events")
 	cmd.Env = s.env()
@@ -163,6 +165,7 @@ func TestGracefulShutdownEndsStreams(t *testing.T) {
 // whose node count comes from a flag) and uses the verbs that the local
 // back-end cannot show: nodes, images, preload with progress, plan.
 func TestSimServerFromConfig(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "berth.yaml")
 	body := "listen: 127.0.0.1:0\ndata_dir: " + filepath.Join(dir, "data") + "\n" +

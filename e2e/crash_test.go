@@ -25,6 +25,7 @@ import (
 // running or terminal, every running instance has exactly one process, and
 // no process of the run is unknown to Berth (no leak) or runs twice.
 func TestCrashDuring200Launches(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("crash test skipped in -short mode")
 	}

@@ -13,6 +13,7 @@ import (
 // tokens as the REST API, and refuses a token it does not know; an address
 // off this host without TLS is refused at start.
 func TestDockerEndpoint(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("docker"); err != nil {
 		t.Fatal("this test needs the docker CLI: ", err)
 	}
@@ -60,6 +61,7 @@ func TestDockerEndpoint(t *testing.T) {
 // TestRunRm: berth run --rm waits until the instance ends, removes it and
 // reports an exit code other than 0.
 func TestRunRm(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, t.TempDir())
 	defer func() { _ = s.stop(t) }()
 	if out, stderr, code := berth(t, s, "run", "--rm", "--name", "once", "--", "sh", "-c", "exit 0"); code != 0 {

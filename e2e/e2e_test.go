@@ -1,7 +1,10 @@
 // Package e2e tests the real berth binary: it is built once in TestMain,
 // started as `berth server --dev` on a free port, and driven with its own CLI
 // and the Go client. The local back-end runs real processes; the tests look
-// for them in /proc.
+// for them in /proc. The tests run in parallel (four at once, or
+// -test.parallel), but for TestPluginSurvivesKill9, which runs alone first: each has
+// its own servers, data directories, cluster name and process marks, and
+// those on the machine's Docker Engine take it in turn (engineFor).
 package e2e
 
 import (
@@ -10,6 +13,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -43,6 +47,15 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "building berth:", err)
 		os.RemoveAll(dir)
 		os.Exit(1)
+	}
+	// Four tests at once unless -test.parallel says otherwise: the tests
+	// mostly wait on their servers, and of the two on the machine's engine
+	// one waits for the other (engineFor), holding its place meanwhile.
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		_ = flag.Set("test.parallel", "4")
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
@@ -383,6 +396,7 @@ func killMarked(key, prefix string) {
 }
 
 func TestRunPsLogsStopRm(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, t.TempDir())
 	mark := fmt.Sprintf("e2e-%d", time.Now().UnixNano())
 	t.Cleanup(func() { killMarked("E2E_MARK", mark) })
@@ -463,6 +477,7 @@ func TestRunPsLogsStopRm(t *testing.T) {
 }
 
 func TestLogsFollow(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, t.TempDir())
 	mark := fmt.Sprintf("e2e-follow-%d", time.Now().UnixNano())
 	t.Cleanup(func() { killMarked("E2E_MARK", mark) })

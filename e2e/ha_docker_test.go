@@ -17,6 +17,7 @@ import (
 // streams its logs, and after the leader is killed a survivor still
 // answers for it.
 func TestDockerEndpointHighAvailability(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("three servers: skipped in -short mode")
 	}

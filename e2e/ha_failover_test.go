@@ -40,6 +40,7 @@ const settle = 5 * time.Second
 // asserted: the machine may be loaded), with the times its log gives for
 // its election and its control plane, and which server's member led etcd.
 func TestFailover(t *testing.T) {
+	t.Parallel()
 	h := newHACluster(t)
 	// Nodes large enough for every request of the test: the answer to
 	// one that does not fit names no node.

@@ -21,6 +21,7 @@ import (
 // leader, and once the leader is killed the follower elected in its place
 // takes writes.
 func TestFollowersServeReads(t *testing.T) {
+	t.Parallel()
 	h := newHACluster(t)
 	body := "cluster: " + h.name + "\nproviders:\n  - name: sim\n    driver: sim\n    options: {nodes: 3}\n"
 	if err := os.WriteFile(h.cfg, []byte(body), 0o600); err != nil {

@@ -364,6 +364,7 @@ func pollFor(d time.Duration, cond func() bool) bool {
 // instance runs exactly once, nothing else runs, and the store and the
 // engine agree.
 func TestHighAvailability(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("three servers and 300 containers: skipped in -short mode")
 	}

@@ -56,6 +56,10 @@ func pluginPid(bin string) int {
 // process; then kills the plugin with SIGKILL during launches, which the
 // server restarts. In the end every accepted instance runs with exactly one
 // process, and after the deletes none is left.
+//
+// It runs alone, before the tests that run in parallel: beside
+// TestCrashDuring200Launches on a loaded machine, the launches behind the
+// plugin's open circuit breaker did not settle within its deadline.
 func TestPluginSurvivesKill9(t *testing.T) {
 	if testing.Short() {
 		t.Skip("plugin crash test skipped in -short mode")

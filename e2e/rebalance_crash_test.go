@@ -26,8 +26,9 @@ import (
 // killed once while a move's new copy is being created (the settling
 // undoes the move) and once after it ran (the move is finished).
 func TestRebalanceKillDuringApply(t *testing.T) {
-	t.Run("new copy stored", func(t *testing.T) { rebalanceKill(t, false) })
-	t.Run("new copy running", func(t *testing.T) { rebalanceKill(t, true) })
+	t.Parallel()
+	t.Run("new copy stored", func(t *testing.T) { t.Parallel(); rebalanceKill(t, false) })
+	t.Run("new copy running", func(t *testing.T) { t.Parallel(); rebalanceKill(t, true) })
 }
 
 // rebalanceKill is TestRebalanceKillDuringApply, killing the server once a

@@ -16,6 +16,7 @@ import (
 // without TLS, and says so loudly. (Without it the start is refused: see
 // TestServerRejectsBadConfig.)
 func TestInsecureListenerWarns(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s := startServerWith(t, "--dev", "--data-dir", dir, "--listen", "0.0.0.0:0", "--insecure")
 	s.dataDir = dir
@@ -28,6 +29,7 @@ func TestInsecureListenerWarns(t *testing.T) {
 // disconnected once the read timeout has passed, instead of holding a
 // connection for ever.
 func TestSlowBodyIsCutOff(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "berth.yaml")
 	body := "listen: 127.0.0.1:0\ndata_dir: " + filepath.Join(dir, "data") + "\ntimeouts: {read: 1s}\n" +
@@ -77,6 +79,7 @@ func isTimeout(err error) bool {
 // refused, with the bearer token or with a client certificate naming a
 // token it is served; a certificate from another CA is not accepted.
 func TestTLSWithCurl(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Fatal("curl is needed (apt-get install curl)")
 	}
@@ -138,6 +141,7 @@ func TestTLSWithCurl(t *testing.T) {
 // provider that does not allow root, and a server that is not root refuses
 // a user it cannot become, at submit, naming the field.
 func TestRunAsUser(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Fatal("this test starts processes as other users: run it as root (CI does)")
 	}
@@ -206,6 +210,7 @@ func copyFile(t *testing.T, from, to string) {
 // non-zero when one fails instead; -d returns at once; --count 0 is a usage
 // error; what no provider can run is refused.
 func TestRunWaits(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, t.TempDir())
 	if _, stderr, code := berth(t, s, "run", "--name", "fails", "--", "/nonexistent/program"); code == 0 || !strings.Contains(stderr, "failed") {
 		t.Errorf("run of a program that does not exist: exit %d %q, want non-zero saying it failed", code, stderr)

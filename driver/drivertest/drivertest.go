@@ -29,6 +29,7 @@ import (
 	"io"
 	"maps"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -73,6 +74,12 @@ type Harness struct {
 	// instance to reach a state (default one minute). It is a liveness bound,
 	// never a performance assertion.
 	Timeout time.Duration
+	// Concurrent is how many cases run at once (default 1: one after the
+	// other). Every case makes instances of its own, so a driver whose
+	// instances are slow to start (guests booting) may let a few cases
+	// run together, its nodes then holding up to Concurrent of them beside
+	// the Parallel case's; Timeout must allow for the cases beside each.
+	Concurrent int
 }
 
 // Run runs the whole suite as subtests of t.
@@ -86,6 +93,9 @@ func Run(t *testing.T, h Harness) {
 	}
 	if h.Timeout <= 0 {
 		h.Timeout = time.Minute
+	}
+	if h.Concurrent <= 0 {
+		h.Concurrent = 1
 	}
 	ignore := goleak.IgnoreCurrent()
 	d := h.Open(t)
@@ -111,18 +121,27 @@ func Run(t *testing.T, h Harness) {
 	}
 	t.Logf("drivertest: run %s, capabilities %v", s.run, driver.Capabilities(d))
 
-	t.Run("State", s.testState)
-	t.Run("Lifecycle", s.testLifecycle)
-	t.Run("DeleteTwice", s.testDeleteTwice)
-	t.Run("Parallel", s.testParallel)
-	t.Run("InvalidSpec", s.testInvalidSpec)
-	t.Run("MissingImage", s.testMissingImage)
-	t.Run("UnknownID", func(t *testing.T) { s.testUnknownID(t, caps) })
-
-	capTests := []struct {
+	type testCase struct {
 		name string
 		fn   func(*testing.T)
-	}{
+	}
+	cases := []testCase{
+		{"Lifecycle", s.testLifecycle},
+		{"DeleteTwice", s.testDeleteTwice},
+		{"Parallel", s.testParallel},
+		{"InvalidSpec", s.testInvalidSpec},
+		{"MissingImage", s.testMissingImage},
+		{"UnknownID", func(t *testing.T) { s.testUnknownID(t, caps) }},
+	}
+	t.Run("State", s.testState)
+	// Lifecycle compares the node's reservations before and after its
+	// create when the spec asks for resources: no other case may create
+	// or delete meanwhile, so it then runs alone, first.
+	if !h.Spec().Resources.IsZero() {
+		t.Run(cases[0].name, cases[0].fn)
+		cases = cases[1:]
+	}
+	capTests := []testCase{
 		{driver.CapImages, s.testImages},
 		{driver.CapLogs, s.testLogs},
 		{driver.CapStop, s.testStop},
@@ -139,15 +158,26 @@ func Run(t *testing.T, h Harness) {
 	}
 	for _, c := range capTests {
 		if caps[c.name] {
-			t.Run("Cap/"+c.name, c.fn)
+			cases = append(cases, testCase{"Cap/" + c.name, c.fn})
 		}
 	}
-	t.Run("Cap/"+driver.CapExec, func(t *testing.T) {
+	cases = append(cases, testCase{"Cap/" + driver.CapExec, func(t *testing.T) {
 		if !caps[driver.CapExec] {
 			t.Skip("the driver is no driver.Execer: it cannot run a command in an instance (its fallback, ErrUnsupported, is package provider's)")
 		}
 		s.testExec(t)
-	})
+	}})
+	// Up to Concurrent cases at once, started in this order.
+	sem := make(chan struct{}, h.Concurrent)
+	var wg sync.WaitGroup
+	for _, c := range cases {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			t.Run(c.name, c.fn)
+		})
+	}
+	wg.Wait()
 
 	if err := closeDriver(); err != nil {
 		t.Errorf("Close: %v", err)

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -138,10 +139,15 @@ func TestBrokenHelper(t *testing.T) {
 	}
 	stop := make(chan struct{})
 	defer close(stop)
-	drivertest.Run(t, simHarness(func(t *testing.T, s *sim.Sim) driver.Driver {
+	h := simHarness(func(t *testing.T, s *sim.Sim) driver.Driver {
 		return &broken{Sim: s, mode: mode, stop: stop}
-	}))
+	})
+	h.Concurrent, _ = strconv.Atoi(os.Getenv(concurrentEnv))
+	drivertest.Run(t, h)
 }
+
+// concurrentEnv is the child's Harness.Concurrent.
+const concurrentEnv = "DRIVERTEST_CONCURRENT"
 
 func TestSuiteCatchesBrokenDrivers(t *testing.T) {
 	if os.Getenv(brokenEnv) != "" {
@@ -161,22 +167,32 @@ func TestSuiteCatchesBrokenDrivers(t *testing.T) {
 		{"leaky-close", "found unexpected goroutines"},
 		{"changes-spec", "Create changed the spec it was given"},
 	}
-	for _, c := range cases {
-		t.Run(c.mode, func(t *testing.T) {
-			cmd := exec.Command(os.Args[0], "-test.run=^TestBrokenHelper$", "-test.v", "-test.count=1")
-			cmd.Env = append(os.Environ(), brokenEnv+"="+c.mode)
-			out, err := cmd.CombinedOutput()
-			if err == nil {
-				t.Fatalf("the suite passed a driver with %s:\n%s", c.mode, out)
-			}
-			if !strings.Contains(string(out), c.failing) {
-				t.Errorf("the suite failed, but not in %s:\n%s", c.failing, out)
-			}
-		})
+	// Each case one case at a time, then four at once.
+	for _, concurrent := range []string{"1", "4"} {
+		for _, c := range cases {
+			t.Run(c.mode+"/concurrent-"+concurrent, func(t *testing.T) {
+				cmd := exec.Command(os.Args[0], "-test.run=^TestBrokenHelper$", "-test.v", "-test.count=1")
+				cmd.Env = append(os.Environ(), brokenEnv+"="+c.mode, concurrentEnv+"="+concurrent)
+				out, err := cmd.CombinedOutput()
+				if err == nil {
+					t.Fatalf("the suite passed a driver with %s:\n%s", c.mode, out)
+				}
+				if !strings.Contains(string(out), c.failing) {
+					t.Errorf("the suite failed, but not in %s:\n%s", c.failing, out)
+				}
+			})
+		}
 	}
 }
 
-// TestSimPasses runs the suite against the unbroken sim, in this process.
+// TestSimPasses runs the suite against the unbroken sim, in this process,
+// one case at a time and four at once.
 func TestSimPasses(t *testing.T) {
 	drivertest.Run(t, simHarness(func(t *testing.T, s *sim.Sim) driver.Driver { return s }))
+}
+
+func TestSimPassesConcurrently(t *testing.T) {
+	h := simHarness(func(t *testing.T, s *sim.Sim) driver.Driver { return s })
+	h.Concurrent = 4
+	drivertest.Run(t, h)
 }

@@ -117,6 +117,7 @@ func launchOne(ctx context.Context, d driver.Driver, i int, mu *sync.Mutex) erro
 // every instance the first Berth reported runs still, under the same
 // process, and nothing else is listed.
 func TestKilledDuringLaunches(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 3)
 	cfgFile := filepath.Join(t.TempDir(), "launcher.json")
 	b, _ := json.Marshal(launcherConfig{Options: f.options(nil), Cluster: f.cluster})

@@ -166,6 +166,8 @@ func TestConformance(t *testing.T) {
 		// once keep the suite's time modest on two cores.
 		Parallel: 8,
 		Timeout:  testTimeout,
+		// A case mostly waits on round trips to the hosts.
+		Concurrent: 3,
 	})
 }
 
@@ -243,6 +245,7 @@ func waitNode(t *testing.T, d driver.Driver, node string, want driver.NodeStatus
 }
 
 func TestStateReadsTheHosts(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 1)
 	d := f.open(t, nil)
 	defer d.Close(context.Background())
@@ -259,6 +262,7 @@ func TestStateReadsTheHosts(t *testing.T) {
 // holds is offline, its reason naming the host; so is one known_hosts does
 // not know at all, unless trust_on_first_use is set.
 func TestChangedHostKeyIsRefused(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 2)
 	f.servers[1].NewHostKey()
 	if err := f.servers[1].Restart(); err != nil {
@@ -301,6 +305,7 @@ func TestChangedHostKeyIsRefused(t *testing.T) {
 
 // TestPinnedHostKey: host_key pins the key; another is refused.
 func TestPinnedHostKey(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 1)
 	s := f.servers[0]
 	pin := func(key string) map[string]any {
@@ -332,6 +337,7 @@ func TestPinnedHostKey(t *testing.T) {
 // supervised process keeps running; when sshd is back, the host is online
 // again and the instance, its output and its end are all there.
 func TestHostGoesAwayAndComesBack(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 2)
 	d := f.open(t, map[string]any{"dial_timeout": "3s"})
 	defer d.Close(context.Background())
@@ -418,6 +424,7 @@ func processAlive(pid int) bool { return syscall.Kill(pid, 0) == nil }
 // with the spec's modes, owned by the spec's user, whom the process runs
 // as.
 func TestFilesAndUser(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 1)
 	d := f.open(t, nil)
 	defer d.Close(context.Background())
@@ -469,6 +476,7 @@ func TestFilesAndUser(t *testing.T) {
 // asks for the algorithm of the key it knows (its defaults put ECDSA
 // before ed25519, and the ECDSA key would be refused as unknown).
 func TestKnownKeysAlgorithmsFirst(t *testing.T) {
+	t.Parallel()
 	s := sshdtest.Start(t, sshdtest.Options{Netns: true, ECDSAKey: true})
 	f := &fleet{servers: []*sshdtest.Server{s}, knownHosts: s.KnownHosts, key: s.Key, root: sharedRoot, cluster: fmt.Sprintf("c%d", time.Now().UnixNano())}
 	d := f.open(t, nil)
@@ -489,6 +497,7 @@ func TestKnownKeysAlgorithmsFirst(t *testing.T) {
 
 // TestOptionsAreStrict: every bad option is refused naming its field.
 func TestOptionsAreStrict(t *testing.T) {
+	t.Parallel()
 	def, err := driver.Lookup("ssh")
 	if err != nil {
 		t.Fatal(err)
@@ -570,6 +579,7 @@ func TestAgent(t *testing.T) {
 // TestCapacityAndMaxInstances: capacity set in the options overrides what
 // is read, field by field; max_instances caps the running instances.
 func TestCapacityAndMaxInstances(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 1)
 	s := f.servers[0]
 	d := f.open(t, map[string]any{"hosts": []any{map[string]any{"name": "h0", "address": s.Host, "port": s.Port,

@@ -24,6 +24,7 @@ import (
 // unix socket and through sshd. A guest made on the ssh node is listed
 // once, as that node's, and the other node does not know it.
 func TestTwoTransports(t *testing.T) {
+	t.Parallel()
 	o := options(t)
 	h := sshdtest.Start(t, sshdtest.Options{})
 	local, remote := uniq("unix"), uniq("ssh")
@@ -87,6 +88,7 @@ func TestTwoTransports(t *testing.T) {
 
 // TestSSHUnknownHost refuses a host whose key is not the one known.
 func TestSSHUnknownHost(t *testing.T) {
+	t.Parallel()
 	o := options(t)
 	h := sshdtest.Start(t, sshdtest.Options{})
 	pub, _, err := ed25519.GenerateKey(rand.Reader)
@@ -151,6 +153,7 @@ func beginCreate(ctx context.Context, t *testing.T, d *vm.Driver, node string, s
 // lacks it, byte for byte, boots a guest from it there, and says
 // "present" the second time.
 func TestPreload(t *testing.T) {
+	t.Parallel()
 	o := options(t)
 	preloaded := twoNodes(t, &o, "copied")
 	g := o.Images["guest"]

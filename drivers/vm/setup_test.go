@@ -62,17 +62,27 @@ func options(t *testing.T) vm.Options {
 		t.Fatal(err)
 	}
 	// The cache may be where the QEMU user cannot read (a home directory).
-	initrd := filepath.Join(dir, "initrd.cpio")
+	initrd, kernel := filepath.Join(dir, "initrd.cpio"), filepath.Join(dir, "vmlinux")
 	copyFile(t, guest.Initrd, initrd)
+	if guest.Compressed != "" {
+		t.Log(guest.Compressed)
+		kernel = guest.Kernel
+	} else {
+		linkOrCopy(t, guest.Kernel, kernel)
+	}
 	o := *vm.DefaultOptions()
 	o.StorageDir = filepath.Join(dir, "instances")
 	o.Network = "none"
 	if !kvmWorks() {
 		o.DomainType = "qemu"
 	}
-	o.BootTimeout = 2 * time.Minute
+	// A liveness bound: guests beside each other on a loaded machine boot slowly.
+	o.BootTimeout = 4 * time.Minute
 	o.MemoryHeadroom = 2
-	o.Images = map[string]vm.Image{"guest": {ImageFiles: vm.ImageFiles{Kernel: guest.Kernel, Initrd: initrd}, Cmdline: guest.Cmdline}}
+	// The tests run up to four guests at once, and other work on the
+	// machine may have guests of its own: capacity is not what they test.
+	o.CPUOvercommit = 4
+	o.Images = map[string]vm.Image{"guest": {ImageFiles: vm.ImageFiles{Kernel: kernel, Initrd: initrd}, Cmdline: guest.Cmdline}}
 	o.Flavors = map[string]vm.Flavor{"tiny": {CPU: 500, Memory: 96 * driver.MiB}}
 	return o
 }
@@ -88,6 +98,14 @@ func kvmWorks() bool {
 		return false
 	}
 	return bytes.Contains(b, []byte(" vmx")) || bytes.Contains(b, []byte(" svm"))
+}
+
+// linkOrCopy makes to a hard link of from, or a copy where it cannot.
+func linkOrCopy(t *testing.T, from, to string) {
+	t.Helper()
+	if os.Link(from, to) != nil {
+		copyFile(t, from, to)
+	}
 }
 
 func copyFile(t *testing.T, from, to string) {

@@ -238,6 +238,7 @@ func killGuests(run string) []int {
 // logs read and deleted (the two boots at once: TCG is slow), and the
 // machine's daemon never told of them.
 func TestTLSAndTCP(t *testing.T) {
+	t.Parallel()
 	o := options(t)
 	h := startLibvirtd(t)
 	nodes := []string{"tls", "tcp"}
@@ -360,6 +361,7 @@ func systemKnows(t *testing.T, name string) bool {
 // node's CA did not sign, and a tls_dir whose files are missing or do not
 // match; a node with the right files reaches the same daemon.
 func TestTLSRefused(t *testing.T) {
+	t.Parallel()
 	h := startLibvirtd(t)
 	// A CA of the same name as the daemon's but another key: a client
 	// sends a certificate it signed (its issuer is one the daemon names),

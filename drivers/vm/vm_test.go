@@ -65,6 +65,7 @@ func waitLogs(t *testing.T, d *vm.Driver, id string, want ...string) string {
 // TestConfigFilesAndUserData boots a guest with a config file and user
 // data that prints it, and reads both back from the guest's serial ports.
 func TestConfigFilesAndUserData(t *testing.T) {
+	t.Parallel()
 	d := open(t, options(t))
 	sp := &driver.Spec{
 		Name:        uniq("vm-config"),
@@ -97,6 +98,7 @@ func TestConfigFilesAndUserData(t *testing.T) {
 // TestSuspendResume pauses a guest (on libvirt's user-mode network) and
 // lets it run again.
 func TestSuspendResume(t *testing.T) {
+	t.Parallel()
 	o := options(t)
 	o.Network = "user"
 	d := open(t, o)
@@ -125,6 +127,7 @@ func TestSuspendResume(t *testing.T) {
 // TestLeakListing finds a guest from a second driver by its tags alone,
 // and checks that Delete leaves no domain and no file.
 func TestLeakListing(t *testing.T) {
+	t.Parallel()
 	o := options(t)
 	d := open(t, o)
 	ctx := context.Background()
@@ -172,6 +175,7 @@ func TestLeakListing(t *testing.T) {
 
 // TestErrors checks the mapping of failures the driver knows of.
 func TestErrors(t *testing.T) {
+	t.Parallel()
 	o := options(t)
 	o.Images["gone"] = vm.Image{ImageFiles: vm.ImageFiles{Disk: "/nonexistent/disk.qcow2"}}
 	d := open(t, o)
@@ -269,6 +273,7 @@ func TestOptions(t *testing.T) {
 // disk is an overlay of the image, of the spec's size, and the image is
 // never written.
 func TestDiskOverlay(t *testing.T) {
+	t.Parallel()
 	o := options(t)
 	base := filepath.Join(filepath.Dir(o.StorageDir), "base.qcow2")
 	if out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", base, "16M").CombinedOutput(); err != nil {
@@ -336,6 +341,7 @@ func TestOptionsDecode(t *testing.T) {
 // TestPublishedPort reaches a server in the guest through a port the
 // driver forwards from the host with user-mode networking.
 func TestPublishedPort(t *testing.T) {
+	t.Parallel()
 	o := options(t)
 	o.Network = "user"
 	d := open(t, o)
@@ -371,6 +377,7 @@ func TestPublishedPort(t *testing.T) {
 // TestResizeMemory grows a live guest's memory within its headroom and
 // watches the guest see it.
 func TestResizeMemory(t *testing.T) {
+	t.Parallel()
 	d := open(t, options(t))
 	ctx := context.Background()
 	inst := create(t, d, &driver.Spec{Name: uniq("vm-resize"), Kind: driver.KindVM, Image: "guest", Flavor: "tiny", Tags: testTags(nil),
@@ -414,6 +421,7 @@ func TestResizeMemory(t *testing.T) {
 // TestResizeVCPUs plugs a second vCPU into a running guest, which brings
 // it online and counts two processors.
 func TestResizeVCPUs(t *testing.T) {
+	t.Parallel()
 	o := options(t)
 	o.CPUHeadroom = 2
 	d := open(t, o)

@@ -1,5 +1,6 @@
 // Package vmtest builds the tiny guest the vm driver's tests boot: the
-// host's packaged Linux kernel and an initramfs holding busybox and an init
+// host's packaged Linux kernel (its image taken out of the compressed
+// bzImage, booted at its PVH entry point) and an initramfs holding busybox and an init
 // that reads the config drive, writes the config files, sets up QEMU's
 // user-mode network when there is one, says "ready" on its console
 // (ttyS0), runs the user data as a script with its output on ttyS1 and
@@ -19,9 +20,15 @@ import (
 
 // Guest is a built guest: a kernel and an initrd to boot directly.
 type Guest struct {
-	Kernel  string
-	Initrd  string
-	Cmdline string
+	// Kernel is the packaged kernel's uncompressed ELF image (booted at
+	// its PVH entry point), or the packaged bzImage itself when that
+	// image cannot be taken out.
+	Kernel string
+	// Compressed says why Kernel is the bzImage (which the guest
+	// decompresses, under TCG slowly), or is empty.
+	Compressed string
+	Initrd     string
+	Cmdline    string
 }
 
 // Cmdline is the kernel command line of the guest. no_timer_check skips the
@@ -84,7 +91,9 @@ while true; do sleep 3600; done
 
 // Build makes the guest in dir (kept between runs: it is built once) from
 // the newest kernel in /boot and busybox-static. It fails, saying what to
-// install, when either is missing.
+// install, when either is missing. Files in dir may be unreadable to the
+// QEMU user (a home directory): the caller copies them where it can read
+// them.
 func Build(dir string) (*Guest, error) {
 	kernel, err := Kernel()
 	if err != nil {
@@ -97,11 +106,14 @@ func Build(dir string) (*Guest, error) {
 	}
 	sum := sha256.Sum256([]byte(initScript + strings.Join(modules, ",")))
 	g := &Guest{Kernel: kernel, Initrd: filepath.Join(dir, fmt.Sprintf("initrd-%s-%x.cpio", version, sum[:4])), Cmdline: Cmdline}
-	if _, err := os.Stat(g.Initrd); err == nil {
-		return g, nil
-	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
+	}
+	if g.Kernel, err = uncompressed(kernel, dir); err != nil {
+		g.Compressed = fmt.Sprintf("vmtest: booting the compressed %s: %v", kernel, err)
+	}
+	if _, err := os.Stat(g.Initrd); err == nil {
+		return g, nil
 	}
 	var a cpio
 	for _, d := range []string{"bin", "dev", "proc", "sys", "mnt", "lib", "lib/modules", "etc", "tmp"} {
