@@ -3,6 +3,7 @@ package control_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -193,4 +194,66 @@ func TestRefusedNodeFailsOver(t *testing.T) {
 			t.Fatalf("an image no node has: %d refusals, message %q; want all 4 nodes named", len(in.Refused), in.Message)
 		}
 	})
+}
+
+// TestIdentityKeptTwice: a copy of the cluster's identity that cannot be
+// read is moved aside and written again from the other, the id kept;
+// with both unreadable, a store without instances gets a new id and one
+// with instances is refused, naming the record.
+func TestIdentityKeptTwice(t *testing.T) {
+	ctx := context.Background()
+	_, prov := newSim(t, 2, nil)
+	st := memory.New(memory.Options{})
+	defer st.Close()
+	cfg := config(st, prov)
+	p, err := control.New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := p.ClusterID()
+	if _, err := p.Submit(ctx, req("kept", 1), "alice"); err != nil {
+		t.Fatal(err)
+	}
+	put := func(key, value string) {
+		t.Helper()
+		if _, err := st.Txn(ctx, nil, []store.Op{store.Put(key, []byte(value))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, key := range []string{control.KeyCluster, control.KeyClusterCopy} {
+		put(key, "not json")
+		p, err := control.New(ctx, cfg)
+		if err != nil {
+			t.Fatalf("start with %s unreadable: %v", key, err)
+		}
+		if p.ClusterID() != id {
+			t.Fatalf("start with %s unreadable: cluster id %q, want %q", key, p.ClusterID(), id)
+		}
+		kv, err := st.Get(ctx, key)
+		if err != nil || !strings.Contains(string(kv.Value), id) {
+			t.Fatalf("%s after the start: %q %v, want it written again", key, kv.Value, err)
+		}
+		q, err := p.Quarantined(ctx)
+		if err != nil || !slices.ContainsFunc(q, func(q control.Quarantined) bool { return q.Key == key }) {
+			t.Fatalf("quarantined: %+v %v, want %s among them", q, err, key)
+		}
+	}
+	// Both unreadable, with an instance stored: refused.
+	put(control.KeyCluster, "not json")
+	put(control.KeyClusterCopy, `{"id": ""}`)
+	if _, err := control.New(ctx, cfg); err == nil || !strings.Contains(err.Error(), control.KeyCluster) {
+		t.Fatalf("start with both copies unreadable and an instance stored: %v, want a refusal naming %s", err, control.KeyCluster)
+	}
+	// Both unreadable on a store without instances: a new id.
+	empty := memory.New(memory.Options{})
+	defer empty.Close()
+	for _, key := range []string{control.KeyCluster, control.KeyClusterCopy} {
+		if _, err := empty.Txn(ctx, nil, []store.Op{store.Put(key, []byte("\x00"))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p2, err := control.New(ctx, config(empty, prov))
+	if err != nil || p2.ClusterID() == "" {
+		t.Fatalf("start of an empty store with both copies unreadable: %v, id %q", err, p2.ClusterID())
+	}
 }

@@ -11,8 +11,9 @@ import (
 
 // FuzzStartup starts a plane on a store that holds a good request and its
 // instance, and two records of random bytes under keys of the plane's
-// (instances, requests, groups): New never panics and never refuses to
-// start, the good instance is there unless a random record took its key,
+// (instances, requests, groups, either copy of the cluster's identity):
+// New never panics and never refuses to start (but when both copies of
+// the identity are lost: see loadIdentity), the good instance is there unless a random record took its key,
 // and the plane lists, reads and places what it took. The seed corpus is
 // in testdata/fuzz/FuzzStartup.
 func FuzzStartup(f *testing.F) {
@@ -21,6 +22,7 @@ func FuzzStartup(f *testing.F) {
 	prefixes := []string{control.PrefixInstances, control.PrefixRequests, control.PrefixGroups}
 	f.Add(uint8(0), "cut", []byte("\x01\x00\x05abc"), uint8(1), "r", []byte(`{"request":{"id":"r","image":"x","priority":4611686018427387904}}`))
 	f.Add(uint8(0), "good", []byte(`{"id":"good","priority":1,"spec":{"image":"x"},"phase":"nonsense"}`), uint8(2), "g", []byte(`{"id":"g","services":[{"image":"x","count":-5}]}`))
+	f.Add(uint8(3), "", []byte(`{"id":`), uint8(1), "r", []byte(`{}`))
 	f.Add(uint8(0), "x", []byte(`{"n":"x","s":{"image":"x","cpus":-1},"ph":"running","p":"sim","nd":"nowhere"}`), uint8(1), "good", []byte(`{"request":{"id":"good","count":1000000000}}`))
 	f.Fuzz(func(t *testing.T, k1 uint8, key1 string, v1 []byte, k2 uint8, key2 string, v2 []byte) {
 		ctx := context.Background()
@@ -43,6 +45,13 @@ func FuzzStartup(f *testing.F) {
 				}
 				good = append(good, kvs...)
 			}
+			for _, key := range []string{control.KeyCluster, control.KeyClusterCopy} {
+				kv, err := st.Get(ctx, key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				good = append(good, kv)
+			}
 		} else {
 			for _, kv := range good {
 				if _, err := st.Txn(ctx, nil, []store.Op{store.Put(kv.Key, kv.Value)}); err != nil {
@@ -56,13 +65,20 @@ func FuzzStartup(f *testing.F) {
 			key   string
 			value []byte
 		}{{k1, key1, v1}, {k2, key2, v2}} {
-			key := prefixes[int(r.kind)%len(prefixes)] + r.key
+			// Kinds 3 and 4 are the two copies of the cluster's identity.
+			key := map[int]string{3: control.KeyCluster, 4: control.KeyClusterCopy}[int(r.kind)%5]
+			if key == "" {
+				key = prefixes[int(r.kind)%5%len(prefixes)] + r.key
+			}
 			took[key] = true
 			if _, err := st.Txn(ctx, nil, []store.Op{store.Put(key, r.value)}); err != nil {
 				return // a key or value the store refuses
 			}
 		}
 		p, err := control.New(ctx, cfg)
+		if err != nil && took[control.KeyCluster] && took[control.KeyClusterCopy] {
+			return // both copies of the identity lost, with instances stored: refused by design
+		}
 		if err != nil {
 			t.Fatalf("start on records %q=%q and %q=%q: %v", key1, v1, key2, v2, err)
 		}
