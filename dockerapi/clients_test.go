@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/client"
+
 	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/config"
 	"github.com/berth-dev/berth/dockerapi"
@@ -309,7 +311,22 @@ func TestPauseRenameTopImages(t *testing.T) {
 		t.Errorf("unpause of a running container: exit %d, %s", code, errs)
 	}
 
+	// update: cpus and memory, live through the plane's resize; other
+	// settings refused by name.
+	e.must(t, "update", "--cpus", "0.25", "--memory", "48m", "pz")
+	if got := strings.TrimSpace(e.must(t, "inspect", "--format", "{{.HostConfig.NanoCpus}} {{.HostConfig.Memory}}", "pz")); got != "250000000 50331648" {
+		t.Errorf("docker inspect after update --cpus 0.25 --memory 48m: %q", got)
+	}
+	_, bid, _ := strings.Cut(e.waitPhase(t, "pz", reconciler.Running).BackendID, "/")
+	if ci, err := mainCli.ContainerInspect(context.Background(), bid, client.ContainerInspectOptions{}); err != nil || ci.Container.HostConfig.NanoCPUs != 250_000_000 || ci.Container.HostConfig.Memory != 48<<20 {
+		t.Errorf("the engine's container after update: %v", err)
+	}
+	if _, errs, code := e.docker(t, "update", "--restart", "always", "pz"); code == 0 || !strings.Contains(errs, "--restart") {
+		t.Errorf("docker update --restart: exit %d, %s", code, errs)
+	}
+
 	e.must(t, "create", "--name", "c1", helloImage)
+	e.must(t, "update", "--cpus", "0.5", "c1")
 	e.must(t, "rename", "c1", "c2")
 	if got := strings.TrimSpace(e.must(t, "inspect", "--format", "{{.Name}}", "c2")); got != "/c2" {
 		t.Errorf("after rename c1 c2, inspect c2 names %q", got)

@@ -1,11 +1,17 @@
 package dockerapi
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"reflect"
 	"regexp"
 	"strings"
 
+	"github.com/moby/moby/api/types/container"
+
+	"github.com/berth-dev/berth/api"
+	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/reconciler"
 )
 
@@ -91,4 +97,91 @@ func (s *Server) top(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	return unsupported("top: Berth's back-ends do not list an instance's processes")
+}
+
+// update changes a container's cpus and memory (docker update --cpus,
+// --memory): a started one through the plane's Resize (live, checked
+// against its node's free capacity; the back-end must resize), a created
+// one in the spec it will be submitted with. Any other setting is refused
+// by name: Berth has no other limit to change.
+func (s *Server) update(w http.ResponseWriter, r *http.Request) error {
+	body, err := api.ReadBody(w, r.Body)
+	if err != nil {
+		return err
+	}
+	var uc container.UpdateConfig
+	if err := json.Unmarshal(body, &uc); err != nil {
+		return badRequest("decode the update: %v", err)
+	}
+	rest := uc
+	rest.NanoCPUs, rest.Memory = 0, 0
+	if !reflect.DeepEqual(rest, container.UpdateConfig{}) {
+		return unsupported("docker update: Berth changes only --cpus and --memory (%s)", describeUpdate(&rest))
+	}
+	res := driver.Resources{CPU: driver.MilliCPU(uc.NanoCPUs / 1_000_000), Memory: driver.Bytes(uc.Memory)}
+	switch {
+	case uc.NanoCPUs < 0 || uc.Memory < 0:
+		return badRequest("--cpus and --memory must not be negative")
+	case uc.NanoCPUs > 0 && res.CPU == 0:
+		return badRequest("--cpus %.4f: Berth counts cpus in thousandths; ask for at least 0.001", float64(uc.NanoCPUs)/1e9)
+	case res.IsZero():
+		return badRequest("nothing to update: give --cpus or --memory")
+	}
+	if err := driver.ValidateResources("", res); err != nil {
+		return badRequest("%v", err)
+	}
+	c, err := s.find(r, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	if c.created != nil {
+		s.mu.Lock()
+		cc, ok := s.created[c.id]
+		if ok {
+			if res.CPU > 0 {
+				cc.req.Spec.CPU = res.CPU
+			}
+			if res.Memory > 0 {
+				cc.req.Spec.Memory = res.Memory
+			}
+		}
+		s.mu.Unlock()
+		if !ok {
+			return noSuch(r.PathValue("id"))
+		}
+	} else if err := s.plane.Resize(r.Context(), c.id, res); err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, container.UpdateResponse{Warnings: []string{}})
+}
+
+// describeUpdate names the settings of an update other than cpus and
+// memory that are set, as the CLI's flags.
+func describeUpdate(u *container.UpdateConfig) string {
+	var set []string
+	if u.RestartPolicy.Name != "" {
+		set = append(set, "--restart")
+	}
+	if u.CPUShares != 0 {
+		set = append(set, "--cpu-shares")
+	}
+	if u.CPUPeriod != 0 || u.CPUQuota != 0 {
+		set = append(set, "--cpu-period/--cpu-quota")
+	}
+	if u.CpusetCpus != "" || u.CpusetMems != "" {
+		set = append(set, "--cpuset-cpus/--cpuset-mems")
+	}
+	if u.MemoryReservation != 0 || u.MemorySwap != 0 {
+		set = append(set, "--memory-reservation/--memory-swap")
+	}
+	if u.PidsLimit != nil {
+		set = append(set, "--pids-limit")
+	}
+	if u.BlkioWeight != 0 {
+		set = append(set, "--blkio-weight")
+	}
+	if len(set) == 0 {
+		return "a setting the CLI has no flag for"
+	}
+	return strings.Join(set, ", ") + " given"
 }

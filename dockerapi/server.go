@@ -221,6 +221,7 @@ func (s *Server) routes() {
 	h("POST /containers/{id}/unpause", s.unpause)
 	h("POST /containers/{id}/rename", s.rename)
 	h("GET /containers/{id}/top", s.top)
+	h("POST /containers/{id}/update", s.update)
 	h("POST /containers/{id}/exec", s.execCreate)
 	h("POST /exec/{id}/start", s.execStart)
 	h("POST /exec/{id}/resize", s.execResize)
