@@ -252,7 +252,92 @@ func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
+// server is one run of berth server: what each step of its start makes,
+// for the steps after it. runServer takes the steps in order.
+type server struct {
+	f   *serverFlags
+	cfg *config.Config
+	log *slog.Logger
+	m   *metrics.Metrics
+
+	loopback  bool        // the API listens on loopback only
+	tlsConfig *tls.Config // the API's, nil without TLS
+	dockerTLS *tls.Config // the Docker endpoint's
+
+	st      store.Store
+	client  *clientv3.Client                // on etcd: the plane's client
+	elect   *clientv3.Client                // on etcd: the leader election's own
+	handOff func(ctx context.Context) error // passes etcd's lead off this server's member
+
+	tokens     *auth.Tokens
+	providers  []*provider.Provider
+	planeCfg   control.Config
+	apiOpts    api.Options
+	dockerOpts dockerapi.Options
+
+	mux      *http.ServeMux
+	guard    *api.Server // authenticates the routes outside a plane's API
+	single   *front      // the one plane of a server on bbolt
+	dockerEP *dockerEndpoint
+	runAll   func(ctx context.Context) error // runs the plane (or the campaign for it)
+
+	closers []func() // run last first when the server ends
+}
+
+// front serves the API and the dashboard of one plane.
+type front struct {
+	plane *control.Plane
+	api   *api.Server
+	ui    *web.Server
+	mux   *http.ServeMux
+}
+
+// runServer starts a server and serves until ctx ends: configure, open
+// the store, open the providers, listen, build the planes' fronts (one,
+// or a campaign for the lead on etcd), then serve.
 func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
+	s := &server{f: f}
+	defer func() {
+		for i := len(s.closers) - 1; i >= 0; i-- {
+			s.closers[i]()
+		}
+	}()
+	if err := s.configure(cmd, c); err != nil {
+		return err
+	}
+	ctx := cmd.Context()
+	if err := s.openStore(ctx); err != nil {
+		return err
+	}
+	if err := s.openProviders(ctx); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	s.guard = api.New(nil, s.apiOpts)
+	s.mux = http.NewServeMux()
+	s.mux.Handle("GET /metrics", s.guard.Protect(auth.Read, s.m.Handler()))
+	if !f.ha.enabled() {
+		err = s.buildSingle(ctx)
+	} else {
+		err = s.buildReplicated(ctx, ln.Addr())
+	}
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	if s.tlsConfig != nil {
+		ln = tls.NewListener(ln, s.tlsConfig)
+	}
+	return s.serve(ctx, ln)
+}
+
+// configure reads the configuration and the flags, checks what they
+// allow, and sets up the logger, the data directory and TLS.
+func (s *server) configure(cmd *cobra.Command, c *cli) error {
+	f := s.f
 	cfg, err := f.load(cmd)
 	if err != nil {
 		return err
@@ -267,268 +352,277 @@ func runServer(cmd *cobra.Command, c *cli, f *serverFlags) error {
 			}
 		}
 	}
-	log := newLogger(cfg, c.stderr)
-	slog.SetDefault(log)
+	s.cfg = cfg
+	s.log = newLogger(cfg, c.stderr)
+	slog.SetDefault(s.log)
 	cfg.SetRuntime()
-	ctx := cmd.Context()
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
-
 	if f.devRoot {
-		log.Warn("--dev as root: the local back-end runs processes as user "+devUser+" unless a request names another user, and never as root (a config file's local provider may set allow_root)",
+		s.log.Warn("--dev as root: the local back-end runs processes as user "+devUser+" unless a request names another user, and never as root (a config file's local provider may set allow_root)",
 			"default_user", devUser)
 	}
-	loopback, err := loopbackListen(cfg.Listen)
-	if err != nil {
+	if s.loopback, err = loopbackListen(cfg.Listen); err != nil {
 		return err
 	}
-	if !loopback && !cfg.TLS.Enabled() {
+	if !s.loopback && !cfg.TLS.Enabled() {
 		if !cfg.Insecure {
 			return usagef("listen %s is reachable from other machines: serve TLS (--tls-cert and --tls-key), listen on 127.0.0.1, or pass --insecure to send tokens in clear", cfg.Listen)
 		}
-		log.Warn("INSECURE: the API listens off this host without TLS; bearer tokens and every request cross the network in clear", "listen", cfg.Listen)
+		s.log.Warn("INSECURE: the API listens off this host without TLS; bearer tokens and every request cross the network in clear", "listen", cfg.Listen)
 	}
-	tlsConfig, err := serverTLS(cfg.TLS)
-	if err != nil {
+	if s.tlsConfig, err = serverTLS(cfg.TLS); err != nil {
 		return err
 	}
-
-	m := metrics.New()
-	var (
-		st      store.Store
-		client  *clientv3.Client
-		elect   *clientv3.Client                // the leader election's own
-		handOff func(ctx context.Context) error // passes etcd's lead off this server's member
-	)
-	var dockerTLSConfig *tls.Config
 	if f.dockerListen != "" {
-		if dockerTLSConfig, err = f.dockerTLS.config(); err != nil {
+		if s.dockerTLS, err = f.dockerTLS.config(); err != nil {
 			return err
 		}
 		if _, isUnix := unixPath(f.dockerListen); isUnix && f.ha.enabled() && f.ha.dockerAdvertise == "" {
 			return usagef("--docker-listen %s: on etcd the Docker endpoint listens on TCP, where the other servers can forward docker requests to it (or give --docker-advertise-url)", f.dockerListen)
 		}
-		if f.ha.enabled() && dockerTLSConfig != nil && dockerTLSConfig.ClientAuth == tls.RequireAndVerifyClientCert {
+		if f.ha.enabled() && s.dockerTLS != nil && s.dockerTLS.ClientAuth == tls.RequireAndVerifyClientCert {
 			return usagef("--docker-tls-ca: a server on etcd forwards the Docker endpoint's requests to the leader, and client certificates do not pass through; authenticate the docker CLI with tokens")
 		}
 	}
-	if f.ha.enabled() {
-		c, ec, member, opts, err := f.ha.openEtcd(ctx, cfg.DataDir, cfg.Insecure, m)
+	s.m = metrics.New()
+	return nil
+}
+
+// openStore opens the store: etcd (an embedded member, or a cluster's
+// endpoints) or the data directory's bbolt file.
+func (s *server) openStore(ctx context.Context) error {
+	if s.f.ha.enabled() {
+		client, elect, member, opts, err := s.f.ha.openEtcd(ctx, s.cfg.DataDir, s.cfg.Insecure, s.m)
 		if err != nil {
 			return err
 		}
-		client, elect = c, ec
+		s.client, s.elect = client, elect
 		if member != nil {
-			handOff = member.HandOff
+			s.handOff = member.HandOff
 		}
-		defer func() {
+		s.closers = append(s.closers, func() {
 			_ = elect.Close()
 			_ = client.Close()
 			if member != nil {
 				member.Close()
 			}
-		}()
-		st = etcd.New(client, opts)
+		})
+		s.st = etcd.New(client, opts)
 	} else {
-		b, err := bolt.Open(filepath.Join(cfg.DataDir, "berth.db"), bolt.Options{})
+		b, err := bolt.Open(filepath.Join(s.cfg.DataDir, "berth.db"), bolt.Options{})
 		if err != nil {
 			return err
 		}
-		st = b
+		s.st = b
 	}
-	defer func() {
-		if err := st.Close(); err != nil {
-			log.Error("closing the store", "error", err)
+	s.closers = append(s.closers, func() {
+		if err := s.st.Close(); err != nil {
+			s.log.Error("closing the store", "error", err)
 		}
-	}()
+	})
+	return nil
+}
 
-	tokens := auth.NewTokens(st, nil)
+// openProviders makes the first admin token when there is none, opens the
+// providers, and settles the options of the planes, the API and the
+// Docker endpoint.
+func (s *server) openProviders(ctx context.Context) error {
+	cfg, log := s.cfg, s.log
+	s.tokens = auth.NewTokens(s.st, nil)
 	tokenFile := filepath.Join(cfg.DataDir, auth.BootstrapFile)
-	if made, err := tokens.Bootstrap(ctx, tokenFile); err != nil {
+	if made, err := s.tokens.Bootstrap(ctx, tokenFile); err != nil {
 		return fmt.Errorf("admin token: %w", err)
 	} else if made {
 		log.Info("made the first admin token; its secret is in the file (mode 0600), read by berth's client verbs on this host", "file", tokenFile)
 	}
-
-	providers, err := openProviders(ctx, cfg, log, m)
-	defer closeProviders(providers, log)
+	providers, err := openProviders(ctx, cfg, log, s.m)
+	s.closers = append(s.closers, func() { closeProviders(providers, log) })
 	if err != nil {
 		return err
 	}
-	planeCfg := control.Config{
-		Store: st, Providers: providers, Cluster: cfg.Cluster, Pools: cfg.Pools, Quotas: cfg.Quotas, RunAs: cfg.RunAs, QueuePolicy: cfg.QueuePolicy,
-		Schedulers: cfg.Schedulers, Overcommit: cfg.Overcommit(), Logger: log, Metrics: m,
+	s.providers = providers
+	s.planeCfg = control.Config{
+		Store: s.st, Providers: providers, Cluster: cfg.Cluster, Pools: cfg.Pools, Quotas: cfg.Quotas, RunAs: cfg.RunAs, QueuePolicy: cfg.QueuePolicy,
+		Schedulers: cfg.Schedulers, Overcommit: cfg.Overcommit(), Logger: log, Metrics: s.m,
 	}
-	cfg.Reconcile.Apply(&planeCfg)
-	cfg.Rebalance.Apply(&planeCfg)
-	apiOpts := api.Options{
+	cfg.Reconcile.Apply(&s.planeCfg)
+	cfg.Rebalance.Apply(&s.planeCfg)
+	s.apiOpts = api.Options{
 		MaxBodySize: int64(cfg.MaxBodySize), MaxCount: cfg.MaxCount, Logger: log,
-		Tokens: tokens, LoopbackOnly: loopback, AllowedOrigins: cfg.AllowedOrigins,
+		Tokens: s.tokens, LoopbackOnly: s.loopback, AllowedOrigins: cfg.AllowedOrigins,
 		Rate: cfg.TokenRate, Burst: cfg.TokenBurst, MaxStreams: cfg.MaxStreams, WriteTimeout: cfg.Timeouts.Write,
 		Plugins: func() []api.DriverInfo { return pluginDrivers(providers) },
 	}
-	// front serves the API and the dashboard of one plane.
-	type front struct {
-		plane *control.Plane
-		api   *api.Server
-		ui    *web.Server
-		mux   *http.ServeMux
+	s.dockerOpts = dockerOptions(s.dockerTLS, cfg.MaxStreams, s.tokens, int64(cfg.MaxBodySize), log)
+	s.dockerOpts.WriteTimeout = cfg.Timeouts.Write
+	return nil
+}
+
+// newFront makes a plane on pc with its API and dashboard.
+func (s *server) newFront(ctx context.Context, pc control.Config) (*front, error) {
+	plane, err := control.New(ctx, pc)
+	if err != nil {
+		return nil, err
 	}
-	newFront := func(ctx context.Context, pc control.Config) (*front, error) {
+	apiServer := api.New(plane, s.apiOpts)
+	ui, err := web.New(plane, web.Options{Logger: s.log, Authenticator: webAuth(s.tokens), SecureCookies: s.cfg.TLS.Enabled()})
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle(web.Prefix, timed(s.m, apiServer.CheckHost(ui)))
+	mux.Handle("/", timed(s.m, apiServer))
+	return &front{plane: plane, api: apiServer, ui: ui, mux: mux}, nil
+}
+
+// run runs fr's plane and dashboard until ctx ends, then ends its streams.
+func (fr *front) run(ctx context.Context) error {
+	uiDone := make(chan struct{})
+	go func() {
+		defer close(uiDone)
+		_ = fr.ui.Run(ctx)
+	}()
+	err := fr.plane.Run(ctx)
+	fr.api.CloseStreams()
+	fr.ui.CloseStreams()
+	<-uiDone
+	return err
+}
+
+// buildSingle builds the one plane of a server on bbolt, its routes and
+// its Docker endpoint.
+func (s *server) buildSingle(ctx context.Context) error {
+	single, err := s.newFront(ctx, s.planeCfg)
+	if err != nil {
+		return err
+	}
+	s.single = single
+	s.mux.Handle("/", single.mux)
+	s.runAll = single.run
+	if s.f.dockerListen != "" {
+		opts := s.dockerOpts
+		opts.Store = s.planeCfg.Store // the networks outlive the server
+		ds := dockerapi.New(single.plane, opts)
+		if s.dockerEP, err = listenDocker(s.f.dockerListen, s.dockerTLS, s.cfg.Insecure, s.cfg.Timeouts, ds, ds.Close, s.log); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// buildReplicated builds a server on etcd: the front door that forwards to
+// the leader, the routes a follower answers itself, and the campaign that
+// runs a plane while this server leads.
+func (s *server) buildReplicated(ctx context.Context, listening net.Addr) error {
+	f, log := s.f, s.log
+	addr, err := f.ha.advertiseURL(listening, s.tlsConfig != nil)
+	if err != nil {
+		return err
+	}
+	self := leader.Info{Name: f.ha.name, Address: addr}
+	if s.handOff != nil {
+		self.Member = f.ha.peerURL // a member runs in this process
+	}
+	if self.Name == "" {
+		self.Name, _ = os.Hostname()
+	}
+	door, err := newFrontDoor(self, f.ha.leaderCA, log)
+	if err != nil {
+		return err
+	}
+	if f.dockerListen != "" {
+		if s.dockerEP, err = listenDocker(f.dockerListen, s.dockerTLS, s.cfg.Insecure, s.cfg.Timeouts, dockerDoorOf(door), func() {}, log); err != nil {
+			return err
+		}
+		if self.Docker, err = f.ha.dockerAdvertiseURL(s.dockerEP.ln.Addr(), s.dockerTLS != nil); err != nil {
+			s.dockerEP.shutdown(ctx, log)
+			return err
+		}
+		door.self = self
+	}
+	s.mux.Handle("GET /v1/health", s.guard.CheckHost(http.HandlerFunc(door.health)))
+	members{c: s.client}.routes(s.mux, s.guard)
+	// The Host check happens here too: forwarding rewrites Host to the
+	// leader's, which would hide a rebinding page's name from the leader.
+	s.mux.Handle("/", s.guard.CheckHost(door))
+	// While this server follows, a read-only plane answers the reads
+	// it can from its copy of the state.
+	reads := &followerReads{fd: door, log: log, open: func(ctx context.Context) (*localReads, error) {
+		pc := s.planeCfg
+		pc.ReadOnly = true
 		plane, err := control.New(ctx, pc)
 		if err != nil {
 			return nil, err
 		}
-		apiServer := api.New(plane, apiOpts)
-		ui, err := web.New(plane, web.Options{Logger: log, Authenticator: webAuth(tokens), SecureCookies: cfg.TLS.Enabled()})
-		if err != nil {
-			return nil, err
-		}
-		mux := http.NewServeMux()
-		mux.Handle(web.Prefix, timed(m, apiServer.CheckHost(ui)))
-		mux.Handle("/", timed(m, apiServer))
-		return &front{plane: plane, api: apiServer, ui: ui, mux: mux}, nil
+		return newLocalReads(self.Name, plane, api.New(plane, s.apiOpts), func(h http.Handler) http.Handler { return timed(s.m, h) }), nil
+	}}
+	s.runAll = func(ctx context.Context) error {
+		go leader.Watch(ctx, s.client, f.ha.prefix, door.seen)
+		reads.start(ctx)
+		defer reads.stop()
+		return leader.Run(ctx, leader.Config{
+			Client: s.elect, Prefix: f.ha.prefix, Self: self, TTL: f.ha.lease, Logger: log, Changed: s.m.Leading, HandOff: s.handOff,
+		}, func(tctx context.Context, term leader.Term, deposed func()) error {
+			return s.lead(ctx, tctx, term, deposed, door, reads)
+		})
 	}
-	// run runs a front's plane and dashboard until ctx ends, then ends its
-	// streams.
-	run := func(ctx context.Context, fr *front) error {
-		uiDone := make(chan struct{})
-		go func() {
-			defer close(uiDone)
-			_ = fr.ui.Run(ctx)
-		}()
-		err := fr.plane.Run(ctx)
-		fr.api.CloseStreams()
-		fr.ui.CloseStreams()
-		<-uiDone
+	return nil
+}
+
+// lead runs the plane of one term of this server as leader until tctx
+// ends; ctx is the campaign's, for the follower's reads once it does.
+func (s *server) lead(ctx, tctx context.Context, term leader.Term, deposed func(), door *frontDoor, reads *followerReads) error {
+	log := s.log
+	pc := s.planeCfg
+	pc.Store = leader.Fenced(s.st, term, func() {
+		s.m.Fenced()
+		log.Warn("a write was refused: this server's term is over (its lease was not renewed in time, or another server leads); stopping", "term", term.Rev)
+		deposed()
+	})
+	start := time.Now()
+	fr, err := s.newFront(tctx, pc)
+	if err != nil {
 		return err
 	}
+	door.lead(fr.mux)
+	log.Info("leading: the control plane answers", "term", term.Rev, "loaded_in", time.Since(start).Round(time.Millisecond).String())
+	// Leading, the full plane answers every request; deposed, the reads
+	// are served from a read-only copy again.
+	reads.stop()
+	defer reads.start(ctx)
+	defer door.lead(nil)
+	if s.dockerEP != nil {
+		opts := s.dockerOpts
+		opts.Store = pc.Store // fenced: only the leader keeps networks
+		ds := dockerapi.New(fr.plane, opts)
+		door.leadDocker(ds)
+		defer func() {
+			door.leadDocker(nil)
+			ds.Close()
+		}()
+	}
+	return fr.run(tctx)
+}
 
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listen: %w", err)
-	}
-	guard := api.New(nil, apiOpts) // authenticates the routes outside a plane's API
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", guard.Protect(auth.Read, m.Handler()))
-	var (
-		single   *front
-		door     *frontDoor
-		runAll   func(ctx context.Context) error
-		dockerEP *dockerEndpoint
-	)
-	dockerOpts := dockerOptions(dockerTLSConfig, cfg.MaxStreams, tokens, int64(cfg.MaxBodySize), log)
-	dockerOpts.WriteTimeout = cfg.Timeouts.Write
-	if !f.ha.enabled() {
-		if single, err = newFront(ctx, planeCfg); err != nil {
-			return err
-		}
-		mux.Handle("/", single.mux)
-		runAll = func(ctx context.Context) error { return run(ctx, single) }
-		if f.dockerListen != "" {
-			opts := dockerOpts
-			opts.Store = planeCfg.Store // the networks outlive the server
-			ds := dockerapi.New(single.plane, opts)
-			if dockerEP, err = listenDocker(f.dockerListen, dockerTLSConfig, cfg.Insecure, cfg.Timeouts, ds, ds.Close, log); err != nil {
-				return err
-			}
-		}
-	} else {
-		addr, err := f.ha.advertiseURL(ln.Addr(), tlsConfig != nil)
-		if err != nil {
-			return err
-		}
-		self := leader.Info{Name: f.ha.name, Address: addr}
-		if handOff != nil {
-			self.Member = f.ha.peerURL // a member runs in this process
-		}
-		if self.Name == "" {
-			self.Name, _ = os.Hostname()
-		}
-		if door, err = newFrontDoor(self, f.ha.leaderCA, log); err != nil {
-			return err
-		}
-		if f.dockerListen != "" {
-			if dockerEP, err = listenDocker(f.dockerListen, dockerTLSConfig, cfg.Insecure, cfg.Timeouts, dockerDoorOf(door), func() {}, log); err != nil {
-				return err
-			}
-			if self.Docker, err = f.ha.dockerAdvertiseURL(dockerEP.ln.Addr(), dockerTLSConfig != nil); err != nil {
-				dockerEP.shutdown(ctx, log)
-				return err
-			}
-			door.self = self
-		}
-		mux.Handle("GET /v1/health", guard.CheckHost(http.HandlerFunc(door.health)))
-		members{c: client}.routes(mux, guard)
-		// The Host check happens here too: forwarding rewrites Host to the
-		// leader's, which would hide a rebinding page's name from the leader.
-		mux.Handle("/", guard.CheckHost(door))
-		// While this server follows, a read-only plane answers the reads
-		// it can from its copy of the state.
-		reads := &followerReads{fd: door, log: log, open: func(ctx context.Context) (*localReads, error) {
-			pc := planeCfg
-			pc.ReadOnly = true
-			plane, err := control.New(ctx, pc)
-			if err != nil {
-				return nil, err
-			}
-			return newLocalReads(self.Name, plane, api.New(plane, apiOpts), func(h http.Handler) http.Handler { return timed(m, h) }), nil
-		}}
-		runAll = func(ctx context.Context) error {
-			go leader.Watch(ctx, client, f.ha.prefix, door.seen)
-			reads.start(ctx)
-			defer reads.stop()
-			return leader.Run(ctx, leader.Config{
-				Client: elect, Prefix: f.ha.prefix, Self: self, TTL: f.ha.lease, Logger: log, Changed: m.Leading, HandOff: handOff,
-			}, func(tctx context.Context, term leader.Term, deposed func()) error {
-				pc := planeCfg
-				pc.Store = leader.Fenced(st, term, func() {
-					m.Fenced()
-					log.Warn("a write was refused: this server's term is over (its lease was not renewed in time, or another server leads); stopping", "term", term.Rev)
-					deposed()
-				})
-				start := time.Now()
-				fr, err := newFront(tctx, pc)
-				if err != nil {
-					return err
-				}
-				door.lead(fr.mux)
-				log.Info("leading: the control plane answers", "term", term.Rev, "loaded_in", time.Since(start).Round(time.Millisecond).String())
-				// Leading, the full plane answers every request; deposed,
-				// the reads are served from a read-only copy again.
-				reads.stop()
-				defer reads.start(ctx)
-				defer door.lead(nil)
-				if dockerEP != nil {
-					opts := dockerOpts
-					opts.Store = pc.Store // fenced: only the leader keeps networks
-					ds := dockerapi.New(fr.plane, opts)
-					door.leadDocker(ds)
-					defer func() {
-						door.leadDocker(nil)
-						ds.Close()
-					}()
-				}
-				return run(tctx, fr)
-			})
-		}
-	}
-	if tlsConfig != nil {
-		ln = tls.NewListener(ln, tlsConfig)
-	}
+// serve serves the API on ln and runs the plane until ctx ends (or either
+// stops), then shuts down: the listener, the streams and the requests in
+// flight first, the plane after, within the shutdown timeout.
+func (s *server) serve(ctx context.Context, ln net.Listener) error {
+	cfg, log := s.cfg, s.log
 	// Every phase of a request is bounded; streams (logs, events) lift the
 	// write deadline for themselves.
 	to := cfg.Timeouts
-	httpServer := &http.Server{Handler: mux, ReadHeaderTimeout: to.ReadHeader, ReadTimeout: to.Read, WriteTimeout: to.Write,
-		IdleTimeout: to.Idle, MaxHeaderBytes: 64 << 10, TLSConfig: tlsConfig, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	httpServer := &http.Server{Handler: s.mux, ReadHeaderTimeout: to.ReadHeader, ReadTimeout: to.Read, WriteTimeout: to.Write,
+		IdleTimeout: to.Idle, MaxHeaderBytes: 64 << 10, TLSConfig: s.tlsConfig, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 
 	// The plane runs under its own context so that it stops only after the
 	// API has finished the requests in flight.
 	planeCtx, stopPlane := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopPlane()
 	planeDone := make(chan error, 1)
-	go func() { planeDone <- runAll(planeCtx) }()
+	go func() { planeDone <- s.runAll(planeCtx) }()
 	serveDone := make(chan error, 1)
 	go func() { serveDone <- httpServer.Serve(ln) }()
 
@@ -559,19 +653,19 @@ loop:
 	// Stop accepting, end the streams, finish the requests in flight.
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
 	defer cancel()
-	if single != nil {
-		single.api.CloseStreams()
-		single.ui.CloseStreams()
+	if s.single != nil {
+		s.single.api.CloseStreams()
+		s.single.ui.CloseStreams()
 	}
-	dockerEP.shutdown(shutdownCtx, log)
+	s.dockerEP.shutdown(shutdownCtx, log)
 	if err := httpServer.Shutdown(shutdownCtx); err != nil {
 		log.Error("api shutdown", "error", err)
 		_ = httpServer.Close()
 	}
-	// Then stop the plane (and give up the lead); the deferred calls close
-	// the providers and the store.
-	// The plane gets what is left of the grace: a plane that does not stop
-	// in it (a bug) does not keep the process alive.
+	// Then stop the plane (and give up the lead); the closers close the
+	// providers and the store. The plane gets what is left of the grace: a
+	// plane that does not stop in it (a bug) does not keep the process
+	// alive.
 	stopPlane()
 	select {
 	case err := <-planeDone:
