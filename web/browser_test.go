@@ -251,13 +251,14 @@ func TestBrowserInstanceLifecycle(t *testing.T) {
 
 	id := fmt.Sprintf("hello-%d", rand.Uint32())
 	// What `berth run --name ID -- sh -c ...` submits.
-	_, err := srv.Client.Submit(context.Background(), scheduler.Request{ID: id, Spec: driver.Spec{Name: id, Kind: driver.KindProcess,
+	ans, err := srv.Client.Submit(context.Background(), scheduler.Request{ID: id, Spec: driver.Spec{Name: id, Kind: driver.KindProcess,
 		Entrypoint: []string{"/bin/sh", "-c", `i=0; while :; do echo "log line $i"; i=$((i+1)); sleep 0.3; done`},
 		Env:        map[string]string{"API_KEY": "do-not-show-me"},
 		Resources:  driver.Resources{CPU: driver.CPUs(0.1), Memory: 16 * driver.MiB}}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	id = ans.Instances[0].Instance.ID // an operator's id is stored in its namespace (team-a_...)
 	waitText(t, ctx, "#live-instances", id)
 	if mark := evaluate[int](t, ctx, `window.berthMark || 0`); mark != 42 {
 		t.Fatal("the instances page was reloaded; it should update in place")
@@ -420,12 +421,13 @@ func TestBrowserUsageCharts(t *testing.T) {
 	id := fmt.Sprintf("burner-%d", rand.Uint32())
 	// Wait for a line on the FIFO, burn while the file exists, then sleep.
 	script := fmt.Sprintf(`read go < %s; while [ -e %s ]; do :; done; exec sleep 600`, start, burn)
-	_, err := srv.Client.Submit(context.Background(), scheduler.Request{ID: id, Spec: driver.Spec{Name: id, Kind: driver.KindProcess,
+	ans, err := srv.Client.Submit(context.Background(), scheduler.Request{ID: id, Spec: driver.Spec{Name: id, Kind: driver.KindProcess,
 		Entrypoint: []string{"/bin/sh", "-c", script},
 		Resources:  driver.Resources{CPU: driver.CPUs(0.5), Memory: 64 * driver.MiB}}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	id = ans.Instances[0].Instance.ID // an operator's id is stored in its namespace (team-a_...)
 	// burning is the millicpus above which the instance is taken to burn:
 	// idle, it uses none.
 	const burning = 20
