@@ -62,6 +62,54 @@ func translate(name string, cr *container.CreateRequest) (scheduler.Request, boo
 	if hc == nil {
 		hc = &container.HostConfig{}
 	}
+	if refused := refusedSettings(cr, hc); len(refused) > 0 {
+		return req, false, unsupported("Berth cannot honour %s", strings.Join(refused, ", "))
+	}
+	spec := driver.Spec{
+		Name: name, Kind: driver.KindContainer, Image: c.Image,
+		Entrypoint: c.Entrypoint, Command: c.Cmd, WorkingDir: c.WorkingDir,
+		Hostname: c.Hostname, Domainname: c.Domainname,
+		Cpuset: hc.CpusetCpus, MemoryReservation: driver.Bytes(hc.MemoryReservation),
+		Stdin: c.OpenStdin, TTY: c.Tty,
+	}
+	// --user USER[:GROUP], as the engine reads it.
+	spec.User, spec.Group, _ = strings.Cut(c.User, ":")
+	spec.CPU = driver.MilliCPU(hc.NanoCPUs / 1_000_000)
+	if hc.NanoCPUs > 0 && spec.CPU == 0 {
+		return req, false, badRequest("--cpus %.4f: Berth counts cpus in thousandths; ask for at least 0.001", float64(hc.NanoCPUs)/1e9)
+	}
+	spec.Memory = driver.Bytes(hc.Memory)
+	if err := translateEnvLabels(&req, &spec, c); err != nil {
+		return req, false, err
+	}
+	switch hc.NetworkMode {
+	case "", "default", "bridge":
+	default:
+		spec.NetworkMode = string(hc.NetworkMode)
+	}
+	if err := translatePorts(&spec, hc); err != nil {
+		return req, false, err
+	}
+	if err := translateVolumes(&spec, c, hc); err != nil {
+		return req, false, err
+	}
+	if err := translateRestart(&spec, hc); err != nil {
+		return req, false, err
+	}
+	if hc.AutoRemove && spec.RestartPolicy.Name != "" {
+		return req, false, badRequest("--rm and --restart cannot be used together")
+	}
+	req.Spec = spec
+	if err := req.Validate(); err != nil {
+		return req, false, err
+	}
+	return req, hc.AutoRemove, nil
+}
+
+// refusedSettings names the settings of cr that Berth cannot honour, as
+// the CLI's flags.
+func refusedSettings(cr *container.CreateRequest, hc *container.HostConfig) []string {
+	c := cr.Config
 	var refused []string
 	refuse := func(cond bool, what string) {
 		if cond {
@@ -105,24 +153,14 @@ func translate(name string, cr *container.CreateRequest) (scheduler.Request, boo
 	for _, m := range hc.Mounts {
 		refuse(m.Type != mount.TypeBind && m.Type != mount.TypeVolume, "--mount type="+string(m.Type))
 	}
-	if len(refused) > 0 {
-		return req, false, unsupported("Berth cannot honour %s", strings.Join(refused, ", "))
-	}
+	return refused
+}
 
-	spec := driver.Spec{
-		Name: name, Kind: driver.KindContainer, Image: c.Image,
-		Entrypoint: c.Entrypoint, Command: c.Cmd, WorkingDir: c.WorkingDir,
-		Hostname: c.Hostname, Domainname: c.Domainname,
-		Cpuset: hc.CpusetCpus, MemoryReservation: driver.Bytes(hc.MemoryReservation),
-		Stdin: c.OpenStdin, TTY: c.Tty,
-	}
-	// --user USER[:GROUP], as the engine reads it.
-	spec.User, spec.Group, _ = strings.Cut(c.User, ":")
-	spec.CPU = driver.MilliCPU(hc.NanoCPUs / 1_000_000)
-	if hc.NanoCPUs > 0 && spec.CPU == 0 {
-		return req, false, badRequest("--cpus %.4f: Berth counts cpus in thousandths; ask for at least 0.001", float64(hc.NanoCPUs)/1e9)
-	}
-	spec.Memory = driver.Bytes(hc.Memory)
+// translateEnvLabels sets spec's environment and labels from c's, and
+// req's constraints, affinities and provider from Swarm's forms of them
+// among those (constraint:..., affinity:..., the com.docker.swarm labels)
+// and Berth's labels.
+func translateEnvLabels(req *scheduler.Request, spec *driver.Spec, c *container.Config) error {
 	for _, kv := range c.Env {
 		k, v, _ := strings.Cut(kv, "=")
 		switch {
@@ -149,7 +187,7 @@ func translate(name string, cr *container.CreateRequest) (scheduler.Request, boo
 		case "com.docker.swarm.constraints", "com.docker.swarm.affinities":
 			var list []string
 			if err := json.Unmarshal([]byte(v), &list); err != nil {
-				return req, false, badRequest("label %s: want a JSON list of expressions: %v", k, err)
+				return badRequest("label %s: want a JSON list of expressions: %v", k, err)
 			}
 			if k == "com.docker.swarm.constraints" {
 				req.Constraints = append(req.Constraints, list...)
@@ -163,11 +201,12 @@ func translate(name string, cr *container.CreateRequest) (scheduler.Request, boo
 			spec.Labels[k] = v
 		}
 	}
-	switch hc.NetworkMode {
-	case "", "default", "bridge":
-	default:
-		spec.NetworkMode = string(hc.NetworkMode)
-	}
+	return nil
+}
+
+// translatePorts sets spec's ports from -p's bindings, sorted by the
+// container's port.
+func translatePorts(spec *driver.Spec, hc *container.HostConfig) error {
 	for p, bindings := range hc.PortBindings {
 		if len(bindings) == 0 {
 			bindings = []network.PortBinding{{}}
@@ -177,7 +216,7 @@ func translate(name string, cr *container.CreateRequest) (scheduler.Request, boo
 			if b.HostPort != "" {
 				n, err := strconv.Atoi(b.HostPort)
 				if err != nil || n < 0 || n > 65535 {
-					return req, false, badRequest("-p %s: host port %q: want a number up to 65535 (ranges are not supported)", p, b.HostPort)
+					return badRequest("-p %s: host port %q: want a number up to 65535 (ranges are not supported)", p, b.HostPort)
 				}
 				port.HostPort = n
 			}
@@ -188,10 +227,16 @@ func translate(name string, cr *container.CreateRequest) (scheduler.Request, boo
 		}
 	}
 	slices.SortFunc(spec.Ports, func(a, b driver.Port) int { return a.ContainerPort - b.ContainerPort })
+	return nil
+}
+
+// translateVolumes sets spec's volumes from -v and --mount; anonymous
+// volumes are refused.
+func translateVolumes(spec *driver.Spec, c *container.Config, hc *container.HostConfig) error {
 	for _, bind := range hc.Binds {
 		parts := strings.Split(bind, ":")
 		if len(parts) < 2 || len(parts) > 3 {
-			return req, false, badRequest("-v %s: want SOURCE:TARGET[:ro]", bind)
+			return badRequest("-v %s: want SOURCE:TARGET[:ro]", bind)
 		}
 		v := driver.Volume{Source: parts[0], Target: parts[1]}
 		if len(parts) == 3 {
@@ -200,7 +245,7 @@ func translate(name string, cr *container.CreateRequest) (scheduler.Request, boo
 				v.ReadOnly = true
 			case "rw":
 			default:
-				return req, false, unsupported("-v %s: Berth supports the options ro and rw only", bind)
+				return unsupported("-v %s: Berth supports the options ro and rw only", bind)
 			}
 		}
 		spec.Volumes = append(spec.Volumes, v)
@@ -209,23 +254,21 @@ func translate(name string, cr *container.CreateRequest) (scheduler.Request, boo
 		spec.Volumes = append(spec.Volumes, driver.Volume{Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})
 	}
 	if len(c.Volumes) > 0 {
-		return req, false, unsupported("anonymous volumes (-v /path, or VOLUME without a source): name the volume, -v NAME:/path")
+		return unsupported("anonymous volumes (-v /path, or VOLUME without a source): name the volume, -v NAME:/path")
 	}
+	return nil
+}
+
+// translateRestart sets spec's restart policy from --restart.
+func translateRestart(spec *driver.Spec, hc *container.HostConfig) error {
 	switch hc.RestartPolicy.Name {
 	case "", container.RestartPolicyDisabled:
 	case container.RestartPolicyAlways, container.RestartPolicyOnFailure, container.RestartPolicyUnlessStopped:
 		spec.RestartPolicy = driver.RestartPolicy{Name: string(hc.RestartPolicy.Name), MaxRetries: hc.RestartPolicy.MaximumRetryCount}
 	default:
-		return req, false, badRequest("--restart %q: want no, always, on-failure or unless-stopped", hc.RestartPolicy.Name)
+		return badRequest("--restart %q: want no, always, on-failure or unless-stopped", hc.RestartPolicy.Name)
 	}
-	if hc.AutoRemove && spec.RestartPolicy.Name != "" {
-		return req, false, badRequest("--rm and --restart cannot be used together")
-	}
-	req.Spec = spec
-	if err := req.Validate(); err != nil {
-		return req, false, err
-	}
-	return req, hc.AutoRemove, nil
+	return nil
 }
 
 func splitList(v string) []string {
