@@ -27,7 +27,9 @@ const (
 // ctx ends. Options out of bounds (CheckExecOptions) are driver.ErrInvalid
 // naming the field, as is an instance with no back-end resource yet; a
 // provider that cannot exec answers driver.ErrUnsupported naming the
-// provider and its driver.
+// provider and its driver. A user (USER[:GROUP]) that the namespace's
+// run-as policy does not allow the caller ctx carries is auth.ErrForbidden
+// naming the field, as at submit.
 func (p *Plane) Exec(ctx context.Context, ref string, opts driver.ExecOptions, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
 	if err := CheckExecOptions(&opts); err != nil {
 		return -1, err
@@ -35,6 +37,14 @@ func (p *Plane) Exec(ctx context.Context, ref string, opts driver.ExecOptions, s
 	in, prov, err := p.live(ref)
 	if err != nil {
 		return -1, err
+	}
+	// The command runs as the namespace's policy allows its workloads to
+	// (RunAs): an exec is no way round it.
+	if opts.User != "" {
+		user, group, _ := strings.Cut(opts.User, ":")
+		if err := p.checkRunAs(ctx, &driver.Spec{User: user, Group: group}, in.Owner, ""); err != nil {
+			return -1, err
+		}
 	}
 	if !slices.Contains(prov.Capabilities(), driver.CapExec) {
 		return -1, cannotExec(prov.Name(), driverName(prov))

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"testing/synctest"
 
+	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/driver/drivertest"
@@ -63,6 +64,22 @@ func TestExecRefusals(t *testing.T) {
 		}
 		if err := p.CanExec("app"); !errors.Is(err, driver.ErrUnsupported) || !strings.Contains(err.Error(), want) {
 			t.Errorf("CanExec on a provider that cannot: %v", err)
+		}
+		// The namespace's run-as policy binds an exec's user as it binds
+		// a spec's: an operator may not exec as root, an admin may.
+		if _, err := p.Submit(ctx, req("mine", 1), "alice"); err != nil {
+			t.Fatal(err)
+		}
+		waitPhase(t, p, "mine", reconciler.Running)
+		op := auth.NewContext(ctx, auth.Identity{Name: "op", Role: auth.RoleOperator, Namespaces: []string{"alice"}})
+		for _, u := range []string{"root", "0", "0:0", "nobody:root"} {
+			if _, err := p.Exec(op, "mine", driver.ExecOptions{Cmd: []string{"ls"}, User: u}, nil, &out, &out); !errors.Is(err, auth.ErrForbidden) {
+				t.Errorf("an operator's exec as %q: %v, want forbidden", u, err)
+			}
+		}
+		admin := auth.NewContext(ctx, auth.Identity{Name: "root", Role: auth.RoleAdmin, Namespaces: []string{auth.AllNamespaces}})
+		if _, err := p.Exec(admin, "mine", driver.ExecOptions{Cmd: []string{"ls"}, User: "root"}, nil, &out, &out); !errors.Is(err, driver.ErrUnsupported) {
+			t.Errorf("an admin's exec as root: %v, want it to reach the provider (which cannot exec)", err)
 		}
 		if _, err := p.Exec(ctx, "nosuch", driver.ExecOptions{Cmd: []string{"ls"}}, nil, &out, &out); !errors.Is(err, driver.ErrNotFound) {
 			t.Errorf("exec in an unknown instance: %v", err)

@@ -8,11 +8,13 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/moby/moby/api/types/container"
 
 	"github.com/berth-dev/berth/api"
+	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/driver"
 )
@@ -70,6 +72,14 @@ func (s *Server) execCreate(w http.ResponseWriter, r *http.Request) error {
 	}
 	if err := s.plane.CanExec(c.id); err != nil {
 		return err
+	}
+	if opts.User != "" {
+		// Refused now, as the plane's exec would refuse it at start: the
+		// namespace's run-as policy binds an exec's user too.
+		user, group, _ := strings.Cut(opts.User, ":")
+		if err := s.plane.CheckSubmitter(r.Context(), &driver.Spec{User: user, Group: group}, c.in.Owner); err != nil {
+			return err
+		}
 	}
 	var b [32]byte
 	_, _ = rand.Read(b[:])
@@ -144,7 +154,7 @@ func (s *Server) execStart(w http.ResponseWriter, r *http.Request) error {
 	}
 	s.mu.Unlock()
 	if req.Detach {
-		ctx, cancel := s.until(context.Background())
+		ctx, cancel := s.until(auth.NewContext(context.Background(), identityOf(r)))
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
@@ -182,7 +192,7 @@ func (s *Server) execStart(w http.ResponseWriter, r *http.Request) error {
 		s.endExec(x, -1)
 		return nil
 	}
-	ctx, cancel := s.until(context.Background())
+	ctx, cancel := s.until(auth.NewContext(context.Background(), identityOf(r)))
 	defer cancel()
 	// As in attach: a read error means the client went away; its
 	// half-close is the end of the input.

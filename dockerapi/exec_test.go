@@ -60,6 +60,14 @@ func TestExec(t *testing.T) {
 	if _, errs, code := e.dockerWith(t, other, "exec", "box", "/hello", "probe"); code == 0 || !strings.Contains(errs, "No such container") {
 		t.Errorf("another namespace ran docker exec: exit %d, %s", code, errs)
 	}
+	// The namespace's run-as policy binds an exec's user: an operator may
+	// not exec as root (non-root only, the default).
+	op := e.dockerConfig(t, e.newToken(t, "op-default", "operator", "default"))
+	for _, u := range []string{"root", "0:0"} {
+		if _, errs, code := e.dockerWith(t, op, "exec", "-u", u, "box", "/hello", "probe"); code == 0 || !strings.Contains(errs, "root") {
+			t.Errorf("an operator's docker exec -u %s: exit %d, %s", u, code, errs)
+		}
+	}
 	e.must(t, "stop", "box")
 	if _, errs, code := e.docker(t, "exec", "box", "/hello", "probe"); code == 0 || !strings.Contains(errs, "not running") {
 		t.Errorf("docker exec in a stopped container: exit %d, %s", code, errs)
