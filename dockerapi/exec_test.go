@@ -62,7 +62,11 @@ func TestExec(t *testing.T) {
 	}
 	// The namespace's run-as policy binds an exec's user: an operator may
 	// not exec as root (non-root only, the default).
-	op := e.dockerConfig(t, e.newToken(t, "op-default", "operator", "default"))
+	boxIn, err := e.plane.Instance(context.Background(), "box")
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := e.dockerConfig(t, e.newToken(t, "op-box", "operator", boxIn.Owner))
 	for _, u := range []string{"root", "0:0"} {
 		if _, errs, code := e.dockerWith(t, op, "exec", "-u", u, "box", "/hello", "probe"); code == 0 || !strings.Contains(errs, "root") {
 			t.Errorf("an operator's docker exec -u %s: exit %d, %s", u, code, errs)
