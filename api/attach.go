@@ -1,12 +1,14 @@
 package api
 
 import (
+	"bufio"
 	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -144,18 +146,13 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	defer cancel()
-	conn, brw, err := http.NewResponseController(w).Hijack()
+	conn, brw, err := upgrade(w)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	if cw, ok := w.(*committedWriter); ok {
-		cw.committed, cw.code = true, http.StatusSwitchingProtocols
-	}
-	_ = conn.SetDeadline(time.Time{})
-	_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + AttachProtocol + "\r\n\r\n")
-	if err := brw.Flush(); err != nil {
-		return nil
+	if brw == nil {
+		return nil // the client went away
 	}
 	fc := &frameConn{w: conn}
 	fail := func(err error) { _ = fc.write(FrameError, mustJSON(toError(err))) }
@@ -283,4 +280,24 @@ func headerHas(h http.Header, key, token string) bool {
 func mustJSON(v any) []byte {
 	b, _ := driver.MarshalOutput(v)
 	return b
+}
+
+// upgrade takes w's connection over for a stream of AttachProtocol
+// frames (attach, exec): the 101 answer written, no deadline. A nil
+// reader with a nil error is a client that went away before the answer
+// reached it: the caller closes conn and returns.
+func upgrade(w http.ResponseWriter) (net.Conn, *bufio.ReadWriter, error) {
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	if cw, ok := w.(*committedWriter); ok {
+		cw.committed, cw.code = true, http.StatusSwitchingProtocols
+	}
+	_ = conn.SetDeadline(time.Time{})
+	_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + AttachProtocol + "\r\n\r\n")
+	if err := brw.Flush(); err != nil {
+		return conn, nil, nil
+	}
+	return conn, brw, nil
 }

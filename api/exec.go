@@ -4,7 +4,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/driver"
@@ -73,18 +72,13 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	defer cancel()
-	conn, brw, err := http.NewResponseController(w).Hijack()
+	conn, brw, err := upgrade(w)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	if cw, ok := w.(*committedWriter); ok {
-		cw.committed, cw.code = true, http.StatusSwitchingProtocols
-	}
-	_ = conn.SetDeadline(time.Time{})
-	_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + AttachProtocol + "\r\n\r\n")
-	if err := brw.Flush(); err != nil {
-		return nil
+	if brw == nil {
+		return nil // the client went away
 	}
 	fc := &frameConn{w: conn}
 	pr, pw := io.Pipe()
