@@ -30,12 +30,6 @@ type txn struct {
 	newGroup *scheduler.Group
 	// dropGroups are the ids of groups to remove.
 	dropGroups []string
-	// release names instances whose reservation in the scheduler's ledger
-	// ends with this change (an instance that gives its node back).
-	release []string
-	// reserve are reservations the ledger takes once the change is
-	// stored, after the releases (an instance whose size changed).
-	reserve []scheduler.Allocation
 	// cmps and ops are writes of other records (node statuses, the
 	// cluster's identity), with their comparisons.
 	cmps []store.Cmp
@@ -63,12 +57,9 @@ func (t *txn) empty() bool {
 // write path to it: a store that guards its writes (a leader's fence) sees
 // every one of them. When a comparison fails it returns ok false and
 // changes nothing (the caller reads again and decides again). When t is
-// stored, in this order:
-//   - the reservations t releases are given back to the scheduler's
-//     ledger, so whoever sees the new records also sees the room they
-//     free, and the ones it takes are taken;
-//   - memory takes the new records (each put's in gets the new Revision),
-//     forgets the removed ones, and the log says which phases changed.
+// stored, applyStored brings memory and the scheduler's ledger in step
+// with it (each put's in gets the new Revision), as the store watch would
+// once it sees the change, and the log says which phases changed.
 //
 // New requests enter memory before the transaction and leave it again if
 // it fails: once it commits, the store's watch may hand the new instances
@@ -79,9 +70,6 @@ func (s *state) commit(ctx context.Context, t *txn) (ok bool, rev int64, err err
 		return false, 0, err
 	}
 	if t.empty() {
-		for _, id := range t.release {
-			s.cluster.release(id)
-		}
 		return true, 0, nil
 	}
 	var added []string
@@ -162,8 +150,6 @@ func (s *state) commit(ctx context.Context, t *txn) (ok bool, rev int64, err err
 	cmps = append(cmps, t.cmps...)
 	ops = append(ops, t.ops...)
 
-	s.committing.RLock()
-	defer s.committing.RUnlock()
 	res, err := s.st.Txn(ctx, cmps, ops)
 	if err != nil || !res.Succeeded {
 		forget()
@@ -172,17 +158,17 @@ func (s *state) commit(ctx context.Context, t *txn) (ok bool, rev int64, err err
 		}
 		return false, res.Revision, nil
 	}
-	for _, id := range t.release {
-		s.cluster.release(id)
-		s.meter.drop(id)
+	cs := make([]change, 0, len(t.puts)+len(t.dels)+len(t.dropReqs))
+	for _, p := range t.puts {
+		cs = append(cs, change{id: p.in.ID, in: p.in, rev: res.Revision})
 	}
-	if len(t.reserve) > 0 {
-		if err := s.cluster.c.Reserve(t.reserve...); err != nil {
-			s.log.Warn("reserve", "err", err)
-		}
+	for _, in := range t.dels {
+		cs = append(cs, change{id: in.ID, rev: res.Revision})
 	}
-	phases := s.takeCommitted(t, res.Revision)
-	for _, m := range phases {
+	for _, id := range t.dropReqs {
+		cs = append(cs, change{id: id, request: true, rev: res.Revision})
+	}
+	for _, m := range s.applyStored(cs) {
 		s.log.Debug("instance phase", "instance", m.id, "from", m.from, "to", m.to)
 	}
 	return true, res.Revision, nil
@@ -192,41 +178,4 @@ func (s *state) commit(ctx context.Context, t *txn) (ok bool, rev int64, err err
 type moved struct {
 	id       string
 	from, to reconciler.Phase
-}
-
-// takeCommitted brings memory in step with t, stored at revision rev,
-// and returns the phases it changed. The records' lock is released
-// however it returns: a panic here must not leave every reader of the
-// records waiting for ever.
-func (s *state) takeCommitted(t *txn, rev int64) []moved {
-	var phases []moved
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, p := range t.puts {
-		p.in.Revision = rev
-		if old := s.recs.get(p.in.ID); old != nil && old.Phase != p.in.Phase && old.Revision <= rev {
-			phases = append(phases, moved{p.in.ID, old.Phase, p.in.Phase})
-		}
-		s.rememberLocked(*p.in)
-	}
-	for _, in := range t.dels {
-		if cur := s.recs.get(in.ID); cur != nil && cur.Revision <= rev {
-			s.dropLocked(cur)
-		}
-	}
-	for _, id := range t.dropReqs {
-		delete(s.requests, id)
-	}
-	return phases
-}
-
-// releases returns the id of in when acts give its reservation back, for
-// txn.release.
-func releases(id string, acts []reconciler.Action) []string {
-	for _, a := range acts {
-		if a.Kind == reconciler.Release {
-			return []string{id}
-		}
-	}
-	return nil
 }

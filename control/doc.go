@@ -18,10 +18,22 @@
 //     for a plan and stores the request with its instances in one
 //     transaction.
 //   - The commit path (commit.go): commit is the only function that writes
-//     the store. It compares the revisions the change was decided on,
-//     writes in one transaction, then brings memory and the scheduler's
-//     ledger in step. A store that guards its writes (a leader's fence)
-//     therefore sees every write of the plane.
+//     the store. It compares the revisions the change was decided on and
+//     writes in one transaction. A store that guards its writes (a
+//     leader's fence) therefore sees every write of the plane.
+//   - One apply (apply.go): applyStored is the only way a stored change
+//     reaches memory: the records, names and tallies, the scheduler's
+//     ledger (which follows from the records: a record that holds a node
+//     holds its allocation) and the usage meter. Commit calls it after its
+//     transaction, the store watch for every change it sees, a read-only
+//     plane for every change it follows, reload and the resyncs for what
+//     they read again; a change applied already, or older than a removal
+//     applied (tombstones), is skipped, so one change arriving twice or a
+//     lagging watch changes nothing. Two things enter memory ahead of the
+//     store, and leave it if their transaction fails: a request being
+//     admitted (the placer must find it when its instances are watched)
+//     and a placement's reservation in the ledger (Place reserves as it
+//     plans; the stored record then holds that same reservation).
 //   - Records (record.go, state.go): the store's instances and requests in
 //     memory with their indexes. An instance is stored as a record, a
 //     fifth of its JSON or less: the spec lives once, in its request, and
@@ -96,11 +108,10 @@
 // # Locks
 //
 // The lock order is written on state (state.go): the per-instance stripes,
-// then committing (held by every commit for reading, by the store watch
-// for writing), then the gang queue's lock, then the records' lock, then
-// the scheduler cluster's own; the runtime's locks and the usage meter's
-// are leaves. The store is called with no lock held but the stripes of the
-// instances being changed and committing.
+// then the gang queue's lock, then the records' lock, then the scheduler
+// cluster's own; the runtime's locks and the usage meter's are leaves.
+// The store is called with no lock held but the stripes of the instances
+// being changed.
 //
 // The placer's schedulers add no lock: each owns its snapshot, its
 // commits take the cluster's lock inside Snapshot.Commit (last in the

@@ -53,6 +53,8 @@ func (p *Plane) ReadOnly() bool { return p.cfg.ReadOnly }
 // acts on nothing and writes nothing.
 func (s *state) followStore(ctx context.Context) {
 	from := s.loadRev + 1
+	s.watching(from - 1)
+	defer s.watching(-1)
 	for ctx.Err() == nil {
 		w, err := s.st.Watch(ctx, "/berth/", from)
 		if err != nil {
@@ -85,61 +87,36 @@ func (s *state) followStore(ctx context.Context) {
 
 // followed applies one watched change of a request or an instance.
 func (s *state) followed(ctx context.Context, ev store.Event) {
-	key := ev.KV.Key
+	key, rev := ev.KV.Key, ev.KV.ModRevision
+	c := change{rev: rev, watched: true}
 	switch {
 	case strings.HasPrefix(key, PrefixRequests):
-		id := strings.TrimPrefix(key, PrefixRequests)
-		if ev.Type == store.EventDelete {
-			s.mu.Lock()
-			delete(s.requests, id)
-			s.mu.Unlock()
-			return
+		c.id, c.request = strings.TrimPrefix(key, PrefixRequests), true
+		if ev.Type == store.EventPut {
+			r, err := decodeRequest(ev.KV)
+			if err != nil {
+				s.log.Warn("store watch", "key", key, "err", err)
+				s.passed(rev)
+				return
+			}
+			c.req = r
 		}
-		r, err := decodeRequest(ev.KV)
-		if err != nil {
-			s.log.Warn("store watch", "key", key, "err", err)
-			return
-		}
-		s.mu.Lock()
-		if _, known := s.requests[id]; !known {
-			s.requests[id] = r
-		}
-		s.mu.Unlock()
 	case strings.HasPrefix(key, PrefixInstances):
-		id := strings.TrimPrefix(key, PrefixInstances)
-		if ev.Type == store.EventDelete {
-			s.mu.Lock()
-			old := s.recs.get(id)
-			if old != nil && old.Revision < ev.KV.ModRevision {
-				s.dropLocked(old)
+		c.id = strings.TrimPrefix(key, PrefixInstances)
+		if ev.Type == store.EventPut {
+			in, err := decodeRecord(ev.KV, s.specOf(ctx, true))
+			if err != nil {
+				s.log.Warn("store watch", "key", key, "err", err)
+				s.passed(rev)
+				return
 			}
-			s.mu.Unlock()
-			if old != nil {
-				s.cluster.release(id)
-			}
-			return
+			c.in = in
 		}
-		in, err := decodeRecord(ev.KV, s.specOf(ctx, true))
-		if err != nil {
-			s.log.Warn("store watch", "key", key, "err", err)
-			return
-		}
-		s.mu.Lock()
-		cur := s.recs.get(id)
-		newer := cur == nil || cur.Revision < in.Revision
-		if newer {
-			s.putLocked(in)
-		}
-		s.mu.Unlock()
-		if newer {
-			s.cluster.release(id)
-			if in.Phase.HoldsNode() {
-				if err := s.cluster.c.Reserve(allocationOf(in)); err != nil {
-					s.log.Warn("reserve", "instance", id, "err", err)
-				}
-			}
-		}
+	default:
+		s.passed(rev)
+		return
 	}
+	s.applyStored([]change{c})
 }
 
 // specOf returns the spec of the instances of a request, read from the
@@ -201,22 +178,9 @@ func (s *state) refollow(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	seen := make(map[string]bool, len(kvs))
 	for _, kv := range kvs {
-		seen[strings.TrimPrefix(kv.Key, PrefixInstances)] = true
 		s.followed(ctx, store.Event{Type: store.EventPut, KV: kv})
 	}
-	var gone []*rec
-	s.mu.Lock()
-	for in := range s.recs.all() {
-		if !seen[in.ID] && in.Revision <= rev {
-			gone = append(gone, in)
-			s.dropLocked(in)
-		}
-	}
-	s.mu.Unlock()
-	for _, in := range gone {
-		s.cluster.release(in.ID)
-	}
+	s.dropUnlisted(kvs, rev)
 	return rev, nil
 }

@@ -364,7 +364,7 @@ func (s *state) resize(ctx context.Context, ref string, r driver.Resources) erro
 	if err := p.Resize(ctx, in.BackendID, driver.Resources{CPU: r.CPU, Memory: r.Memory}); err != nil {
 		return err
 	}
-	return s.mutate(context.WithoutCancel(ctx), in.ID, true, func(x *reconciler.Instance) {
+	return s.mutate(context.WithoutCancel(ctx), in.ID, func(x *reconciler.Instance) {
 		spec := *x.Spec // shared with the request's other instances
 		spec.CPU, spec.Memory = want.CPU, want.Memory
 		x.Spec = &spec
@@ -372,10 +372,9 @@ func (s *state) resize(ctx context.Context, ref string, r driver.Resources) erro
 }
 
 // mutate changes fields of an instance outside the lifecycle (its
-// resources, its owner) with a compare-and-swap. With reserve, the
-// scheduler's ledger takes the changed instance's reservation in place of
-// the old one, if it holds a node.
-func (s *state) mutate(ctx context.Context, id string, reserve bool, fn func(*reconciler.Instance)) error {
+// resources, its owner) with a compare-and-swap; the scheduler's ledger
+// follows the stored record (applyStored).
+func (s *state) mutate(ctx context.Context, id string, fn func(*reconciler.Instance)) error {
 	mu := s.lockOf(id)
 	mu.Lock()
 	defer mu.Unlock()
@@ -387,11 +386,7 @@ func (s *state) mutate(ctx context.Context, id string, reserve bool, fn func(*re
 		next := cur
 		fn(&next)
 		next.Updated = s.now()
-		t := &txn{puts: []instPut{{base: cur.Revision, in: &next}}}
-		if reserve && next.Phase.HoldsNode() {
-			t.release, t.reserve = []string{id}, []scheduler.Allocation{allocationOf(&next)}
-		}
-		ok, _, err := s.commit(ctx, t)
+		ok, _, err := s.commit(ctx, &txn{puts: []instPut{{base: cur.Revision, in: &next}}})
 		if err != nil {
 			return fmt.Errorf("control: instance %s: %w", id, err)
 		}

@@ -308,9 +308,9 @@ func (s *state) perform(in reconciler.Instance, acts []reconciler.Action, direct
 		}
 		switch a.Kind {
 		case reconciler.Release:
+			// The ledger gave the node back when the record was stored
+			// (applyStored).
 			s.victimGone(in.ID)
-			s.cluster.release(in.ID)
-			s.meter.drop(in.ID)
 			s.kickPlacer()
 		case reconciler.Place:
 			s.kickPlacer()

@@ -79,18 +79,16 @@ const stripes = 256
 //
 //  1. the instance stripes (locks), several only in index order
 //     (applyBatch);
-//  2. committing (commit holds it for reading; the store watch for
-//     writing, see external);
-//  3. gangMu (gangs);
-//  4. mu (records);
-//  5. the scheduler cluster's own lock (inside scheduler.Cluster, taken by
+//  2. gangMu (gangs);
+//  3. mu (records);
+//  4. the scheduler cluster's own lock (inside scheduler.Cluster, taken by
 //     its methods);
 //
 // rtMu, the runtime's mu, usageMu (meter) and victims.mu are leaves:
 // nothing else is taken while one is held. The placer's schedulers (Config.Schedulers)
 // hold none of these between placements: each plans on a snapshot it alone
 // uses. The store is called with no lock of this list held but the
-// stripes of the instances being changed and committing.
+// stripes of the instances being changed.
 type state struct {
 	cfg       Config
 	st        store.Store // written by commit only
@@ -104,11 +102,6 @@ type state struct {
 	// with the records.
 	cluster *cluster
 	locks   [stripes]sync.Mutex
-	// committing is held for reading by every commit, from its store
-	// transaction until memory and the ledger are in step with it; the
-	// store watch takes it to wait for those before it takes a change it
-	// does not know (external).
-	committing sync.RWMutex
 
 	records
 	gangs
@@ -139,12 +132,13 @@ type state struct {
 	placeNow chan chan struct{}
 }
 
-// records is the store's instances and requests in memory, write-through
-// (commit writes the store, then here), with their indexes and tallies,
-// and the latest reading of every node. mu guards all of it.
+// records is the store's instances and requests in memory, a replica that
+// changes only through applyStored (after load has read it), with their
+// indexes and tallies, and the latest reading of every node. mu guards all
+// of it.
 type records struct {
 	mu       sync.RWMutex
-	recs     recIndex // the store's instances, write-through
+	recs     recIndex // the store's instances
 	requests map[string]*storedRequest
 	names    map[nameKey]string          // instance id by namespace and name, for live instances not named by their id (nameHolderLocked)
 	nameNS   map[string]int              // keys of names per namespace, for lookups in every namespace
@@ -157,6 +151,8 @@ type records struct {
 	// loadRev is the store revision the loaded instances reflect; the
 	// store watch starts after it. Set before Run, then read only.
 	loadRev int64
+	// tombs are the recent removals of instances, for applyStored.
+	tombs tombstones
 	// aside holds the ids of the instances whose records are moved aside
 	// (PrefixQuarantine), now or at an earlier start: their back-end
 	// resources are not leaks to delete. Set by load, then read only.
@@ -403,21 +399,6 @@ func (s *state) get(id string) (reconciler.Instance, bool) {
 	return in.instance(), true
 }
 
-// remember caches in unless the cache already holds a newer revision.
-func (s *state) remember(in reconciler.Instance) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.rememberLocked(in)
-}
-
-// rememberLocked is remember with s.mu held for writing.
-func (s *state) rememberLocked(in reconciler.Instance) {
-	if cur := s.recs.get(in.ID); cur != nil && cur.Revision > in.Revision {
-		return
-	}
-	s.putLocked(&in)
-}
-
 // putLocked caches in and keeps the indexes in step: names of live
 // instances, what each owner, pool and provider holds, and the queue
 // length. s.mu must be held for writing.
@@ -520,11 +501,16 @@ func (s *state) countLocked(in *rec, sign int) {
 func (s *state) reload(ctx context.Context, id string) error {
 	kv, err := s.st.Get(ctx, PrefixInstances+id)
 	if errors.Is(err, store.ErrNotFound) {
-		s.mu.Lock()
+		// Gone at some revision after the one memory holds.
+		s.mu.RLock()
+		var rev int64
 		if old := s.recs.get(id); old != nil {
-			s.dropLocked(old)
+			rev = old.Revision + 1
 		}
-		s.mu.Unlock()
+		s.mu.RUnlock()
+		if rev > 0 {
+			s.applyStored([]change{{id: id, rev: rev}})
+		}
 		return driver.Errorf(driver.ErrNotFound, "instance %s", id)
 	}
 	if err != nil {
@@ -534,9 +520,7 @@ func (s *state) reload(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	s.mu.Lock()
-	s.putLocked(in)
-	s.mu.Unlock()
+	s.applyStored([]change{{id: id, in: in, rev: kv.ModRevision}})
 	return nil
 }
 
@@ -624,7 +608,7 @@ func (s *state) apply(ctx context.Context, id string, ev reconciler.Event, direc
 			// Nothing to store.
 			return cur, s.perform(next, acts, direct), nil
 		}
-		ok, _, err := s.commit(ctx, &txn{puts: []instPut{{base: cur.Revision, in: &next}}, release: releases(id, acts)})
+		ok, _, err := s.commit(ctx, &txn{puts: []instPut{{base: cur.Revision, in: &next}}})
 		if err != nil {
 			return cur, nil, fmt.Errorf("control: instance %s: %w", id, err)
 		}
@@ -717,7 +701,6 @@ func (s *state) applyBatch(ctx context.Context, batch []outcome, scratch *batchS
 		if r.changed {
 			t.put(r.base, &r.in)
 		}
-		t.release = append(t.release, releases(r.in.ID, r.acts)...)
 	}
 	if ok, _, err := s.commit(ctx, t); err != nil || !ok {
 		unlock()

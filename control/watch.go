@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/berth-dev/berth/store"
@@ -14,6 +15,8 @@ import (
 // come back too and are skipped, since the cache already holds them.
 func (s *state) watchStore(ctx context.Context, rt *runtime) {
 	from := s.loadRev + 1
+	s.watching(from - 1)
+	defer s.watching(-1)
 	for ctx.Err() == nil {
 		w, err := s.st.Watch(ctx, PrefixInstances, from)
 		if err != nil {
@@ -42,37 +45,46 @@ func (s *state) watchStore(ctx context.Context, rt *runtime) {
 	}
 }
 
-// external applies one watched change to the cache. A change of this
-// plane's own may be watched before its commit has brought memory and the
-// ledger in step: external waits for the commits in flight first, so that
-// its record, deleted say, is never seen before the ledger has released
-// what it held.
+// external applies one watched change: most are this plane's own, in
+// memory already (commit applied them), and are skipped before paying for
+// the decoding; applyStored skips what memory holds a newer form of.
 func (s *state) external(rt *runtime, ev store.Event) {
 	id := ev.KV.Key[len(PrefixInstances):]
-	if !s.knows(id, ev.KV.ModRevision) {
-		s.committing.Lock() // waits for the commits in flight
-		s.committing.Unlock()
-	}
 	if ev.Type == store.EventDelete {
-		s.mu.Lock()
-		if old := s.recs.get(id); old != nil && old.Revision < ev.KV.ModRevision {
-			s.dropLocked(old)
-		}
-		s.mu.Unlock()
+		s.applyStored([]change{{id: id, rev: ev.KV.ModRevision, watched: true}})
 		return
 	}
-	// Most changes are this plane's own, cached already: skip them before
-	// paying for the decoding.
 	if s.knows(id, ev.KV.ModRevision) {
+		s.passed(ev.KV.ModRevision)
 		return
 	}
 	in, err := decodeRecord(ev.KV, s.requestSpec)
 	if err != nil {
 		s.log.Warn("store watch", "key", ev.KV.Key, "err", err)
+		s.passed(ev.KV.ModRevision)
 		return
 	}
-	s.remember(*in)
+	s.applyStored([]change{{id: id, in: in, rev: ev.KV.ModRevision, watched: true}})
 	s.tickAt(rt, id, s.now())
+}
+
+// watching records that a store watch starts delivering the changes after
+// rev, or, with rev -1, that it has stopped (tombstones).
+func (s *state) watching(rev int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if rev < 0 {
+		s.tombs.stop()
+		return
+	}
+	s.tombs.start(rev)
+}
+
+// passed records that the store watch delivered every change up to rev.
+func (s *state) passed(rev int64) {
+	s.mu.Lock()
+	s.tombs.pass(rev)
+	s.mu.Unlock()
 }
 
 // knows reports whether memory holds instance id at revision rev or later.
@@ -92,7 +104,27 @@ func (s *state) resync(ctx context.Context, rt *runtime) (int64, error) {
 	for _, kv := range kvs {
 		s.external(rt, store.Event{Type: store.EventPut, KV: kv})
 	}
+	s.dropUnlisted(kvs, rev)
 	return rev, nil
+}
+
+// dropUnlisted removes from memory the instances that a listing of every
+// instance at revision rev, kvs, no longer holds.
+func (s *state) dropUnlisted(kvs []store.KV, rev int64) {
+	seen := make(map[string]bool, len(kvs))
+	for _, kv := range kvs {
+		seen[strings.TrimPrefix(kv.Key, PrefixInstances)] = true
+	}
+	var gone []change
+	s.mu.RLock()
+	for in := range s.recs.all() {
+		if !seen[in.ID] && in.Revision <= rev {
+			gone = append(gone, change{id: in.ID, rev: rev})
+		}
+	}
+	s.mu.RUnlock()
+	s.applyStored(gone)
+	s.passed(rev)
 }
 
 // sleep waits d or until ctx ends.

@@ -337,18 +337,54 @@ type Allocation struct {
 func (c *Cluster) Reserve(as ...Allocation) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	seen := make(map[string]bool, len(as))
-	for k, a := range as {
-		if a.ID == "" {
-			return fmt.Errorf("reserve: %w", &driver.FieldError{Path: fmt.Sprintf("[%d].id", k), Reason: "required"})
+	return c.reserveLocked(as)
+}
+
+// Hold makes each of as the allocation its instance holds, as a change
+// the store committed asks: an instance that holds nothing reserves it (as
+// Reserve); one that holds an equal allocation on the same node (the
+// reservation its placement made) keeps it as it is; one that holds
+// another gives it back first, keeping what its back-end was told of it
+// (SetPresence) and whether it is elastic (a group's placement says) when
+// it stays on its node. Like Reserve it never fails for
+// lack of room; an allocation that is not valid is an error, and nothing
+// of that call is held.
+func (c *Cluster) Hold(as ...Allocation) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var fresh []Allocation
+	var olds []*alloc
+	going := map[*alloc]bool{}
+	for _, a := range as {
+		old := c.allocs.get(a.ID)
+		if old == nil {
+			fresh = append(fresh, a)
+			continue
 		}
-		if err := driver.ValidateCapacity(fmt.Sprintf("[%d].", k), a.Resources); err != nil {
-			return fmt.Errorf("reserve: %w", err)
+		i, known := c.st.t.index[nodeKey{a.Provider, a.Node}]
+		if known && old.node == i && old.equals(&a) {
+			continue
 		}
-		if c.allocs.get(a.ID) != nil || seen[a.ID] {
-			return driver.Errorf(driver.ErrAlreadyExists, "reserve: instance %q is already allocated", a.ID)
+		if known && old.node == i {
+			a.Presence, a.Elastic = old.pres, old.elastic
 		}
-		seen[a.ID] = true
+		olds = append(olds, old)
+		going[old] = true
+		fresh = append(fresh, a)
+	}
+	if err := c.checkReserveLocked(fresh, going); err != nil {
+		return err
+	}
+	for _, old := range olds {
+		c.releaseLocked(old)
+	}
+	return c.reserveLocked(fresh)
+}
+
+// reserveLocked is Reserve with c.mu held.
+func (c *Cluster) reserveLocked(as []Allocation) error {
+	if err := c.checkReserveLocked(as, nil); err != nil {
+		return err
 	}
 	pending := map[nodeKey]bool{}
 	for _, a := range as {
@@ -379,6 +415,29 @@ func (c *Cluster) Reserve(as ...Allocation) error {
 		}
 	}
 	c.compactLocked()
+	return nil
+}
+
+// checkReserveLocked checks as for reserveLocked, counting the ids of
+// going, about to be released, as free.
+func (c *Cluster) checkReserveLocked(as []Allocation, going map[*alloc]bool) error {
+	seen := make(map[string]bool, len(as))
+	for k, a := range as {
+		if a.ID == "" {
+			return fmt.Errorf("reserve: %w", &driver.FieldError{Path: fmt.Sprintf("[%d].id", k), Reason: "required"})
+		}
+		if err := driver.ValidateCapacity(fmt.Sprintf("[%d].", k), a.Resources); err != nil {
+			return fmt.Errorf("reserve: %w", err)
+		}
+		held := c.allocs.get(a.ID)
+		if going[held] {
+			held = nil
+		}
+		if held != nil || seen[a.ID] {
+			return driver.Errorf(driver.ErrAlreadyExists, "reserve: instance %q is already allocated", a.ID)
+		}
+		seen[a.ID] = true
+	}
 	return nil
 }
 
@@ -418,6 +477,13 @@ func (c *Cluster) Release(id string) error {
 	if a == nil {
 		return driver.Errorf(driver.ErrNotFound, "instance %q holds nothing", id)
 	}
+	c.releaseLocked(a)
+	c.compactLocked()
+	return nil
+}
+
+// releaseLocked frees what a holds.
+func (c *Cluster) releaseLocked(a *alloc) {
 	c.delAllocLocked(a)
 	c.st.unapply(a)
 	if a.pres == Untracked {
@@ -425,8 +491,6 @@ func (c *Cluster) Release(id string) error {
 		c.seq++
 		c.moved[a.node] = c.seq
 	}
-	c.compactLocked()
-	return nil
 }
 
 // Place plans r on the current state and commits it at once, under the

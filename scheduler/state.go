@@ -85,6 +85,21 @@ func newAlloc(id, name string, i int32, ports []int, info *reqInfo, elastic bool
 	return &alloc{id: id, node: i, info: info, elastic: elastic}
 }
 
+// equals reports whether a holds what b asks, its node and whether it is
+// elastic aside.
+func (a *alloc) equals(b *Allocation) bool {
+	i := a.info
+	name := b.Name
+	if name == "" {
+		name = b.ID
+	}
+	return a.name() == name && i.request == b.Request && i.owner == b.Owner &&
+		i.pool == b.Pool && i.group == b.Group && i.image == b.Image && i.priority == b.Priority &&
+		i.res.CPU == b.Resources.CPU && i.res.Memory == b.Resources.Memory && i.res.Disk == b.Resources.Disk &&
+		i.res.GPUs == b.Resources.GPUs && maps.Equal(i.res.Other, b.Resources.Other) &&
+		maps.Equal(i.labels, b.Labels) && slices.Equal(i.ports, b.Ports)
+}
+
 // name returns the instance's name.
 func (a *alloc) name() string {
 	if a.info.name == "" {
