@@ -94,62 +94,11 @@ func (s *state) commit(ctx context.Context, t *txn) (ok bool, rev int64, err err
 			s.mu.Unlock()
 		}
 	}
-	n := len(t.puts) + len(t.dels) + len(t.newReqs) + len(t.dropReqs) + len(t.dropGroups) + len(t.ops) + 1
-	cmps := make([]store.Cmp, 0, n)
-	ops := make([]store.Op, 0, n)
-	if len(t.puts) > 0 {
-		// The records leave out the specs their requests hold.
-		shared := make([]*driver.Spec, len(t.puts))
-		s.mu.RLock()
-		for k, p := range t.puts {
-			if r := s.requests[p.in.Request]; r != nil {
-				shared[k] = r.spec
-			}
-		}
-		s.mu.RUnlock()
-		for k, p := range t.puts {
-			key := PrefixInstances + p.in.ID
-			b, err := encodeRecord(p.in, shared[k])
-			if err != nil {
-				forget()
-				return false, 0, err
-			}
-			cmps = append(cmps, store.Cmp{Key: key, ModRevision: p.base})
-			ops = append(ops, store.Put(key, b))
-		}
+	cmps, ops, err := s.storeOps(t)
+	if err != nil {
+		forget()
+		return false, 0, err
 	}
-	for _, in := range t.dels {
-		key := PrefixInstances + in.ID
-		cmps = append(cmps, store.Cmp{Key: key, ModRevision: in.Revision})
-		ops = append(ops, store.Delete(key))
-	}
-	for id, sr := range t.newReqs {
-		b, err := json.Marshal(sr)
-		if err != nil {
-			forget()
-			return false, 0, fmt.Errorf("control: encode request %s: %w", id, err)
-		}
-		cmps = append(cmps, store.Cmp{Key: PrefixRequests + id})
-		ops = append(ops, store.Put(PrefixRequests+id, b))
-	}
-	for _, id := range t.dropReqs {
-		ops = append(ops, store.Delete(PrefixRequests+id))
-	}
-	if g := t.newGroup; g != nil {
-		b, err := json.Marshal(g)
-		if err != nil {
-			forget()
-			return false, 0, fmt.Errorf("control: encode group %s: %w", g.ID, err)
-		}
-		cmps = append(cmps, store.Cmp{Key: PrefixGroups + g.ID})
-		ops = append(ops, store.Put(PrefixGroups+g.ID, b))
-	}
-	for _, id := range t.dropGroups {
-		ops = append(ops, store.Delete(PrefixGroups+id))
-	}
-	cmps = append(cmps, t.cmps...)
-	ops = append(ops, t.ops...)
-
 	res, err := s.st.Txn(ctx, cmps, ops)
 	if err != nil || !res.Succeeded {
 		forget()
@@ -178,4 +127,62 @@ func (s *state) commit(ctx context.Context, t *txn) (ok bool, rev int64, err err
 type moved struct {
 	id       string
 	from, to reconciler.Phase
+}
+
+// storeOps returns the comparisons and writes that store t.
+func (s *state) storeOps(t *txn) ([]store.Cmp, []store.Op, error) {
+	n := len(t.puts) + len(t.dels) + len(t.newReqs) + len(t.dropReqs) + len(t.dropGroups) + len(t.ops) + 1
+	cmps := make([]store.Cmp, 0, n)
+	ops := make([]store.Op, 0, n)
+	if len(t.puts) > 0 {
+		// The records leave out the specs their requests hold.
+		shared := make([]*driver.Spec, len(t.puts))
+		s.mu.RLock()
+		for k, p := range t.puts {
+			if r := s.requests[p.in.Request]; r != nil {
+				shared[k] = r.spec
+			}
+		}
+		s.mu.RUnlock()
+		for k, p := range t.puts {
+			key := PrefixInstances + p.in.ID
+			b, err := encodeRecord(p.in, shared[k])
+			if err != nil {
+				return nil, nil, err
+			}
+			cmps = append(cmps, store.Cmp{Key: key, ModRevision: p.base})
+			ops = append(ops, store.Put(key, b))
+		}
+	}
+	for _, in := range t.dels {
+		key := PrefixInstances + in.ID
+		cmps = append(cmps, store.Cmp{Key: key, ModRevision: in.Revision})
+		ops = append(ops, store.Delete(key))
+	}
+	for id, sr := range t.newReqs {
+		b, err := json.Marshal(sr)
+		if err != nil {
+			return nil, nil, fmt.Errorf("control: encode request %s: %w", id, err)
+		}
+		cmps = append(cmps, store.Cmp{Key: PrefixRequests + id})
+		ops = append(ops, store.Put(PrefixRequests+id, b))
+	}
+	for _, id := range t.dropReqs {
+		ops = append(ops, store.Delete(PrefixRequests+id))
+	}
+	if g := t.newGroup; g != nil {
+		b, err := json.Marshal(g)
+		if err != nil {
+			return nil, nil, fmt.Errorf("control: encode group %s: %w", g.ID, err)
+		}
+		cmps = append(cmps, store.Cmp{Key: PrefixGroups + g.ID})
+		ops = append(ops, store.Put(PrefixGroups+g.ID, b))
+	}
+	for _, id := range t.dropGroups {
+		ops = append(ops, store.Delete(PrefixGroups+id))
+	}
+	cmps = append(cmps, t.cmps...)
+	ops = append(ops, t.ops...)
+
+	return cmps, ops, nil
 }

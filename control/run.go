@@ -717,71 +717,86 @@ func (s *state) workCreate(ctx context.Context, rt *runtime, t *task) {
 		s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.CreateFailed, Err: driver.Errorf(driver.ErrPermanent, "provider %q is not configured", in.Provider)}, true)
 		return
 	}
-	if len(t.ops) == 0 {
-		if t.adopt {
-			found, err := s.lookup(ctx, t.prov, &in)
-			if err != nil {
-				s.createFailed(ctx, rt, t, &in, err, nil)
-				return
-			}
-			if found != nil {
-				s.log.Info("adopting", "instance", in.ID, "provider", in.Provider, "backend_id", found.ID, "state", found.State)
-				s.adopt(ctx, rt, t, found)
-				return
-			}
-		}
-		if s.victimsOn(reconciler.NodeID(in.Provider, in.Node)) && s.now().Before(in.Deadline) {
-			// Instances evicted for this one still hold its room in the
-			// back-end: its create waits for their deletes, at most until
-			// its launch deadline (then it is tried; its launch timeout
-			// counts from the create).
-			s.again(rt, t, victimPoll)
-			return
-		}
-		spec := withPorts(*in.Spec, in.HostPorts)
-		spec.Name = in.BackendName()
-		spec.Tags = s.tags(&in)
-		opCtx, undo, ok := rt.opContext(ctx, t)
-		if !ok {
-			return
-		}
-		rt.mu.Lock()
-		if t.aborted {
-			// A delete came first: no create may start now.
-			rt.mu.Unlock()
-			return
-		}
-		t.issued = s.now()
-		rt.creating[t.id]++
-		rt.mu.Unlock()
-		s.cluster.presence(t.id, scheduler.Changing)
-		op, err := t.prov.Create(opCtx, in.Node, &spec)
-		// A listing of the tagged resources taken before the call may
-		// lack the copy it made: a delete that looks for the instance's
-		// copies by tag (once the call has returned) must not be given it.
-		s.lists[t.prov.Name()].Invalidate()
-		busy, held := errors.AsType[*provider.Busy](err)
-		rt.mu.Lock()
-		if rt.creating[t.id]--; rt.creating[t.id] == 0 {
-			delete(rt.creating, t.id)
-		}
-		if held {
-			t.issued = time.Time{} // the back-end was not asked
-		}
-		rt.mu.Unlock()
-		if held {
-			// The write budget has no change to spare: the worker goes
-			// on with other operations, and this one waits its turn.
-			undo()
-			s.again(rt, t, busy.Wait)
-			return
-		}
-		if err != nil {
-			s.createFailed(ctx, rt, t, &in, err, nil)
-			return
-		}
-		t.ops = []driver.Operation{op}
+	if len(t.ops) == 0 && !s.issueCreate(ctx, rt, t, &in) {
+		return
 	}
+	s.advanceCreate(ctx, rt, t, &in)
+}
+
+// issueCreate asks t's provider to create instance in (or finds the copy
+// to adopt) and keeps the operation in t. It returns false when there is
+// nothing to advance now: the create failed, waits its turn, or the
+// instance was adopted or moved on.
+func (s *state) issueCreate(ctx context.Context, rt *runtime, t *task, in *reconciler.Instance) bool {
+	if t.adopt {
+		found, err := s.lookup(ctx, t.prov, in)
+		if err != nil {
+			s.createFailed(ctx, rt, t, in, err, nil)
+			return false
+		}
+		if found != nil {
+			s.log.Info("adopting", "instance", in.ID, "provider", in.Provider, "backend_id", found.ID, "state", found.State)
+			s.adopt(ctx, rt, t, found)
+			return false
+		}
+	}
+	if s.victimsOn(reconciler.NodeID(in.Provider, in.Node)) && s.now().Before(in.Deadline) {
+		// Instances evicted for this one still hold its room in the
+		// back-end: its create waits for their deletes, at most until
+		// its launch deadline (then it is tried; its launch timeout
+		// counts from the create).
+		s.again(rt, t, victimPoll)
+		return false
+	}
+	spec := withPorts(*in.Spec, in.HostPorts)
+	spec.Name = in.BackendName()
+	spec.Tags = s.tags(in)
+	opCtx, undo, ok := rt.opContext(ctx, t)
+	if !ok {
+		return false
+	}
+	rt.mu.Lock()
+	if t.aborted {
+		// A delete came first: no create may start now.
+		rt.mu.Unlock()
+		return false
+	}
+	t.issued = s.now()
+	rt.creating[t.id]++
+	rt.mu.Unlock()
+	s.cluster.presence(t.id, scheduler.Changing)
+	op, err := t.prov.Create(opCtx, in.Node, &spec)
+	// A listing of the tagged resources taken before the call may
+	// lack the copy it made: a delete that looks for the instance's
+	// copies by tag (once the call has returned) must not be given it.
+	s.lists[t.prov.Name()].Invalidate()
+	busy, held := errors.AsType[*provider.Busy](err)
+	rt.mu.Lock()
+	if rt.creating[t.id]--; rt.creating[t.id] == 0 {
+		delete(rt.creating, t.id)
+	}
+	if held {
+		t.issued = time.Time{} // the back-end was not asked
+	}
+	rt.mu.Unlock()
+	if held {
+		// The write budget has no change to spare: the worker goes
+		// on with other operations, and this one waits its turn.
+		undo()
+		s.again(rt, t, busy.Wait)
+		return false
+	}
+	if err != nil {
+		s.createFailed(ctx, rt, t, in, err, nil)
+		return false
+	}
+	t.ops = []driver.Operation{op}
+	return true
+}
+
+// advanceCreate advances the create operation of t and feeds its outcome
+// to instance in.
+func (s *state) advanceCreate(ctx context.Context, rt *runtime, t *task, in *reconciler.Instance) {
 	actx, cancel := context.WithTimeout(ctx, callTimeout)
 	p, err := t.ops[0].Advance(actx)
 	cancel()
@@ -790,7 +805,7 @@ func (s *state) workCreate(ctx context.Context, rt *runtime, t *task) {
 		// Cancelled: the instance moved on; nothing to report.
 		rt.finish(t)
 	case err != nil:
-		s.createFailed(ctx, rt, t, &in, err, p.Instance)
+		s.createFailed(ctx, rt, t, in, err, p.Instance)
 	case p.Done && p.Instance != nil && p.Instance.State == driver.StateCreating:
 		// An adopted copy still being built: wait for it.
 		t.ops = []driver.Operation{s.awaitOp(t.prov, p.Instance.ID)}

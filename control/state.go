@@ -182,78 +182,11 @@ func (s *state) stripeOf(id string) int {
 }
 
 func newState(ctx context.Context, cfg Config) (*state, error) {
-	var es driver.FieldErrors
-	if cfg.Store == nil {
-		es = append(es, &driver.FieldError{Path: "store", Reason: "required"})
+	provs, err := checkConfig(&cfg)
+	if err != nil {
+		return nil, err
 	}
-	if len(cfg.Providers) == 0 {
-		es = append(es, &driver.FieldError{Path: "providers", Reason: "at least one provider is required"})
-	}
-	provs := map[string]*provider.Provider{}
-	for i, p := range cfg.Providers {
-		if p == nil {
-			es = append(es, &driver.FieldError{Path: fmt.Sprintf("providers[%d]", i), Reason: "nil provider"})
-			continue
-		}
-		if _, dup := provs[p.Name()]; dup {
-			es = append(es, &driver.FieldError{Path: fmt.Sprintf("providers[%d]", i), Reason: fmt.Sprintf("provider name %q used twice", p.Name())})
-		}
-		provs[p.Name()] = p
-	}
-	es = append(es, CheckPools(cfg.Pools, cfg.Quotas, func(name string) bool { _, ok := provs[name]; return ok })...)
-	es = append(es, CheckRunAs(cfg.RunAs)...)
-	var fe *driver.FieldError
-	if err := cfg.QueuePolicy.Check("queue_policy"); errors.As(err, &fe) {
-		es = append(es, fe)
-	}
-	rangeCounts.Check(&es, "max_attempts", int64(cfg.MaxAttempts))
-	if cfg.Schedulers < 0 || cfg.Schedulers > MaxSchedulers {
-		es = append(es, &driver.FieldError{Path: "schedulers", Reason: fmt.Sprintf("%d: want 1 to %d, or 0 for the default (1)", cfg.Schedulers, MaxSchedulers)})
-	}
-	for _, name := range slices.Sorted(maps.Keys(cfg.Overcommit)) {
-		path := "overcommit[" + name + "]"
-		if _, ok := provs[name]; !ok {
-			es = append(es, &driver.FieldError{Path: path, Reason: fmt.Sprintf("no provider named %q", name)})
-		}
-		o := cfg.Overcommit[name]
-		es = append(es, o.Check(path)...)
-	}
-	if err := es.Err(); err != nil {
-		return nil, fmt.Errorf("control: %w", err)
-	}
-	if cfg.Schedulers == 0 {
-		cfg.Schedulers = 1
-	}
-	if cfg.Cluster == "" {
-		cfg.Cluster = "berth"
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.LeakSightings <= 0 {
-		cfg.LeakSightings = 2
-	}
-	if cfg.SyncInterval <= 0 {
-		cfg.SyncInterval = 2 * time.Second
-	}
-	if cfg.Workers <= 0 {
-		cfg.Workers = 4
-	}
-	if cfg.Writers <= 0 {
-		cfg.Writers = 2
-	}
-	if cfg.Retention <= 0 {
-		cfg.Retention = time.Hour
-	}
-	if cfg.MaxRetained <= 0 {
-		cfg.MaxRetained = 10000
-	}
-	if cfg.UsageInterval <= 0 {
-		cfg.UsageInterval = 10 * time.Second
-	}
+	cfg.setDefaults()
 	s := &state{
 		cfg:   cfg,
 		st:    cfg.Store,
@@ -298,27 +231,120 @@ func newState(ctx context.Context, cfg Config) (*state, error) {
 		s.cluster = newCluster(s)
 		return s, nil
 	}
-	if orphans := s.orphanRequests(); len(orphans) > 0 && len(s.aside) == 0 {
-		if _, _, err := s.commit(ctx, &txn{dropReqs: orphans}); err != nil {
-			return nil, fmt.Errorf("control: remove requests without instances: %w", err)
-		}
-	} else if len(orphans) > 0 {
-		// Some of them may hold the spec of an instance record moved
-		// aside: they are moved aside too, not removed.
-		for _, id := range orphans {
-			kv, err := s.st.Get(ctx, PrefixRequests+id)
-			if err != nil {
-				return nil, fmt.Errorf("control: read request %s: %w", id, err)
-			}
-			if err := s.moveAside(ctx, kv, errors.New("request without instances, kept as instance records were moved aside")); err != nil {
-				return nil, err
-			}
-			delete(s.requests, id)
-		}
+	if err := s.dropOrphans(ctx); err != nil {
+		return nil, err
 	}
 	s.cluster = newCluster(s)
 	s.refreshNodes(ctx)
 	return s, nil
+}
+
+// checkConfig checks cfg and returns its providers by name.
+func checkConfig(cfg *Config) (map[string]*provider.Provider, error) {
+	var es driver.FieldErrors
+	if cfg.Store == nil {
+		es = append(es, &driver.FieldError{Path: "store", Reason: "required"})
+	}
+	if len(cfg.Providers) == 0 {
+		es = append(es, &driver.FieldError{Path: "providers", Reason: "at least one provider is required"})
+	}
+	provs := map[string]*provider.Provider{}
+	for i, p := range cfg.Providers {
+		if p == nil {
+			es = append(es, &driver.FieldError{Path: fmt.Sprintf("providers[%d]", i), Reason: "nil provider"})
+			continue
+		}
+		if _, dup := provs[p.Name()]; dup {
+			es = append(es, &driver.FieldError{Path: fmt.Sprintf("providers[%d]", i), Reason: fmt.Sprintf("provider name %q used twice", p.Name())})
+		}
+		provs[p.Name()] = p
+	}
+	es = append(es, CheckPools(cfg.Pools, cfg.Quotas, func(name string) bool { _, ok := provs[name]; return ok })...)
+	es = append(es, CheckRunAs(cfg.RunAs)...)
+	var fe *driver.FieldError
+	if err := cfg.QueuePolicy.Check("queue_policy"); errors.As(err, &fe) {
+		es = append(es, fe)
+	}
+	rangeCounts.Check(&es, "max_attempts", int64(cfg.MaxAttempts))
+	if cfg.Schedulers < 0 || cfg.Schedulers > MaxSchedulers {
+		es = append(es, &driver.FieldError{Path: "schedulers", Reason: fmt.Sprintf("%d: want 1 to %d, or 0 for the default (1)", cfg.Schedulers, MaxSchedulers)})
+	}
+	for _, name := range slices.Sorted(maps.Keys(cfg.Overcommit)) {
+		path := "overcommit[" + name + "]"
+		if _, ok := provs[name]; !ok {
+			es = append(es, &driver.FieldError{Path: path, Reason: fmt.Sprintf("no provider named %q", name)})
+		}
+		o := cfg.Overcommit[name]
+		es = append(es, o.Check(path)...)
+	}
+	if err := es.Err(); err != nil {
+		return nil, fmt.Errorf("control: %w", err)
+	}
+	return provs, nil
+}
+
+// setDefaults gives the settings cfg leaves at zero their defaults.
+func (cfg *Config) setDefaults() {
+	if cfg.Schedulers == 0 {
+		cfg.Schedulers = 1
+	}
+	if cfg.Cluster == "" {
+		cfg.Cluster = "berth"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.LeakSightings <= 0 {
+		cfg.LeakSightings = 2
+	}
+	if cfg.SyncInterval <= 0 {
+		cfg.SyncInterval = 2 * time.Second
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 4
+	}
+	if cfg.Writers <= 0 {
+		cfg.Writers = 2
+	}
+	if cfg.Retention <= 0 {
+		cfg.Retention = time.Hour
+	}
+	if cfg.MaxRetained <= 0 {
+		cfg.MaxRetained = 10000
+	}
+	if cfg.UsageInterval <= 0 {
+		cfg.UsageInterval = 10 * time.Second
+	}
+}
+
+// dropOrphans removes the requests without instances that load found,
+// or moves them aside when instance records were moved aside (one of
+// them may hold such a record's spec).
+func (s *state) dropOrphans(ctx context.Context) error {
+	orphans := s.orphanRequests()
+	if len(orphans) == 0 {
+		return nil
+	}
+	if len(s.aside) == 0 {
+		if _, _, err := s.commit(ctx, &txn{dropReqs: orphans}); err != nil {
+			return fmt.Errorf("control: remove requests without instances: %w", err)
+		}
+		return nil
+	}
+	for _, id := range orphans {
+		kv, err := s.st.Get(ctx, PrefixRequests+id)
+		if err != nil {
+			return fmt.Errorf("control: read request %s: %w", id, err)
+		}
+		if err := s.moveAside(ctx, kv, errors.New("request without instances, kept as instance records were moved aside")); err != nil {
+			return err
+		}
+		s.applyStored([]change{{id: id, request: true}})
+	}
+	return nil
 }
 
 func appendPrefixed(es driver.FieldErrors, prefix string, err error) driver.FieldErrors {

@@ -182,48 +182,7 @@ func (s *state) recordNodes(ctx context.Context, prov string, nodes []driver.Nod
 // LeakSightings consecutive sightings.
 func (s *state) syncInstances(ctx context.Context, rt *runtime, p *provider.Provider) {
 	listedAt := s.now()
-	// The listing is skimmed: most listed instances are known and
-	// unchanged, told by their glance alone, and only the others are taken
-	// whole and kept for the work below, so that a million instances cost
-	// neither a listing of a million in memory nor a million instances'
-	// garbage. What is kept is kept without its tags (the largest part of
-	// a listed instance, read no further than here): while creates finish
-	// faster than their outcomes are stored, a listing finds hundreds of
-	// thousands changed.
-	// seen holds the ids of the instances listed (a set: 39 MB for a
-	// million, 55 with bool values).
-	seen := map[string]struct{}{}
-	var changed, others []listed
-	var known *rec // the record of the instance skimmed last, when it is changed
-	err := p.Skim(ctx, map[string]string{driver.TagCluster: s.clusterID}, func(g *driver.Glance) bool {
-		s.mu.RLock()
-		cached := s.recs.get(g.Instance)
-		s.mu.RUnlock()
-		known = nil
-		if cached != nil && cached.Provider == p.Name() && cached.BackendID == g.ID && cached.Phase != reconciler.Deleted {
-			if state, code, ok := cached.seenState(); ok && state == g.State && sameExit(code, g.ExitCode) {
-				// Unchanged. It carries this cluster's tags, as the
-				// listing asked (ours). The record's id, not the
-				// glance's, is kept: the record holds it anyway.
-				seen[cached.ID] = struct{}{}
-				return false
-			}
-			known = cached
-		}
-		return true
-	}, func(f *driver.Instance) error {
-		if !s.ours(f) {
-			// Not Berth's, or another installation's: never touched.
-			return nil
-		}
-		if known != nil && known.ID == f.Tags[driver.TagInstance] && known.BackendID == f.ID {
-			seen[known.ID] = struct{}{}
-			changed = append(changed, untagged(known.ID, f))
-			return nil
-		}
-		others = append(others, untagged(f.Tags[driver.TagInstance], f))
-		return ctx.Err()
-	})
+	l, err := s.skimListing(ctx, p)
 	// A partial listing is complete for the nodes it covers: it updates
 	// their instances and leak sightings; the nodes it misses are neither
 	// searched for lost instances nor counted for leaks.
@@ -236,10 +195,9 @@ func (s *state) syncInstances(ctx context.Context, rt *runtime, p *provider.Prov
 			return
 		}
 	}
-	for _, l := range changed {
-		id, f := l.id, l.f
+	for _, c := range l.changed {
 		s.mu.RLock()
-		cur := s.recs.get(id)
+		cur := s.recs.get(c.id)
 		s.mu.RUnlock()
 		if cur != nil && cur.Updated().After(listedAt) {
 			// A verb changed the record while the listing ran (a
@@ -247,10 +205,71 @@ func (s *state) syncInstances(ctx context.Context, rt *runtime, p *provider.Prov
 			// than the record, and the next listing tells.
 			continue
 		}
-		if _, _, err := s.apply(ctx, id, reconciler.Event{Kind: reconciler.Observed, Instance: f}); err != nil && ctx.Err() == nil {
-			s.log.Warn("observe", "instance", id, "err", err)
+		if _, _, err := s.apply(ctx, c.id, reconciler.Event{Kind: reconciler.Observed, Instance: c.f}); err != nil && ctx.Err() == nil {
+			s.log.Warn("observe", "instance", c.id, "err", err)
 		}
 	}
+	s.countLeaks(rt, p, l.others, partial)
+	s.findLost(ctx, rt, p, l.seen, listedAt, partial)
+}
+
+// listing is what syncInstances keeps of one listing of a provider.
+type listing struct {
+	// seen holds the ids of the instances listed (a set: 39 MB for a
+	// million, 55 with bool values).
+	seen map[string]struct{}
+	// changed are known instances whose state changed; others are the
+	// rest of this cluster's resources (strangers, leaks, second copies).
+	changed, others []listed
+}
+
+// skimListing lists p's resources of this cluster. The listing is
+// skimmed: most listed instances are known and unchanged, told by their
+// glance alone, and only the others are taken whole and kept for the work
+// after, so that a million instances cost neither a listing of a million
+// in memory nor a million instances' garbage. What is kept is kept without
+// its tags (the largest part of a listed instance, read no further than
+// here): while creates finish faster than their outcomes are stored, a
+// listing finds hundreds of thousands changed.
+func (s *state) skimListing(ctx context.Context, p *provider.Provider) (listing, error) {
+	l := listing{seen: map[string]struct{}{}}
+	var known *rec // the record of the instance skimmed last, when it is changed
+	err := p.Skim(ctx, map[string]string{driver.TagCluster: s.clusterID}, func(g *driver.Glance) bool {
+		s.mu.RLock()
+		cached := s.recs.get(g.Instance)
+		s.mu.RUnlock()
+		known = nil
+		if cached != nil && cached.Provider == p.Name() && cached.BackendID == g.ID && cached.Phase != reconciler.Deleted {
+			if state, code, ok := cached.seenState(); ok && state == g.State && sameExit(code, g.ExitCode) {
+				// Unchanged. It carries this cluster's tags, as the
+				// listing asked (ours). The record's id, not the
+				// glance's, is kept: the record holds it anyway.
+				l.seen[cached.ID] = struct{}{}
+				return false
+			}
+			known = cached
+		}
+		return true
+	}, func(f *driver.Instance) error {
+		if !s.ours(f) {
+			// Not Berth's, or another installation's: never touched.
+			return nil
+		}
+		if known != nil && known.ID == f.Tags[driver.TagInstance] && known.BackendID == f.ID {
+			l.seen[known.ID] = struct{}{}
+			l.changed = append(l.changed, untagged(known.ID, f))
+			return nil
+		}
+		l.others = append(l.others, untagged(f.Tags[driver.TagInstance], f))
+		return ctx.Err()
+	})
+	return l, err
+}
+
+// countLeaks counts a sighting of each of others that no record accounts
+// for, and deletes those sighted LeakSightings times; a leak not sighted
+// again is forgotten, unless the partial listing missed its node.
+func (s *state) countLeaks(rt *runtime, p *provider.Provider, others []listed, partial *driver.PartialListError) {
 	leakSeen := map[string]bool{}
 	for _, l := range others {
 		id, f := l.id, l.f
@@ -282,17 +301,19 @@ func (s *state) syncInstances(ctx context.Context, rt *runtime, p *provider.Prov
 		}
 	}
 	rt.mu.Lock()
+	defer rt.mu.Unlock()
 	for key, sg := range rt.leaks {
-		// A leak not seen again went away, unless the listing missed its
-		// node: then its sightings are kept.
 		if !leakSeen[key] && strings.HasPrefix(key, p.Name()+"/") && (partial == nil || !partial.Missing(sg.node)) {
 			delete(rt.leaks, key)
 		}
 	}
-	rt.mu.Unlock()
+}
 
-	// Instances the listing should have shown but did not: lost, after two
-	// listings, unless their node is offline (handled as node offline).
+// findLost looks for the instances of p the listing (seen, begun at
+// listedAt) should have shown but did not: lost after two listings and a
+// direct read, unless their node is offline (handled as node offline) or
+// the partial listing missed it.
+func (s *state) findLost(ctx context.Context, rt *runtime, p *provider.Provider, seen map[string]struct{}, listedAt time.Time, partial *driver.PartialListError) {
 	var missing []*reconciler.Instance
 	s.mu.RLock()
 	for in := range s.recs.all() {
@@ -328,26 +349,29 @@ func (s *state) syncInstances(ctx context.Context, rt *runtime, p *provider.Prov
 			// from a reading of its node already.
 			s.cluster.presence(in.ID, scheduler.Untracked)
 		}
-		if n < 2 {
-			continue
+		if n >= 2 {
+			s.confirmLost(ctx, rt, p, in)
 		}
-		// Confirm with a direct read before declaring it lost. What the
-		// back-end holds under that id must be this instance's: another's
-		// (the id given again by a restarted back-end) is not adopted.
-		if got, err := p.Get(ctx, in.BackendID); err == nil && s.owns(in, got) {
-			_, _, _ = s.apply(ctx, in.ID, reconciler.Event{Kind: reconciler.Observed, Instance: got})
-			continue
-		} else if !errors.Is(err, driver.ErrNotFound) {
-			continue
-		}
-		rt.mu.Lock()
-		delete(rt.misses, in.ID)
-		rt.mu.Unlock()
-		s.log.Warn("instance lost", "instance", in.ID, "provider", p.Name(), "backend_id", in.BackendID)
-		lost := reconciler.Event{Kind: reconciler.Observed, Ref: reconciler.Ref{Provider: p.Name(), BackendID: in.BackendID}}
-		if _, _, err := s.apply(ctx, in.ID, lost); err != nil && ctx.Err() == nil {
-			s.log.Warn("lost", "instance", in.ID, "err", err)
-		}
+	}
+}
+
+// confirmLost reads missing instance in directly before declaring it
+// lost. What the back-end holds under its id must be this instance's:
+// another's (the id given again by a restarted back-end) is not adopted.
+func (s *state) confirmLost(ctx context.Context, rt *runtime, p *provider.Provider, in *reconciler.Instance) {
+	if got, err := p.Get(ctx, in.BackendID); err == nil && s.owns(in, got) {
+		_, _, _ = s.apply(ctx, in.ID, reconciler.Event{Kind: reconciler.Observed, Instance: got})
+		return
+	} else if !errors.Is(err, driver.ErrNotFound) {
+		return
+	}
+	rt.mu.Lock()
+	delete(rt.misses, in.ID)
+	rt.mu.Unlock()
+	s.log.Warn("instance lost", "instance", in.ID, "provider", p.Name(), "backend_id", in.BackendID)
+	lost := reconciler.Event{Kind: reconciler.Observed, Ref: reconciler.Ref{Provider: p.Name(), BackendID: in.BackendID}}
+	if _, _, err := s.apply(ctx, in.ID, lost); err != nil && ctx.Err() == nil {
+		s.log.Warn("lost", "instance", in.ID, "err", err)
 	}
 }
 

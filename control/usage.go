@@ -240,6 +240,23 @@ func (s *state) batch(p *provider.Provider, from string) ([]target, string) {
 // one placed meanwhile counts at its reservation.
 func (s *state) measure(ctx context.Context, p *provider.Provider, from string) string {
 	targets, next := s.batch(p, from)
+	got := s.sample(ctx, p, targets)
+	if ctx.Err() != nil {
+		return from
+	}
+	now := s.now()
+	s.keepSamples(targets, got, now)
+	s.sumNodes(p, now)
+	if o := s.cfg.Overcommit[p.Name()]; o.Usage() {
+		// Idle nodes may take what waits now.
+		s.kickPlacer()
+	}
+	return next
+}
+
+// sample measures targets on p, usageWorkers at a time; got[k] is
+// targets[k]'s sample, nil when it has none.
+func (s *state) sample(ctx context.Context, p *provider.Provider, targets []target) []*driver.Usage {
 	got := make([]*driver.Usage, len(targets))
 	sem := make(chan struct{}, usageWorkers)
 	var wg sync.WaitGroup
@@ -276,10 +293,12 @@ loop:
 		})
 	}
 	wg.Wait()
-	if ctx.Err() != nil {
-		return from
-	}
-	now := s.now()
+	return got
+}
+
+// keepSamples adds the samples got of targets, taken at now, to the
+// instances' rings and hours.
+func (s *state) keepSamples(targets []target, got []*driver.Usage, now time.Time) {
 	s.meter.usageMu.Lock()
 	for k, t := range targets {
 		u := got[k]
@@ -299,6 +318,11 @@ loop:
 		r.hour.put(point{at: now.UnixNano(), cpu: int64(sample.CPU), mem: int64(sample.Memory), rcpu: t.cpu, rmem: t.mem})
 	}
 	s.meter.usageMu.Unlock()
+}
+
+// sumNodes sums the use of every instance on p's nodes, keeps the sums and
+// their hour, and hands them to the scheduler.
+func (s *state) sumNodes(p *provider.Provider, now time.Time) {
 	// Every instance on p's nodes counts, read afresh: one placed while
 	// the samples were taken counts at its reservation. The records are
 	// walked in place, with no copy of them: a provider may have millions.
@@ -359,11 +383,6 @@ loop:
 		_, node := splitNodeID(key)
 		s.setMeasured(p.Name(), node, n)
 	}
-	if o := s.cfg.Overcommit[p.Name()]; o.Usage() {
-		// Idle nodes may take what waits now.
-		s.kickPlacer()
-	}
-	return next
 }
 
 func (s *state) setMeasured(prov, node string, n NodeUsage) {

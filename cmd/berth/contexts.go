@@ -163,52 +163,6 @@ sets the current one. --addr, --token, --namespace and --ca-file override it.`,
 		Args: nArgs(0, 0),
 		RunE: func(cmd *cobra.Command, args []string) error { return cmd.Help() },
 	}
-	var cx clientContext
-	var tokenFile string
-	add := &cobra.Command{
-		Use:   "add NAME --addr ADDR [--token-file FILE] [--namespace NS] [--ca-file FILE]",
-		Short: "Add or replace a context",
-		Args:  nArgs(1, 1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cx.Name = args[0]
-			if err := auth.ValidName(cx.Name); err != nil {
-				return usagef("context name %v", err)
-			}
-			if cx.Addr == "" {
-				return usagef("--addr is required")
-			}
-			if _, err := client.New(cx.Addr); err != nil {
-				return usagef("--addr: %v", err)
-			}
-			if tokenFile != "" {
-				b, err := os.ReadFile(tokenFile)
-				if err != nil {
-					return usagef("--token-file: %v", err)
-				}
-				cx.Token = strings.TrimSpace(string(b))
-			} else {
-				cx.Token = os.Getenv(EnvToken)
-			}
-			f, path, err := loadContexts()
-			if err != nil {
-				return err
-			}
-			if old, ok := f.find(cx.Name); ok {
-				*old = cx
-			} else {
-				f.Contexts = append(f.Contexts, cx)
-			}
-			if f.Current == "" {
-				f.Current = cx.Name
-			}
-			return f.save(path)
-		},
-	}
-	fl := add.Flags()
-	fl.StringVar(&cx.Addr, "addr", "", "the server's address, e.g. https://berth.example.com:7480")
-	fl.StringVar(&tokenFile, "token-file", "", "a file holding the token (default $"+EnvToken+"; never given on the command line, where others may see it)")
-	fl.StringVar(&cx.Namespace, "namespace", "", "namespace submissions land in")
-	fl.StringVar(&cx.CAFile, "ca-file", "", "PEM file of the CAs of the server's certificate")
 	use := &cobra.Command{
 		Use: "use NAME", Short: "Make a context the current one", Args: nArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -262,6 +216,57 @@ sets the current one. --addr, --token, --namespace and --ca-file override it.`,
 			return f.save(path)
 		},
 	}
-	cmd.AddCommand(add, use, ls, rm)
+	cmd.AddCommand(contextAddCmd(), use, ls, rm)
 	return cmd
+}
+
+// contextAddCmd returns `berth context add`.
+func contextAddCmd() *cobra.Command {
+	var cx clientContext
+	var tokenFile string
+	add := &cobra.Command{
+		Use:   "add NAME --addr ADDR [--token-file FILE] [--namespace NS] [--ca-file FILE]",
+		Short: "Add or replace a context",
+		Args:  nArgs(1, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cx.Name = args[0]
+			if err := auth.ValidName(cx.Name); err != nil {
+				return usagef("context name %v", err)
+			}
+			if cx.Addr == "" {
+				return usagef("--addr is required")
+			}
+			if _, err := client.New(cx.Addr); err != nil {
+				return usagef("--addr: %v", err)
+			}
+			if tokenFile != "" {
+				b, err := os.ReadFile(tokenFile)
+				if err != nil {
+					return usagef("--token-file: %v", err)
+				}
+				cx.Token = strings.TrimSpace(string(b))
+			} else {
+				cx.Token = os.Getenv(EnvToken)
+			}
+			f, path, err := loadContexts()
+			if err != nil {
+				return err
+			}
+			if old, ok := f.find(cx.Name); ok {
+				*old = cx
+			} else {
+				f.Contexts = append(f.Contexts, cx)
+			}
+			if f.Current == "" {
+				f.Current = cx.Name
+			}
+			return f.save(path)
+		},
+	}
+	fl := add.Flags()
+	fl.StringVar(&cx.Addr, "addr", "", "the server's address, e.g. https://berth.example.com:7480")
+	fl.StringVar(&tokenFile, "token-file", "", "a file holding the token (default $"+EnvToken+"; never given on the command line, where others may see it)")
+	fl.StringVar(&cx.Namespace, "namespace", "", "namespace submissions land in")
+	fl.StringVar(&cx.CAFile, "ca-file", "", "PEM file of the CAs of the server's certificate")
+	return add
 }

@@ -18,25 +18,28 @@ import (
 	"github.com/berth-dev/berth/simulate"
 )
 
+// simFlags are the flags of `berth sim`.
+type simFlags struct {
+	workload   string
+	nodes      int
+	schedulers int
+	seed       uint64
+	sample     int
+	strategy   string
+	queue      string
+	full       bool
+	path       string
+	storeKind  string
+	asJSON     bool
+	advised    bool
+	cpuProfile string
+	memProfile string
+}
+
 // newSimCmd returns `berth sim`, which replays a workload through the
 // scheduler on a cluster of the sim back-end, without a server.
 func newSimCmd() *cobra.Command {
-	var (
-		workload   string
-		nodes      int
-		schedulers int
-		seed       uint64
-		sample     int
-		strategy   string
-		queue      string
-		full       bool
-		path       string
-		storeKind  string
-		asJSON     bool
-		advised    bool
-		cpuProfile string
-		memProfile string
-	)
+	var o simFlags
 	cmd := &cobra.Command{
 		Use:   "sim --workload w1|w2|w3|w5|FILE [--full [--store memory|bolt]]",
 		Short: "Replay a workload through the scheduler on a simulated cluster",
@@ -65,141 +68,173 @@ FILE is a JSON workload: {"nodes": [{"count", "cpus", "memory", "labels", ...}],
 "groups": [{"id", "services", "repeat", "arrival", "duration", ...}]}.
 See docs/sim.md for how to read the output to size a cluster.`,
 		Args: nArgs(0, 0),
-		RunE: func(cmd *cobra.Command, args []string) (err error) {
-			if workload == "" {
-				return usagef("--workload is required: one of %s or a JSON file", strings.Join(simulate.Builtins, ", "))
-			}
-			if schedulers < 1 {
-				return usagef("--schedulers %d: want 1 or more", schedulers)
-			}
-			if sample < 0 {
-				return usagef("--sample %d: want 0 (score every node) or more", sample)
-			}
-			if strategy != "" && !slices.Contains(scheduler.Strategies, scheduler.Strategy(strategy)) {
-				return usagef("--strategy %q: want binpack, spread, random, waterfill or average", strategy)
-			}
-			if queue != "" && schedulers > 1 {
-				return usagef("--queue works with one scheduler")
-			}
-			if full {
-				if cmd.Flags().Changed("path") && path != string(simulate.PathFull) {
-					return usagef("--full and --path %s disagree", path)
-				}
-				path = string(simulate.PathFull)
-			}
-			if path != string(simulate.PathScheduler) && path != string(simulate.PathFull) {
-				return usagef("--path %q: want scheduler or full", path)
-			}
-			if path == string(simulate.PathFull) {
-				for _, name := range []string{"schedulers", "seed", "sample", "queue"} {
-					if cmd.Flags().Changed(name) {
-						return usagef("--%s applies to the scheduler path, not to --full", name)
-					}
-				}
-				if storeKind != simulate.StoreMemory && storeKind != simulate.StoreBolt {
-					return usagef("--store %q: want memory or bolt", storeKind)
-				}
-			} else if cmd.Flags().Changed("store") {
-				return usagef("--store applies to --full only")
-			}
-			var w *simulate.Workload
-			if slices.Contains(simulate.Builtins, workload) {
-				if nodes < 0 || nodes > 100_000 {
-					return usagef("--nodes %d: want 1 to 100000", nodes)
-				}
-				w, err = simulate.Builtin(workload, nodes)
-			} else {
-				if cmd.Flags().Changed("nodes") {
-					return usagef("--nodes applies to the built-in workloads; set the node counts in %s", workload)
-				}
-				w, err = simulate.Load(workload)
-			}
-			if err != nil {
-				return err
-			}
-			opt := simulate.Options{
-				Schedulers: schedulers, Optimistic: schedulers > 1, Seed: seed,
-				Sample: sample, Strategy: scheduler.Strategy(strategy), Queue: scheduler.Policy(queue),
-				Path: simulate.Path(path),
-			}
-			if opt.Path == simulate.PathFull {
-				opt.Store = storeKind
-			}
-			if cpuProfile != "" {
-				stop, err := startCPUProfile(cpuProfile)
-				if err != nil {
-					return err
-				}
-				defer func() { err = errors.Join(err, stop()) }()
-			}
-			if memProfile != "" {
-				stop := watchHeap(cmd.Context(), memProfile)
-				defer func() { err = errors.Join(err, stop()) }()
-			}
-			stderr := cmd.ErrOrStderr()
-			var bar *progressbar.ProgressBar
-			if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-				bar = progressbar.NewOptions(-1, progressbar.OptionSetWriter(stderr),
-					progressbar.OptionSetDescription("placing "+w.Name), progressbar.OptionShowCount(),
-					progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
-				opt.Progress = func(done, total int) {
-					bar.ChangeMax(total)
-					_ = bar.Set(done)
-				}
-			}
-			res, err := simulate.Run(cmd.Context(), w, opt)
-			if bar != nil {
-				_ = bar.Finish()
-			}
-			if err != nil {
-				return err
-			}
-			if !advised {
-				if asJSON {
-					return printJSONLine(cmd.OutOrStdout(), res)
-				}
-				printSimSummary(cmd.OutOrStdout(), res)
-				return nil
-			}
-			aw, resized := w.Advised(scheduler.AdviceOptions{})
-			opt.Progress = nil
-			ares, err := simulate.Run(cmd.Context(), aw, opt)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSONLine(cmd.OutOrStdout(), struct {
-					AsGiven *simulate.Result `json:"as_given"`
-					Advised *simulate.Result `json:"advised"`
-					Resized int              `json:"resized"`
-				}{res, ares, resized})
-			}
-			out := cmd.OutOrStdout()
-			fmt.Fprintln(out, "as given:")
-			printSimSummary(out, res)
-			fmt.Fprintln(out, "with the advised sizes:")
-			printSimSummary(out, ares)
-			fmt.Fprintf(out, "advised    %s requests resized; nodes used at peak %s -> %s, unplaced %s -> %s\n", groupDigits(int64(resized)),
-				groupDigits(int64(res.NodesUsed)), groupDigits(int64(ares.NodesUsed)), groupDigits(int64(res.Unplaced)), groupDigits(int64(ares.Unplaced)))
-			return nil
-		},
+		RunE: func(cmd *cobra.Command, args []string) error { return o.run(cmd) },
 	}
 	f := cmd.Flags()
-	f.StringVar(&workload, "workload", "", "w1, w2, w3, w5 or a JSON workload file")
-	f.IntVar(&nodes, "nodes", 0, "node count for a built-in workload (default: the workload's own)")
-	f.IntVar(&schedulers, "schedulers", 1, "schedulers planning in parallel on snapshots (optimistic commits when more than 1)")
-	f.Uint64Var(&seed, "seed", 0, "seed for the scheduler's random choices")
-	f.IntVar(&sample, "sample", 0, "score only this many feasible nodes per placement (0: all)")
-	f.StringVar(&strategy, "strategy", "", "override every request's strategy: binpack, spread, random, waterfill or average")
-	f.StringVar(&queue, "queue", "", "queue what does not fit (fifo, size or dynsize) and retry it as room frees up; every request is then all or none")
-	f.BoolVar(&full, "full", false, "replay through the whole control plane (same as --path full)")
-	f.StringVar(&path, "path", string(simulate.PathScheduler), "what the requests go through: scheduler (the scheduler alone) or full (the whole control plane)")
-	f.StringVar(&storeKind, "store", simulate.StoreMemory, "the control plane's store with --full: memory, or bolt (a temporary bbolt file, removed after)")
-	f.BoolVar(&asJSON, "json", false, "print one JSON object with the results")
-	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
-	f.StringVar(&memProfile, "memprofile", "", "write to this file the heap profile of the largest live heap of the run (read every second)")
-	f.BoolVar(&advised, "advised", false, "replay also with the sizes `berth advise` would suggest for the requests that give their measured use (\"used\"), and compare")
+	f.StringVar(&o.workload, "workload", "", "w1, w2, w3, w5 or a JSON workload file")
+	f.IntVar(&o.nodes, "nodes", 0, "node count for a built-in workload (default: the workload's own)")
+	f.IntVar(&o.schedulers, "schedulers", 1, "schedulers planning in parallel on snapshots (optimistic commits when more than 1)")
+	f.Uint64Var(&o.seed, "seed", 0, "seed for the scheduler's random choices")
+	f.IntVar(&o.sample, "sample", 0, "score only this many feasible nodes per placement (0: all)")
+	f.StringVar(&o.strategy, "strategy", "", "override every request's strategy: binpack, spread, random, waterfill or average")
+	f.StringVar(&o.queue, "queue", "", "queue what does not fit (fifo, size or dynsize) and retry it as room frees up; every request is then all or none")
+	f.BoolVar(&o.full, "full", false, "replay through the whole control plane (same as --path full)")
+	f.StringVar(&o.path, "path", string(simulate.PathScheduler), "what the requests go through: scheduler (the scheduler alone) or full (the whole control plane)")
+	f.StringVar(&o.storeKind, "store", simulate.StoreMemory, "the control plane's store with --full: memory, or bolt (a temporary bbolt file, removed after)")
+	f.BoolVar(&o.asJSON, "json", false, "print one JSON object with the results")
+	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
+	f.StringVar(&o.memProfile, "memprofile", "", "write to this file the heap profile of the largest live heap of the run (read every second)")
+	f.BoolVar(&o.advised, "advised", false, "replay also with the sizes `berth advise` would suggest for the requests that give their measured use (\"used\"), and compare")
 	return cmd
+}
+
+// check checks the flags, settling --full into --path.
+func (o *simFlags) check(cmd *cobra.Command) error {
+	changed := cmd.Flags().Changed
+	switch {
+	case o.workload == "":
+		return usagef("--workload is required: one of %s or a JSON file", strings.Join(simulate.Builtins, ", "))
+	case o.schedulers < 1:
+		return usagef("--schedulers %d: want 1 or more", o.schedulers)
+	case o.sample < 0:
+		return usagef("--sample %d: want 0 (score every node) or more", o.sample)
+	case o.strategy != "" && !slices.Contains(scheduler.Strategies, scheduler.Strategy(o.strategy)):
+		return usagef("--strategy %q: want binpack, spread, random, waterfill or average", o.strategy)
+	case o.queue != "" && o.schedulers > 1:
+		return usagef("--queue works with one scheduler")
+	}
+	if o.full {
+		if changed("path") && o.path != string(simulate.PathFull) {
+			return usagef("--full and --path %s disagree", o.path)
+		}
+		o.path = string(simulate.PathFull)
+	}
+	if o.path != string(simulate.PathScheduler) && o.path != string(simulate.PathFull) {
+		return usagef("--path %q: want scheduler or full", o.path)
+	}
+	if o.path != string(simulate.PathFull) {
+		if changed("store") {
+			return usagef("--store applies to --full only")
+		}
+		return nil
+	}
+	for _, name := range []string{"schedulers", "seed", "sample", "queue"} {
+		if changed(name) {
+			return usagef("--%s applies to the scheduler path, not to --full", name)
+		}
+	}
+	if o.storeKind != simulate.StoreMemory && o.storeKind != simulate.StoreBolt {
+		return usagef("--store %q: want memory or bolt", o.storeKind)
+	}
+	return nil
+}
+
+// load returns the workload the flags name.
+func (o *simFlags) load(cmd *cobra.Command) (*simulate.Workload, error) {
+	if slices.Contains(simulate.Builtins, o.workload) {
+		if o.nodes < 0 || o.nodes > 100_000 {
+			return nil, usagef("--nodes %d: want 1 to 100000", o.nodes)
+		}
+		return simulate.Builtin(o.workload, o.nodes)
+	}
+	if cmd.Flags().Changed("nodes") {
+		return nil, usagef("--nodes applies to the built-in workloads; set the node counts in %s", o.workload)
+	}
+	return simulate.Load(o.workload)
+}
+
+// options returns the run's options.
+func (o *simFlags) options() simulate.Options {
+	opt := simulate.Options{
+		Schedulers: o.schedulers, Optimistic: o.schedulers > 1, Seed: o.seed,
+		Sample: o.sample, Strategy: scheduler.Strategy(o.strategy), Queue: scheduler.Policy(o.queue),
+		Path: simulate.Path(o.path),
+	}
+	if opt.Path == simulate.PathFull {
+		opt.Store = o.storeKind
+	}
+	return opt
+}
+
+// run is `berth sim`.
+func (o *simFlags) run(cmd *cobra.Command) (err error) {
+	if err := o.check(cmd); err != nil {
+		return err
+	}
+	w, err := o.load(cmd)
+	if err != nil {
+		return err
+	}
+	opt := o.options()
+	if o.cpuProfile != "" {
+		stop, err := startCPUProfile(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, stop()) }()
+	}
+	if o.memProfile != "" {
+		stop := watchHeap(cmd.Context(), o.memProfile)
+		defer func() { err = errors.Join(err, stop()) }()
+	}
+	res, err := runSim(cmd, w, opt)
+	if err != nil {
+		return err
+	}
+	if !o.advised {
+		if o.asJSON {
+			return printJSONLine(cmd.OutOrStdout(), res)
+		}
+		printSimSummary(cmd.OutOrStdout(), res)
+		return nil
+	}
+	return o.compareAdvised(cmd, w, opt, res)
+}
+
+// runSim runs w with a progress bar on a terminal.
+func runSim(cmd *cobra.Command, w *simulate.Workload, opt simulate.Options) (*simulate.Result, error) {
+	stderr := cmd.ErrOrStderr()
+	var bar *progressbar.ProgressBar
+	if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		bar = progressbar.NewOptions(-1, progressbar.OptionSetWriter(stderr),
+			progressbar.OptionSetDescription("placing "+w.Name), progressbar.OptionShowCount(),
+			progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
+		opt.Progress = func(done, total int) {
+			bar.ChangeMax(total)
+			_ = bar.Set(done)
+		}
+	}
+	res, err := simulate.Run(cmd.Context(), w, opt)
+	if bar != nil {
+		_ = bar.Finish()
+	}
+	return res, err
+}
+
+// compareAdvised runs w again with the advised sizes and prints both
+// results.
+func (o *simFlags) compareAdvised(cmd *cobra.Command, w *simulate.Workload, opt simulate.Options, res *simulate.Result) error {
+	aw, resized := w.Advised(scheduler.AdviceOptions{})
+	opt.Progress = nil
+	ares, err := simulate.Run(cmd.Context(), aw, opt)
+	if err != nil {
+		return err
+	}
+	if o.asJSON {
+		return printJSONLine(cmd.OutOrStdout(), struct {
+			AsGiven *simulate.Result `json:"as_given"`
+			Advised *simulate.Result `json:"advised"`
+			Resized int              `json:"resized"`
+		}{res, ares, resized})
+	}
+	out := cmd.OutOrStdout()
+	fmt.Fprintln(out, "as given:")
+	printSimSummary(out, res)
+	fmt.Fprintln(out, "with the advised sizes:")
+	printSimSummary(out, ares)
+	fmt.Fprintf(out, "advised    %s requests resized; nodes used at peak %s -> %s, unplaced %s -> %s\n", groupDigits(int64(resized)),
+		groupDigits(int64(res.NodesUsed)), groupDigits(int64(ares.NodesUsed)), groupDigits(int64(res.Unplaced)), groupDigits(int64(ares.Unplaced)))
+	return nil
 }
 
 // printSimSummary writes the human summary of a run.
