@@ -100,19 +100,6 @@ func (s *state) applyStored(cs []change) []moved {
 	return phases
 }
 
-// applyRequestLocked applies the change c of a request: a request stays
-// as it first entered memory (its instances share its spec), and leaves it
-// when removed.
-func (s *state) applyRequestLocked(c change) {
-	if c.req == nil {
-		delete(s.requests, c.id)
-		return
-	}
-	if _, known := s.requests[c.id]; !known {
-		s.requests[c.id] = c.req
-	}
-}
-
 // allocationChanged reports whether in, which holds a node as old does,
 // holds another allocation than old: another node, size, owner, name,
 // priority or host ports. Specs are shared and never changed in place, so

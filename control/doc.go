@@ -34,7 +34,7 @@
 //     admitted (the placer must find it when its instances are watched)
 //     and a placement's reservation in the ledger (Place reserves as it
 //     plans; the stored record then holds that same reservation).
-//   - Records (record.go, state.go): the store's instances and requests in
+//   - Records (records.go, record.go): the store's instances and requests in
 //     memory with their indexes. An instance is stored as a record, a
 //     fifth of its JSON or less: the spec lives once, in its request, and
 //     the fields nearly every record sets are binary. In memory it is a

@@ -149,21 +149,3 @@ func (s *state) forget(ctx context.Context, ins []*reconciler.Instance) error {
 	}
 	return nil
 }
-
-// orphanRequests returns the ids of loaded requests none of whose
-// instances has a record (left by a crash between removing the last
-// instance and its request).
-func (s *state) orphanRequests() []string {
-	used := make(map[string]bool, len(s.requests))
-	for in := range s.recs.all() {
-		used[in.Request] = true
-	}
-	var out []string
-	for id := range s.requests {
-		if !used[id] {
-			out = append(out, id)
-		}
-	}
-	slices.Sort(out)
-	return out
-}

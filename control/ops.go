@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"time"
 
@@ -16,71 +15,6 @@ import (
 	"github.com/berth-dev/berth/scheduler"
 	"github.com/berth-dev/berth/store"
 )
-
-// instances is Plane.Instances.
-func (s *state) instances(ctx context.Context, f Filter) ([]Instance, error) {
-	if f.Limit < 0 {
-		return nil, &driver.FieldError{Path: "limit", Reason: fmt.Sprintf("%d: want 0 (no limit) or more", f.Limit)}
-	}
-	for i, ph := range f.Phases {
-		if !ph.Valid() {
-			return nil, &driver.FieldError{Path: fmt.Sprintf("phases[%d]", i), Reason: fmt.Sprintf("%q: want one of %v", ph, reconciler.Phases)}
-		}
-	}
-	recs := s.page(f.After, f.Limit, func(in *rec) bool {
-		switch {
-		case !f.All && in.Phase == reconciler.Deleted && !slices.Contains(f.Phases, reconciler.Deleted):
-			return false
-		case f.Provider != "" && in.Provider != f.Provider,
-			f.Node != "" && in.Node != f.Node,
-			f.Owner != "" && in.Owner != f.Owner,
-			len(f.Owners) > 0 && !slices.Contains(f.Owners, in.Owner),
-			f.Pool != "" && in.Pool != f.Pool,
-			f.Group != "" && in.Group() != f.Group,
-			f.Request != "" && in.Request != f.Request,
-			f.Name != "" && in.Name() != f.Name,
-			len(f.Phases) > 0 && !slices.Contains(f.Phases, in.Phase):
-			return false
-		}
-		return true
-	})
-	out := make([]Instance, len(recs))
-	for i, r := range recs {
-		in := r.instance()
-		out[i] = viewOf(&in)
-	}
-	return out, nil
-}
-
-// page returns the cached instances whose id sorts after after and that
-// keep returns true for, sorted by id: all of them when limit is 0, else
-// the first limit. It walks the ids in order, so a page costs what it
-// skips and holds, not the size of the cache. A rec is never changed once
-// cached: the caller reads them without the lock.
-func (s *state) page(after string, limit int, keep func(*rec) bool) []*rec {
-	var out []*rec
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	for in := range s.recs.from(after) {
-		if in.ID == after || !keep(in) {
-			continue
-		}
-		out = append(out, in)
-		if limit > 0 && len(out) == limit {
-			break
-		}
-	}
-	return out
-}
-
-// instance is Plane.Instance.
-func (s *state) instance(ctx context.Context, ref string) (Instance, error) {
-	in, err := s.find(ref)
-	if err != nil {
-		return Instance{}, err
-	}
-	return viewOf(&in), nil
-}
 
 // delete is Plane.Delete.
 func (s *state) delete(ctx context.Context, ref string) error {

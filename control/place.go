@@ -477,16 +477,6 @@ func withPorts(spec driver.Spec, chosen []int) driver.Spec {
 	return spec
 }
 
-// nodeRef describes a placed node for an answer.
-func (s *state) nodeRef(prov, node string) *NodeRef {
-	ref := &NodeRef{ID: reconciler.NodeID(prov, node), Provider: prov, Name: node}
-	s.mu.RLock()
-	n := s.nodeInfo[ref.ID]
-	s.mu.RUnlock()
-	ref.Address, ref.CPUs, ref.Memory = n.Address, n.Capacity.CPU, n.Capacity.Memory
-	return ref
-}
-
 // quotaUse returns the configured quotas (and pool caps) with what their
 // scopes hold, from the scheduler's ledger.
 func (s *state) quotaUse() []QuotaUse { return s.cluster.c.QuotaUse() }

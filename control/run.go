@@ -909,21 +909,6 @@ func (s *state) createFailed(ctx context.Context, rt *runtime, t *task, in *reco
 	s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.CreateFailed, Err: err, Instance: partial, Provider: in.Provider, Node: in.Node}, true)
 }
 
-// sameNamespace reports whether instance id lives in namespace owner.
-func (s *state) sameNamespace(id, owner string) bool {
-	in, ok := s.get(id)
-	return ok && in.Owner == owner
-}
-
-// releasedName reports whether instance id gave up its name: it is deleted
-// or being deleted for good, or gone from the store.
-func (s *state) releasedName(id string) bool {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	in := s.recs.get(id)
-	return in == nil || !holdsName(in.Phase, in.After())
-}
-
 // adoptGrace is how long an adopted copy may stay in the creating state:
 // its builder was the previous reconciler (before a crash, or the leader
 // before this one), which finishes a create within seconds if it still

@@ -1,7 +1,6 @@
 package control
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -54,16 +53,6 @@ func (r *storedRequest) instanceSpec() *driver.Spec {
 	spec := r.Request.Spec
 	spec.Name = ""
 	return &spec
-}
-
-// requestSpec returns the spec the instances of request id share, or nil.
-func (s *state) requestSpec(id string) *driver.Spec {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if r := s.requests[id]; r != nil {
-		return r.spec
-	}
-	return nil
 }
 
 // stripes is the number of per-instance locks: every change of one instance
@@ -130,33 +119,6 @@ type state struct {
 	// placeNow asks the placer for one round; it closes the channel it
 	// receives when that round is over.
 	placeNow chan chan struct{}
-}
-
-// records is the store's instances and requests in memory, a replica that
-// changes only through applyStored (after load has read it), with their
-// indexes and tallies, and the latest reading of every node. mu guards all
-// of it.
-type records struct {
-	mu       sync.RWMutex
-	recs     recIndex // the store's instances
-	requests map[string]*storedRequest
-	names    map[nameKey]string          // instance id by namespace and name, for live instances not named by their id (nameHolderLocked)
-	nameNS   map[string]int              // keys of names per namespace, for lookups in every namespace
-	queued   int                         // pending instances
-	pending  map[string]bool             // ids of the pending instances
-	phases   map[reconciler.Phase]int    // instances per phase
-	nodeInfo map[string]driver.Node      // latest reading of every node, by provider/node, without images and ports
-	largest  map[string]driver.Resources // per provider, the most of each resource one node has, as last listed
-
-	// loadRev is the store revision the loaded instances reflect; the
-	// store watch starts after it. Set before Run, then read only.
-	loadRev int64
-	// tombs are the recent removals of instances, for applyStored.
-	tombs tombstones
-	// aside holds the ids of the instances whose records are moved aside
-	// (PrefixQuarantine), now or at an earlier start: their back-end
-	// resources are not leaks to delete. Set by load, then read only.
-	aside map[string]bool
 }
 
 // gangs is the queue of groups placed all or none; gangMu guards it.
@@ -414,85 +376,10 @@ func (s *state) load(ctx context.Context) error {
 	return nil
 }
 
-// get returns a copy of the cached instance id.
-func (s *state) get(id string) (reconciler.Instance, bool) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	in := s.recs.get(id)
-	if in == nil {
-		return reconciler.Instance{}, false
-	}
-	return in.instance(), true
-}
-
-// putLocked caches in and keeps the indexes in step: names of live
-// instances, what each owner, pool and provider holds, and the queue
-// length. s.mu must be held for writing.
-func (s *state) putLocked(inst *reconciler.Instance) {
-	in := newRec(inst)
-	if old := s.recs.get(in.ID); old != nil {
-		s.countLocked(old, -1)
-		if old.Owner != in.Owner {
-			// A pool instance handed out changes namespace.
-			s.releaseNameLocked(nameKey{old.Owner, old.Name()}, in.ID)
-		}
-	}
-	s.recs.put(in)
-	s.countLocked(in, 1)
-	key := nameKey{inst.Owner, inst.Name}
-	if !holdsName(in.Phase, in.After()) || inst.Name == in.ID {
-		// An instance named by its id holds its name through recs.
-		s.releaseNameLocked(key, in.ID)
-		return
-	}
-	s.claimNameLocked(key, in.ID)
-}
-
 // nameKey is an instance's name within its namespace (its owner): names
 // are per namespace, as Kubernetes' are, and two namespaces may each have
 // an instance of the same name.
 type nameKey struct{ owner, name string }
-
-// claimNameLocked records that instance id holds key. s.mu must be held
-// for writing.
-func (s *state) claimNameLocked(key nameKey, id string) {
-	if _, ok := s.names[key]; !ok {
-		s.nameNS[key.owner]++
-	}
-	s.names[key] = id
-}
-
-// releaseNameLocked forgets key when instance id holds it. s.mu must be
-// held for writing.
-func (s *state) releaseNameLocked(key nameKey, id string) {
-	if s.names[key] != id {
-		return
-	}
-	delete(s.names, key)
-	if s.nameNS[key.owner]--; s.nameNS[key.owner] <= 0 {
-		delete(s.nameNS, key.owner)
-	}
-}
-
-// nameHolderLocked returns the id of the live instance (or submission in
-// flight) that holds name in namespace owner. s.mu must be held.
-func (s *state) nameHolderLocked(owner, name string) (string, bool) {
-	if id, ok := s.names[nameKey{owner, name}]; ok {
-		return id, true
-	}
-	if in := s.recs.get(name); in != nil && in.Owner == owner && in.Name() == name && holdsName(in.Phase, in.After()) {
-		return name, true
-	}
-	return "", false
-}
-
-// dropLocked forgets the cached instance in and its share of the
-// indexes. s.mu must be held for writing.
-func (s *state) dropLocked(in *rec) {
-	s.countLocked(in, -1)
-	s.releaseNameLocked(nameKey{in.Owner, in.Name()}, in.ID)
-	s.recs.delete(in.ID)
-}
 
 // holdsName reports whether an instance in phase (with After after) keeps
 // its name from new instances: every instance does until it is deleted or
@@ -508,19 +395,6 @@ func holdsName(phase, after reconciler.Phase) bool {
 		return after != reconciler.Deleted
 	}
 	return true
-}
-
-// countLocked adds (sign 1) or removes (-1) in from the tallies.
-func (s *state) countLocked(in *rec, sign int) {
-	s.phases[in.Phase] += sign
-	if in.Phase == reconciler.Pending {
-		s.queued += sign
-		if sign > 0 {
-			s.pending[in.ID] = true
-		} else {
-			delete(s.pending, in.ID)
-		}
-	}
 }
 
 // reload refreshes the cached instance id from the store.
@@ -548,72 +422,6 @@ func (s *state) reload(ctx context.Context, id string) error {
 	}
 	s.applyStored([]change{{id: id, in: in, rev: kv.ModRevision}})
 	return nil
-}
-
-// snapshot returns copies of the cached instances that keep returns true
-// for.
-func (s *state) snapshot(keep func(*rec) bool) []reconciler.Instance {
-	s.mu.RLock()
-	ptrs := make([]*rec, 0, 64)
-	for in := range s.recs.all() {
-		if keep == nil || keep(in) {
-			ptrs = append(ptrs, in)
-		}
-	}
-	// Cached records are replaced, never changed in place, so the pointers
-	// stay valid after the lock is released.
-	s.mu.RUnlock()
-	slices.SortFunc(ptrs, func(a, b *rec) int {
-		if c := cmp.Compare(a.created, b.created); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.ID, b.ID)
-	})
-	if len(ptrs) == 0 {
-		return nil
-	}
-	out := make([]reconciler.Instance, len(ptrs))
-	for i, in := range ptrs {
-		out[i] = in.instance()
-	}
-	return out
-}
-
-// pendingSnapshot returns copies of the pending instances that keep
-// returns true for, like snapshot but without visiting the others.
-func (s *state) pendingSnapshot(keep func(*rec) bool) []reconciler.Instance {
-	s.mu.RLock()
-	ptrs := make([]*rec, 0, len(s.pending))
-	for id := range s.pending {
-		if in := s.recs.get(id); in != nil && (keep == nil || keep(in)) {
-			ptrs = append(ptrs, in)
-		}
-	}
-	s.mu.RUnlock()
-	slices.SortFunc(ptrs, func(a, b *rec) int {
-		if c := cmp.Compare(a.created, b.created); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.ID, b.ID)
-	})
-	out := make([]reconciler.Instance, len(ptrs))
-	for i, in := range ptrs {
-		out[i] = in.instance()
-	}
-	return out
-}
-
-// counts returns how many instances are in each phase.
-func (s *state) counts() map[reconciler.Phase]int {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	out := make(map[reconciler.Phase]int, len(s.phases))
-	for ph, n := range s.phases {
-		if n > 0 {
-			out[ph] = n
-		}
-	}
-	return out
 }
 
 // apply feeds ev to the instance id, stores the result with a transaction
@@ -757,13 +565,6 @@ func newID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// find returns the instance with id ref, or else the instance that holds
-// the name ref, or else the newest (by creation, then id) of the instances
-// that were named ref, deleted or being deleted; in every namespace.
-func (s *state) find(ref string) (reconciler.Instance, error) {
-	return s.findIn(ref, Everywhere)
-}
-
 // Scope is the namespaces a lookup searches, and the only ones whose
 // instances it finds: Namespaces, or every namespace (the cluster's own
 // pool instances included) when All. An instance outside it is not found,
@@ -784,53 +585,6 @@ func ScopeOf(id auth.Identity) Scope {
 // Has reports whether namespace is in sc.
 func (sc Scope) Has(namespace string) bool {
 	return sc.All || namespace != "" && slices.Contains(sc.Namespaces, namespace)
-}
-
-// findIn is find within sc. A name is looked up in each namespace of sc;
-// a name that live instances hold in several of them is an error that
-// names those namespaces (all of them in sc) and asks for the id.
-func (s *state) findIn(ref string, sc Scope) (reconciler.Instance, error) {
-	if ref == "" {
-		return reconciler.Instance{}, &driver.FieldError{Path: "ref", Reason: "an instance id or name is required"}
-	}
-	if in, ok := s.get(ref); ok && sc.Has(in.Owner) {
-		return in, nil
-	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	namespaces := sc.Namespaces
-	if sc.All {
-		namespaces = slices.Collect(maps.Keys(s.nameNS))
-	}
-	var held []string // namespaces where a live instance holds ref
-	id := ""
-	for _, ns := range namespaces {
-		if hid, ok := s.nameHolderLocked(ns, ref); ok && !slices.Contains(held, ns) {
-			held, id = append(held, ns), hid
-		}
-	}
-	if len(held) > 1 {
-		slices.Sort(held)
-		return reconciler.Instance{}, &driver.FieldError{Path: "ref", Reason: fmt.Sprintf("instances named %q live in namespaces %s: give the instance's id", ref, strings.Join(held, ", "))}
-	}
-	if id != "" {
-		if in := s.recs.get(id); in != nil {
-			return in.instance(), nil
-		}
-	}
-	var newest *rec
-	for in := range s.recs.all() {
-		if in.Name() != ref || !sc.Has(in.Owner) {
-			continue
-		}
-		if newest == nil || in.created > newest.created || (in.created == newest.created && in.ID > newest.ID) {
-			newest = in
-		}
-	}
-	if newest != nil {
-		return newest.instance(), nil
-	}
-	return reconciler.Instance{}, driver.Errorf(driver.ErrNotFound, "instance %q", ref)
 }
 
 // tags returns the tags Berth writes on the back-end resource of in.

@@ -220,37 +220,6 @@ func indexOf(in *reconciler.Instance) int {
 	return n
 }
 
-// reserveNames claims the names of recs in their namespaces, refusing
-// names that a live instance (or a submission in flight) of the same
-// namespace holds. The error names only that namespace's instance.
-func (s *state) reserveNames(recs []*reconciler.Instance) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for k, in := range recs {
-		if id, taken := s.nameHolderLocked(in.Owner, in.Name); taken {
-			for _, done := range recs[:k] {
-				s.releaseNameLocked(nameKey{done.Owner, done.Name}, done.ID)
-			}
-			return fmt.Errorf("%w: %w", driver.ErrAlreadyExists, &driver.FieldError{Path: "name", Reason: fmt.Sprintf("%q is in use by instance %s", in.Name, id)})
-		}
-		s.claimNameLocked(nameKey{in.Owner, in.Name}, in.ID)
-	}
-	return nil
-}
-
-// unreserveNames drops the claims of recs; the names of stored live
-// instances stay claimed through the cache.
-func (s *state) unreserveNames(recs []*reconciler.Instance) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, in := range recs {
-		if cur := s.recs.get(in.ID); cur != nil && holdsName(cur.Phase, cur.After()) {
-			continue
-		}
-		s.releaseNameLocked(nameKey{in.Owner, in.Name}, in.ID)
-	}
-}
-
 // submitGroup is Plane.SubmitGroup.
 func (s *state) submitGroup(ctx context.Context, g scheduler.Group, owner string) (*GroupAnswer, error) {
 	for i := range g.Services {

@@ -68,33 +68,6 @@ func (s *state) external(rt *runtime, ev store.Event) {
 	s.tickAt(rt, id, s.now())
 }
 
-// watching records that a store watch starts delivering the changes after
-// rev, or, with rev -1, that it has stopped (tombstones).
-func (s *state) watching(rev int64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if rev < 0 {
-		s.tombs.stop()
-		return
-	}
-	s.tombs.start(rev)
-}
-
-// passed records that the store watch delivered every change up to rev.
-func (s *state) passed(rev int64) {
-	s.mu.Lock()
-	s.tombs.pass(rev)
-	s.mu.Unlock()
-}
-
-// knows reports whether memory holds instance id at revision rev or later.
-func (s *state) knows(id string, rev int64) bool {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	cur := s.recs.get(id)
-	return cur != nil && cur.Revision >= rev
-}
-
 // resync reloads every instance after the watch fell too far behind.
 func (s *state) resync(ctx context.Context, rt *runtime) (int64, error) {
 	kvs, rev, err := s.st.List(ctx, PrefixInstances)
