@@ -47,8 +47,8 @@ type admission struct {
 // the quotas (place), make the placements the instances' next phase
 // (settle), store everything (store), start what was placed (start). Whatever it holds is given back by one deferred
 // call when a step fails.
-func (s *state) accept(ctx context.Context, parts []part, groupPlan *scheduler.Plan, group *scheduler.Group) ([]Placed, error) {
-	a := &admission{s: s, now: s.now(), parts: parts, group: group,
+func (s admitter) accept(ctx context.Context, parts []part, groupPlan *scheduler.Plan, group *scheduler.Group) ([]Placed, error) {
+	a := &admission{s: s.state, now: s.now(), parts: parts, group: group,
 		byID: map[string]scheduler.Placement{}, reasons: map[string]string{}, launch: map[string][]reconciler.Action{}}
 	defer a.giveBack()
 	if groupPlan != nil {
@@ -82,7 +82,7 @@ func (s *state) accept(ctx context.Context, parts []part, groupPlan *scheduler.P
 		s.queueGroup(group, a.now)
 	}
 	if len(a.byID) < len(a.recs) {
-		s.kickPlacer()
+		s.placer.kickPlacer()
 	}
 	return out, nil
 }
@@ -140,12 +140,12 @@ func (a *admission) build() error {
 		}
 		prov := r.Provider
 		if pt.pool != "" {
-			prov = s.poolProvider(pt.pool)
+			prov = s.placer.poolProvider(pt.pool)
 		}
-		if why := s.tooLarge(r.Resources, prov); why != "" {
+		if why := s.placer.tooLarge(r.Resources, prov); why != "" {
 			return driver.Errorf(driver.ErrInsufficientCapacity, "request %s can never fit: %s", r.ID, why)
 		}
-		for _, u := range s.quotaUse() {
+		for _, u := range s.placer.quotaUse() {
 			if !u.Covers(pt.owner, pt.pool, r.Provider) {
 				continue
 			}
@@ -209,7 +209,7 @@ func (a *admission) settle() {
 			}
 			continue
 		}
-		if s.runtimeOf() != nil {
+		if s.runner.runtimeOf() != nil {
 			// The reconciler runs: store the instance as creating and start
 			// the create once it is stored, saving a transaction.
 			next, acts := s.m.Step(*in, reconciler.Event{Kind: reconciler.Placed, Provider: pl.Provider, Node: pl.Node, Ports: pl.Ports}, a.now)
@@ -254,11 +254,11 @@ func (a *admission) start() []Placed {
 		}
 		// Read the runtime after storing: a Run starting now either sees
 		// the instance when it resumes or is seen here.
-		switch rt := s.runtimeOf(); {
+		switch rt := s.runner.runtimeOf(); {
 		case a.launch[in.ID] != nil:
-			s.perform(*in, a.launch[in.ID], nil)
+			s.runner.perform(*in, a.launch[in.ID], nil)
 		case in.Phase == reconciler.Scheduled && rt != nil:
-			s.tickAt(rt, in.ID, a.now)
+			s.runner.tickAt(rt, in.ID, a.now)
 		}
 		out = append(out, p)
 	}

@@ -15,7 +15,7 @@ import (
 // instance with no back-end resource yet; a provider that cannot attach
 // answers driver.ErrUnsupported.
 func (p *Plane) Attach(ctx context.Context, ref string, opts driver.AttachOptions, stdin io.Reader, stdout, stderr io.Writer) error {
-	in, prov, err := p.live(ref)
+	in, prov, err := p.verbs.live(ref)
 	if err != nil {
 		return err
 	}
@@ -28,7 +28,7 @@ func (p *Plane) Attach(ctx context.Context, ref string, opts driver.AttachOption
 // ResizeTTY sets the size of the instance's terminal; an instance whose
 // spec has no TTY is driver.ErrInvalid naming the field.
 func (p *Plane) ResizeTTY(ctx context.Context, ref string, size driver.TTYSize) error {
-	in, prov, err := p.live(ref)
+	in, prov, err := p.verbs.live(ref)
 	if err != nil {
 		return err
 	}
@@ -46,7 +46,7 @@ func (p *Plane) CanAttach(ref string) (bool, error) {
 	if err != nil || in.Provider == "" {
 		return false, err
 	}
-	prov, err := p.provider(in.Provider)
+	prov, err := p.verbs.provider(in.Provider)
 	if err != nil {
 		return false, err
 	}

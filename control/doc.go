@@ -12,6 +12,24 @@
 //
 // # Parts
 //
+// The plane's state (state.go) is one struct; its methods are split by
+// concern into types a part's name says (parts.go), each a view of the
+// state with at most a few dozen methods, in files of its own:
+//
+//	state       the store side: commit, applyStored, load, the watch,
+//	            following, identity, quarantine, stepping an instance
+//	records     the records in memory, their indexes and reads (records.go)
+//	admitter    checks and admits requests and groups (submit.go, accept.go)
+//	placer      node readings, placement, the gang queue, evictions
+//	runner      the reconciler's workers and writers (run.go)
+//	syncer      listings, lost instances, leaks, the collector (sync.go, gc.go)
+//	verbs       operations on instances, reads of the back-ends (ops.go)
+//	measurer    usage sampling and history (usage.go)
+//	rebalancer  rebalance runs (rebalance.go, rebalance_apply.go)
+//
+// A part calls another through the state's field of that part
+// (s.placer.kickPlacer()).
+//
 //   - Plane (plane.go) is the API the server and the CLI call: submit,
 //     groups, plans, reads, operations on instances, Run.
 //   - Admission (accept.go, submit.go) checks a request, asks the scheduler
@@ -107,11 +125,15 @@
 //
 // # Locks
 //
-// The lock order is written on state (state.go): the per-instance stripes,
-// then the gang queue's lock, then the records' lock, then the scheduler
-// cluster's own; the runtime's locks and the usage meter's are leaves.
-// The store is called with no lock held but the stripes of the instances
-// being changed.
+// The lock order is written on state (state.go), and holds for every part
+// alike, since they share the state's locks: the per-instance stripes
+// (taken by state's apply and applyBatch, the verbs and the rebalancer's
+// moves), then the gang queue's lock (admitter, placer), then the
+// records' lock (records; applyStored holds it while it changes the
+// ledger), then the scheduler cluster's own (inside scheduler.Cluster);
+// the runtime's locks (runner, syncer) and the usage meter's (measurer)
+// are leaves. The store is called with no lock held but the stripes of
+// the instances being changed.
 //
 // The placer's schedulers add no lock: each owns its snapshot, its
 // commits take the cluster's lock inside Snapshot.Commit (last in the

@@ -27,7 +27,7 @@ const victimPoll = 20 * time.Millisecond
 // evict records ids, instances just evicted, as victims on their nodes,
 // and returns what forgets them (when they are not to be deleted after
 // all).
-func (s *state) evict(ids []string) (forget func()) {
+func (s placer) evict(ids []string) (forget func()) {
 	if len(ids) == 0 {
 		return func() {}
 	}
@@ -59,9 +59,9 @@ func (s *state) evict(ids []string) (forget func()) {
 
 // deleteVictims deletes the victims ids (recorded by evict); one whose
 // delete cannot be asked for is forgotten, so that nothing waits for it.
-func (s *state) deleteVictims(ctx context.Context, ids []string) {
+func (s placer) deleteVictims(ctx context.Context, ids []string) {
 	for _, id := range ids {
-		if err := s.delete(ctx, id); err != nil {
+		if err := s.verbs.delete(ctx, id); err != nil {
 			s.victimGone(id)
 		}
 	}
@@ -69,7 +69,7 @@ func (s *state) deleteVictims(ctx context.Context, ids []string) {
 
 // victimGone forgets victim id: its back-end copy is gone, or it is not
 // to be deleted.
-func (s *state) victimGone(id string) {
+func (s placer) victimGone(id string) {
 	v := &s.victims
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -85,7 +85,7 @@ func (s *state) victimGone(id string) {
 
 // victimsOn reports whether victims still hold room on node
 // ("provider/node").
-func (s *state) victimsOn(node string) bool {
+func (s placer) victimsOn(node string) bool {
 	v := &s.victims
 	v.mu.Lock()
 	defer v.mu.Unlock()

@@ -34,7 +34,7 @@ func (p *Plane) Exec(ctx context.Context, ref string, opts driver.ExecOptions, s
 	if err := CheckExecOptions(&opts); err != nil {
 		return -1, err
 	}
-	in, prov, err := p.live(ref)
+	in, prov, err := p.verbs.live(ref)
 	if err != nil {
 		return -1, err
 	}
@@ -42,7 +42,7 @@ func (p *Plane) Exec(ctx context.Context, ref string, opts driver.ExecOptions, s
 	// (RunAs): an exec is no way round it.
 	if opts.User != "" {
 		user, group, _ := strings.Cut(opts.User, ":")
-		if err := p.checkRunAs(ctx, &driver.Spec{User: user, Group: group}, in.Owner, ""); err != nil {
+		if err := p.admitter.checkRunAs(ctx, &driver.Spec{User: user, Group: group}, in.Owner, ""); err != nil {
 			return -1, err
 		}
 	}
@@ -57,7 +57,7 @@ func (p *Plane) Exec(ctx context.Context, ref string, opts driver.ExecOptions, s
 // stream; otherwise the error Exec would give (an instance not placed
 // yet, a provider that cannot exec).
 func (p *Plane) CanExec(ref string) error {
-	_, prov, err := p.live(ref)
+	_, prov, err := p.verbs.live(ref)
 	if err != nil {
 		return err
 	}

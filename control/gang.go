@@ -95,7 +95,7 @@ func essentialMissing(p *scheduler.Plan) bool {
 // holdGroup marks group id as about to be queued (queueGroup), before its
 // pending instances are stored: from then on the one-by-one placer never
 // places them alone. release undoes it when they are not stored.
-func (s *state) holdGroup(id string) (release func()) {
+func (s admitter) holdGroup(id string) (release func()) {
 	s.gangMu.Lock()
 	s.gang.held[id] = true
 	s.gangMu.Unlock()
@@ -107,7 +107,7 @@ func (s *state) holdGroup(id string) (release func()) {
 }
 
 // queueGroup adds g to the gang queue (and ends its hold).
-func (s *state) queueGroup(g *scheduler.Group, now time.Time) {
+func (s admitter) queueGroup(g *scheduler.Group, now time.Time) {
 	s.gangMu.Lock()
 	defer s.gangMu.Unlock()
 	delete(s.gang.held, g.ID)
@@ -123,7 +123,7 @@ func (s *state) queueGroup(g *scheduler.Group, now time.Time) {
 
 // gangQueued reports whether group id waits in the gang queue, or is
 // about to (holdGroup).
-func (s *state) gangQueued(id string) bool {
+func (s admitter) gangQueued(id string) bool {
 	if id == "" {
 		return false
 	}
@@ -173,7 +173,7 @@ func (s *state) loadGroups(ctx context.Context) error {
 		id := strings.TrimPrefix(kv.Key, PrefixGroups)
 		g.Owner = owners[id]
 		if members[id] && !placed[id] {
-			s.queueGroup(&g, s.now())
+			s.admitter.queueGroup(&g, s.now())
 		}
 	}
 	return nil
@@ -185,14 +185,14 @@ func (s *state) loadGroups(ctx context.Context) error {
 // waited) is released at once; the pass is then made again, since the
 // groups behind may fit in that room. Each pass takes the groups it placed
 // off the queues, so this ends.
-func (s *state) placeGroups(ctx context.Context) {
+func (s placer) placeGroups(ctx context.Context) {
 	for s.placeGroupsOnce(ctx) {
 	}
 }
 
 // placeGroupsOnce makes one pass; it reports whether a placement was
 // released because it did not take.
-func (s *state) placeGroupsOnce(ctx context.Context) (released bool) {
+func (s placer) placeGroupsOnce(ctx context.Context) (released bool) {
 	s.gangMu.Lock()
 	if s.gang.len() == 0 {
 		s.gangMu.Unlock()

@@ -16,7 +16,7 @@ const gcBatch = 512
 // collector removes expired records (see collect) until ctx ends, checking
 // ten times per Retention and at least once a minute, and at every
 // SyncInterval when more than MaxRetained deleted instances are kept.
-func (s *state) collector(ctx context.Context) {
+func (s syncer) collector(ctx context.Context) {
 	every := max(min(s.cfg.Retention/10, time.Minute), 10*time.Millisecond)
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -52,7 +52,7 @@ func (s *state) collector(ctx context.Context) {
 // Each removal compares the record's revision, so an instance changed
 // meanwhile is kept. Instances in any other phase, failed ones included,
 // are never removed.
-func (s *state) collect(ctx context.Context) (int, error) {
+func (s syncer) collect(ctx context.Context) (int, error) {
 	now := s.now()
 	s.mu.RLock()
 	var gone []*rec
@@ -92,7 +92,7 @@ func (s *state) collect(ctx context.Context) (int, error) {
 // removeInstances deletes the records of ins in one transaction that
 // compares their revisions; should one have changed, each is tried on its
 // own.
-func (s *state) removeInstances(ctx context.Context, ins []*reconciler.Instance) (int, error) {
+func (s syncer) removeInstances(ctx context.Context, ins []*reconciler.Instance) (int, error) {
 	ok, _, err := s.commit(ctx, &txn{dels: ins})
 	if err != nil {
 		return 0, fmt.Errorf("control: remove deleted instances: %w", err)
@@ -118,7 +118,7 @@ func (s *state) removeInstances(ctx context.Context, ins []*reconciler.Instance)
 // instances ins that have no instance left. Request and group ids are
 // unique while their record exists, so no instance of them can be in
 // flight.
-func (s *state) forget(ctx context.Context, ins []*reconciler.Instance) error {
+func (s syncer) forget(ctx context.Context, ins []*reconciler.Instance) error {
 	t := &txn{}
 	reqs := map[string]bool{}
 	groups := map[string]bool{}
@@ -140,7 +140,7 @@ func (s *state) forget(ctx context.Context, ins []*reconciler.Instance) error {
 		t.dropReqs = append(t.dropReqs, id)
 	}
 	for id := range groups {
-		if !s.gangQueued(id) {
+		if !s.admitter.gangQueued(id) {
 			t.dropGroups = append(t.dropGroups, id)
 		}
 	}

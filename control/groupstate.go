@@ -54,11 +54,11 @@ type ServiceStatus struct {
 // Group returns the state of group id; driver.ErrNotFound when no such
 // group is stored.
 func (p *Plane) Group(ctx context.Context, id string) (GroupStatus, error) {
-	return p.groupStatus(ctx, id)
+	return p.admitter.groupStatus(ctx, id)
 }
 
 // groupStatus is Plane.Group.
-func (s *state) groupStatus(ctx context.Context, id string) (GroupStatus, error) {
+func (s admitter) groupStatus(ctx context.Context, id string) (GroupStatus, error) {
 	kv, err := s.st.Get(ctx, PrefixGroups+id)
 	if errors.Is(err, store.ErrNotFound) {
 		return GroupStatus{}, driver.Errorf(driver.ErrNotFound, "group %q", id)

@@ -175,14 +175,14 @@ func newClusterID() string {
 // Berth's, carries this cluster's id and in's id. Launch, sync and resume
 // all ask it before treating a resource as a record's; anything else is
 // never adopted, stopped or deleted as in's.
-func (s *state) owns(in *reconciler.Instance, got *driver.Instance) bool {
+func (s syncer) owns(in *reconciler.Instance, got *driver.Instance) bool {
 	return got != nil && got.Tags[driver.TagManaged] == "true" &&
 		got.Tags[driver.TagCluster] == s.clusterID && got.Tags[driver.TagInstance] == in.ID
 }
 
 // ours reports whether a back-end resource carries this cluster's id (it
 // may still be no record's: a leak).
-func (s *state) ours(got *driver.Instance) bool {
+func (s syncer) ours(got *driver.Instance) bool {
 	return got.Tags[driver.TagManaged] == "true" && got.Tags[driver.TagCluster] == s.clusterID
 }
 

@@ -21,7 +21,7 @@ type tagIndex map[string][]*driver.Instance
 // whose back-end id is unknown), so that thousands of them cost one call.
 type listings map[string]*driver.ListCache[tagIndex]
 
-func (s *state) newListings() listings {
+func (s syncer) newListings() listings {
 	ls := listings{}
 	for name, p := range s.provs {
 		ls[name] = &driver.ListCache[tagIndex]{
@@ -45,7 +45,7 @@ func (s *state) newListings() listings {
 
 // tagged returns p's resources tagged with instance id, from a listing at
 // most listingTTL old.
-func (s *state) tagged(ctx context.Context, p *provider.Provider, id string) ([]*driver.Instance, error) {
+func (s syncer) tagged(ctx context.Context, p *provider.Provider, id string) ([]*driver.Instance, error) {
 	idx, err := s.lists[p.Name()].Get(ctx)
 	if err != nil {
 		return nil, err

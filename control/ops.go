@@ -17,7 +17,7 @@ import (
 )
 
 // delete is Plane.Delete.
-func (s *state) delete(ctx context.Context, ref string) error {
+func (s verbs) delete(ctx context.Context, ref string) error {
 	in, err := s.find(ref)
 	if err != nil {
 		return err
@@ -30,7 +30,7 @@ func (s *state) delete(ctx context.Context, ref string) error {
 }
 
 // hold is Plane.Hold.
-func (s *state) hold(ctx context.Context, ref string, until time.Time) error {
+func (s verbs) hold(ctx context.Context, ref string, until time.Time) error {
 	in, err := s.find(ref)
 	if err != nil {
 		return err
@@ -44,7 +44,7 @@ func (s *state) hold(ctx context.Context, ref string, until time.Time) error {
 
 // live returns the instance named ref with its provider, refusing
 // instances that have no back-end resource.
-func (s *state) live(ref string) (reconciler.Instance, *provider.Provider, error) {
+func (s verbs) live(ref string) (reconciler.Instance, *provider.Provider, error) {
 	if err := s.refuse(); err != nil {
 		return reconciler.Instance{}, nil, err
 	}
@@ -61,7 +61,7 @@ func (s *state) live(ref string) (reconciler.Instance, *provider.Provider, error
 
 // target returns the instance named ref for verb v, or why v can never
 // apply to it (reconciler.Refusal, naming its phase).
-func (s *state) target(ref string, v reconciler.Verb) (reconciler.Instance, error) {
+func (s verbs) target(ref string, v reconciler.Verb) (reconciler.Instance, error) {
 	if err := s.refuse(); err != nil {
 		return reconciler.Instance{}, err
 	}
@@ -73,7 +73,7 @@ func (s *state) target(ref string, v reconciler.Verb) (reconciler.Instance, erro
 }
 
 // backend returns the provider of in, which has a back-end resource.
-func (s *state) backend(in reconciler.Instance) (*provider.Provider, error) {
+func (s verbs) backend(in reconciler.Instance) (*provider.Provider, error) {
 	if in.BackendID == "" {
 		return nil, driver.Errorf(driver.ErrInvalid, "instance %s is %s and has no back-end resource", in.ID, in.Phase)
 	}
@@ -84,7 +84,7 @@ func (s *state) backend(in reconciler.Instance) (*provider.Provider, error) {
 // then made by the reconciler with grace rather than here. An instance not
 // created yet is stopped once it is (reconciler.Verb); a suspended one is
 // resumed first.
-func (s *state) stop(ctx context.Context, ref string, grace time.Duration, later bool) error {
+func (s verbs) stop(ctx context.Context, ref string, grace time.Duration, later bool) error {
 	in, err := s.target(ref, reconciler.VerbStop)
 	if err != nil {
 		return err
@@ -95,7 +95,7 @@ func (s *state) stop(ctx context.Context, ref string, grace time.Duration, later
 		}
 	}
 	if later {
-		s.stopGrace(in.ID, grace)
+		s.runner.stopGrace(in.ID, grace)
 	}
 	direct := []reconciler.ActionKind{reconciler.Stop}
 	if later {
@@ -121,7 +121,7 @@ func (s *state) stop(ctx context.Context, ref string, grace time.Duration, later
 // start is Plane.Start. A suspended instance is resumed; a failed one is
 // created again; one not created yet or stopping is started when it can
 // be (reconciler.Verb).
-func (s *state) start(ctx context.Context, ref string) error {
+func (s verbs) start(ctx context.Context, ref string) error {
 	in, err := s.target(ref, reconciler.VerbStart)
 	if err != nil {
 		return err
@@ -149,7 +149,7 @@ func (s *state) start(ctx context.Context, ref string) error {
 // record follows. Should the plane stop in between, sync sees the paused
 // instance and records it all the same. An instance not created yet is
 // suspended once it is; where nothing runs it is satisfied already.
-func (s *state) suspend(ctx context.Context, ref string) error {
+func (s verbs) suspend(ctx context.Context, ref string) error {
 	in, err := s.target(ref, reconciler.VerbSuspend)
 	if err != nil {
 		return err
@@ -174,7 +174,7 @@ func (s *state) suspend(ctx context.Context, ref string) error {
 
 // resume is Plane.Resume. An instance not created yet forgets a suspend
 // asked before; a running or held one is satisfied already.
-func (s *state) resume(ctx context.Context, ref string) error {
+func (s verbs) resume(ctx context.Context, ref string) error {
 	in, err := s.target(ref, reconciler.VerbResume)
 	if err != nil {
 		return err
@@ -203,7 +203,7 @@ func (s *state) resume(ctx context.Context, ref string) error {
 // or can run is restarted by its back-end; the others step (a failed one
 // is created again, a stopping one started once stopped, one not created
 // yet will run).
-func (s *state) restart(ctx context.Context, ref string, grace time.Duration) error {
+func (s verbs) restart(ctx context.Context, ref string, grace time.Duration) error {
 	in, err := s.target(ref, reconciler.VerbRestart)
 	if err != nil {
 		return err
@@ -232,7 +232,7 @@ func (s *state) restart(ctx context.Context, ref string, grace time.Duration) er
 // kill is Plane.Kill. An instance not created yet is stopped once it is,
 // for a signal that ends a process (KILL, TERM, INT, QUIT); where nothing
 // runs the kill is satisfied already.
-func (s *state) kill(ctx context.Context, ref, signal string) error {
+func (s verbs) kill(ctx context.Context, ref, signal string) error {
 	in, err := s.target(ref, reconciler.VerbKill)
 	if err != nil {
 		return err
@@ -268,7 +268,7 @@ func (s *state) kill(ctx context.Context, ref, signal string) error {
 // resize is Plane.Resize: the node must have room for the growth, the
 // back-end applies the new limits, then the record and the scheduler's
 // reservation follow.
-func (s *state) resize(ctx context.Context, ref string, r driver.Resources) error {
+func (s verbs) resize(ctx context.Context, ref string, r driver.Resources) error {
 	if err := s.refuse(); err != nil {
 		return err
 	}
@@ -308,7 +308,7 @@ func (s *state) resize(ctx context.Context, ref string, r driver.Resources) erro
 // mutate changes fields of an instance outside the lifecycle (its
 // resources, its owner) with a compare-and-swap; the scheduler's ledger
 // follows the stored record (applyStored).
-func (s *state) mutate(ctx context.Context, id string, fn func(*reconciler.Instance)) error {
+func (s verbs) mutate(ctx context.Context, id string, fn func(*reconciler.Instance)) error {
 	mu := s.lockOf(id)
 	mu.Lock()
 	defer mu.Unlock()
@@ -336,7 +336,7 @@ func (s *state) mutate(ctx context.Context, id string, fn func(*reconciler.Insta
 }
 
 // logs is Plane.Logs.
-func (s *state) logs(ctx context.Context, ref string, opts driver.LogOptions, stdout, stderr io.Writer) error {
+func (s verbs) logs(ctx context.Context, ref string, opts driver.LogOptions, stdout, stderr io.Writer) error {
 	in, p, err := s.live(ref)
 	if err != nil {
 		return err
@@ -345,7 +345,7 @@ func (s *state) logs(ctx context.Context, ref string, opts driver.LogOptions, st
 }
 
 // events is Plane.Events: a watch on the store's instances and nodes.
-func (s *state) events(ctx context.Context, since int64, fn func(Event)) error {
+func (s verbs) events(ctx context.Context, since int64, fn func(Event)) error {
 	from := since
 	if from > 0 {
 		from = since + 1
@@ -397,7 +397,7 @@ func (s *state) events(ctx context.Context, since int64, fn func(Event)) error {
 }
 
 // nodes is Plane.Nodes.
-func (s *state) nodes(ctx context.Context) ([]NodeView, error) {
+func (s verbs) nodes(ctx context.Context) ([]NodeView, error) {
 	var out []NodeView
 	var errs []error
 	type key struct{ prov, node string }
@@ -432,7 +432,7 @@ func (s *state) nodes(ctx context.Context) ([]NodeView, error) {
 }
 
 // providers is Plane.Providers.
-func (s *state) providers(ctx context.Context) ([]ProviderView, error) {
+func (s verbs) providers(ctx context.Context) ([]ProviderView, error) {
 	out := make([]ProviderView, 0, len(s.provNames))
 	for _, name := range s.provNames {
 		p := s.provs[name]
@@ -462,7 +462,7 @@ func driverName(p *provider.Provider) string {
 }
 
 // images is Plane.Images.
-func (s *state) images(ctx context.Context, providerName, node string) ([]driver.Image, error) {
+func (s verbs) images(ctx context.Context, providerName, node string) ([]driver.Image, error) {
 	p, err := s.provider(providerName)
 	if err != nil {
 		return nil, err
@@ -471,7 +471,7 @@ func (s *state) images(ctx context.Context, providerName, node string) ([]driver
 }
 
 // preload is Plane.Preload.
-func (s *state) preload(ctx context.Context, providerName, image string, nodes []string, progress func(driver.PreloadProgress)) error {
+func (s verbs) preload(ctx context.Context, providerName, image string, nodes []string, progress func(driver.PreloadProgress)) error {
 	if image == "" {
 		return &driver.FieldError{Path: "image", Reason: "required"}
 	}
@@ -483,13 +483,13 @@ func (s *state) preload(ctx context.Context, providerName, image string, nodes [
 }
 
 // quotas is Plane.Quotas.
-func (s *state) quotas(ctx context.Context) ([]QuotaUse, error) {
-	return s.quotaUse(), nil
+func (s verbs) quotas(ctx context.Context) ([]QuotaUse, error) {
+	return s.placer.quotaUse(), nil
 }
 
 // syncPools keeps every pool label's MinReady unassigned instances: it
 // submits the missing ones, within the label's and the pool's caps.
-func (s *state) syncPools(ctx context.Context) {
+func (s verbs) syncPools(ctx context.Context) {
 	for _, pl := range s.cfg.Pools {
 		total := 0
 		byLabel := map[string][2]int{} // label -> (unassigned not ended, all not ended)
@@ -522,7 +522,7 @@ func (s *state) syncPools(ctx context.Context) {
 			req := scheduler.Request{Spec: l.Spec, Count: missing, Provider: pl.Provider}
 			req.ID = pl.Name + "." + l.Name + "." + newID()
 			req.Spec.Name = ""
-			if _, err := s.accept(ctx, []part{{req: req, pool: pl.Name, label: l.Name}}, nil, nil); err != nil {
+			if _, err := s.admitter.accept(ctx, []part{{req: req, pool: pl.Name, label: l.Name}}, nil, nil); err != nil {
 				s.log.Warn("pool", "pool", pl.Name, "label", l.Name, "err", err)
 				continue
 			}

@@ -73,7 +73,7 @@ func (c *cluster) release(id string) { _ = c.c.Release(id) }
 func (c *cluster) presence(id string, p scheduler.Presence) { _ = c.c.SetPresence(id, p) }
 
 // readNodes reads p's nodes and hands them to the scheduler.
-func (s *state) readNodes(ctx context.Context, p *provider.Provider) (*driver.PlatformState, error) {
+func (s placer) readNodes(ctx context.Context, p *provider.Provider) (*driver.PlatformState, error) {
 	since := s.cluster.c.ReadBegin()
 	ps, err := p.State(ctx)
 	if err != nil {
@@ -85,7 +85,7 @@ func (s *state) readNodes(ctx context.Context, p *provider.Provider) (*driver.Pl
 
 // updateNodes hands a reading of p's nodes, begun when the scheduler's
 // ReadBegin returned since, to the scheduler.
-func (s *state) updateNodes(p *provider.Provider, nodes []driver.Node, since uint64) {
+func (s placer) updateNodes(p *provider.Provider, nodes []driver.Node, since uint64) {
 	if err := s.cluster.c.UpdateNodesRead(p.Name(), nodes, since); err != nil {
 		s.log.Warn("provider nodes", "provider", p.Name(), "err", err)
 	}
@@ -112,7 +112,7 @@ func (s *state) updateNodes(p *provider.Provider, nodes []driver.Node, since uin
 }
 
 // poolProvider returns the provider of the named pool, "" if none.
-func (s *state) poolProvider(pool string) string {
+func (s placer) poolProvider(pool string) string {
 	for _, pl := range s.cfg.Pools {
 		if pl.Name == pool {
 			return pl.Provider
@@ -128,7 +128,7 @@ func (s *state) poolProvider(pool string) string {
 // listed any node yet makes nothing too large, and a node larger than
 // every one seen so far takes the requests declined before it joined only
 // when they are submitted again.
-func (s *state) tooLarge(r driver.Resources, prov string) string {
+func (s placer) tooLarge(r driver.Resources, prov string) string {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	var top driver.Resources
@@ -168,7 +168,7 @@ func (s *state) tooLarge(r driver.Resources, prov string) string {
 
 // refreshNodes reads every provider's nodes once (used by New so that
 // Submit can place before the first sync).
-func (s *state) refreshNodes(ctx context.Context) {
+func (s placer) refreshNodes(ctx context.Context) {
 	for _, name := range s.provNames {
 		p := s.provs[name]
 		if _, err := s.readNodes(ctx, p); err != nil {
@@ -178,18 +178,18 @@ func (s *state) refreshNodes(ctx context.Context) {
 }
 
 // kickPlacer wakes the placer.
-func (s *state) kickPlacer() {
+func (s placer) kickPlacer() {
 	select {
 	case s.placeKick <- struct{}{}:
 	default:
 	}
 }
 
-// placer places pending instances, highest priority first and oldest first
+// placeLoop places pending instances, highest priority first and oldest first
 // within a priority, whenever something changed and at least every second.
 // With Config.Schedulers above one it keeps one scheduler.Snapshot per
 // scheduler for its rounds (see placePending).
-func (s *state) placer(ctx context.Context) {
+func (s placer) placeLoop(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	snaps := s.snapshots()
@@ -212,7 +212,7 @@ func (s *state) placer(ctx context.Context) {
 // snapshots returns a snapshot of the scheduler's ledger for each of the
 // placer's schedulers, or none when there is one (it places through the
 // ledger itself). Each plans with a seed of its own.
-func (s *state) snapshots() []*scheduler.Snapshot {
+func (s placer) snapshots() []*scheduler.Snapshot {
 	if s.cfg.Schedulers <= 1 {
 		return nil
 	}
@@ -239,13 +239,13 @@ type placeFunc func(r *scheduler.Request) (*scheduler.Plan, error)
 // scheduler.MaxRounds times); what is still unplaced then stays pending
 // for the next round. Priority orders each share, not the round as a
 // whole. Every snapshot is refreshed before any share starts.
-func (s *state) placePending(ctx context.Context, snaps []*scheduler.Snapshot) {
+func (s placer) placePending(ctx context.Context, snaps []*scheduler.Snapshot) {
 	s.placeGroups(ctx)
 	now := s.now()
 	pending := s.pendingSnapshot(func(in *rec) bool {
 		return !now.Before(in.deadline.time())
 	})
-	pending = slices.DeleteFunc(pending, func(in reconciler.Instance) bool { return s.gangQueued(in.Group) })
+	pending = slices.DeleteFunc(pending, func(in reconciler.Instance) bool { return s.admitter.gangQueued(in.Group) })
 	slices.SortStableFunc(pending, func(a, b reconciler.Instance) int { return b.Priority - a.Priority })
 	if s.cfg.Metrics != nil {
 		s.cfg.Metrics.QueueDepth(len(pending))
@@ -296,7 +296,7 @@ func shareOut(pending []reconciler.Instance, n int) [][]reconciler.Instance {
 
 // optimistic places through snap: plans on it and commits with
 // Snapshot.Place, counting the conflicts (Metrics.Conflicts).
-func (s *state) optimistic(snap *scheduler.Snapshot) placeFunc {
+func (s placer) optimistic(snap *scheduler.Snapshot) placeFunc {
 	return func(r *scheduler.Request) (*scheduler.Plan, error) {
 		plan, conflicts, err := snap.Place(r)
 		if conflicts > 0 && s.cfg.Metrics != nil {
@@ -307,7 +307,7 @@ func (s *state) optimistic(snap *scheduler.Snapshot) placeFunc {
 }
 
 // placeShare places the instances of pending in order with place.
-func (s *state) placeShare(ctx context.Context, pending []reconciler.Instance, place placeFunc) {
+func (s placer) placeShare(ctx context.Context, pending []reconciler.Instance, place placeFunc) {
 	// An instance that does not fit tells why its siblings will not
 	// either: the instances of one request ask for the same, and this round
 	// only ever takes capacity away. Siblings with exclusions of their own
@@ -330,7 +330,7 @@ func (s *state) placeShare(ctx context.Context, pending []reconciler.Instance, p
 // requestFor rebuilds the placement request of one instance: its stored
 // request (or its pool label) narrowed to this instance, avoiding the
 // nodes where its launch failed a moment ago or that refused it.
-func (s *state) requestFor(in *reconciler.Instance) scheduler.Request {
+func (s placer) requestFor(in *reconciler.Instance) scheduler.Request {
 	var r scheduler.Request
 	s.mu.RLock()
 	sr, ok := s.requests[in.Request]
@@ -361,7 +361,7 @@ func (s *state) requestFor(in *reconciler.Instance) scheduler.Request {
 // placeOne places one pending instance and stores the placement (the
 // cluster's reservation is released again if the store refuses it), or
 // records why it cannot be placed and returns that reason.
-func (s *state) placeOne(ctx context.Context, in reconciler.Instance, place placeFunc) string {
+func (s placer) placeOne(ctx context.Context, in reconciler.Instance, place placeFunc) string {
 	r := s.requestFor(&in)
 	start := time.Now()
 	plan, err := place(&r)
@@ -407,7 +407,7 @@ func (s *state) placeOne(ctx context.Context, in reconciler.Instance, place plac
 // fitsRefusedOnly reports whether every node in could be placed on (of
 // its provider, when it names one, with the features its spec needs) has
 // refused it for good: then nothing is left to try.
-func (s *state) fitsRefusedOnly(in reconciler.Instance) bool {
+func (s placer) fitsRefusedOnly(in reconciler.Instance) bool {
 	refused := in.RefusedNodes()
 	r := s.requestFor(&in)
 	need := driver.SpecFeatures(in.Spec)
@@ -440,12 +440,12 @@ func hasAll(have, want []string) bool {
 // its record says already. The writers store it with other changes: a
 // round over thousands of waiting instances whose reason changed costs a
 // few commits, not one each.
-func (s *state) unplaceable(ctx context.Context, in reconciler.Instance, reason string) {
+func (s placer) unplaceable(ctx context.Context, in reconciler.Instance, reason string) {
 	if in.Message == reason {
 		return
 	}
 	ev := reconciler.Event{Kind: reconciler.Unplaceable, Message: reason}
-	if rt := s.runtimeOf(); rt != nil {
+	if rt := s.runner.runtimeOf(); rt != nil {
 		select {
 		case rt.outcomes <- outcome{id: in.ID, ev: ev}:
 		case <-ctx.Done():
@@ -479,7 +479,7 @@ func withPorts(spec driver.Spec, chosen []int) driver.Spec {
 
 // quotaUse returns the configured quotas (and pool caps) with what their
 // scopes hold, from the scheduler's ledger.
-func (s *state) quotaUse() []QuotaUse { return s.cluster.c.QuotaUse() }
+func (s placer) quotaUse() []QuotaUse { return s.cluster.c.QuotaUse() }
 
 // quotas returns the quotas the scheduler keeps to: the configured ones and
 // a pool's cap on its instances.

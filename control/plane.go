@@ -411,7 +411,7 @@ func New(ctx context.Context, cfg Config) (*Plane, error) {
 // already exists and deletes leaks. A read-only plane (Config.ReadOnly)
 // only follows the store's changes. It returns ctx's error after every
 // goroutine it started has ended.
-func (p *Plane) Run(ctx context.Context) error { return p.run(ctx) }
+func (p *Plane) Run(ctx context.Context) error { return p.runner.run(ctx) }
 
 // PlaceRound has the placer try every pending instance that is due once,
 // in a round that starts after PlaceRound is called, and returns when that
@@ -463,7 +463,7 @@ func (p *Plane) Submit(ctx context.Context, req scheduler.Request, owner string)
 	if err := p.refuse(); err != nil {
 		return nil, err
 	}
-	return p.submit(ctx, req, owner)
+	return p.admitter.submit(ctx, req, owner)
 }
 
 // CheckSubmitter answers what Submit would of spec by the caller ctx
@@ -471,7 +471,7 @@ func (p *Plane) Submit(ctx context.Context, req scheduler.Request, owner string)
 // surface that takes a spec long before it submits it (the Docker
 // endpoint's create) refuses it at once with it.
 func (p *Plane) CheckSubmitter(ctx context.Context, spec *driver.Spec, owner string) error {
-	return p.checkSubmitted(ctx, spec, owner, "")
+	return p.admitter.checkSubmitted(ctx, spec, owner, "")
 }
 
 // SubmitGroup places a group: its essential instances all or none. A node
@@ -486,7 +486,7 @@ func (p *Plane) SubmitGroup(ctx context.Context, g scheduler.Group, owner string
 	if err := p.refuse(); err != nil {
 		return nil, err
 	}
-	return p.submitGroup(ctx, g, owner)
+	return p.admitter.submitGroup(ctx, g, owner)
 }
 
 // Plan is a dry run of Submit: where req's instances would go now and why
@@ -495,7 +495,7 @@ func (p *Plane) Plan(ctx context.Context, req scheduler.Request) (*PlanAnswer, e
 	if err := p.refuse(); err != nil {
 		return nil, err
 	}
-	return p.plan(ctx, req)
+	return p.admitter.plan(ctx, req)
 }
 
 // Instances returns the instances matching f, sorted by id, at most
@@ -535,7 +535,7 @@ func (p *Plane) Delete(ctx context.Context, ref string) error {
 	if err := p.refuse(); err != nil {
 		return err
 	}
-	return p.delete(ctx, ref)
+	return p.verbs.delete(ctx, ref)
 }
 
 // Stop stops the instance gracefully (a forced stop after grace) and
@@ -543,34 +543,34 @@ func (p *Plane) Delete(ctx context.Context, ref string) error {
 // is; one that does not run is stopped already (reconciler.Verb says what
 // each verb does in each phase, and which it refuses).
 func (p *Plane) Stop(ctx context.Context, ref string, grace time.Duration) error {
-	return p.stop(ctx, ref, grace, false)
+	return p.verbs.stop(ctx, ref, grace, false)
 }
 
 // StopLater is Stop that returns once the stop is stored: the reconciler
 // makes it, with grace, as it makes a stop resumed after a restart. For a
 // grace longer than the caller can wait.
 func (p *Plane) StopLater(ctx context.Context, ref string, grace time.Duration) error {
-	return p.stop(ctx, ref, grace, true)
+	return p.verbs.stop(ctx, ref, grace, true)
 }
 
 // Start starts a stopped or exited instance, resumes a suspended one and
 // creates a failed one again; one not created yet or stopping runs once it
 // can (reconciler.Verb).
-func (p *Plane) Start(ctx context.Context, ref string) error { return p.start(ctx, ref) }
+func (p *Plane) Start(ctx context.Context, ref string) error { return p.verbs.start(ctx, ref) }
 
 // RestartLater is Restart for a grace longer than the caller can wait:
 // StopLater, then a start, which the stopping instance takes once it has
 // stopped (reconciler.Verb).
 func (p *Plane) RestartLater(ctx context.Context, ref string, grace time.Duration) error {
-	if err := p.stop(ctx, ref, grace, true); err != nil {
+	if err := p.verbs.stop(ctx, ref, grace, true); err != nil {
 		return err
 	}
-	return p.start(ctx, ref)
+	return p.verbs.start(ctx, ref)
 }
 
 // Restart restarts the instance (reconciler.Verb).
 func (p *Plane) Restart(ctx context.Context, ref string, grace time.Duration) error {
-	return p.restart(ctx, ref, grace)
+	return p.verbs.restart(ctx, ref, grace)
 }
 
 // Suspend pauses a running instance in its back-end (docker pause,
@@ -579,21 +579,23 @@ func (p *Plane) Restart(ctx context.Context, ref string, grace time.Duration) er
 // it is; suspending one that does not run does nothing; a held or deleted
 // one is driver.ErrInvalid (reconciler.Refusal), and a provider that cannot
 // suspend answers driver.ErrUnsupported naming itself.
-func (p *Plane) Suspend(ctx context.Context, ref string) error { return p.suspend(ctx, ref) }
+func (p *Plane) Suspend(ctx context.Context, ref string) error { return p.verbs.suspend(ctx, ref) }
 
 // Resume continues a suspended instance; its phase is running again. A
 // running one is resumed already; one not created yet forgets a suspend
 // asked before; a stopped, exited or failed one is driver.ErrNotSuspended.
-func (p *Plane) Resume(ctx context.Context, ref string) error { return p.resume(ctx, ref) }
+func (p *Plane) Resume(ctx context.Context, ref string) error { return p.verbs.resume(ctx, ref) }
 
 // Kill sends signal to the instance.
-func (p *Plane) Kill(ctx context.Context, ref, signal string) error { return p.kill(ctx, ref, signal) }
+func (p *Plane) Kill(ctx context.Context, ref, signal string) error {
+	return p.verbs.kill(ctx, ref, signal)
+}
 
 // Resize changes the instance's live cpu and memory limits; zero fields of r
 // are unchanged. Growing checks the node's free capacity first and fails
 // with driver.ErrInsufficientCapacity when it does not fit.
 func (p *Plane) Resize(ctx context.Context, ref string, r driver.Resources) error {
-	return p.resize(ctx, ref, r)
+	return p.verbs.resize(ctx, ref, r)
 }
 
 // Logs copies the instance's output to stdout and stderr.
@@ -601,14 +603,14 @@ func (p *Plane) Logs(ctx context.Context, ref string, opts driver.LogOptions, st
 	if err := p.refuse(); err != nil {
 		return err
 	}
-	return p.logs(ctx, ref, opts, stdout, stderr)
+	return p.verbs.logs(ctx, ref, opts, stdout, stderr)
 }
 
 // Events calls fn for every change of instances and nodes after store
 // revision since (0 means from now) until ctx ends, and returns ctx's error
 // then. It returns an error wrapping store.ErrCompacted when since is too old.
 func (p *Plane) Events(ctx context.Context, since int64, fn func(Event)) error {
-	return p.events(ctx, since, fn)
+	return p.verbs.events(ctx, since, fn)
 }
 
 // Nodes returns every provider's nodes with Berth's reservations on them,
@@ -617,7 +619,7 @@ func (p *Plane) Nodes(ctx context.Context) ([]NodeView, error) {
 	if err := p.refuse(); err != nil {
 		return nil, err
 	}
-	return p.nodes(ctx)
+	return p.verbs.nodes(ctx)
 }
 
 // Providers describes every provider: driver, capabilities, health.
@@ -625,18 +627,18 @@ func (p *Plane) Providers(ctx context.Context) ([]ProviderView, error) {
 	if err := p.refuse(); err != nil {
 		return nil, err
 	}
-	return p.providers(ctx)
+	return p.verbs.providers(ctx)
 }
 
 // Images lists the images present on a node of a provider.
 func (p *Plane) Images(ctx context.Context, providerName, node string) ([]driver.Image, error) {
-	return p.images(ctx, providerName, node)
+	return p.verbs.images(ctx, providerName, node)
 }
 
 // Preload makes image present on nodes of a provider (all when nodes is
 // empty), reporting progress.
 func (p *Plane) Preload(ctx context.Context, providerName, image string, nodes []string, progress func(driver.PreloadProgress)) error {
-	return p.preload(ctx, providerName, image, nodes, progress)
+	return p.verbs.preload(ctx, providerName, image, nodes, progress)
 }
 
 // Hold keeps a running instance until until, then deletes it (Nodepool's
@@ -645,7 +647,7 @@ func (p *Plane) Hold(ctx context.Context, ref string, until time.Time) error {
 	if err := p.refuse(); err != nil {
 		return err
 	}
-	return p.hold(ctx, ref, until)
+	return p.verbs.hold(ctx, ref, until)
 }
 
 // SchedulerStats counts what the scheduler's ledger approved since the
@@ -667,4 +669,4 @@ func (p *Plane) Scheduler(ctx context.Context) (SchedulerStats, error) {
 }
 
 // Quotas returns every configured quota with its current use.
-func (p *Plane) Quotas(ctx context.Context) ([]QuotaUse, error) { return p.quotas(ctx) }
+func (p *Plane) Quotas(ctx context.Context) ([]QuotaUse, error) { return p.verbs.quotas(ctx) }

@@ -66,7 +66,7 @@ func (p *state) planRebalance(ctx context.Context, opt RebalanceOptions) (*Rebal
 	if err := so.Check(); err != nil {
 		return nil, err
 	}
-	in := p.rebalanceInput(opt.Owners)
+	in := p.rebalancer.rebalanceInput(opt.Owners)
 	so.Request = in.request
 	so.Pinned = func(id string) string { return in.pinned[id] }
 	so.Refused = func(id string) []string { return in.refused[id] }
@@ -74,7 +74,7 @@ func (p *state) planRebalance(ctx context.Context, opt RebalanceOptions) (*Rebal
 		so.Visible = func(ns string) bool { return slices.Contains(opt.Owners, ns) }
 	}
 	if so.Load == scheduler.LoadMeasured {
-		so.Measured = p.measuredUse()
+		so.Measured = p.rebalancer.measuredUse()
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -115,7 +115,7 @@ func (in *rebalanceInput) request(id string) *scheduler.Request { return in.reqs
 
 // rebalanceInput reads the requests, the instances that hold a node (with
 // why each that must stay stays) and the nodes' latest readings.
-func (s *state) rebalanceInput(owners []string) *rebalanceInput {
+func (s rebalancer) rebalanceInput(owners []string) *rebalanceInput {
 	in := &rebalanceInput{reqs: map[string]*scheduler.Request{}, pinned: map[string]string{}, refused: map[string][]string{},
 		nodes: map[string][]driver.Node{}, caps: map[string][]string{}}
 	s.mu.RLock()
@@ -151,7 +151,7 @@ func (s *state) rebalanceInput(owners []string) *rebalanceInput {
 }
 
 // staysFor says why instance x must stay where it is, "" when it may move.
-func (s *state) staysFor(x *reconciler.Instance, r *scheduler.Request, owners []string) string {
+func (s rebalancer) staysFor(x *reconciler.Instance, r *scheduler.Request, owners []string) string {
 	var movable *bool
 	if r != nil {
 		movable = r.Movable
@@ -176,7 +176,7 @@ func (s *state) staysFor(x *reconciler.Instance, r *scheduler.Request, owners []
 }
 
 // measuredUse returns each measured instance's latest use.
-func (s *state) measuredUse() map[string]driver.Resources {
+func (s rebalancer) measuredUse() map[string]driver.Resources {
 	out := map[string]driver.Resources{}
 	for _, x := range s.snapshot(func(r *rec) bool { return r.Phase == reconciler.Running }) {
 		if us := s.meter.samples(x.ID); len(us) > 0 {

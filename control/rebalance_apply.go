@@ -120,7 +120,7 @@ type rebalancing struct {
 	starts    chan *RebalanceRun
 }
 
-func (s *state) startsChan() chan *RebalanceRun {
+func (s rebalancer) startsChan() chan *RebalanceRun {
 	s.reb.startOnce.Do(func() { s.reb.starts = make(chan *RebalanceRun) })
 	return s.reb.starts
 }
@@ -149,16 +149,16 @@ func (p *Plane) ApplyRebalance(ctx context.Context, opt ApplyOptions) (*Rebalanc
 		return nil, err
 	}
 	if run.State == RunRunning {
-		if p.runtimeOf() == nil {
-			p.endRun(RunAborted, "the control plane is not running")
-			_ = p.saveRun(ctx)
+		if p.runner.runtimeOf() == nil {
+			p.rebalancer.endRun(RunAborted, "the control plane is not running")
+			_ = p.rebalancer.saveRun(ctx)
 			return nil, errors.New("control: the control plane is not running; nothing was moved")
 		}
 		select {
-		case p.startsChan() <- run:
+		case p.rebalancer.startsChan() <- run:
 		case <-ctx.Done():
-			p.endRun(RunAborted, "the request ended before the run started")
-			_ = p.saveRun(context.WithoutCancel(ctx))
+			p.rebalancer.endRun(RunAborted, "the request ended before the run started")
+			_ = p.rebalancer.saveRun(context.WithoutCancel(ctx))
 			return nil, ctx.Err()
 		}
 	}
@@ -227,8 +227,8 @@ func (p *state) prepareRun(ctx context.Context, opt ApplyOptions, accept func(*R
 	}
 	p.reb.run = run
 	p.reb.runMu.Unlock()
-	if err := p.saveRun(ctx); err != nil {
-		p.endRun(RunAborted, err.Error())
+	if err := p.rebalancer.saveRun(ctx); err != nil {
+		p.rebalancer.endRun(RunAborted, err.Error())
 		return nil, err
 	}
 	return run, nil
@@ -317,7 +317,7 @@ func parseBudget(b string) (n int, pct float64, err error) {
 }
 
 // saveRun writes the run as it is now to the store.
-func (s *state) saveRun(ctx context.Context) error {
+func (s rebalancer) saveRun(ctx context.Context) error {
 	s.reb.runMu.Lock()
 	s.reb.run.Updated = s.now()
 	b, err := json.Marshal(s.reb.run)
@@ -333,7 +333,7 @@ func (s *state) saveRun(ctx context.Context) error {
 }
 
 // endRun sets the run's final state.
-func (s *state) endRun(st, why string) {
+func (s rebalancer) endRun(st, why string) {
 	s.reb.runMu.Lock()
 	defer s.reb.runMu.Unlock()
 	s.reb.run.State = st
@@ -343,7 +343,7 @@ func (s *state) endRun(st, why string) {
 }
 
 // setMove changes move k of the run.
-func (s *state) setMove(k int, fn func(m *MoveRun)) {
+func (s rebalancer) setMove(k int, fn func(m *MoveRun)) {
 	s.reb.runMu.Lock()
 	defer s.reb.runMu.Unlock()
 	fn(&s.reb.run.Moves[k])
@@ -376,7 +376,7 @@ type RebalanceMetrics interface {
 // rebalanceLoop carries out the runs ApplyRebalance hands it, and the
 // continuous mode's rounds, until ctx ends (run settles a run a previous
 // plane left under way before it starts).
-func (s *state) rebalanceLoop(ctx context.Context) {
+func (s rebalancer) rebalanceLoop(ctx context.Context) {
 	var tick <-chan time.Time
 	if every := s.cfg.Rebalance.Every; every > 0 {
 		t := time.NewTicker(every)
@@ -396,7 +396,7 @@ func (s *state) rebalanceLoop(ctx context.Context) {
 }
 
 // autoRound is one round of the continuous mode.
-func (s *state) autoRound(ctx context.Context) {
+func (s rebalancer) autoRound(ctx context.Context) {
 	a := s.cfg.Rebalance
 	var moves, freed int
 	run, err := s.prepareRun(ctx, a.Options, func(ans *RebalanceAnswer) bool {
@@ -437,7 +437,7 @@ type moveResult struct {
 
 // execute carries out run's moves in order within the budgets, and stops
 // starting moves at the first failure.
-func (s *state) execute(ctx context.Context, run *RebalanceRun) {
+func (s rebalancer) execute(ctx context.Context, run *RebalanceRun) {
 	opt := run.Options
 	perN, perPct, _ := parseBudget(opt.GroupBudget)
 	size, essential, running := s.groupCounts(ctx, run)
@@ -536,7 +536,7 @@ func groupKey(m scheduler.Move) string {
 // groupCounts counts, for the groups run's moves touch, their live
 // instances, their essential count (a stored group's services' essential
 // counts; 0 outside groups) and how many run.
-func (s *state) groupCounts(ctx context.Context, run *RebalanceRun) (size, essential, running map[string]int) {
+func (s rebalancer) groupCounts(ctx context.Context, run *RebalanceRun) (size, essential, running map[string]int) {
 	size, essential, running = map[string]int{}, map[string]int{}, map[string]int{}
 	want := map[string]bool{}
 	for _, m := range run.Moves {
@@ -580,7 +580,7 @@ func copyName(name, suffix string) string {
 
 // moveOne carries out move k of the run make-before-break, recording each
 // step in the store before it is taken.
-func (s *state) moveOne(ctx context.Context, k int, timeout time.Duration) error {
+func (s rebalancer) moveOne(ctx context.Context, k int, timeout time.Duration) error {
 	s.reb.runMu.Lock()
 	m := s.reb.run.Moves[k].Move
 	s.reb.runMu.Unlock()
@@ -626,7 +626,7 @@ func (s *state) moveOne(ctx context.Context, k int, timeout time.Duration) error
 			return ctx.Err()
 		}
 		// Undo: the old copy was never touched.
-		derr := s.delete(ctx, cp.ID)
+		derr := s.verbs.delete(ctx, cp.ID)
 		s.setMove(k, func(mr *MoveRun) {
 			mr.State, mr.Error = MoveUndone, err.Error()
 			if derr != nil {
@@ -640,7 +640,7 @@ func (s *state) moveOne(ctx context.Context, k int, timeout time.Duration) error
 	if err := s.saveRun(ctx); err != nil {
 		return err
 	}
-	if err := s.delete(ctx, old.ID); err != nil && !errors.Is(err, driver.ErrNotFound) {
+	if err := s.verbs.delete(ctx, old.ID); err != nil && !errors.Is(err, driver.ErrNotFound) {
 		s.setMove(k, func(mr *MoveRun) { mr.Error = "deleting the old copy: " + err.Error() })
 		_ = s.saveRun(ctx)
 		return err
@@ -657,7 +657,7 @@ func (s *state) moveOne(ctx context.Context, k int, timeout time.Duration) error
 	// says which copy replaced it), so that its group does not count a
 	// deleted member.
 	if gone, ok := s.get(old.ID); ok && gone.Phase == reconciler.Deleted {
-		if _, err := s.removeInstances(ctx, []*reconciler.Instance{&gone}); err != nil {
+		if _, err := s.syncer.removeInstances(ctx, []*reconciler.Instance{&gone}); err != nil {
 			s.log.Warn("rebalance: remove the moved instance's record", "instance", old.ID, "err", err)
 		}
 	}
@@ -669,7 +669,7 @@ func (s *state) moveOne(ctx context.Context, k int, timeout time.Duration) error
 // provider by the scheduler (every filter of placement applies), and
 // starts its create: the path of an admission, for one instance of an
 // existing request.
-func (s *state) createCopy(ctx context.Context, old, cp *reconciler.Instance, to string) error {
+func (s rebalancer) createCopy(ctx context.Context, old, cp *reconciler.Instance, to string) error {
 	if err := s.reserveNames([]*reconciler.Instance{cp}); err != nil {
 		return err
 	}
@@ -684,7 +684,7 @@ func (s *state) createCopy(ctx context.Context, old, cp *reconciler.Instance, to
 	// for good.
 	noExclude := *old
 	noExclude.Exclude = nil
-	r := s.requestFor(&noExclude)
+	r := s.placer.requestFor(&noExclude)
 	r.ID, r.Count, r.Provider, r.Spec.Name = cp.ID, 1, old.Provider, cp.Name
 	r.Constraints = append(slices.Clone(r.Constraints), scheduler.NodeIs(to))
 	plan, err := s.cluster.c.Place(&r)
@@ -712,7 +712,7 @@ func (s *state) createCopy(ctx context.Context, old, cp *reconciler.Instance, to
 		return err
 	}
 	stored = true
-	s.perform(*cp, acts, nil)
+	s.runner.perform(*cp, acts, nil)
 	return nil
 }
 
@@ -722,7 +722,7 @@ const pollEvery = 20 * time.Millisecond
 // waitRunning waits until instance id runs on provider/node; it fails as
 // soon as the instance is anywhere else, in any other phase than on its
 // way to running there, or after timeout.
-func (s *state) waitRunning(ctx context.Context, id, prov, node string, timeout time.Duration) error {
+func (s rebalancer) waitRunning(ctx context.Context, id, prov, node string, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	t := time.NewTicker(pollEvery)
@@ -751,7 +751,7 @@ func (s *state) waitRunning(ctx context.Context, id, prov, node string, timeout 
 }
 
 // waitGone waits until instance id is deleted (or its record removed).
-func (s *state) waitGone(ctx context.Context, id string, timeout time.Duration) error {
+func (s rebalancer) waitGone(ctx context.Context, id string, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	t := time.NewTicker(pollEvery)
@@ -778,7 +778,7 @@ func (s *state) waitGone(ctx context.Context, id string, timeout time.Duration) 
 // not run yet is undone (the new copy deleted, the old one left as it
 // is), no other move starts, and the run is marked abandoned. Every
 // instance thus ends with exactly one copy.
-func (s *state) settleRun(ctx context.Context) {
+func (s rebalancer) settleRun(ctx context.Context) {
 	kv, err := s.st.Get(ctx, KeyRebalance)
 	if err != nil {
 		if !errors.Is(err, store.ErrNotFound) && ctx.Err() == nil {
@@ -802,18 +802,18 @@ func (s *state) settleRun(ctx context.Context) {
 		switch mr.State {
 		case MoveCreating:
 			if in, ok := s.get(mr.New); ok && in.Phase == reconciler.Running && in.Node == mr.To && in.Provider == mr.Provider {
-				if err := s.delete(ctx, mr.Instance); err != nil && !errors.Is(err, driver.ErrNotFound) {
+				if err := s.verbs.delete(ctx, mr.Instance); err != nil && !errors.Is(err, driver.ErrNotFound) {
 					s.log.Warn("rebalance: finish a move", "instance", mr.Instance, "err", err)
 				}
 				s.setMove(k, func(m *MoveRun) { m.State = MoveDone })
 				continue
 			}
-			if err := s.delete(ctx, mr.New); err != nil && !errors.Is(err, driver.ErrNotFound) {
+			if err := s.verbs.delete(ctx, mr.New); err != nil && !errors.Is(err, driver.ErrNotFound) {
 				s.log.Warn("rebalance: undo a move", "instance", mr.New, "err", err)
 			}
 			s.setMove(k, func(m *MoveRun) { m.State, m.Error = MoveUndone, "the plane restarted before the new copy ran" })
 		case MoveDeleting:
-			if err := s.delete(ctx, mr.Instance); err != nil && !errors.Is(err, driver.ErrNotFound) {
+			if err := s.verbs.delete(ctx, mr.Instance); err != nil && !errors.Is(err, driver.ErrNotFound) {
 				s.log.Warn("rebalance: finish a move", "instance", mr.Instance, "err", err)
 			}
 			s.setMove(k, func(m *MoveRun) { m.State = MoveDone })

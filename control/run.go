@@ -152,7 +152,7 @@ func (rt *runtime) signal() {
 }
 
 // run is Plane.Run.
-func (s *state) run(ctx context.Context) error {
+func (s runner) run(ctx context.Context) error {
 	s.rtMu.Lock()
 	if s.running {
 		s.rtMu.Unlock()
@@ -188,7 +188,7 @@ func (s *state) run(ctx context.Context) error {
 	// A rebalance run the previous plane left under way is settled first:
 	// a move's new copy it undoes is deleted before the resume below could
 	// create it again.
-	s.settleRun(ctx)
+	s.rebalancer.settleRun(ctx)
 	// Resume interrupted work before the first listing, so that instances
 	// mid-create are looked up by tag rather than counted as leaks.
 	for _, in := range s.snapshot(func(in *rec) bool { return !in.Phase.Terminal() }) {
@@ -196,7 +196,7 @@ func (s *state) run(ctx context.Context) error {
 			s.log.Warn("resume", "instance", in.ID, "err", err)
 		}
 	}
-	s.kickPlacer()
+	s.placer.kickPlacer()
 
 	var wg sync.WaitGroup
 	ready := make(chan *task)
@@ -217,11 +217,11 @@ func (s *state) run(ctx context.Context) error {
 		wg.Go(func() { s.writer(ctx, rt) })
 	}
 	wg.Go(func() { s.watchStore(ctx, rt) })
-	wg.Go(func() { s.placer(ctx) })
-	wg.Go(func() { s.syncLoop(ctx, rt) })
-	wg.Go(func() { s.collector(ctx) })
-	wg.Go(func() { s.usageLoop(ctx) })
-	wg.Go(func() { s.rebalanceLoop(ctx) })
+	wg.Go(func() { s.placer.placeLoop(ctx) })
+	wg.Go(func() { s.syncer.syncLoop(ctx, rt) })
+	wg.Go(func() { s.syncer.collector(ctx) })
+	wg.Go(func() { s.measurer.usageLoop(ctx) })
+	wg.Go(func() { s.rebalancer.rebalanceLoop(ctx) })
 	wg.Wait()
 	rt.long.Wait()
 	// Operations still in flight ended with ctx; the next Run resumes
@@ -230,14 +230,14 @@ func (s *state) run(ctx context.Context) error {
 }
 
 // runtime returns the running reconciler, or nil.
-func (s *state) runtimeOf() *runtime {
+func (s runner) runtimeOf() *runtime {
 	s.rtMu.Lock()
 	defer s.rtMu.Unlock()
 	return s.rt
 }
 
 // dispatch hands due tasks to the workers.
-func (s *state) dispatch(ctx context.Context, rt *runtime, ready chan<- *task) {
+func (s runner) dispatch(ctx context.Context, rt *runtime, ready chan<- *task) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -283,7 +283,7 @@ func (s *state) dispatch(ctx context.Context, rt *runtime, ready chan<- *task) {
 
 // perform carries out the actions of one transition of in, except those
 // in direct, which it returns. It never blocks: work is queued.
-func (s *state) perform(in reconciler.Instance, acts []reconciler.Action, direct []reconciler.ActionKind) []reconciler.Action {
+func (s runner) perform(in reconciler.Instance, acts []reconciler.Action, direct []reconciler.ActionKind) []reconciler.Action {
 	var out []reconciler.Action
 	rt := s.runtimeOf()
 	if rt != nil && in.Deadline.IsZero() {
@@ -310,10 +310,10 @@ func (s *state) perform(in reconciler.Instance, acts []reconciler.Action, direct
 		case reconciler.Release:
 			// The ledger gave the node back when the record was stored
 			// (applyStored).
-			s.victimGone(in.ID)
-			s.kickPlacer()
+			s.placer.victimGone(in.ID)
+			s.placer.kickPlacer()
 		case reconciler.Place:
-			s.kickPlacer()
+			s.placer.kickPlacer()
 		}
 		if rt == nil {
 			// Without a running reconciler the work waits for Run, which
@@ -363,7 +363,7 @@ func (rt *runtime) createWaits(id string) bool {
 }
 
 // tickAt schedules a Tick of instance id at (or before) at.
-func (s *state) tickAt(rt *runtime, id string, at time.Time) {
+func (s runner) tickAt(rt *runtime, id string, at time.Time) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	rt.tickLocked(id, at)
@@ -386,7 +386,7 @@ func (rt *runtime) tickLocked(id string, at time.Time) {
 }
 
 // untick drops the tick of instance id scheduled for later, if any.
-func (s *state) untick(rt *runtime, id string) {
+func (s runner) untick(rt *runtime, id string) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if t, ok := rt.ticks[id]; ok && t.due.After(s.now()) {
@@ -397,7 +397,7 @@ func (s *state) untick(rt *runtime, id string) {
 
 // startOp queues a create or delete for in unless one of the same kind is
 // in flight.
-func (s *state) startOp(rt *runtime, in *reconciler.Instance, kind taskKind, adopt bool) {
+func (s runner) startOp(rt *runtime, in *reconciler.Instance, kind taskKind, adopt bool) {
 	p, ok := s.provs[in.Provider]
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
@@ -423,7 +423,7 @@ func (s *state) startOp(rt *runtime, in *reconciler.Instance, kind taskKind, ado
 }
 
 // startSide queues a stale delete, stop or start unless the same is queued.
-func (s *state) startSide(rt *runtime, in *reconciler.Instance, kind taskKind, ref reconciler.Ref) {
+func (s runner) startSide(rt *runtime, in *reconciler.Instance, kind taskKind, ref reconciler.Ref) {
 	key := fmt.Sprintf("%d/%s/%s/%s", kind, in.ID, ref.Provider, ref.BackendID)
 	prov := in.Provider
 	if kind == taskStale {
@@ -448,7 +448,7 @@ func sideKey(t *task) string {
 }
 
 // again re-queues t after its operations reported wait (0: back off).
-func (s *state) again(rt *runtime, t *task, wait time.Duration) {
+func (s runner) again(rt *runtime, t *task, wait time.Duration) {
 	if wait <= 0 {
 		if t.poll == 0 {
 			t.poll = 5 * time.Millisecond
@@ -550,7 +550,7 @@ func (rt *runtime) opContext(ctx context.Context, t *task) (opCtx context.Contex
 // launchQueued reports whether instance id has a create that has not been
 // issued long enough for its launch timeout to count, and if so when to
 // look again: the timeout runs from when the back-end is asked.
-func (s *state) launchQueued(rt *runtime, id string) (time.Time, bool) {
+func (s runner) launchQueued(rt *runtime, id string) (time.Time, bool) {
 	in, ok := s.get(id)
 	if !ok || in.Phase != reconciler.Creating || s.now().Before(in.Deadline) {
 		return time.Time{}, false
@@ -590,10 +590,10 @@ const defaultStopGrace = 10 * time.Second
 
 // stopGrace keeps grace for the next stop the reconciler makes of
 // instance id.
-func (s *state) stopGrace(id string, grace time.Duration) { s.graces.Store(id, grace) }
+func (s runner) stopGrace(id string, grace time.Duration) { s.graces.Store(id, grace) }
 
 // work performs one task.
-func (s *state) work(ctx context.Context, rt *runtime, t *task) {
+func (s runner) work(ctx context.Context, rt *runtime, t *task) {
 	switch t.kind {
 	case taskTick:
 		if later, ok := s.launchQueued(rt, t.id); ok {
@@ -621,7 +621,7 @@ func (s *state) work(ctx context.Context, rt *runtime, t *task) {
 
 // feed applies ev to t's instance if t is still current, then forgets t
 // when it is over.
-func (s *state) feed(ctx context.Context, rt *runtime, t *task, ev reconciler.Event, over bool) {
+func (s runner) feed(ctx context.Context, rt *runtime, t *task, ev reconciler.Event, over bool) {
 	if !rt.current(t) {
 		return
 	}
@@ -662,7 +662,7 @@ const batchLinger = 10 * time.Millisecond
 // writer stores outcomes in batches until ctx ends. Outcomes not stored
 // when Run stops are found again by the next Run, which resumes the
 // instances they concern.
-func (s *state) writer(ctx context.Context, rt *runtime) {
+func (s runner) writer(ctx context.Context, rt *runtime) {
 	batch := make([]outcome, 0, maxBatch)
 	var scratch batchScratch
 	linger := time.NewTimer(batchLinger)
@@ -692,7 +692,7 @@ func (s *state) writer(ctx context.Context, rt *runtime) {
 	}
 }
 
-func (s *state) workCreate(ctx context.Context, rt *runtime, t *task) {
+func (s runner) workCreate(ctx context.Context, rt *runtime, t *task) {
 	if !rt.current(t) {
 		return
 	}
@@ -727,7 +727,7 @@ func (s *state) workCreate(ctx context.Context, rt *runtime, t *task) {
 // to adopt) and keeps the operation in t. It returns false when there is
 // nothing to advance now: the create failed, waits its turn, or the
 // instance was adopted or moved on.
-func (s *state) issueCreate(ctx context.Context, rt *runtime, t *task, in *reconciler.Instance) bool {
+func (s runner) issueCreate(ctx context.Context, rt *runtime, t *task, in *reconciler.Instance) bool {
 	if t.adopt {
 		found, err := s.lookup(ctx, t.prov, in)
 		if err != nil {
@@ -740,7 +740,7 @@ func (s *state) issueCreate(ctx context.Context, rt *runtime, t *task, in *recon
 			return false
 		}
 	}
-	if s.victimsOn(reconciler.NodeID(in.Provider, in.Node)) && s.now().Before(in.Deadline) {
+	if s.placer.victimsOn(reconciler.NodeID(in.Provider, in.Node)) && s.now().Before(in.Deadline) {
 		// Instances evicted for this one still hold its room in the
 		// back-end: its create waits for their deletes, at most until
 		// its launch deadline (then it is tried; its launch timeout
@@ -750,7 +750,7 @@ func (s *state) issueCreate(ctx context.Context, rt *runtime, t *task, in *recon
 	}
 	spec := withPorts(*in.Spec, in.HostPorts)
 	spec.Name = in.BackendName()
-	spec.Tags = s.tags(in)
+	spec.Tags = s.verbs.tags(in)
 	opCtx, undo, ok := rt.opContext(ctx, t)
 	if !ok {
 		return false
@@ -796,7 +796,7 @@ func (s *state) issueCreate(ctx context.Context, rt *runtime, t *task, in *recon
 
 // advanceCreate advances the create operation of t and feeds its outcome
 // to instance in.
-func (s *state) advanceCreate(ctx context.Context, rt *runtime, t *task, in *reconciler.Instance) {
+func (s runner) advanceCreate(ctx context.Context, rt *runtime, t *task, in *reconciler.Instance) {
 	actx, cancel := context.WithTimeout(ctx, callTimeout)
 	p, err := t.ops[0].Advance(actx)
 	cancel()
@@ -850,7 +850,7 @@ func (rt *runtime) takeCreate(t *task) (first, live bool) {
 // adopt takes over found, an existing copy of t's instance: a running or
 // ended copy is the instance; one still being built is waited for; a broken
 // one is deleted and the launch retried.
-func (s *state) adopt(ctx context.Context, rt *runtime, t *task, found *driver.Instance) {
+func (s runner) adopt(ctx context.Context, rt *runtime, t *task, found *driver.Instance) {
 	t.adopt = true
 	switch found.State {
 	case driver.StateCreating:
@@ -867,11 +867,11 @@ func (s *state) adopt(ctx context.Context, rt *runtime, t *task, found *driver.I
 
 // createFailed reports a failed create; a name conflict with a copy of this
 // same instance (made by an earlier attempt) is adopted instead.
-func (s *state) createFailed(ctx context.Context, rt *runtime, t *task, in *reconciler.Instance, err error, partial *driver.Instance) {
+func (s runner) createFailed(ctx context.Context, rt *runtime, t *task, in *reconciler.Instance, err error, partial *driver.Instance) {
 	if errors.Is(err, driver.ErrAlreadyExists) {
 		got, ferr := t.prov.Find(ctx, in.BackendName())
 		switch {
-		case ferr == nil && s.owns(in, got):
+		case ferr == nil && s.syncer.owns(in, got):
 			s.adopt(ctx, rt, t, got)
 			return
 		case errors.Is(ferr, driver.ErrNotFound):
@@ -880,13 +880,13 @@ func (s *state) createFailed(ctx context.Context, rt *runtime, t *task, in *reco
 			s.launched(t, err)
 			s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.NameTaken, Err: fmt.Errorf("%w: the name %q is held by a resource provider %s cannot show: %w", driver.ErrRetryable, in.BackendName(), in.Provider, err)}, true)
 			return
-		case ferr == nil && s.ours(got) && s.releasedName(got.Tags[driver.TagInstance]):
+		case ferr == nil && s.syncer.ours(got) && s.releasedName(got.Tags[driver.TagInstance]):
 			// Held by the resource of an earlier instance of the same name
 			// that is being deleted: try again under another name.
 			s.launched(t, err)
 			s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.NameTaken, Err: fmt.Errorf("%w: the name %q is held by the resource of deleted instance %s: %w", driver.ErrRetryable, in.BackendName(), got.Tags[driver.TagInstance], err)}, true)
 			return
-		case ferr == nil && s.ours(got) && !s.sameNamespace(got.Tags[driver.TagInstance], in.Owner):
+		case ferr == nil && s.syncer.ours(got) && !s.sameNamespace(got.Tags[driver.TagInstance], in.Owner):
 			// Names are per namespace; the back-end's are not: held by an
 			// instance of the same name in another namespace, try again
 			// under another name (and never say whose).
@@ -924,7 +924,7 @@ const adoptGrace = 10 * time.Second
 // cannot show for that long: a create still in flight in the back-end
 // (listed before it can be read) or one that it undid when its caller went
 // away; its launch is then made again, never failed for it.
-func (s *state) awaitOp(p *provider.Provider, id string) driver.Operation {
+func (s runner) awaitOp(p *provider.Provider, id string) driver.Operation {
 	since := s.now()
 	return driver.Steps(func(ctx context.Context) (bool, *driver.Instance, error) {
 		got, err := p.Get(ctx, id)
@@ -946,7 +946,7 @@ func (s *state) awaitOp(p *provider.Provider, id string) driver.Operation {
 	})
 }
 
-func (s *state) launched(t *task, err error) {
+func (s runner) launched(t *task, err error) {
 	if s.cfg.Metrics != nil && t.prov != nil {
 		s.cfg.Metrics.Launched(t.prov.Name(), err)
 	}
@@ -956,8 +956,8 @@ func (s *state) launched(t *task, err error) {
 }
 
 // lookup finds the resource of in by its instance tag; nil when none.
-func (s *state) lookup(ctx context.Context, p *provider.Provider, in *reconciler.Instance) (*driver.Instance, error) {
-	found, err := s.tagged(ctx, p, in.ID)
+func (s runner) lookup(ctx context.Context, p *provider.Provider, in *reconciler.Instance) (*driver.Instance, error) {
+	found, err := s.syncer.tagged(ctx, p, in.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -968,7 +968,7 @@ func (s *state) lookup(ctx context.Context, p *provider.Provider, in *reconciler
 	return found[0], nil
 }
 
-func (s *state) workDelete(ctx context.Context, rt *runtime, t *task) {
+func (s runner) workDelete(ctx context.Context, rt *runtime, t *task) {
 	if !rt.current(t) {
 		return
 	}
@@ -1038,8 +1038,8 @@ const createCallWait = 10 * time.Millisecond
 
 // taggedIDs returns the back-end ids of the resources tagged with instance
 // id, except the one with back-end id except.
-func (s *state) taggedIDs(ctx context.Context, prov *provider.Provider, id, except string) ([]string, error) {
-	found, err := s.tagged(ctx, prov, id)
+func (s runner) taggedIDs(ctx context.Context, prov *provider.Provider, id, except string) ([]string, error) {
+	found, err := s.syncer.tagged(ctx, prov, id)
 	if err != nil {
 		return nil, err
 	}
@@ -1057,7 +1057,7 @@ func (s *state) taggedIDs(ctx context.Context, prov *provider.Provider, id, exce
 // was started. When the provider's write budget holds a delete back, wait
 // says when to call startDeletes again, with t.rest (the ids not started;
 // none started at all leaves t.ops nil, for the caller to look again).
-func (s *state) startDeletes(ctx context.Context, rt *runtime, t *task, ids []string) (ok bool, wait time.Duration, err error) {
+func (s runner) startDeletes(ctx context.Context, rt *runtime, t *task, ids []string) (ok bool, wait time.Duration, err error) {
 	opCtx, undo, ok := rt.opContext(ctx, t)
 	if !ok {
 		return false, 0, nil
@@ -1094,7 +1094,7 @@ func (s *state) startDeletes(ctx context.Context, rt *runtime, t *task, ids []st
 
 // advanceAll advances every operation of t once, dropping finished ones; a
 // delete that finds the resource gone counts as done.
-func (s *state) advanceAll(ctx context.Context, t *task) (done bool, wait time.Duration, err error) {
+func (s runner) advanceAll(ctx context.Context, t *task) (done bool, wait time.Duration, err error) {
 	rest := t.ops[:0]
 	for _, op := range t.ops {
 		actx, cancel := context.WithTimeout(ctx, callTimeout)
@@ -1116,7 +1116,7 @@ func (s *state) advanceAll(ctx context.Context, t *task) (done bool, wait time.D
 	return len(rest) == 0, wait, nil
 }
 
-func (s *state) workStale(ctx context.Context, rt *runtime, t *task) {
+func (s runner) workStale(ctx context.Context, rt *runtime, t *task) {
 	if !rt.current(t) {
 		return
 	}
@@ -1163,7 +1163,7 @@ func (s *state) workStale(ctx context.Context, rt *runtime, t *task) {
 	}
 }
 
-func (s *state) workLeak(ctx context.Context, rt *runtime, t *task) {
+func (s runner) workLeak(ctx context.Context, rt *runtime, t *task) {
 	if !rt.current(t) {
 		return
 	}
@@ -1205,7 +1205,7 @@ func (s *state) workLeak(ctx context.Context, rt *runtime, t *task) {
 	}
 }
 
-func (s *state) workStopStart(ctx context.Context, rt *runtime, t *task) {
+func (s runner) workStopStart(ctx context.Context, rt *runtime, t *task) {
 	if !rt.current(t) {
 		return
 	}

@@ -111,6 +111,16 @@ type state struct {
 	// (Plane.StopLater), by instance id, until it does.
 	graces sync.Map
 
+	// The plane's parts by concern (doc.go): each is a view of the state
+	// with the methods of its concern.
+	admitter   admitter
+	placer     placer
+	runner     runner
+	syncer     syncer
+	verbs      verbs
+	measurer   measurer
+	rebalancer rebalancer
+
 	// clusterID is written on every back-end resource (driver.TagCluster);
 	// set once by loadIdentity.
 	clusterID string
@@ -170,11 +180,13 @@ func newState(ctx context.Context, cfg Config) (*state, error) {
 		placeKick: make(chan struct{}, 1),
 		placeNow:  make(chan chan struct{}),
 	}
+	s.admitter, s.placer, s.runner, s.syncer = admitter{s}, placer{s}, runner{s}, syncer{s}
+	s.verbs, s.measurer, s.rebalancer = verbs{s}, measurer{s}, rebalancer{s}
 	for n := range provs {
 		s.provNames = append(s.provNames, n)
 	}
 	slices.Sort(s.provNames)
-	s.lists = s.newListings()
+	s.lists = s.syncer.newListings()
 	s.meter.rings, s.meter.nodes = map[string]*ring{}, map[string]NodeUsage{}
 	s.meter.nodeHours, s.meter.measured = map[string]*hour{}, make(chan struct{})
 	s.gang.init(cfg.QueuePolicy, cfg.Pools)
@@ -197,7 +209,7 @@ func newState(ctx context.Context, cfg Config) (*state, error) {
 		return nil, err
 	}
 	s.cluster = newCluster(s)
-	s.refreshNodes(ctx)
+	s.placer.refreshNodes(ctx)
 	return s, nil
 }
 
@@ -440,7 +452,7 @@ func (s *state) apply(ctx context.Context, id string, ev reconciler.Event, direc
 		next, acts := s.m.Step(cur, ev, s.now())
 		if !reconciler.Changed(cur, next) {
 			// Nothing to store.
-			return cur, s.perform(next, acts, direct), nil
+			return cur, s.runner.perform(next, acts, direct), nil
 		}
 		ok, _, err := s.commit(ctx, &txn{puts: []instPut{{base: cur.Revision, in: &next}}})
 		if err != nil {
@@ -452,7 +464,7 @@ func (s *state) apply(ctx context.Context, id string, ev reconciler.Event, direc
 			}
 			continue
 		}
-		return next, s.perform(next, acts, direct), nil
+		return next, s.runner.perform(next, acts, direct), nil
 	}
 	return reconciler.Instance{}, nil, fmt.Errorf("control: instance %s: too many conflicting writes", id)
 }
@@ -547,7 +559,7 @@ func (s *state) applyBatch(ctx context.Context, batch []outcome, scratch *batchS
 		return
 	}
 	for k := range results {
-		s.perform(results[k].in, results[k].acts, nil)
+		s.runner.perform(results[k].in, results[k].acts, nil)
 	}
 	unlock()
 }
@@ -588,7 +600,7 @@ func (sc Scope) Has(namespace string) bool {
 }
 
 // tags returns the tags Berth writes on the back-end resource of in.
-func (s *state) tags(in *reconciler.Instance) map[string]string {
+func (s verbs) tags(in *reconciler.Instance) map[string]string {
 	return map[string]string{
 		driver.TagManaged:     "true",
 		driver.TagCluster:     s.clusterID,
@@ -600,7 +612,7 @@ func (s *state) tags(in *reconciler.Instance) map[string]string {
 
 // provider returns the named provider or an ErrNotFound naming the known
 // ones.
-func (s *state) provider(name string) (*provider.Provider, error) {
+func (s verbs) provider(name string) (*provider.Provider, error) {
 	if err := s.refuse(); err != nil {
 		return nil, err
 	}

@@ -44,7 +44,7 @@ type part struct {
 }
 
 // submit is Plane.Submit.
-func (s *state) submit(ctx context.Context, req scheduler.Request, owner string) (*Answer, error) {
+func (s admitter) submit(ctx context.Context, req scheduler.Request, owner string) (*Answer, error) {
 	if err := s.checkSubmitted(ctx, &req.Spec, owner, ""); err != nil {
 		return nil, err
 	}
@@ -63,7 +63,7 @@ func (s *state) submit(ctx context.Context, req scheduler.Request, owner string)
 
 // checkRequest validates req, names it when it has no id, and refuses what
 // could never fit a quota. prefix is the field path of req.
-func (s *state) checkRequest(req *scheduler.Request, prefix string) error {
+func (s admitter) checkRequest(req *scheduler.Request, prefix string) error {
 	if err := req.Validate(); err != nil {
 		return prefixErr(prefix, err)
 	}
@@ -77,7 +77,7 @@ func (s *state) checkRequest(req *scheduler.Request, prefix string) error {
 		es = append(es, err.(*driver.FieldError))
 	}
 	if req.Provider != "" {
-		if _, err := s.provider(req.Provider); err != nil {
+		if _, err := s.verbs.provider(req.Provider); err != nil {
 			es = append(es, &driver.FieldError{Path: prefix + "provider", Reason: fmt.Sprintf("unknown provider %q; known: %v", req.Provider, s.provNames)})
 		}
 	}
@@ -96,7 +96,7 @@ func (s *state) checkRequest(req *scheduler.Request, prefix string) error {
 // capability it needs or is of another provider. These are static facts
 // of the nodes (labels, provider, features); an offline node, a full one
 // or no node known at all lets the request through, to wait.
-func (s *state) checkEverPlaceable(req *scheduler.Request) error {
+func (s admitter) checkEverPlaceable(req *scheduler.Request) error {
 	if len(req.Constraints) == 0 && len(req.Capabilities) == len(driver.SpecFeatures(&req.Spec)) {
 		// Nothing but the features, which checkSpec has found a provider
 		// for: no probe needed (it costs a placement over every node).
@@ -149,7 +149,7 @@ func needFeatures(req *scheduler.Request) {
 // when empty) could ever run, naming the field and each provider's reason:
 // a feature the spec needs that the provider lacks (driver.SpecFeatures),
 // or its own refusal (driver.SpecChecker).
-func (s *state) checkSpec(spec *driver.Spec, prov string) error {
+func (s admitter) checkSpec(spec *driver.Spec, prov string) error {
 	names := s.provNames
 	if prov != "" {
 		names = []string{prov}
@@ -158,7 +158,7 @@ func (s *state) checkSpec(spec *driver.Spec, prov string) error {
 	path := ""
 	var why []string
 	for _, n := range names {
-		p, err := s.provider(n)
+		p, err := s.verbs.provider(n)
 		if err != nil {
 			continue
 		}
@@ -221,7 +221,7 @@ func indexOf(in *reconciler.Instance) int {
 }
 
 // submitGroup is Plane.SubmitGroup.
-func (s *state) submitGroup(ctx context.Context, g scheduler.Group, owner string) (*GroupAnswer, error) {
+func (s admitter) submitGroup(ctx context.Context, g scheduler.Group, owner string) (*GroupAnswer, error) {
 	for i := range g.Services {
 		if err := s.checkSubmitted(ctx, &g.Services[i].Spec, owner, fmt.Sprintf("services[%d].", i)); err != nil {
 			return nil, err
@@ -237,7 +237,7 @@ func (s *state) submitGroup(ctx context.Context, g scheduler.Group, owner string
 		return nil, &driver.FieldError{Path: "id", Reason: fmt.Sprintf("%q: use 1 to 48 letters, digits, '_', '.' or '-', starting with a letter or digit", g.ID)}
 	}
 	if g.Provider != "" {
-		if _, err := s.provider(g.Provider); err != nil {
+		if _, err := s.verbs.provider(g.Provider); err != nil {
 			return nil, &driver.FieldError{Path: "provider", Reason: fmt.Sprintf("unknown provider %q; known: %v", g.Provider, s.provNames)}
 		}
 	}
@@ -286,13 +286,13 @@ func (s *state) submitGroup(ctx context.Context, g scheduler.Group, owner string
 	if err != nil {
 		return nil, err
 	}
-	forget := s.evict(plan.Evicted)
+	forget := s.placer.evict(plan.Evicted)
 	placed, err := s.accept(ctx, parts, plan, &g)
 	if err != nil {
 		forget()
 		return nil, err
 	}
-	s.deleteVictims(ctx, plan.Evicted)
+	s.placer.deleteVictims(ctx, plan.Evicted)
 	if ans.Instances == nil {
 		ans.Instances = placed // a thousand instances are not copied
 	} else {
@@ -304,7 +304,7 @@ func (s *state) submitGroup(ctx context.Context, g scheduler.Group, owner string
 // reuse hands ready pool instances to a node set: each service naming a
 // pool label takes unassigned running instances of that label (Nodepool's
 // reuse of ready nodes). Services fully served are removed from g.
-func (s *state) reuse(ctx context.Context, g *scheduler.Group, owner string) ([]Placed, error) {
+func (s admitter) reuse(ctx context.Context, g *scheduler.Group, owner string) ([]Placed, error) {
 	var out []Placed
 	rest := g.Services[:0]
 	for _, sv := range g.Services {
@@ -343,7 +343,7 @@ func (s *state) reuse(ctx context.Context, g *scheduler.Group, owner string) ([]
 // pool's, and each service names one of the pool's labels and, when it
 // gives no image, takes that label's spec. A service that gives its own
 // spec keeps it. Every service counts against the pool's quotas.
-func (s *state) fromPool(g *scheduler.Group) error {
+func (s admitter) fromPool(g *scheduler.Group) error {
 	if g.Pool == "" || g.Kind != scheduler.KindNodeSet {
 		return nil // Validate says what is wrong with a pool outside a node set
 	}
@@ -383,7 +383,7 @@ func (s *state) fromPool(g *scheduler.Group) error {
 
 // assign gives a ready pool instance to owner and group, if it is still
 // ready and unassigned.
-func (s *state) assign(ctx context.Context, id, owner, group string) (reconciler.Instance, bool, error) {
+func (s admitter) assign(ctx context.Context, id, owner, group string) (reconciler.Instance, bool, error) {
 	mu := s.lockOf(id)
 	mu.Lock()
 	defer mu.Unlock()
@@ -413,7 +413,7 @@ func (s *state) assign(ctx context.Context, id, owner, group string) (reconciler
 }
 
 // plan is Plane.Plan: the request placed on a private snapshot.
-func (s *state) plan(ctx context.Context, req scheduler.Request) (*PlanAnswer, error) {
+func (s admitter) plan(ctx context.Context, req scheduler.Request) (*PlanAnswer, error) {
 	if err := s.checkRequest(&req, ""); err != nil {
 		return nil, err
 	}
@@ -435,7 +435,7 @@ func (s *state) plan(ctx context.Context, req scheduler.Request) (*PlanAnswer, e
 // groupNeverFits says why the essential instances of g, which are placed
 // all at once, could never fit together within a quota of owner (or of
 // g's provider, when g names one) even if nothing else were held; or "".
-func (s *state) groupNeverFits(g *scheduler.Group, owner string) string {
+func (s admitter) groupNeverFits(g *scheduler.Group, owner string) string {
 	n := 0
 	var cpu driver.MilliCPU
 	var mem driver.Bytes
@@ -446,7 +446,7 @@ func (s *state) groupNeverFits(g *scheduler.Group, owner string) string {
 		cpu += driver.MilliCPU(e) * sv.CPU
 		mem += driver.Bytes(e) * sv.Memory
 	}
-	for _, u := range s.quotaUse() {
+	for _, u := range s.placer.quotaUse() {
 		if u.Pool != "" || (u.Provider != "" && u.Provider != g.Provider) || !u.Covers(owner, "", g.Provider) {
 			continue
 		}

@@ -21,7 +21,7 @@ import (
 // that takes more than a quarter of SyncInterval (a listing of a million
 // instances) stretches the wait before the next to four times its length,
 // so that syncing never takes more than a fifth of the time.
-func (s *state) syncLoop(ctx context.Context, rt *runtime) {
+func (s syncer) syncLoop(ctx context.Context, rt *runtime) {
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -38,7 +38,7 @@ func (s *state) syncLoop(ctx context.Context, rt *runtime) {
 }
 
 // syncOnce does one round of the sync loop.
-func (s *state) syncOnce(ctx context.Context, rt *runtime) {
+func (s syncer) syncOnce(ctx context.Context, rt *runtime) {
 	for _, name := range s.provNames {
 		if ctx.Err() != nil {
 			return
@@ -47,13 +47,13 @@ func (s *state) syncOnce(ctx context.Context, rt *runtime) {
 		s.syncNodes(ctx, rt, p)
 		s.syncInstances(ctx, rt, p)
 	}
-	s.syncPools(ctx)
+	s.verbs.syncPools(ctx)
 	if s.cfg.Metrics != nil {
 		s.mu.RLock()
 		n := s.queued
 		s.mu.RUnlock()
 		s.cfg.Metrics.QueueDepth(n)
-		if q, err := s.quotas(ctx); err == nil {
+		if q, err := s.verbs.quotas(ctx); err == nil {
 			for _, u := range q {
 				s.cfg.Metrics.QuotaUse(u)
 			}
@@ -66,15 +66,15 @@ func (s *state) syncOnce(ctx context.Context, rt *runtime) {
 // Each round it also tells the instances whose retry is stuck deleting a
 // failed copy on a node that is offline, so that they are placed again
 // now rather than when the node returns.
-func (s *state) syncNodes(ctx context.Context, rt *runtime, p *provider.Provider) {
-	ps, err := s.readNodes(ctx, p)
+func (s syncer) syncNodes(ctx context.Context, rt *runtime, p *provider.Provider) {
+	ps, err := s.placer.readNodes(ctx, p)
 	if err != nil {
 		if ctx.Err() == nil {
 			s.log.Warn("provider state", "provider", p.Name(), "err", err)
 		}
 		return
 	}
-	s.kickPlacer()
+	s.placer.kickPlacer()
 	type change struct {
 		n     driver.Node
 		prev  nodeSeen
@@ -116,7 +116,7 @@ func (s *state) syncNodes(ctx context.Context, rt *runtime, p *provider.Provider
 			for _, in := range s.snapshot(func(in *rec) bool {
 				return slices.ContainsFunc(in.Stale(), func(r reconciler.Ref) bool { return r.Provider == p.Name() && r.Node == n.Name })
 			}) {
-				s.tickAt(rt, in.ID, s.now())
+				s.runner.tickAt(rt, in.ID, s.now())
 			}
 		}
 	}
@@ -139,7 +139,7 @@ func (s *state) syncNodes(ctx context.Context, rt *runtime, p *provider.Provider
 
 // recordNodes stores the statuses of nodes that changed under
 // PrefixNodes, all in one transaction.
-func (s *state) recordNodes(ctx context.Context, prov string, nodes []driver.Node) {
+func (s syncer) recordNodes(ctx context.Context, prov string, nodes []driver.Node) {
 	if len(nodes) == 0 {
 		return
 	}
@@ -180,7 +180,7 @@ func (s *state) recordNodes(ctx context.Context, prov string, nodes []driver.Nod
 // reconciles them with the store: observed states, lost instances, and
 // leaks (tagged resources the store does not account for), deleted after
 // LeakSightings consecutive sightings.
-func (s *state) syncInstances(ctx context.Context, rt *runtime, p *provider.Provider) {
+func (s syncer) syncInstances(ctx context.Context, rt *runtime, p *provider.Provider) {
 	listedAt := s.now()
 	l, err := s.skimListing(ctx, p)
 	// A partial listing is complete for the nodes it covers: it updates
@@ -231,7 +231,7 @@ type listing struct {
 // its tags (the largest part of a listed instance, read no further than
 // here): while creates finish faster than their outcomes are stored, a
 // listing finds hundreds of thousands changed.
-func (s *state) skimListing(ctx context.Context, p *provider.Provider) (listing, error) {
+func (s syncer) skimListing(ctx context.Context, p *provider.Provider) (listing, error) {
 	l := listing{seen: map[string]struct{}{}}
 	var known *rec // the record of the instance skimmed last, when it is changed
 	err := p.Skim(ctx, map[string]string{driver.TagCluster: s.clusterID}, func(g *driver.Glance) bool {
@@ -269,7 +269,7 @@ func (s *state) skimListing(ctx context.Context, p *provider.Provider) (listing,
 // countLeaks counts a sighting of each of others that no record accounts
 // for, and deletes those sighted LeakSightings times; a leak not sighted
 // again is forgotten, unless the partial listing missed its node.
-func (s *state) countLeaks(rt *runtime, p *provider.Provider, others []listed, partial *driver.PartialListError) {
+func (s syncer) countLeaks(rt *runtime, p *provider.Provider, others []listed, partial *driver.PartialListError) {
 	leakSeen := map[string]bool{}
 	for _, l := range others {
 		id, f := l.id, l.f
@@ -313,7 +313,7 @@ func (s *state) countLeaks(rt *runtime, p *provider.Provider, others []listed, p
 // listedAt) should have shown but did not: lost after two listings and a
 // direct read, unless their node is offline (handled as node offline) or
 // the partial listing missed it.
-func (s *state) findLost(ctx context.Context, rt *runtime, p *provider.Provider, seen map[string]struct{}, listedAt time.Time, partial *driver.PartialListError) {
+func (s syncer) findLost(ctx context.Context, rt *runtime, p *provider.Provider, seen map[string]struct{}, listedAt time.Time, partial *driver.PartialListError) {
 	var missing []*reconciler.Instance
 	s.mu.RLock()
 	for in := range s.recs.all() {
@@ -358,7 +358,7 @@ func (s *state) findLost(ctx context.Context, rt *runtime, p *provider.Provider,
 // confirmLost reads missing instance in directly before declaring it
 // lost. What the back-end holds under its id must be this instance's:
 // another's (the id given again by a restarted back-end) is not adopted.
-func (s *state) confirmLost(ctx context.Context, rt *runtime, p *provider.Provider, in *reconciler.Instance) {
+func (s syncer) confirmLost(ctx context.Context, rt *runtime, p *provider.Provider, in *reconciler.Instance) {
 	if got, err := p.Get(ctx, in.BackendID); err == nil && s.owns(in, got) {
 		_, _, _ = s.apply(ctx, in.ID, reconciler.Event{Kind: reconciler.Observed, Instance: got})
 		return
@@ -408,7 +408,7 @@ func sameExit(code, seen *int) bool {
 // current resource, is work in progress rather than a leak: the create or
 // delete of in that has not reported its id yet, or a stale copy already
 // scheduled for deletion.
-func (s *state) accountedFor(rt *runtime, in *reconciler.Instance, prov string, f *driver.Instance) bool {
+func (s syncer) accountedFor(rt *runtime, in *reconciler.Instance, prov string, f *driver.Instance) bool {
 	switch {
 	case in.Phase == reconciler.Creating && in.BackendID == "" && in.Provider == prov:
 		return true
@@ -427,7 +427,7 @@ func (s *state) accountedFor(rt *runtime, in *reconciler.Instance, prov string, 
 }
 
 // startLeak queues the deletion of a leaked resource.
-func (s *state) startLeak(rt *runtime, p *provider.Provider, instID, backendID string) {
+func (s syncer) startLeak(rt *runtime, p *provider.Provider, instID, backendID string) {
 	ref := reconciler.Ref{Provider: p.Name(), BackendID: backendID}
 	t := &task{kind: taskLeak, id: instID, due: s.now(), taskOp: &taskOp{ref: &ref, prov: p, start: s.now()}}
 	rt.mu.Lock()

@@ -95,7 +95,7 @@ func isRoot(v string) bool {
 // admin (auth.NewContext: the API and the Docker endpoint set it). What
 // the server submits itself carries none. The error is
 // auth.ErrForbidden with the field named (403).
-func (s *state) checkRunAs(ctx context.Context, spec *driver.Spec, owner, prefix string) error {
+func (s admitter) checkRunAs(ctx context.Context, spec *driver.Spec, owner, prefix string) error {
 	id, ok := auth.FromContext(ctx)
 	if !ok || id.Role == auth.RoleAdmin {
 		return nil
@@ -132,7 +132,7 @@ func (e *refused) Unwrap() []error { return []error{auth.ErrForbidden, e.fe} }
 
 // checkSubmitted is what a caller's submission must satisfy beyond its
 // validity: no field of Berth's own, and a user its namespace allows.
-func (s *state) checkSubmitted(ctx context.Context, spec *driver.Spec, owner, prefix string) error {
+func (s admitter) checkSubmitted(ctx context.Context, spec *driver.Spec, owner, prefix string) error {
 	if err := checkReserved(spec, prefix); err != nil {
 		return err
 	}

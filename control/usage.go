@@ -19,7 +19,7 @@ import (
 // provider; a provider that cannot measure answers driver.ErrUnsupported,
 // an instance with no back-end resource driver.ErrInvalid.
 func (p *Plane) Usage(ctx context.Context, ref string) (*driver.Usage, error) {
-	in, prov, err := p.live(ref)
+	in, prov, err := p.verbs.live(ref)
 	if err != nil {
 		return nil, err
 	}
@@ -165,7 +165,7 @@ func (m *meter) node(prov, node string) (NodeUsage, bool) {
 // that can measure them (driver.UsageReporter), keeps the samples and
 // hands each node's sum to the scheduler (scheduler.Cluster.SetMeasured),
 // where providers under the usage policy admit instances by it.
-func (s *state) usageLoop(ctx context.Context) {
+func (s measurer) usageLoop(ctx context.Context) {
 	var provs []*provider.Provider
 	for _, name := range s.provNames {
 		if p := s.provs[name]; slices.Contains(p.Capabilities(), driver.CapUsage) {
@@ -206,7 +206,7 @@ type target struct {
 // batch returns up to UsagePerRound instances of p with a back-end
 // resource, in id order from the id from (wrapping around), and the id to
 // start from next time.
-func (s *state) batch(p *provider.Provider, from string) ([]target, string) {
+func (s measurer) batch(p *provider.Provider, from string) ([]target, string) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	var out []target
@@ -238,7 +238,7 @@ func (s *state) batch(p *provider.Provider, from string) ([]target, string) {
 // of p's nodes, and returns where the next batch starts. The instances
 // counted on each node are read again after the samples are taken, so that
 // one placed meanwhile counts at its reservation.
-func (s *state) measure(ctx context.Context, p *provider.Provider, from string) string {
+func (s measurer) measure(ctx context.Context, p *provider.Provider, from string) string {
 	targets, next := s.batch(p, from)
 	got := s.sample(ctx, p, targets)
 	if ctx.Err() != nil {
@@ -249,14 +249,14 @@ func (s *state) measure(ctx context.Context, p *provider.Provider, from string) 
 	s.sumNodes(p, now)
 	if o := s.cfg.Overcommit[p.Name()]; o.Usage() {
 		// Idle nodes may take what waits now.
-		s.kickPlacer()
+		s.placer.kickPlacer()
 	}
 	return next
 }
 
 // sample measures targets on p, usageWorkers at a time; got[k] is
 // targets[k]'s sample, nil when it has none.
-func (s *state) sample(ctx context.Context, p *provider.Provider, targets []target) []*driver.Usage {
+func (s measurer) sample(ctx context.Context, p *provider.Provider, targets []target) []*driver.Usage {
 	got := make([]*driver.Usage, len(targets))
 	sem := make(chan struct{}, usageWorkers)
 	var wg sync.WaitGroup
@@ -298,7 +298,7 @@ loop:
 
 // keepSamples adds the samples got of targets, taken at now, to the
 // instances' rings and hours.
-func (s *state) keepSamples(targets []target, got []*driver.Usage, now time.Time) {
+func (s measurer) keepSamples(targets []target, got []*driver.Usage, now time.Time) {
 	s.meter.usageMu.Lock()
 	for k, t := range targets {
 		u := got[k]
@@ -322,7 +322,7 @@ func (s *state) keepSamples(targets []target, got []*driver.Usage, now time.Time
 
 // sumNodes sums the use of every instance on p's nodes, keeps the sums and
 // their hour, and hands them to the scheduler.
-func (s *state) sumNodes(p *provider.Provider, now time.Time) {
+func (s measurer) sumNodes(p *provider.Provider, now time.Time) {
 	// Every instance on p's nodes counts, read afresh: one placed while
 	// the samples were taken counts at its reservation. The records are
 	// walked in place, with no copy of them: a provider may have millions.
@@ -385,7 +385,7 @@ func (s *state) sumNodes(p *provider.Provider, now time.Time) {
 	}
 }
 
-func (s *state) setMeasured(prov, node string, n NodeUsage) {
+func (s measurer) setMeasured(prov, node string, n NodeUsage) {
 	err := s.cluster.c.SetMeasured(prov, node, driver.Resources{CPU: n.CPU, Memory: driver.Bytes(n.MemoryBytes)})
 	if err != nil && !errors.Is(err, driver.ErrNotFound) {
 		s.log.Warn("measured usage", "provider", prov, "node", node, "err", err)
@@ -394,7 +394,7 @@ func (s *state) setMeasured(prov, node string, n NodeUsage) {
 
 // forgetGone drops the samples of instances that no longer hold a node
 // (deleted, or deleted by another writer).
-func (s *state) forgetGone() {
+func (s measurer) forgetGone() {
 	s.meter.usageMu.Lock()
 	ids := make([]string, 0, len(s.meter.rings))
 	for id := range s.meter.rings {

@@ -65,7 +65,7 @@ func (s *state) external(rt *runtime, ev store.Event) {
 		return
 	}
 	s.applyStored([]change{{id: id, in: in, rev: ev.KV.ModRevision, watched: true}})
-	s.tickAt(rt, id, s.now())
+	s.runner.tickAt(rt, id, s.now())
 }
 
 // resync reloads every instance after the watch fell too far behind.
