@@ -170,63 +170,17 @@ func (s *Server) execStart(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	defer release()
-	if cw, ok := w.(*committedWriter); ok {
-		cw.hijacked, cw.code = true, http.StatusOK
-		if r.Header.Get("Upgrade") != "" {
-			cw.code = http.StatusSwitchingProtocols
-		}
-	}
-	conn, brw, err := http.NewResponseController(w).Hijack()
+	conn, in, err := takeOver(w, r)
 	if err != nil {
-		s.endExec(x, -1)
-		return err
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Time{})
-	if r.Header.Get("Upgrade") != "" {
-		_, _ = brw.WriteString("HTTP/1.1 101 UPGRADED\r\nContent-Type: application/vnd.docker.raw-stream\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n")
-	} else {
-		_, _ = brw.WriteString("HTTP/1.1 200 OK\r\nContent-Type: application/vnd.docker.raw-stream\r\n\r\n")
-	}
-	if err := brw.Flush(); err != nil {
 		s.endExec(x, -1)
 		return nil
 	}
+	defer conn.Close()
 	ctx, cancel := s.until(auth.NewContext(context.Background(), identityOf(r)))
 	defer cancel()
-	// As in attach: a read error means the client went away; its
-	// half-close is the end of the input.
-	pr, pw := io.Pipe()
-	defer pr.Close()
-	go func() {
-		dst := io.Writer(io.Discard)
-		if x.stdin {
-			dst = pw
-		}
-		_, err := io.Copy(dst, brw.Reader)
-		if err != nil {
-			cancel()
-		}
-		pw.CloseWithError(err)
-	}()
-	var stdin io.Reader
-	if x.stdin {
-		stdin = pr
-	}
-	var out, errw io.Writer = io.Discard, io.Discard
-	if x.opts.TTY {
-		if x.stdout || x.stderr {
-			out = conn
-		}
-	} else {
-		mw := &muxWriter{w: conn}
-		if x.stdout {
-			out = muxStream{mw, streamStdout}
-		}
-		if x.stderr {
-			errw = muxStream{mw, streamStderr}
-		}
-	}
+	stdin, closeIn := readInput(in, x.stdin, cancel)
+	defer closeIn()
+	out, errw := outputs(conn, x.opts.TTY, x.stdout, x.stderr)
 	if code, err := s.runExec(ctx, x, stdin, out, errw); err != nil && ctx.Err() == nil && code < 0 {
 		msg := []byte("berth: " + err.Error() + "\n")
 		if x.opts.TTY {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -212,85 +213,19 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) error {
 		}
 		s.mu.Unlock()
 	}()
-	if cw, ok := w.(*committedWriter); ok {
-		cw.hijacked, cw.code = true, http.StatusOK
-		if r.Header.Get("Upgrade") != "" {
-			cw.code = http.StatusSwitchingProtocols
-		}
-	}
-	conn, brw, err := http.NewResponseController(w).Hijack()
+	conn, in, err := takeOver(w, r)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	_ = conn.SetDeadline(time.Time{})
-	if r.Header.Get("Upgrade") != "" {
-		_, _ = brw.WriteString("HTTP/1.1 101 UPGRADED\r\nContent-Type: application/vnd.docker.raw-stream\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n")
-	} else {
-		_, _ = brw.WriteString("HTTP/1.1 200 OK\r\nContent-Type: application/vnd.docker.raw-stream\r\n\r\n")
-	}
-	if err := brw.Flush(); err != nil {
-		return nil
-	}
 	ctx, cancel := s.until(context.Background())
 	defer cancel()
-	// The client closes its side when it goes; a half-close (EOF) is not
-	// going away, a read error is. With input, what the client sends is
-	// the container's stdin, and its half-close the end of it.
-	var stdin io.Reader
-	pr, pw := io.Pipe()
-	defer pr.Close()
-	go func() {
-		dst := io.Writer(io.Discard)
-		if withStdin {
-			dst = pw
-		}
-		_, err := io.Copy(dst, brw.Reader)
-		if err != nil {
-			cancel()
-		}
-		pw.CloseWithError(err)
-	}()
-	if withStdin {
-		stdin = pr
+	stdin, closeIn := readInput(in, withStdin, cancel)
+	defer closeIn()
+	if !s.waitBackend(ctx, c.id) {
+		return nil
 	}
-	// Wait for the back-end resource to exist.
-	t := time.NewTicker(50 * time.Millisecond)
-	defer t.Stop()
-	for {
-		s.mu.Lock()
-		_, stillCreated := s.created[c.id]
-		s.mu.Unlock()
-		if !stillCreated {
-			in, err := s.plane.Instance(ctx, c.id)
-			if err != nil || in.Phase == reconciler.Failed || in.Phase == reconciler.Deleted || in.Phase == reconciler.Deleting {
-				return nil
-			}
-			if in.BackendID != "" && in.Phase != reconciler.Creating && in.Phase != reconciler.Scheduled {
-				break
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
-	var out, errw io.Writer = io.Discard, io.Discard
-	if spec.TTY {
-		// One stream, raw.
-		if stdout || stderr {
-			out, errw = conn, conn
-		}
-	} else {
-		mw := &muxWriter{w: conn}
-		if stdout {
-			out = muxStream{mw, streamStdout}
-		}
-		if stderr {
-			errw = muxStream{mw, streamStderr}
-		}
-	}
+	out, errw := outputs(conn, spec.TTY, stdout, stderr)
 	if viaProvider {
 		if spec.TTY {
 			s.applySize(ctx, c.id)
@@ -303,6 +238,109 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) error {
 		s.log.Warn("dockerapi: attach", "container", c.id, "error", err)
 	}
 	return nil
+}
+
+// takeOver answers r with the headers of a raw stream (101 when the
+// client asked for an upgrade, as the docker CLI does) and takes its
+// connection over, for attach and exec start. The caller closes the
+// connection; what the client sends is read from the returned reader.
+func takeOver(w http.ResponseWriter, r *http.Request) (net.Conn, io.Reader, error) {
+	upgrade := r.Header.Get("Upgrade") != ""
+	if cw, ok := w.(*committedWriter); ok {
+		cw.hijacked, cw.code = true, http.StatusOK
+		if upgrade {
+			cw.code = http.StatusSwitchingProtocols
+		}
+	}
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	_ = conn.SetDeadline(time.Time{})
+	if upgrade {
+		_, _ = brw.WriteString("HTTP/1.1 101 UPGRADED\r\nContent-Type: application/vnd.docker.raw-stream\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n")
+	} else {
+		_, _ = brw.WriteString("HTTP/1.1 200 OK\r\nContent-Type: application/vnd.docker.raw-stream\r\n\r\n")
+	}
+	if err := brw.Flush(); err != nil {
+		conn.Close()
+		return nil, nil, err
+	}
+	return conn, brw.Reader, nil
+}
+
+// readInput reads what the client sends on a taken-over connection, in,
+// until it goes. With withStdin it is the returned reader, which the
+// client's half-close (EOF) ends; without, it is dropped (as the Engine
+// drops input to a container that takes none), and the reader is nil. A
+// read error means the client went away: cancel is called. The caller
+// calls the returned func when done.
+func readInput(in io.Reader, withStdin bool, cancel func()) (io.Reader, func()) {
+	pr, pw := io.Pipe()
+	go func() {
+		dst := io.Writer(io.Discard)
+		if withStdin {
+			dst = pw
+		}
+		_, err := io.Copy(dst, in)
+		if err != nil {
+			cancel()
+		}
+		pw.CloseWithError(err)
+	}()
+	done := func() { pr.Close() }
+	if !withStdin {
+		return nil, done
+	}
+	return pr, done
+}
+
+// outputs returns the writers of a stream's stdout and stderr over conn:
+// one raw stream with a terminal, the multiplexed framing without;
+// io.Discard for a stream not asked for.
+func outputs(conn io.Writer, tty, stdout, stderr bool) (io.Writer, io.Writer) {
+	var out, errw io.Writer = io.Discard, io.Discard
+	if tty {
+		if stdout || stderr {
+			out, errw = conn, conn
+		}
+		return out, errw
+	}
+	mw := &muxWriter{w: conn}
+	if stdout {
+		out = muxStream{mw, streamStdout}
+	}
+	if stderr {
+		errw = muxStream{mw, streamStderr}
+	}
+	return out, errw
+}
+
+// waitBackend waits until container id's back-end resource exists, and
+// reports whether it does (false: it failed, is being deleted, or ctx
+// ended first).
+func (s *Server) waitBackend(ctx context.Context, id string) bool {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		s.mu.Lock()
+		_, stillCreated := s.created[id]
+		s.mu.Unlock()
+		if !stillCreated {
+			in, err := s.plane.Instance(ctx, id)
+			if err != nil || in.Phase == reconciler.Failed || in.Phase == reconciler.Deleted || in.Phase == reconciler.Deleting {
+				return false
+			}
+			if in.BackendID != "" && in.Phase != reconciler.Creating && in.Phase != reconciler.Scheduled {
+				return true
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+	}
 }
 
 // resize sets the size of a container's terminal (the docker CLI sends it
@@ -569,61 +607,9 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) error {
 				// stream has shown may be said to be destroyed.
 				return
 			}
-			var actions []events.Action
-			state := dockerState(in)
-			if ev.Deleted || in.Phase == reconciler.Deleted {
-				state = "destroyed"
-			}
-			prev, seen := last[in.ID]
-			if seen && prev == state {
-				return
-			}
-			last[in.ID] = state
-			switch state {
-			case container.StateCreated:
-				if !seen {
-					actions = []events.Action{events.ActionCreate}
-				}
-			case container.StateRunning:
-				if seen && prev == container.StatePaused {
-					actions = []events.Action{events.ActionUnPause}
-					break
-				}
-				if !seen {
-					actions = append(actions, events.ActionCreate)
-				}
-				actions = append(actions, events.ActionStart)
-			case container.StatePaused:
-				if seen && prev == container.StateRunning {
-					actions = []events.Action{events.ActionPause}
-				}
-			case container.StateExited, container.StateDead:
-				if seen && (prev == container.StateRunning || prev == container.StatePaused) {
-					actions = []events.Action{events.ActionDie}
-					if in.Phase == reconciler.Stopped {
-						actions = append(actions, events.ActionStop)
-					}
-				}
-			case "destroyed":
-				actions = []events.Action{events.ActionDestroy}
-				delete(last, in.ID)
-			}
 			now := time.Now()
-			for _, a := range actions {
-				attrs := map[string]string{"name": in.Name}
-				if in.Spec != nil {
-					attrs["image"] = in.Spec.Image
-					for k, v := range in.Spec.Labels {
-						attrs[k] = v
-					}
-				}
-				if in.Node != "" {
-					attrs["node"] = reconciler.NodeID(in.Provider, in.Node)
-				}
-				if a == events.ActionDie {
-					attrs["exitCode"] = strconv.Itoa(exitCode(in))
-				}
-				m := events.Message{Type: events.ContainerEventType, Action: a, Actor: events.Actor{ID: in.ID, Attributes: attrs}, Scope: "local", Time: now.Unix(), TimeNano: now.UnixNano()}
+			for _, a := range containerActions(last, in, ev.Deleted) {
+				m := containerEvent(in, a, now)
 				if !eventMatches(f, m) {
 					continue
 				}
@@ -649,6 +635,69 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) error {
 			return nil
 		}
 	}
+}
+
+// containerActions returns the Engine's actions for the change of
+// container in (deleted: its record is gone), given the state the stream
+// showed it in last, which it updates.
+func containerActions(last map[string]container.ContainerState, in control.Instance, deleted bool) []events.Action {
+	state := dockerState(in)
+	if deleted || in.Phase == reconciler.Deleted {
+		state = "destroyed"
+	}
+	prev, seen := last[in.ID]
+	if seen && prev == state {
+		return nil
+	}
+	last[in.ID] = state
+	switch state {
+	case container.StateCreated:
+		if !seen {
+			return []events.Action{events.ActionCreate}
+		}
+	case container.StateRunning:
+		if seen && prev == container.StatePaused {
+			return []events.Action{events.ActionUnPause}
+		}
+		if !seen {
+			return []events.Action{events.ActionCreate, events.ActionStart}
+		}
+		return []events.Action{events.ActionStart}
+	case container.StatePaused:
+		if seen && prev == container.StateRunning {
+			return []events.Action{events.ActionPause}
+		}
+	case container.StateExited, container.StateDead:
+		if seen && (prev == container.StateRunning || prev == container.StatePaused) {
+			if in.Phase == reconciler.Stopped {
+				return []events.Action{events.ActionDie, events.ActionStop}
+			}
+			return []events.Action{events.ActionDie}
+		}
+	case "destroyed":
+		delete(last, in.ID)
+		return []events.Action{events.ActionDestroy}
+	}
+	return nil
+}
+
+// containerEvent returns the Engine's message of action a of container in
+// at now.
+func containerEvent(in control.Instance, a events.Action, now time.Time) events.Message {
+	attrs := map[string]string{"name": in.Name}
+	if in.Spec != nil {
+		attrs["image"] = in.Spec.Image
+		for k, v := range in.Spec.Labels {
+			attrs[k] = v
+		}
+	}
+	if in.Node != "" {
+		attrs["node"] = reconciler.NodeID(in.Provider, in.Node)
+	}
+	if a == events.ActionDie {
+		attrs["exitCode"] = strconv.Itoa(exitCode(in))
+	}
+	return events.Message{Type: events.ContainerEventType, Action: a, Actor: events.Actor{ID: in.ID, Attributes: attrs}, Scope: "local", Time: now.Unix(), TimeNano: now.UnixNano()}
 }
 
 func eventMatches(f map[string][]string, m events.Message) bool {
