@@ -486,7 +486,7 @@ func (x *execProc) relayInput(c net.Conn) {
 		}
 		switch typ {
 		case frameData:
-			if in := x.in(); in != nil && writeInput(in, p, c) == errCallerGone {
+			if in := x.in(); in != nil && writeWatching(in, p, c.(syscall.Conn)) == errCallerGone {
 				x.kill()
 				return
 			}
@@ -505,18 +505,26 @@ func (x *execProc) relayInput(c net.Conn) {
 	}
 }
 
-// writeInput writes p to f, a command's input. A command that does not
-// read must not keep a caller that left: while the write waits, c is
-// looked at every second, and the write given up (errCallerGone) once
-// the caller's side of it ended.
-func writeInput(f *os.File, p []byte, c net.Conn) error {
+// deadliner is a stream whose writes can be bounded in time: a pipe, a
+// terminal, a connection.
+type deadliner interface {
+	io.Writer
+	SetWriteDeadline(time.Time) error
+}
+
+// writeWatching writes p to w; while the write waits, the other end of
+// watched (the caller's side of an exec) is looked at every second, and
+// the write given up (errCallerGone) once it hung up: a command that does
+// not read its input must not keep a caller that left.
+func writeWatching(w deadliner, p []byte, watched syscall.Conn) error {
+	defer w.SetWriteDeadline(time.Time{})
 	for len(p) > 0 {
-		f.SetWriteDeadline(time.Now().Add(time.Second))
-		n, err := f.Write(p)
+		w.SetWriteDeadline(time.Now().Add(time.Second))
+		n, err := w.Write(p)
 		p = p[n:]
 		switch {
 		case errors.Is(err, os.ErrDeadlineExceeded):
-			if peerGone(c) {
+			if hungUp(watched) {
 				return errCallerGone
 			}
 		case err != nil:
@@ -526,14 +534,10 @@ func writeInput(f *os.File, p []byte, c net.Conn) error {
 	return nil
 }
 
-// peerGone reports whether the other side of c closed it (or shut its
-// writing down), without reading from it.
-func peerGone(c net.Conn) bool {
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return false
-	}
-	rc, err := sc.SyscallConn()
+// hungUp reports whether the other end of c, a connection or a pipe's
+// read end, closed it (or shut its writing down), without reading.
+func hungUp(c syscall.Conn) bool {
+	rc, err := c.SyscallConn()
 	if err != nil {
 		return true
 	}
@@ -548,9 +552,11 @@ func peerGone(c net.Conn) bool {
 }
 
 // supExec relays an exec between the caller (stdin and stdout, frames)
-// and the supervisor of dir. An instance that is not running, or
-// suspended, is refused before anything is sent.
-func supExec(dir string, stdin io.Reader, stdout io.Writer) error {
+// and the supervisor of dir. The end of stdin is the caller leaving: the
+// connection is closed then, even while the supervisor does not read it.
+// An instance that is not running, or suspended, is refused before
+// anything is sent.
+func supExec(dir string, stdin *os.File, stdout io.Writer) error {
 	rs, ok, err := running(dir)
 	if err != nil {
 		return err
@@ -570,9 +576,17 @@ func supExec(dir string, stdin io.Reader, stdout io.Writer) error {
 	}
 	defer c.Close()
 	go func() {
-		// The end of the session's input is the caller leaving.
-		io.Copy(c, stdin)
-		c.Close()
+		defer c.Close()
+		buf := make([]byte, maxFrame)
+		for {
+			n, err := stdin.Read(buf)
+			if n > 0 && writeWatching(c.(deadliner), buf[:n], stdin) != nil {
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
 	}()
 	io.Copy(stdout, c)
 	return nil
