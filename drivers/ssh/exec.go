@@ -90,8 +90,11 @@ func (d *Driver) Exec(ctx context.Context, id string, opts driver.ExecOptions, s
 		return -1, driver.Errorf(driver.ErrRetryable, "host %s: exec in %s: exit code %d: %s", h.name, id, code, msg)
 	case end.fail != nil && end.fail.Code == exitNotRunning:
 		return -1, driver.Errorf(driver.ErrPermanent, "instance %s is not running", id)
-	case end.fail != nil:
+	case end.fail != nil && (end.fail.Code == exitPermanent || end.fail.Code == exitInvalid):
 		return -1, driver.Errorf(driver.ErrPermanent, "host %s: exec in %s: %s", h.name, id, end.fail.Message)
+	case end.fail != nil:
+		// The command was not run.
+		return -1, driver.Errorf(driver.ErrRetryable, "host %s: exec in %s: %s", h.name, id, end.fail.Message)
 	case !end.exited:
 		return -1, driver.Errorf(driver.ErrTimeout, "host %s: exec in %s: the supervisor ended the exec without the command's exit code (killed?): %v", h.name, id, end.err)
 	}

@@ -18,8 +18,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// An exec is a connection to the attach socket with the op "exec". After
-// the header line both sides send frames (writeFrame). The client sends
+// An exec is a connection to the attach socket with the op "exec". The
+// supervisor answers the header with a line, "ok"; then both sides send
+// frames (writeFrame). The client sends
 // frameRequest first (an execRequest, JSON), then frameData (bytes for the
 // command's input), frameEOF (the end of its input: a pipe is closed, a
 // terminal gets its end-of-file character) and frameSize (a terminal's new
@@ -176,17 +177,23 @@ func (x *execProc) in() *os.File {
 	return x.input
 }
 
-// addExec counts x among the instance's execs; false when the instance is
-// not running (or no longer).
-func (s *streams) addExec(x *execProc) bool {
+// maxExecs bounds the execs under way in one instance.
+const maxExecs = 64
+
+// addExec counts x among the instance's execs, or says why it cannot:
+// the instance is not running (or no longer), or runs maxExecs already.
+func (s *streams) addExec(x *execProc) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.execOK {
-		return false
+	switch {
+	case !s.execOK:
+		return coded(exitNotRunning, "the instance is not running")
+	case len(s.execs) >= maxExecs:
+		return coded(exitFailed, "the instance runs %d execs, the most it may", maxExecs)
 	}
 	s.execs[x] = true
 	s.execWG.Add(1)
-	return true
+	return nil
 }
 
 func (s *streams) doneExec(x *execProc) {
@@ -224,10 +231,13 @@ func (s *streams) endExecs() {
 	}
 }
 
-// exec serves an exec connection c: it reads the request, runs the
-// command beside the instance's process and relays its streams until it
-// ends, then sends its exit code.
+// exec serves an exec connection c: it answers the header with a line
+// "ok", reads the request, runs the command beside the instance's process
+// and relays its streams until it ends, then sends its exit code.
 func (s *streams) exec(c net.Conn) {
+	if _, err := io.WriteString(c, "ok\n"); err != nil {
+		return
+	}
 	fw := &frameWriter{w: c}
 	req, err := readRequest(c)
 	if err != nil {
@@ -235,8 +245,8 @@ func (s *streams) exec(c net.Conn) {
 		return
 	}
 	x := &execProc{}
-	if !s.addExec(x) {
-		fw.fail(exitNotRunning, "the instance is not running")
+	if err := s.addExec(x); err != nil {
+		fw.fail(err.(codedError).code, "%v", err)
 		return
 	}
 	defer s.doneExec(x)
@@ -575,6 +585,12 @@ func supExec(dir string, stdin *os.File, stdout io.Writer) error {
 		return coded(exitPermanent, "the instance's supervisor does not answer (killed, or started by a Berth without exec: restart the instance): %v", err)
 	}
 	defer c.Close()
+	// A supervisor without execs answers otherwise.
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if line, err := readLine(c); err != nil || string(line) != "ok" {
+		return coded(exitPermanent, "the instance's supervisor runs no execs (%q, %v): it was started by an older Berth; restart the instance", line, err)
+	}
+	c.SetReadDeadline(time.Time{})
 	go func() {
 		defer c.Close()
 		buf := make([]byte, maxFrame)
