@@ -145,15 +145,7 @@ func (x *execProc) wait(cmd *exec.Cmd) int {
 	x.mu.Lock()
 	x.reaped = true
 	x.mu.Unlock()
-	cmd.Wait()
-	ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
-	switch {
-	case ok && ws.Signaled():
-		return 128 + int(ws.Signal())
-	case ok:
-		return ws.ExitStatus()
-	}
-	return cmd.ProcessState.ExitCode()
+	return exitOf(cmd, cmd.Wait()).Code
 }
 
 // closeInput ends the command's input: the pipe is closed; a terminal
@@ -180,8 +172,9 @@ func (x *execProc) in() *os.File {
 // maxExecs bounds the execs under way in one instance.
 const maxExecs = 64
 
-// addExec counts x among the instance's execs, or says why it cannot:
-// the instance is not running (or no longer), or runs maxExecs already.
+// addExec counts x among the instance's execs, or says why it cannot (a
+// codedError): the instance is not running (or no longer), or runs
+// maxExecs already.
 func (s *streams) addExec(x *execProc) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -245,8 +238,9 @@ func (s *streams) exec(c net.Conn) {
 		return
 	}
 	x := &execProc{}
-	if err := s.addExec(x); err != nil {
-		fw.fail(err.(codedError).code, "%v", err)
+	var ce codedError
+	if err := s.addExec(x); errors.As(err, &ce) {
+		fw.fail(ce.code, "%v", err)
 		return
 	}
 	defer s.doneExec(x)

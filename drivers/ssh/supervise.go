@@ -409,19 +409,7 @@ func supRun(dir string) int {
 		return exitFailed
 	}
 	say("ok")
-	err = cmd.Wait()
-	ex := exitState{Finished: time.Now().UTC()}
-	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok {
-		switch {
-		case ws.Exited():
-			ex.Code = ws.ExitStatus()
-		case ws.Signaled():
-			ex.Code = 128 + int(ws.Signal())
-			ex.Signal = signalName(int(ws.Signal()))
-		}
-	} else if err != nil {
-		ex.Code = -1
-	}
+	ex := exitOf(cmd, cmd.Wait())
 	// Members of the group (and of the cgroup) left behind by the leader
 	// go with it, as do the execs.
 	syscall.Kill(-rs.PID, syscall.SIGKILL)
@@ -482,6 +470,23 @@ func workDir(dir string, rec *record) string {
 		return rec.Dir
 	}
 	return filepath.Join(dir, "work")
+}
+
+// exitOf is how cmd ended, err being what its Wait returned.
+func exitOf(cmd *exec.Cmd, err error) exitState {
+	ex := exitState{Finished: time.Now().UTC()}
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok {
+		switch {
+		case ws.Exited():
+			ex.Code = ws.ExitStatus()
+		case ws.Signaled():
+			ex.Code = 128 + int(ws.Signal())
+			ex.Signal = signalName(int(ws.Signal()))
+		}
+	} else if err != nil {
+		ex.Code = -1
+	}
+	return ex
 }
 
 // command builds the process of rec: its own process group, stdin from
