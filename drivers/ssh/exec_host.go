@@ -590,7 +590,7 @@ func supExec(dir string, stdin *os.File, stdout io.Writer) error {
 		buf := make([]byte, maxFrame)
 		for {
 			n, err := stdin.Read(buf)
-			if n > 0 && writeWatching(c.(deadliner), buf[:n], stdin) != nil {
+			if n > 0 && writeWatching(c, buf[:n], stdin) != nil {
 				return
 			}
 			if err != nil {
