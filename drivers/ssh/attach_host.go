@@ -292,21 +292,20 @@ func (s *streams) closeInput() {
 		return
 	}
 	if s.tty {
-		sendEOF(s.pty)
+		s.pty.Write([]byte{eofChar(s.pty)})
 		return
 	}
 	s.input.Close()
 	s.input = nil
 }
 
-// sendEOF writes the end-of-file character of the terminal of master
-// (^D unless it was changed) to it.
-func sendEOF(master *os.File) {
-	eof := byte(4)
+// eofChar is the end-of-file character of the terminal of master: ^D
+// unless it was changed.
+func eofChar(master *os.File) byte {
 	if t, err := unix.IoctlGetTermios(int(master.Fd()), unix.TCGETS); err == nil && t.Cc[unix.VEOF] != 0 {
-		eof = t.Cc[unix.VEOF]
+		return t.Cc[unix.VEOF]
 	}
-	master.Write([]byte{eof})
+	return 4
 }
 
 func (s *streams) resize(rows, cols uint16) error {

@@ -149,17 +149,20 @@ func (x *execProc) wait(cmd *exec.Cmd) int {
 }
 
 // closeInput ends the command's input: the pipe is closed; a terminal
-// gets its end-of-file character.
-func (x *execProc) closeInput() {
+// gets its end-of-file character, written as input is (writeWatching,
+// watching c).
+func (x *execProc) closeInput(c net.Conn) error {
 	x.mu.Lock()
-	defer x.mu.Unlock()
-	switch {
-	case x.pty != nil:
-		sendEOF(x.pty)
-	case x.input != nil:
+	pty := x.pty
+	if pty == nil && x.input != nil {
 		x.input.Close()
 		x.input = nil
 	}
+	x.mu.Unlock()
+	if pty == nil {
+		return nil
+	}
+	return writeWatching(pty, []byte{eofChar(pty)}, c)
 }
 
 // in returns the command's input, nil when it has none.
@@ -490,12 +493,15 @@ func (x *execProc) relayInput(c net.Conn) {
 		}
 		switch typ {
 		case frameData:
-			if in := x.in(); in != nil && writeWatching(in, p, c.(syscall.Conn)) == errCallerGone {
+			if in := x.in(); in != nil && writeWatching(in, p, c) == errCallerGone {
 				x.kill()
 				return
 			}
 		case frameEOF:
-			x.closeInput()
+			if x.closeInput(c) == errCallerGone {
+				x.kill()
+				return
+			}
 		case frameSize:
 			if len(p) == 4 {
 				x.mu.Lock()
@@ -520,7 +526,7 @@ type deadliner interface {
 // watched (the caller's side of an exec) is looked at every second, and
 // the write given up (errCallerGone) once it hung up: a command that does
 // not read its input must not keep a caller that left.
-func writeWatching(w deadliner, p []byte, watched syscall.Conn) error {
+func writeWatching(w deadliner, p []byte, watched any) error {
 	defer w.SetWriteDeadline(time.Time{})
 	for len(p) > 0 {
 		w.SetWriteDeadline(time.Now().Add(time.Second))
@@ -539,9 +545,14 @@ func writeWatching(w deadliner, p []byte, watched syscall.Conn) error {
 }
 
 // hungUp reports whether the other end of c, a connection or a pipe's
-// read end, closed it (or shut its writing down), without reading.
-func hungUp(c syscall.Conn) bool {
-	rc, err := c.SyscallConn()
+// read end, closed it (or shut its writing down), without reading. What
+// has no file descriptor never hangs up.
+func hungUp(c any) bool {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	rc, err := sc.SyscallConn()
 	if err != nil {
 		return true
 	}

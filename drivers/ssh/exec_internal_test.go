@@ -216,12 +216,35 @@ func TestSupervisorExecCallerGoes(t *testing.T) {
 	waitGone(t, pids, "the caller left")
 	e.wait(t)
 
-	// A command that never reads: the caller's input fills the pipe, then
-	// the caller leaves.
-	e = startExec(t, dir, execRequest{Cmd: []string{"sh", "-c", "echo $$; exec sleep 1000"}, Stdin: true})
+	// A command that never reads, on a pipe and on a terminal: the
+	// caller's input fills what holds it, then the caller leaves.
+	for _, tty := range []bool{false, true} {
+		e = startExec(t, dir, execRequest{Cmd: []string{"sh", "-c", "echo $$; exec sleep 1000"}, Stdin: true, TTY: tty})
+		pids = e.pids(t)
+		flood(t, e)
+		e.in.Close()
+		waitGone(t, pids, "the caller left while its input was blocked")
+		e.wait(t)
+	}
+	if st := statusOf(t, dir); st.Phase != "running" {
+		t.Fatalf("after the callers left the instance is %s, want running", st.Phase)
+	}
+
+	e = startExec(t, dir, execRequest{Cmd: []string{"sh", "-c", "echo $$; exec sleep 1000"}})
 	pids = e.pids(t)
-	// Six frames sent are more than the pipe (64 KiB) and the frame in the
-	// supervisor's hands hold: the supervisor waits on the pipe then.
+	sup(t, "stop", dir, "1s")
+	if end := e.wait(t); !end.exited || end.code != 128+9 {
+		t.Errorf("an exec when its instance stopped: %+v, want exit code %d", end, 128+9)
+	}
+	waitGone(t, pids, "the instance stopped")
+}
+
+// flood sends input frames until more went than the command's pipe or
+// terminal (64 KiB at most) and the frame in the supervisor's hands hold:
+// the supervisor then waits to write. The frames go on until the input
+// closes.
+func flood(t *testing.T, e *execing) {
+	t.Helper()
 	var sent atomic.Int64
 	go func() {
 		chunk := bytes.Repeat([]byte("x"), maxFrame)
@@ -234,20 +257,6 @@ func TestSupervisorExecCallerGoes(t *testing.T) {
 			t.Fatalf("only %d frames of input went", sent.Load())
 		}
 	}
-	e.in.Close()
-	waitGone(t, pids, "the caller left while its input was blocked")
-	e.wait(t)
-	if st := statusOf(t, dir); st.Phase != "running" {
-		t.Fatalf("after the callers left the instance is %s, want running", st.Phase)
-	}
-
-	e = startExec(t, dir, execRequest{Cmd: []string{"sh", "-c", "echo $$; exec sleep 1000"}})
-	pids = e.pids(t)
-	sup(t, "stop", dir, "1s")
-	if end := e.wait(t); !end.exited || end.code != 128+9 {
-		t.Errorf("an exec when its instance stopped: %+v, want exit code %d", end, 128+9)
-	}
-	waitGone(t, pids, "the instance stopped")
 }
 
 // TestSupervisorExecTTY runs a command on a terminal of the size asked
