@@ -104,6 +104,9 @@ func TestSupervisorExec(t *testing.T) {
 		{"stdin", execRequest{Cmd: []string{"sh", "-c", "cat; echo end"}}, "one\ntwo\n", 0, "one\ntwo\nend\n", ""},
 		{"no stdin", execRequest{Cmd: []string{"cat"}}, "", 0, "", ""},
 		{"signal", execRequest{Cmd: []string{"sh", "-c", "kill -TERM $$"}}, "", 128 + 15, "", ""},
+		// The supervisor survives SIGHUP and SIGPIPE; the command ignores
+		// no more signals than this test does.
+		{"signals ignored", execRequest{Cmd: []string{"grep", "SigIgn", "/proc/self/status"}}, "", 0, sigIgn(t), ""},
 		{"missing", execRequest{Cmd: []string{"berth-no-such-program"}}, "", 127, "", "*"},
 		{"missing path", execRequest{Cmd: []string{"/berth/no-such-program"}}, "", 127, "", "*"},
 		{"not executable", execRequest{Cmd: []string{filepath.Join(dir, fileRecord)}}, "", 126, "", "*"},
@@ -138,6 +141,22 @@ func TestSupervisorExec(t *testing.T) {
 	if err := supExec(filepath.Join(t.TempDir(), "none"), noInput(t), io.Discard); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("exec in a missing directory: %v, want not found", err)
 	}
+}
+
+// sigIgn is the line of /proc/self/status with the signals this process
+// ignores.
+func sigIgn(t *testing.T) string {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for l := range strings.Lines(string(b)) {
+		if strings.HasPrefix(l, "SigIgn:") {
+			return l
+		}
+	}
+	t.Fatal("no SigIgn in /proc/self/status")
+	return ""
 }
 
 // noInput is an input that ends at once.

@@ -219,7 +219,11 @@ func removeCgroup(dir string) {
 	os.Remove(filepath.Dir(dir)) // the cluster's, when it was the last
 }
 
-func signalIgnore(sigs ...os.Signal) { signal.Ignore(sigs...) }
+// signalsCaught makes this process survive sigs, which are caught and
+// dropped. They are not ignored: an ignored signal stays ignored in the
+// processes this one starts (the instance's, an exec's), a caught one is
+// theirs to handle again.
+func signalsCaught(sigs ...os.Signal) { signal.Notify(make(chan os.Signal, 1), sigs...) }
 
 // supResize sets the cpu (millicpus) and memory (bytes) limits of dir's
 // instance, a zero leaving one as it is: in its cgroup when it runs, and

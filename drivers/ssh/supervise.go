@@ -343,7 +343,7 @@ func supRun(dir string) int {
 			report = nil
 		}
 	}
-	signalIgnore(syscall.SIGHUP, syscall.SIGPIPE)
+	signalsCaught(syscall.SIGHUP, syscall.SIGPIPE)
 	if abs, err := filepath.Abs(dir); err == nil {
 		dir = abs
 	}
