@@ -175,7 +175,7 @@ func isCoded(err error, code int) bool {
 	return errors.As(err, &ce) && ce.code == code
 }
 
-// execPIDs waits for the exec's first line of stdout, pids, and returns
+// pids waits for the exec's first line of stdout, pids, and returns
 // them.
 func (e *execing) pids(t *testing.T) []int {
 	t.Helper()
