@@ -18,27 +18,27 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The supervisor of an instance made with Stdin or TTY keeps the write end
-// of the instance's input pipe, or its terminal's master, and serves them
-// on the unix socket attach.sock in the instance directory (mode 0600, the
-// directory's owner only). A connection starts with one line of JSON, an
-// attachHeader; what follows depends on its op:
+// The supervisor of an instance serves the unix socket attach.sock in the
+// instance directory (mode 0600, the directory's owner only) while the
+// process runs. For an instance made with Stdin or TTY it keeps the write
+// end of the instance's input pipe, or its terminal's master. A
+// connection starts with one line of JSON, an attachHeader; what follows
+// depends on its op:
 //
 //	stdin   frames from the client (frameData: bytes for the input;
 //	        frameEOF: close the input). A connection that ends without
-//	        frameEOF is a detach: the input stays open.
+//	        frameEOF is a detach: the input stays open. Without an input
+//	        what is sent is dropped.
 //	resize  the supervisor sets the terminal's size and answers one line,
 //	        "ok" or "error: ...".
+//	exec    a command run beside the instance's process, its streams in
+//	        frames both ways (see exec_host.go).
 //
 // The output never goes through the socket: the process (or, on a
 // terminal, the supervisor copying the master) appends it to stdout.log
 // and stderr.log, and an attach follows those files, as a log follow does.
 // That keeps every byte for a replay, and lets any number of attaches
 // follow at once.
-//
-// A later op (an exec: a process started by the supervisor with the
-// instance's environment, user and cgroup, its streams relayed on the
-// connection) fits the same socket and header.
 
 // attachHeader is the first line of a connection to the attach socket.
 type attachHeader struct {
@@ -56,30 +56,27 @@ const (
 	maxHeader = 4096
 )
 
-// writeFrame writes one frame of typ holding p.
+// writeFrame writes one frame of typ holding p, in one Write: frames
+// written at once to a pipe or a connection never interleave.
 func writeFrame(w io.Writer, typ byte, p []byte) error {
-	var h [5]byte
-	h[0] = typ
-	binary.BigEndian.PutUint32(h[1:], uint32(len(p)))
-	if _, err := w.Write(h[:]); err != nil {
-		return err
-	}
-	if len(p) == 0 {
-		return nil
-	}
-	_, err := w.Write(p)
+	b := make([]byte, 5+len(p))
+	b[0] = typ
+	binary.BigEndian.PutUint32(b[1:5], uint32(len(p)))
+	copy(b[5:], p)
+	_, err := w.Write(b)
 	return err
 }
 
-// readFrame reads one frame into buf (maxFrame bytes at least).
+// readFrame reads one frame into buf; a frame longer than buf is an
+// error.
 func readFrame(r io.Reader, buf []byte) (byte, []byte, error) {
 	var h [5]byte
 	if _, err := io.ReadFull(r, h[:]); err != nil {
 		return 0, nil, err
 	}
 	n := binary.BigEndian.Uint32(h[1:])
-	if n > maxFrame {
-		return 0, nil, fmt.Errorf("a frame of %d bytes: at most %d", n, maxFrame)
+	if n > uint32(len(buf)) {
+		return 0, nil, fmt.Errorf("a frame of %d bytes: at most %d", n, len(buf))
 	}
 	if _, err := io.ReadFull(r, buf[:n]); err != nil {
 		return 0, nil, err
@@ -88,28 +85,32 @@ func readFrame(r io.Reader, buf []byte) (byte, []byte, error) {
 }
 
 // streams are an instance's input and terminal as its supervisor holds
-// them, and the socket it serves them on.
+// them, the socket it serves them on, and the execs under way.
 type streams struct {
+	dir    string
+	rec    *record
 	tty    bool
 	ln     *net.UnixListener
 	child  []*os.File // the process's ends, closed once it started
 	copied chan struct{}
+	execWG sync.WaitGroup // one for each exec under way
 
-	mu    sync.Mutex
-	input *os.File // the input pipe's write end, or the master; nil once closed
-	pty   *os.File // the master, with a terminal
-	conns map[net.Conn]bool
+	mu     sync.Mutex
+	input  *os.File // the input pipe's write end, or the master; nil once closed
+	pty    *os.File // the master, with a terminal
+	conns  map[net.Conn]bool
+	execOK bool   // the process runs: execs may start
+	cgroup string // the instance's cgroup, where execs are born ("" for none)
+	execs  map[*execProc]bool
 }
 
-// openStreams prepares cmd's input and terminal as rec asks (nothing
+// openStreams prepares cmd's input and terminal as rec asks (none
 // without Stdin or TTY) and listens on dir's attach socket. out is where
 // the terminal's output goes.
 func openStreams(dir string, cmd *exec.Cmd, rec *record, out *os.File) (*streams, error) {
-	s := &streams{tty: rec.TTY, conns: map[net.Conn]bool{}}
-	if !rec.TTY && !rec.Stdin {
-		return s, nil
-	}
-	if rec.TTY {
+	s := &streams{dir: dir, rec: rec, tty: rec.TTY, conns: map[net.Conn]bool{}, execs: map[*execProc]bool{}}
+	switch {
+	case rec.TTY:
 		master, slave, err := openPTY()
 		if err != nil {
 			return nil, err
@@ -131,7 +132,7 @@ func openStreams(dir string, cmd *exec.Cmd, rec *record, out *os.File) (*streams
 			io.Copy(out, master)
 			close(s.copied)
 		}()
-	} else {
+	case rec.Stdin:
 		r, w, err := os.Pipe()
 		if err != nil {
 			return nil, err
@@ -234,6 +235,8 @@ func (s *streams) handle(c net.Conn) {
 			return
 		}
 		fmt.Fprintln(c, "ok")
+	case "exec":
+		s.exec(c)
 	default:
 		fmt.Fprintf(c, "error: unknown op %q\n", h.Op)
 	}
@@ -289,15 +292,20 @@ func (s *streams) closeInput() {
 		return
 	}
 	if s.tty {
-		eof := byte(4)
-		if t, err := unix.IoctlGetTermios(int(s.pty.Fd()), unix.TCGETS); err == nil && t.Cc[unix.VEOF] != 0 {
-			eof = t.Cc[unix.VEOF]
-		}
-		s.pty.Write([]byte{eof})
+		s.pty.Write([]byte{eofChar(s.pty)})
 		return
 	}
 	s.input.Close()
 	s.input = nil
+}
+
+// eofChar is the end-of-file character of the terminal of master: ^D
+// unless it was changed.
+func eofChar(master *os.File) byte {
+	if t, err := unix.IoctlGetTermios(int(master.Fd()), unix.TCGETS); err == nil && t.Cc[unix.VEOF] != 0 {
+		return t.Cc[unix.VEOF]
+	}
+	return 4
 }
 
 func (s *streams) resize(rows, cols uint16) error {

@@ -56,7 +56,9 @@
 //
 // Each instance has a cgroup v2 <cgroup_parent>/<cluster id>/<instance id>
 // (cgroup_parent defaults to /sys/fs/cgroup/berth-ssh), made by the
-// supervisor before the start with cpu.max and memory.max from the spec;
+// supervisor before the start with cpu.max and memory.max from the spec,
+// and memory.swap.max 0 with a memory limit (no swap: the limit bounds all
+// the instance's memory; max without one);
 // the process is born in it (CLONE_INTO_CGROUP). When the process ends
 // what is left in it is killed and the cgroup removed; Delete removes it
 // too. Once per connection the supervisor (`ssh-supervise cgroup`) makes
@@ -72,12 +74,25 @@
 // A spec with Stdin runs with its input a pipe, one with TTY on a new
 // terminal; the supervisor holds the pipe's write end or the terminal's
 // master (whose output it appends to stdout.log) and serves them on the
-// unix socket attach.sock in the instance directory. Attach runs
+// unix socket attach.sock in the instance directory, which every
+// instance's supervisor serves while the process runs. Attach runs
 // `ssh-supervise attach` in a session for as long as it lasts: the output
 // comes from the log files (from their start with Replay), the caller's
 // stdin goes to the socket as frames, its end as a frame of its own that
 // closes the instance's input (on a terminal: the end-of-file character);
 // the session's end is a detach. ResizeTTY goes through the socket too.
+//
+// # Exec
+//
+// Exec runs `ssh-supervise exec` in a session for as long as the command
+// runs; the verb relays the session to the supervisor's socket, which
+// starts the command beside the instance's process: its environment (and
+// the exec's over it), its user or the exec's, its working directory or
+// the exec's, its cgroup, a process group (or, with a terminal, a
+// session) of its own. Both ways go frames: the request, input, its end
+// and terminal sizes in; stdout, stderr and the exit code out. The
+// caller's leaving (the session's end) kills the command's process group,
+// and so does the instance's end.
 //
 // # Specs
 //
@@ -109,7 +124,7 @@
 // memory, from the host's /proc) and Logs (stdout and stderr
 // apart, tail, follow; follow ends when the process ends or the caller's
 // context does, which closes the command's input) go through the
-// supervisor, as do Resize, Attach and ResizeTTY. There is no Watch: the
+// supervisor, as do Resize, Attach, ResizeTTY and Exec. There is no Watch: the
 // provider polls List. Create and Delete run in the background
 // (driver.Calls); their Advance only looks.
 package ssh

@@ -163,11 +163,28 @@ func memoryMax(m driver.Bytes) string {
 	return strconv.FormatInt(int64(m), 10)
 }
 
-// setLimits writes r's cpu and memory to the cgroup dir: cpu.max and
-// memory.max (no limit where r has none).
+// swapMax is what memory.swap.max holds for a memory limit m: none of the
+// host's swap with a limit (memory is what the process has, resident or
+// not), the host's settings without one.
+func swapMax(m driver.Bytes) string {
+	if m <= 0 {
+		return "max"
+	}
+	return "0"
+}
+
+// setLimits writes r's cpu and memory to the cgroup dir: cpu.max,
+// memory.max and memory.swap.max (no limit where r has none). A kernel
+// without swap accounting has no memory.swap.max: its swap is not
+// counted in any cgroup, and nothing is written there.
 func setLimits(dir string, r driver.Resources) error {
 	if err := os.WriteFile(filepath.Join(dir, "cpu.max"), []byte(cpuMax(r.CPU)), 0); err != nil {
 		return fmt.Errorf("cgroup %s: cpu.max: %w", dir, err)
+	}
+	// Swap first: a lower memory.max reclaims at once, and must not push
+	// the process's pages out to swap on the way.
+	if err := os.WriteFile(filepath.Join(dir, "memory.swap.max"), []byte(swapMax(r.Memory)), 0); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("cgroup %s: memory.swap.max: %w", dir, err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "memory.max"), []byte(memoryMax(r.Memory)), 0); err != nil {
 		return fmt.Errorf("cgroup %s: memory.max: %w", dir, err)
@@ -202,7 +219,11 @@ func removeCgroup(dir string) {
 	os.Remove(filepath.Dir(dir)) // the cluster's, when it was the last
 }
 
-func signalIgnore(sigs ...os.Signal) { signal.Ignore(sigs...) }
+// signalsCaught makes this process survive sigs, which are caught and
+// dropped. They are not ignored: an ignored signal stays ignored in the
+// processes this one starts (the instance's, an exec's), a caught one is
+// theirs to handle again.
+func signalsCaught(sigs ...os.Signal) { signal.Notify(make(chan os.Signal, 1), sigs...) }
 
 // supResize sets the cpu (millicpus) and memory (bytes) limits of dir's
 // instance, a zero leaving one as it is: in its cgroup when it runs, and

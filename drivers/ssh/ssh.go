@@ -706,4 +706,5 @@ var (
 	_ driver.SpecChecker     = (*Driver)(nil)
 	_ driver.Resizer         = (*Driver)(nil)
 	_ driver.Attacher        = (*Driver)(nil)
+	_ driver.Execer          = (*Driver)(nil)
 )

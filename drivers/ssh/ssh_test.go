@@ -162,6 +162,9 @@ func TestConformance(t *testing.T) {
 		Open: func(t *testing.T) driver.Driver { return f.open(t, nil) },
 		Spec: func() *driver.Spec { return shSpec(serviceScript) },
 		Echo: func() *driver.Spec { return shSpec("echo ready; exec cat") },
+		// The hosts share this machine's files: the supervisor built for
+		// them is the probe too.
+		Exec: func(steps ...string) []string { return append([]string{supervisor, "probe"}, steps...) },
 		// Each create is a few channels on a shared connection: eight at
 		// once keep the suite's time modest on two cores.
 		Parallel: 8,

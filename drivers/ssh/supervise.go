@@ -139,6 +139,7 @@ type status struct {
 //	resize DIR CPUS MEMORY set the instance's cpu (millicpus) and memory (bytes) limits; 0 leaves one as it is
 //	attach DIR MODE        follow the output (MODE replay: from its start; new: from now) and relay stdin to the instance's input
 //	resize-tty DIR ROWS COLS  set the size of the instance's terminal
+//	exec DIR               run a command beside the instance's process: frames on stdin and stdout (exec_host.go)
 //	run DIR                (internal) the supervisor itself
 func Supervise(args []string, stdout, stderr io.Writer) int {
 	fail := func(code int, format string, a ...any) int {
@@ -150,7 +151,7 @@ func Supervise(args []string, stdout, stderr io.Writer) int {
 	}
 	verb, args := args[0], args[1:]
 	need := map[string]int{"start": 1, "list": 1, "signal": 2, "stop": 2, "delete": 2, "logs": 4, "run": 1, "suspend": 1, "resume": 1, "usage": 1,
-		"cgroup": 1, "resize": 3, "attach": 2, "resize-tty": 3}
+		"cgroup": 1, "resize": 3, "attach": 2, "resize-tty": 3, "exec": 1}
 	if n, ok := need[verb]; ok && len(args) != n {
 		return fail(exitUsage, "%s %s: %d arguments, want %d", SuperviseCommand, verb, len(args), n)
 	}
@@ -203,6 +204,8 @@ func Supervise(args []string, stdout, stderr io.Writer) int {
 		err = supAttach(args[0], args[1], os.Stdin, stdout, stderr)
 	case "resize-tty":
 		err = supResizeTTY(args[0], args[1], args[2])
+	case "exec":
+		err = supExec(args[0], os.Stdin, stdout)
 	default:
 		return fail(exitUsage, "%s: unknown verb %q", SuperviseCommand, verb)
 	}
@@ -340,7 +343,7 @@ func supRun(dir string) int {
 			report = nil
 		}
 	}
-	signalIgnore(syscall.SIGHUP, syscall.SIGPIPE)
+	signalsCaught(syscall.SIGHUP, syscall.SIGPIPE)
 	if abs, err := filepath.Abs(dir); err == nil {
 		dir = abs
 	}
@@ -393,6 +396,7 @@ func supRun(dir string) int {
 		say("permanent: start " + rec.Argv[0] + ": " + err.Error())
 		return exitPermanent
 	}
+	ios.serveExecs(cg.dir)
 	rs := runState{PID: cmd.Process.Pid, BootID: bootID(), Supervisor: os.Getpid(), Started: time.Now().UTC(), Cgroup: cg.dir, NoCgroup: noCgroup}
 	if t, err := startTicks(rs.PID); err == nil {
 		rs.StartTicks = t
@@ -405,22 +409,11 @@ func supRun(dir string) int {
 		return exitFailed
 	}
 	say("ok")
-	err = cmd.Wait()
-	ex := exitState{Finished: time.Now().UTC()}
-	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok {
-		switch {
-		case ws.Exited():
-			ex.Code = ws.ExitStatus()
-		case ws.Signaled():
-			ex.Code = 128 + int(ws.Signal())
-			ex.Signal = signalName(int(ws.Signal()))
-		}
-	} else if err != nil {
-		ex.Code = -1
-	}
+	ex := exitOf(cmd, cmd.Wait())
 	// Members of the group (and of the cgroup) left behind by the leader
-	// go with it.
+	// go with it, as do the execs.
 	syscall.Kill(-rs.PID, syscall.SIGKILL)
+	ios.endExecs()
 	removeCgroup(cg.dir)
 	// All the output is in the logs before the end is recorded: whoever
 	// follows them stops at exit.json.
@@ -432,12 +425,9 @@ func supRun(dir string) int {
 	return exitOK
 }
 
-// command builds the process of rec: its own process group, stdin from
-// /dev/null, the environment, the working directory and the user.
-func command(dir string, rec *record) (*exec.Cmd, error) {
-	if len(rec.Argv) == 0 {
-		return nil, errors.New("no command")
-	}
+// instanceEnv is the environment of rec's process, whose directory is
+// dir: PATH and HOME (the login user's), the spec's, then Berth's.
+func instanceEnv(dir string, rec *record) map[string]string {
 	env := map[string]string{"PATH": defaultPath, "HOME": "/"}
 	if h, err := os.UserHomeDir(); err == nil {
 		env["HOME"] = h
@@ -456,9 +446,58 @@ func command(dir string, rec *record) (*exec.Cmd, error) {
 	if _, err := os.Stat(filepath.Join(dir, fileUData)); err == nil {
 		env["BERTH_USER_DATA_FILE"] = filepath.Join(dir, fileUData)
 	}
-	work := rec.Dir
-	if work == "" {
-		work = filepath.Join(dir, "work")
+	return env
+}
+
+// environ returns env as NAME=value entries, sorted.
+func environ(env map[string]string) []string {
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	out := make([]string, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, k+"="+env[k])
+	}
+	return out
+}
+
+// workDir is the working directory of rec's process: the spec's, else
+// dir's work/.
+func workDir(dir string, rec *record) string {
+	if rec.Dir != "" {
+		return rec.Dir
+	}
+	return filepath.Join(dir, "work")
+}
+
+// exitOf is how cmd ended, err being what its Wait returned.
+func exitOf(cmd *exec.Cmd, err error) exitState {
+	ex := exitState{Finished: time.Now().UTC()}
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok {
+		switch {
+		case ws.Exited():
+			ex.Code = ws.ExitStatus()
+		case ws.Signaled():
+			ex.Code = 128 + int(ws.Signal())
+			ex.Signal = signalName(int(ws.Signal()))
+		}
+	} else if err != nil {
+		ex.Code = -1
+	}
+	return ex
+}
+
+// command builds the process of rec: its own process group, stdin from
+// /dev/null, the environment, the working directory and the user.
+func command(dir string, rec *record) (*exec.Cmd, error) {
+	if len(rec.Argv) == 0 {
+		return nil, errors.New("no command")
+	}
+	env := instanceEnv(dir, rec)
+	work := workDir(dir, rec)
+	if rec.Dir == "" {
 		if err := os.MkdirAll(work, 0o755); err != nil {
 			return nil, err
 		}
@@ -473,27 +512,15 @@ func command(dir string, rec *record) (*exec.Cmd, error) {
 		}
 		exe = p
 	}
-	keys := make([]string, 0, len(env))
-	for k := range env {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	environ := make([]string, 0, len(keys))
-	for _, k := range keys {
-		environ = append(environ, k+"="+env[k])
-	}
-	cmd := &exec.Cmd{Path: exe, Args: rec.Argv, Env: environ, Dir: work}
+	cmd := &exec.Cmd{Path: exe, Args: rec.Argv, Env: environ(env), Dir: work}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if rec.User != "" {
 		cred, home, err := credential(rec.User, rec.Group)
 		if err != nil {
 			return nil, err
 		}
-		if cred.Uid != uint32(os.Geteuid()) || cred.Gid != uint32(os.Getegid()) {
-			if os.Geteuid() != 0 {
-				return nil, fmt.Errorf("user %q: the ssh user is uid %d, not root, and cannot become another user", rec.User, os.Geteuid())
-			}
-			cmd.SysProcAttr.Credential = cred
+		if err := become(cmd, rec.User, cred); err != nil {
+			return nil, err
 		}
 		if home != "" {
 			cmd.Env = append(cmd.Env, "HOME="+home)
@@ -514,6 +541,19 @@ func command(dir string, rec *record) (*exec.Cmd, error) {
 		}
 	}
 	return cmd, nil
+}
+
+// become makes cmd run as cred, the user name, unless cred is the login
+// user's own; only root can become another user.
+func become(cmd *exec.Cmd, name string, cred *syscall.Credential) error {
+	if cred.Uid == uint32(os.Geteuid()) && cred.Gid == uint32(os.Getegid()) {
+		return nil
+	}
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("user %q: the ssh user is uid %d, not root, and cannot become another user", name, os.Geteuid())
+	}
+	cmd.SysProcAttr.Credential = cred
+	return nil
 }
 
 // credential resolves a user (name or id) and group on this host.

@@ -3,6 +3,7 @@ package ssh
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -115,7 +116,8 @@ func TestSupervisorSignals(t *testing.T) {
 }
 
 // TestSupervisorOutlivesItsCaller: the process runs on when the supervisor
-// is killed; its state is then read from /proc, and a stop still ends it.
+// is killed; its state is then read from /proc, an exec is refused, and a
+// stop still ends it.
 func TestSupervisorOutlivesItsCaller(t *testing.T) {
 	dir := supervised(t, `trap 'exit 0' TERM; sleep 1000 & wait $!`)
 	waitPhase(t, dir, "running")
@@ -129,6 +131,10 @@ func TestSupervisorOutlivesItsCaller(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	if st := statusOf(t, dir); st.Phase != "running" {
 		t.Fatalf("with its supervisor killed: %+v, want running", st)
+	}
+	// Nobody runs execs for it any more.
+	if err := supExec(dir, noInput(t), io.Discard); !isCoded(err, exitPermanent) {
+		t.Errorf("exec with the supervisor killed: %v, want exit code %d", err, exitPermanent)
 	}
 	if code, out := sup(t, "stop", dir, "5s"); code != 0 {
 		t.Fatalf("stop: %d %s", code, out)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -37,10 +38,17 @@ cp /record.json $D/record.json
 $S cgroup /sys/fs/cgroup/berth-ssh 2>&1 | sed 's/^/@check-says /'
 echo "@check $?"
 $S start $D >/dev/null 2>/tmp/err; echo "@start $?"; sed 's/^/@start-says /' /tmp/err
-echo "@launch $(cat $CG/cpu.max) | $(cat $CG/memory.max)"
+echo "@launch $(cat $CG/cpu.max) | $(cat $CG/memory.max) | $(cat $CG/memory.swap.max)"
 echo "@pid $(cat $CG/cgroup.procs | tr '\n' ' ')| $(sed 's/.*"pid":\([0-9]*\).*/\1/' $D/state.json)"
+mkfifo /tmp/in
+$S exec $D </tmp/in >/tmp/out 2>/tmp/err & X=$!
+exec 3>/tmp/in
+cat /exec.req >&3
+wait $X; echo "@exec $?"; sed 's/^/@exec-says /' /tmp/err
+exec 3>&-
+echo "@exec-cgroup $(grep -a -o '0::/[-a-z0-9/.]*' /tmp/out)"
 $S resize $D 1500 536870912 2>/tmp/err; echo "@resize $?"; sed 's/^/@resize-says /' /tmp/err
-echo "@resized $(cat $CG/cpu.max) | $(cat $CG/memory.max)"
+echo "@resized $(cat $CG/cpu.max) | $(cat $CG/memory.max) | $(cat $CG/memory.swap.max)"
 $S delete $D 0s; echo "@delete $?"
 if [ -e $CG ]; then echo "@cgroup left"; else echo "@cgroup gone"; fi
 D2=/var/berth/c/c1/n.00000000000000ff
@@ -69,9 +77,10 @@ type record struct {
 // TestSupervisorLimitsInGuest runs the supervisor in a small guest whose
 // kernel (the host's packaged one) has cgroup v2 with the cpu and memory
 // controllers, which a cgroup v1 or hybrid host cannot give: the instance
-// is born in its cgroup with the spec's cpu.max and memory.max, a resize
-// changes them, and the cgroup goes with the instance; an instance that
-// takes more memory than its memory.max is killed.
+// is born in its cgroup with the spec's cpu.max and memory.max and no swap
+// (memory.swap.max 0), an exec runs in that cgroup too, a resize changes
+// them, and the cgroup goes with the instance; an instance that takes
+// more memory than its memory.max is killed.
 func TestSupervisorLimitsInGuest(t *testing.T) {
 	qemu, err := exec.LookPath("qemu-system-x86_64")
 	if err != nil {
@@ -100,6 +109,11 @@ func TestSupervisorLimitsInGuest(t *testing.T) {
 	rec2.ID, rec2.Resources = "n.00000000000000ff", driver.Resources{Memory: 64 * driver.MiB}
 	rec2.Argv = []string{"/bin/dd", "if=/dev/zero", "of=/dev/null", "bs=128M", "count=1"}
 	rec2JSON, _ := json.Marshal(rec2)
+	// An exec of cat /proc/self/cgroup: its request frame, as the driver
+	// sends it (the supervisor's frames: a type, a 4-byte length, then
+	// that many bytes).
+	execReq := []byte(`{"cmd":["/bin/cat","/proc/self/cgroup"]}`)
+	execReq = append(binary.BigEndian.AppendUint32([]byte{'q'}, uint32(len(execReq))), execReq...)
 	var a vmtest.Archive
 	for _, d := range []string{"bin", "dev", "proc", "sys", "tmp", "var"} {
 		a.Dir(d)
@@ -117,6 +131,7 @@ func TestSupervisorLimitsInGuest(t *testing.T) {
 	a.File("init", 0o755, []byte(guestScript))
 	a.File("record.json", 0o600, recJSON)
 	a.File("record2.json", 0o600, rec2JSON)
+	a.File("exec.req", 0o600, execReq)
 	initrd := filepath.Join(dir, "initrd.cpio")
 	if err := os.WriteFile(initrd, a.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
@@ -167,15 +182,18 @@ func TestSupervisorLimitsInGuest(t *testing.T) {
 		t.Fatalf("the guest never finished its script: %v %v", got, says)
 	}
 	want := map[string]string{
-		"check":   "0",
-		"start":   "0",
-		"launch":  "50000 100000 | 268435456",
-		"resize":  "0",
-		"resized": "150000 100000 | 536870912",
-		"delete":  "0",
-		"cgroup":  "gone",
-		"start2":  "0",
-		"oom":     "137", // KILLed by the kernel's OOM killer
+		"check":  "0",
+		"start":  "0",
+		"launch": "50000 100000 | 268435456 | 0",
+		"exec":   "0",
+		// Born in the instance's cgroup (CLONE_INTO_CGROUP).
+		"exec-cgroup": "0::/berth-ssh/c1/n.0123456789abcdef",
+		"resize":      "0",
+		"resized":     "150000 100000 | 536870912 | 0",
+		"delete":      "0",
+		"cgroup":      "gone",
+		"start2":      "0",
+		"oom":         "137", // KILLed by the kernel's OOM killer
 	}
 	for k, v := range want {
 		if got[k] != v {
