@@ -140,13 +140,8 @@ func (s *state) specOf(ctx context.Context, keep bool) func(string) *driver.Spec
 		if !keep {
 			return r.spec
 		}
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if cur, known := s.requests[id]; known {
-			return cur.spec
-		}
-		s.requests[id] = r
-		return r.spec
+		s.applyStored([]change{{id: id, request: true, req: r, rev: kv.ModRevision}})
+		return s.requestSpec(id)
 	}
 }
 
