@@ -18,11 +18,16 @@
 //
 //	state       the store side: commit, applyStored, load, the watch,
 //	            following, identity, quarantine, stepping an instance
+//	            (state.go, commit.go, apply.go, watch.go, follow.go,
+//	            identity.go, quarantine.go)
 //	records     the records in memory, their indexes and reads (records.go)
-//	admitter    checks and admits requests and groups (submit.go, accept.go)
+//	admitter    checks and admits requests and groups (submit.go, accept.go,
+//	            tenancy.go, groupstate.go)
 //	placer      node readings, placement, the gang queue, evictions
+//	            (place.go, gang.go, evict.go)
 //	runner      the reconciler's workers and writers (run.go)
-//	syncer      listings, lost instances, leaks, the collector (sync.go, gc.go)
+//	syncer      listings, lost instances, leaks, the collector (sync.go,
+//	            gc.go, listing.go)
 //	verbs       operations on instances, reads of the back-ends (ops.go)
 //	measurer    usage sampling and history (usage.go)
 //	rebalancer  rebalance runs (rebalance.go, rebalance_apply.go)

@@ -2,9 +2,6 @@ package control
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
-	"strings"
 	"time"
 
 	"github.com/berth-dev/berth/reconciler"
@@ -90,93 +87,6 @@ func essentialMissing(p *scheduler.Plan) bool {
 		}
 	}
 	return false
-}
-
-// holdGroup marks group id as about to be queued (queueGroup), before its
-// pending instances are stored: from then on the one-by-one placer never
-// places them alone. release undoes it when they are not stored.
-func (s admitter) holdGroup(id string) (release func()) {
-	s.gangMu.Lock()
-	s.gang.held[id] = true
-	s.gangMu.Unlock()
-	return func() {
-		s.gangMu.Lock()
-		delete(s.gang.held, id)
-		s.gangMu.Unlock()
-	}
-}
-
-// queueGroup adds g to the gang queue (and ends its hold).
-func (s admitter) queueGroup(g *scheduler.Group, now time.Time) {
-	s.gangMu.Lock()
-	defer s.gangMu.Unlock()
-	delete(s.gang.held, g.ID)
-	if s.gang.ids[g.ID] {
-		return
-	}
-	if err := s.gang.queueOf(g).Push(g, now); err != nil {
-		s.log.Warn("gang queue", "group", g.ID, "err", err)
-		return
-	}
-	s.gang.ids[g.ID] = true
-}
-
-// gangQueued reports whether group id waits in the gang queue, or is
-// about to (holdGroup).
-func (s admitter) gangQueued(id string) bool {
-	if id == "" {
-		return false
-	}
-	s.gangMu.Lock()
-	defer s.gangMu.Unlock()
-	return s.gang.ids[id] || s.gang.held[id]
-}
-
-// loadGroups queues again the stored groups none of whose instances has
-// been placed (after a restart).
-func (s *state) loadGroups(ctx context.Context) error {
-	kvs, _, err := s.st.List(ctx, PrefixGroups)
-	if err != nil {
-		return fmt.Errorf("control: load groups: %w", err)
-	}
-	if len(kvs) == 0 {
-		return nil
-	}
-	placed := map[string]bool{}
-	members := map[string]bool{}
-	owners := map[string]string{} // the group's owner, from its instances (not stored with the group)
-	s.mu.RLock()
-	for in := range s.recs.all() {
-		g := in.Group()
-		if g == "" {
-			continue
-		}
-		members[g] = true
-		owners[g] = in.Owner
-		if in.Phase != reconciler.Pending {
-			placed[g] = true
-		}
-	}
-	s.mu.RUnlock()
-	for _, kv := range kvs {
-		var g scheduler.Group
-		err := json.Unmarshal(kv.Value, &g)
-		if err == nil {
-			err = scheduler.RangePriority.Err("priority", int64(g.Priority))
-		}
-		if err != nil {
-			if err := s.moveAside(ctx, kv, fmt.Errorf("group: %w", err)); err != nil {
-				return err
-			}
-			continue
-		}
-		id := strings.TrimPrefix(kv.Key, PrefixGroups)
-		g.Owner = owners[id]
-		if members[id] && !placed[id] {
-			s.admitter.queueGroup(&g, s.now())
-		}
-	}
-	return nil
 }
 
 // placeGroups places what fits of the gang queues and stores it.

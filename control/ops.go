@@ -530,3 +530,27 @@ func (s verbs) syncPools(ctx context.Context) {
 		}
 	}
 }
+
+// tags returns the tags Berth writes on the back-end resource of in.
+func (s verbs) tags(in *reconciler.Instance) map[string]string {
+	return map[string]string{
+		driver.TagManaged:     "true",
+		driver.TagCluster:     s.clusterID,
+		driver.TagClusterName: s.cfg.Cluster,
+		driver.TagProvider:    in.Provider,
+		driver.TagInstance:    in.ID,
+	}
+}
+
+// provider returns the named provider or an ErrNotFound naming the known
+// ones.
+func (s verbs) provider(name string) (*provider.Provider, error) {
+	if err := s.refuse(); err != nil {
+		return nil, err
+	}
+	p, ok := s.provs[name]
+	if !ok {
+		return nil, driver.Errorf(driver.ErrNotFound, "provider %q (known: %s)", name, strings.Join(s.provNames, ", "))
+	}
+	return p, nil
+}

@@ -7,9 +7,9 @@ package control
 // the state's (state.go).
 
 // admitter checks requests and groups and admits them: validation, the
-// first placement, and storing them with their instances (submit.go,
-// accept.go, tenancy.go, groupstate.go, the gang queue's entry in
-// gang.go).
+// first placement, and storing them with their instances, or queueing
+// a group for the gang queue (submit.go, accept.go, tenancy.go,
+// groupstate.go).
 type admitter struct{ *state }
 
 // placer keeps the scheduler's view of the nodes and places what waits:
@@ -24,7 +24,7 @@ type runner struct{ *state }
 
 // syncer compares the back-ends with the records: listings, lost
 // instances, leaks, node readings, and the collector of old deleted
-// records (sync.go, gc.go, listing.go, identity.go's ownership checks).
+// records (sync.go, gc.go, listing.go).
 type syncer struct{ *state }
 
 // verbs are the operations on instances and the reads of the back-ends:

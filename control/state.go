@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -599,26 +600,49 @@ func (sc Scope) Has(namespace string) bool {
 	return sc.All || namespace != "" && slices.Contains(sc.Namespaces, namespace)
 }
 
-// tags returns the tags Berth writes on the back-end resource of in.
-func (s verbs) tags(in *reconciler.Instance) map[string]string {
-	return map[string]string{
-		driver.TagManaged:     "true",
-		driver.TagCluster:     s.clusterID,
-		driver.TagClusterName: s.cfg.Cluster,
-		driver.TagProvider:    in.Provider,
-		driver.TagInstance:    in.ID,
+// loadGroups queues again the stored groups none of whose instances has
+// been placed (after a restart).
+func (s *state) loadGroups(ctx context.Context) error {
+	kvs, _, err := s.st.List(ctx, PrefixGroups)
+	if err != nil {
+		return fmt.Errorf("control: load groups: %w", err)
 	}
-}
-
-// provider returns the named provider or an ErrNotFound naming the known
-// ones.
-func (s verbs) provider(name string) (*provider.Provider, error) {
-	if err := s.refuse(); err != nil {
-		return nil, err
+	if len(kvs) == 0 {
+		return nil
 	}
-	p, ok := s.provs[name]
-	if !ok {
-		return nil, driver.Errorf(driver.ErrNotFound, "provider %q (known: %s)", name, strings.Join(s.provNames, ", "))
+	placed := map[string]bool{}
+	members := map[string]bool{}
+	owners := map[string]string{} // the group's owner, from its instances (not stored with the group)
+	s.mu.RLock()
+	for in := range s.recs.all() {
+		g := in.Group()
+		if g == "" {
+			continue
+		}
+		members[g] = true
+		owners[g] = in.Owner
+		if in.Phase != reconciler.Pending {
+			placed[g] = true
+		}
 	}
-	return p, nil
+	s.mu.RUnlock()
+	for _, kv := range kvs {
+		var g scheduler.Group
+		err := json.Unmarshal(kv.Value, &g)
+		if err == nil {
+			err = scheduler.RangePriority.Err("priority", int64(g.Priority))
+		}
+		if err != nil {
+			if err := s.moveAside(ctx, kv, fmt.Errorf("group: %w", err)); err != nil {
+				return err
+			}
+			continue
+		}
+		id := strings.TrimPrefix(kv.Key, PrefixGroups)
+		g.Owner = owners[id]
+		if members[id] && !placed[id] {
+			s.admitter.queueGroup(&g, s.now())
+		}
+	}
+	return nil
 }

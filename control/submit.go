@@ -462,3 +462,43 @@ func (s admitter) groupNeverFits(g *scheduler.Group, owner string) string {
 	}
 	return ""
 }
+
+// holdGroup marks group id as about to be queued (queueGroup), before its
+// pending instances are stored: from then on the one-by-one placer never
+// places them alone. release undoes it when they are not stored.
+func (s admitter) holdGroup(id string) (release func()) {
+	s.gangMu.Lock()
+	s.gang.held[id] = true
+	s.gangMu.Unlock()
+	return func() {
+		s.gangMu.Lock()
+		delete(s.gang.held, id)
+		s.gangMu.Unlock()
+	}
+}
+
+// queueGroup adds g to the gang queue (and ends its hold).
+func (s admitter) queueGroup(g *scheduler.Group, now time.Time) {
+	s.gangMu.Lock()
+	defer s.gangMu.Unlock()
+	delete(s.gang.held, g.ID)
+	if s.gang.ids[g.ID] {
+		return
+	}
+	if err := s.gang.queueOf(g).Push(g, now); err != nil {
+		s.log.Warn("gang queue", "group", g.ID, "err", err)
+		return
+	}
+	s.gang.ids[g.ID] = true
+}
+
+// gangQueued reports whether group id waits in the gang queue, or is
+// about to (holdGroup).
+func (s admitter) gangQueued(id string) bool {
+	if id == "" {
+		return false
+	}
+	s.gangMu.Lock()
+	defer s.gangMu.Unlock()
+	return s.gang.ids[id] || s.gang.held[id]
+}

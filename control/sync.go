@@ -446,3 +446,18 @@ func has(set map[string]struct{}, key string) bool {
 	_, ok := set[key]
 	return ok
 }
+
+// owns is the one adoption rule: a back-end resource is in's only when it is
+// Berth's, carries this cluster's id and in's id. Launch, sync and resume
+// all ask it before treating a resource as a record's; anything else is
+// never adopted, stopped or deleted as in's.
+func (s syncer) owns(in *reconciler.Instance, got *driver.Instance) bool {
+	return got != nil && got.Tags[driver.TagManaged] == "true" &&
+		got.Tags[driver.TagCluster] == s.clusterID && got.Tags[driver.TagInstance] == in.ID
+}
+
+// ours reports whether a back-end resource carries this cluster's id (it
+// may still be no record's: a leak).
+func (s syncer) ours(got *driver.Instance) bool {
+	return got.Tags[driver.TagManaged] == "true" && got.Tags[driver.TagCluster] == s.clusterID
+}
