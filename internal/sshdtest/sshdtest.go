@@ -10,7 +10,6 @@ import (
 	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rand"
-	"encoding/binary"
 	"encoding/pem"
 	"fmt"
 	"net"
@@ -24,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/internal/netnstest"
 	"github.com/berth-dev/berth/internal/testdeps"
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
@@ -54,7 +54,7 @@ type Server struct {
 	ECDSAKey   ssh.PublicKey // its second host key, with Options.ECDSAKey
 	Dir        string        // the server's files: keys, config, log
 	Netns      string        // the namespace's name, "" on loopback
-	veth       string        // the link's end outside the namespace
+	ns         *netnstest.NS // the namespace, nil on loopback
 
 	t    testing.TB
 	sshd string
@@ -93,7 +93,8 @@ func Start(t testing.TB, o Options) *Server {
 		t.Fatal(err)
 	}
 	if o.Netns {
-		s.Netns, s.veth, s.Host = netns(t)
+		s.ns = netnstest.Pair(t)
+		s.Netns, s.Host = s.ns.Name, s.ns.Addr
 		s.Port = 22
 	} else {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -256,11 +257,13 @@ func (s *Server) Up() { s.link("up") }
 
 func (s *Server) link(state string) {
 	s.t.Helper()
-	if s.Netns == "" {
+	if s.ns == nil {
 		s.t.Fatal("sshdtest: Down and Up need a server in a network namespace")
 	}
-	if out, err := exec.Command("ip", "link", "set", s.veth, state).CombinedOutput(); err != nil {
-		s.t.Fatalf("ip link set %s %s: %v: %s", s.veth, state, err, out)
+	if state == "down" {
+		s.ns.Down()
+	} else {
+		s.ns.Up()
 	}
 }
 
@@ -279,14 +282,11 @@ func (s *Server) Restart() error {
 		return err
 	}
 	defer logFile.Close()
-	args := []string{s.sshd, "-D", "-e", "-f", filepath.Join(s.Dir, "sshd_config")}
-	if s.Netns != "" {
-		// nsenter joins the network namespace only; `ip netns exec`
-		// would also mount a sysfs of the namespace's own on /sys, hiding
-		// the host's /sys/fs/cgroup from the sessions.
-		args = append([]string{"nsenter", "--net=/run/netns/" + s.Netns}, args...)
+	args := []string{"-D", "-e", "-f", filepath.Join(s.Dir, "sshd_config")}
+	cmd := exec.Command(s.sshd, args...)
+	if s.ns != nil {
+		cmd = s.ns.Command(s.sshd, args...)
 	}
-	cmd := exec.Command(args[0], args[1:]...)
 	// Its own process group: Kill ends the sessions' processes too.
 	cmd.Stdout, cmd.Stderr, cmd.SysProcAttr = logFile, logFile, &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -317,50 +317,4 @@ func (s *Server) Restart() error {
 			return fmt.Errorf("nothing listens on %s after a minute: %s", s.Addr, s.Log())
 		}
 	}
-}
-
-var nsCount struct {
-	mu sync.Mutex
-	n  int
-}
-
-// netns makes a network namespace joined to this one by a veth pair on a
-// /30 of its own, and returns its name, the outer end of the pair and the
-// namespace's address. They go when the test ends.
-func netns(t testing.TB) (string, string, string) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("sshdtest: a network namespace needs root")
-	}
-	nsCount.mu.Lock()
-	nsCount.n++
-	n := nsCount.n
-	nsCount.mu.Unlock()
-	var r [2]byte
-	_, _ = rand.Read(r[:])
-	tag := fmt.Sprintf("%04x%d", binary.BigEndian.Uint16(r[:]), n)
-	name, veth := "berth-"+tag, "bv"+tag
-	// 10.<a>.<b>.<4c>/30: a random /30 for each namespace, so that tests
-	// running at once never share one.
-	_, _ = rand.Read(r[:])
-	a, b := 200+int(r[0]%50), int(r[1])
-	c := (n % 64) * 4
-	outer, inner := fmt.Sprintf("10.%d.%d.%d", a, b, c+1), fmt.Sprintf("10.%d.%d.%d", a, b, c+2)
-	ip := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-		}
-	}
-	ip("netns", "add", name)
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
-	ip("link", "add", veth, "type", "veth", "peer", "name", veth+"p")
-	t.Cleanup(func() { exec.Command("ip", "link", "del", veth).Run() })
-	ip("link", "set", veth+"p", "netns", name)
-	ip("addr", "add", outer+"/30", "dev", veth)
-	ip("link", "set", veth, "up")
-	ip("-n", name, "addr", "add", inner+"/30", "dev", veth+"p")
-	ip("-n", name, "link", "set", veth+"p", "up")
-	ip("-n", name, "link", "set", "lo", "up")
-	return name, veth, inner
 }
