@@ -26,7 +26,7 @@ func TestDockerEndpointHighAvailability(t *testing.T) {
 	}
 	_, image := engineFor(t, "ha-docker")
 
-	h := newHACluster(t)
+	h := newHACluster(t, false)
 	var dockerAddr [3]string
 	for i := range h.args {
 		dockerAddr[i] = fmt.Sprintf("127.0.0.1:%d", etcdtest.FreePort(t))

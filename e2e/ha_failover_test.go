@@ -41,7 +41,7 @@ const settle = 5 * time.Second
 // its election and its control plane, and which server's member led etcd.
 func TestFailover(t *testing.T) {
 	t.Parallel()
-	h := newHACluster(t)
+	h := newHACluster(t, false)
 	// Nodes large enough for every request of the test: the answer to
 	// one that does not fit names no node.
 	body := "cluster: " + h.name + "\nproviders:\n  - name: sim\n    driver: sim\n    options: {nodes: 3, shape: '{\"cpus\": 64, \"memory\": \"256Gi\"}'}\n"

@@ -22,7 +22,7 @@ import (
 // takes writes.
 func TestFollowersServeReads(t *testing.T) {
 	t.Parallel()
-	h := newHACluster(t)
+	h := newHACluster(t, false)
 	body := "cluster: " + h.name + "\nproviders:\n  - name: sim\n    driver: sim\n    options: {nodes: 3}\n"
 	if err := os.WriteFile(h.cfg, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
