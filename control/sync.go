@@ -291,6 +291,15 @@ func (s *state) syncInstances(ctx context.Context, rt *runtime, p *provider.Prov
 	}
 	rt.mu.Unlock()
 
+	if partial == nil {
+		// What the cluster's instances shared (the docker driver's
+		// networks) and none uses now goes, after a complete listing
+		// only: one that missed a node could miss a user.
+		if err := p.Sweep(ctx, map[string]string{driver.TagCluster: s.clusterID}); err != nil && ctx.Err() == nil {
+			s.log.Warn("provider sweep", "provider", p.Name(), "err", err)
+		}
+	}
+
 	// Instances the listing should have shown but did not: lost, after two
 	// listings, unless their node is offline (handled as node offline).
 	var missing []*reconciler.Instance

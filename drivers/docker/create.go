@@ -69,7 +69,17 @@ func (d *Driver) Create(ctx context.Context, node string, spec *driver.Spec) (dr
 	if spec.Name != "" {
 		what = "container " + spec.Name
 	}
+	// A container on networks is made under the engine's network lock,
+	// from the networks' lookup to the last connect (see networks.go).
+	joins := spec.NetworkMode == "" && len(spec.Networks) > 0
 	steps := []step{{name: "create", call: func(ctx context.Context) (*driver.Instance, error) {
+		if joins {
+			e.netMu.Lock()
+			defer e.netMu.Unlock()
+			if err := d.ensureNetworks(ctx, e, spec); err != nil {
+				return nil, err
+			}
+		}
 		res, err := e.cli.ContainerCreate(ctx, opts)
 		if err != nil {
 			switch {
@@ -85,16 +95,15 @@ func (d *Driver) Create(ctx context.Context, node string, spec *driver.Spec) (dr
 			return nil, d.callErr(ctx, e, err, "create "+what)
 		}
 		cid = res.ID
+		if joins {
+			if err := d.connectExtra(ctx, e, cid, spec, what); err != nil {
+				return nil, err
+			}
+		}
 		labels, tags := splitLabels(opts.Config.Labels)
 		return &driver.Instance{ID: instanceID(e, cid), Name: spec.Name, Node: e.cfg.Name, Kind: driver.KindContainer,
 			Image: spec.Image, State: driver.StateCreating, Resources: spec.Resources, Labels: labels, Tags: tags}, nil
 	}}}
-	for _, n := range extraNetworks(spec) {
-		steps = append(steps, step{name: "connect " + n, call: func(ctx context.Context) (*driver.Instance, error) {
-			_, err := e.cli.NetworkConnect(ctx, n, client.NetworkConnectOptions{Container: cid})
-			return nil, d.laterStep(ctx, err, e, "connect "+what+" to network "+n)
-		}})
-	}
 	if files != nil {
 		steps = append(steps, step{name: "copy files", call: func(ctx context.Context) (*driver.Instance, error) {
 			_, err := e.cli.CopyToContainer(ctx, cid, client.CopyToContainerOptions{DestinationPath: "/", Content: bytes.NewReader(files)})
@@ -112,6 +121,7 @@ func (d *Driver) Create(ctx context.Context, node string, spec *driver.Spec) (dr
 	)
 	m := d.newMachine(ctx, e, steps...)
 	m.cleanup = &cleanup{name: "remove after failure", call: func(ctx context.Context, failure error) error {
+		defer d.releaseNetworks(ctx, e, spec.Networks, spec.Tags[driver.TagCluster])
 		if cid == "" {
 			if isTimeout(failure) {
 				// The create itself may have happened; its id is unknown.
@@ -276,7 +286,7 @@ func (d *Driver) containerOptions(spec *driver.Spec) (client.ContainerCreateOpti
 		hc.NetworkMode = container.NetworkMode(spec.NetworkMode)
 	case len(spec.Networks) > 0:
 		hc.NetworkMode = container.NetworkMode(spec.Networks[0])
-		nc = &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{spec.Networks[0]: {}}}
+		nc = &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{spec.Networks[0]: {Aliases: slices.Clone(spec.NetworkAliases)}}}
 	case d.opts.Network != "":
 		hc.NetworkMode = container.NetworkMode(d.opts.Network)
 	}
@@ -338,6 +348,25 @@ func (d *Driver) Delete(ctx context.Context, id string) (driver.Operation, error
 		return nil, err
 	}
 	grace := int((d.opts.StopGrace + time.Second - 1) / time.Second)
+	// The container's networks and cluster, read before it goes: a
+	// network Berth made for it goes with its last container.
+	var nets []string
+	var cluster string
+	look := step{name: "inspect", call: func(ctx context.Context) (*driver.Instance, error) {
+		res, err := e.cli.ContainerInspect(ctx, cid, client.ContainerInspectOptions{})
+		switch err := d.callErr(ctx, e, err, "inspect container "+cid); {
+		case err == nil:
+		case errors.Is(err, driver.ErrNotFound), errors.Is(err, driver.ErrRetryable), errors.Is(err, driver.ErrTimeout):
+			return nil, err
+		default:
+			return nil, nil // the networks stay for Sweep
+		}
+		if c := res.Container; c.Config != nil && c.NetworkSettings != nil {
+			cluster = c.Config.Labels[driver.TagCluster]
+			nets = slices.Sorted(maps.Keys(c.NetworkSettings.Networks))
+		}
+		return nil, nil
+	}}
 	stop := step{name: "stop", extra: d.opts.StopGrace, call: func(ctx context.Context) (*driver.Instance, error) {
 		_, err := e.cli.ContainerStop(ctx, cid, client.ContainerStopOptions{Timeout: &grace})
 		switch err := d.callErr(ctx, e, err, "stop container "+cid); {
@@ -360,7 +389,11 @@ func (d *Driver) Delete(ctx context.Context, id string) (driver.Operation, error
 			return nil, fmt.Errorf("%w: engine %s: remove container %s: %v", driver.ErrDeleteFailed, e.cfg.Name, cid, err)
 		}
 	}}
-	return d.newMachine(ctx, e, stop, remove), nil
+	release := step{name: "release networks", call: func(ctx context.Context) (*driver.Instance, error) {
+		d.releaseNetworks(ctx, e, nets, cluster)
+		return nil, nil
+	}}
+	return d.newMachine(ctx, e, look, stop, remove, release), nil
 }
 
 // Features are what an engine runs: containers, with restart policies,

@@ -76,6 +76,10 @@ type engine struct {
 	// (max_in_flight; driver.Calls.GoAfter).
 	slots chan struct{}
 
+	// netMu is held while Berth's networks on the engine are made, joined
+	// or removed (networks.go).
+	netMu sync.Mutex
+
 	mu     sync.Mutex
 	status driver.NodeStatus // online or offline; drain is applied when reported
 	reason string
