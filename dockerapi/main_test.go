@@ -269,6 +269,23 @@ func (e *env) removeAll(t testing.TB) {
 			t.Errorf("cleanup: %v", err)
 		}
 	}
+	// The networks the back-end made for the cluster's containers.
+	cli, err := dockertest.Connect(ctx, dockertest.MainHost)
+	if err != nil {
+		t.Errorf("cleanup: %v", err)
+		return
+	}
+	defer cli.Close()
+	res, err := cli.NetworkList(ctx, client.NetworkListOptions{Filters: make(client.Filters).Add("label", driver.TagClusterName+"="+e.cluster)})
+	if err != nil {
+		t.Errorf("cleanup: %v", err)
+		return
+	}
+	for _, n := range res.Items {
+		if _, err := cli.NetworkRemove(ctx, n.ID, client.NetworkRemoveOptions{}); err != nil {
+			t.Errorf("cleanup: remove network %s: %v", n.Name, err)
+		}
+	}
 }
 
 // start runs docker in the background, its stdout collected.
