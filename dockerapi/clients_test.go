@@ -44,6 +44,14 @@ func TestNetworks(t *testing.T) {
 	if _, errs, code := e.docker(t, "network", "create", "-d", "overlay", "ov"); code == 0 || !strings.Contains(errs, "--driver overlay") {
 		t.Errorf("network create -d overlay: exit %d, %s", code, errs)
 	}
+	if _, errs, code := e.docker(t, "network", "create", "-o", "com.docker.network.bridge.name=x", "opt"); code == 0 || !strings.Contains(errs, "--opt com.docker.network.bridge.name") {
+		t.Errorf("network create -o com.docker.network.bridge.name=x: exit %d, %s", code, errs)
+	}
+	e.must(t, "network", "create", "-o", dockerapi.OptSpread+"=true", "wide")
+	if got := strings.TrimSpace(e.must(t, "network", "inspect", "--format", "{{index .Options \""+dockerapi.OptSpread+"\"}}", "wide")); got != "true" {
+		t.Errorf("the options of a network made with -o %s=true: %q", dockerapi.OptSpread, got)
+	}
+	e.must(t, "network", "rm", "wide")
 	e.must(t, "network", "create", "spare")
 	// The networks are kept in the plane's store: a server started
 	// afresh over it has them.
@@ -99,6 +107,13 @@ func TestNetworks(t *testing.T) {
 	if got := e.must(t, "inspect", "--format", "{{range $k, $v := .NetworkSettings.Networks}}{{$k}}{{end}}", "web"); strings.TrimSpace(got) != "front" {
 		t.Errorf("docker inspect web shows networks %q", got)
 	}
+	// The back-end made the network's bridge for its first member.
+	if got := e.engineNetworks(t); !slices.Equal(got, []string{"team.front"}) {
+		t.Errorf("the engine's networks of the cluster: %v, want team.front", got)
+	}
+	if got := in.Spec.Networks; !slices.Equal(got, []string{"team.front"}) || !slices.Contains(in.Spec.NetworkAliases, "web") {
+		t.Errorf("the spec of a container on front: networks %v, aliases %v", got, in.Spec.NetworkAliases)
+	}
 	if _, errs, code := e.docker(t, "network", "rm", "front"); code == 0 || !strings.Contains(errs, "active endpoints") {
 		t.Errorf("network rm of a network with a container: exit %d, %s", code, errs)
 	}
@@ -125,6 +140,7 @@ func TestNetworks(t *testing.T) {
 	if out := e.must(t, "network", "ls", "-q"); strings.TrimSpace(out) != "" {
 		t.Errorf("networks left: %q", out)
 	}
+	e.waitNoEngineNetworks(t)
 }
 
 // mustWith runs docker with the config directory cfg and fails the test
