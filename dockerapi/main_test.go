@@ -104,6 +104,13 @@ func (e *env) newToken(t testing.TB, name string, role auth.Role, ns string) str
 
 func setup(t testing.TB) *env {
 	t.Helper()
+	return setupEngines(t, fmt.Sprintf(`[{"name":"main","address":%q}]`, dockertest.MainHost))
+}
+
+// setupEngines is setup with a docker provider over engines (its option's
+// JSON).
+func setupEngines(t testing.TB, engines string) *env {
+	t.Helper()
 	ignore := goleak.IgnoreCurrent()
 	e := &env{cluster: "dapi-" + dockertest.RandomID()}
 	t.Cleanup(func() {
@@ -120,7 +127,7 @@ func setup(t testing.TB) *env {
 		t.Fatal(err)
 	}
 	raw := map[string]any{
-		"engines":       fmt.Sprintf(`[{"name":"main","address":%q}]`, dockertest.MainHost),
+		"engines":       engines,
 		"poll_interval": "200ms", "backoff_min": "50ms", "backoff_max": "500ms",
 		"stop_grace": "5s", "pull": false,
 	}
