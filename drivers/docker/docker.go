@@ -18,6 +18,11 @@
 // from the second one on (cpus need two), and never waits for it. Usage
 // measures one container on demand.
 //
+// A spec's networks are joined with its network aliases. A network the
+// engine lacks is made, labelled as its cluster's, by the create that needs
+// it, and removed with its last container (by Delete, or by Sweep when the
+// container went another way); see networks.go.
+//
 // Spec fields the engine cannot honour (flavor, disk, GPUs, other counted
 // resources, security groups) make Create fail with ErrUnsupported. SSH keys
 // are ignored. User data is written to the file named by user_data_path, and
