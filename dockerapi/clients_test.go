@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -113,6 +114,20 @@ func TestNetworks(t *testing.T) {
 	}
 	if got := in.Spec.Networks; !slices.Equal(got, []string{"team.front"}) || !slices.Contains(in.Spec.NetworkAliases, "web") {
 		t.Errorf("the spec of a container on front: networks %v, aliases %v", got, in.Spec.NetworkAliases)
+	}
+	// A bridge of the cluster's that no container is on (left by a crash)
+	// goes after a listing; another cluster's stays.
+	e.leakNetwork(t, "team.front", "team.leaked", "")
+	e.leakNetwork(t, "team.front", "team.theirs", "another-cluster")
+	deadline := time.Now().Add(time.Minute)
+	for got := e.engineNetworks(t); !slices.Equal(got, []string{"team.front", "team.theirs"}); got = e.engineNetworks(t) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the engine's networks of the cluster: %v, want the leaked one swept", got)
+		}
+		sleep()
+	}
+	if _, err := mainCli.NetworkRemove(context.Background(), "team.theirs", client.NetworkRemoveOptions{}); err != nil {
+		t.Fatal(err)
 	}
 	if _, errs, code := e.docker(t, "network", "rm", "front"); code == 0 || !strings.Contains(errs, "active endpoints") {
 		t.Errorf("network rm of a network with a container: exit %d, %s", code, errs)
@@ -511,5 +526,30 @@ func (e *env) waitNoEngineNetworks(t *testing.T) {
 			t.Fatalf("networks of the cluster left on the engine: %v", left)
 		}
 		sleep()
+	}
+}
+
+// leakNetwork makes, behind Berth's back, network name on the engine with
+// the labels of network like (another cluster's id when cluster is set),
+// as a crash would leave it.
+func (e *env) leakNetwork(t *testing.T, like, name, cluster string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cli, err := dockertest.Connect(ctx, dockertest.MainHost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	n, err := cli.NetworkInspect(ctx, like, client.NetworkInspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels := maps.Clone(n.Network.Labels)
+	if cluster != "" {
+		labels[driver.TagCluster] = cluster
+	}
+	if _, err := cli.NetworkCreate(ctx, name, client.NetworkCreateOptions{Driver: "bridge", Labels: labels}); err != nil {
+		t.Fatal(err)
 	}
 }
