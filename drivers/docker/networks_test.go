@@ -20,7 +20,7 @@ import (
 // another cluster is not joined.
 func TestNetworks(t *testing.T) {
 	leakCheck(t)
-	d := openTest(t, testOptions(DefaultHost))
+	d := openTest(t, testOptions(engineAddrs()...))
 	run := randomID()
 	cluster := "c-" + run
 	net := "berth-test-net-" + run
@@ -75,6 +75,18 @@ func TestNetworks(t *testing.T) {
 		}
 		if _, err := driver.Drive(ctx, op); err != nil {
 			t.Fatal(err)
+		}
+	}
+	if second != nil {
+		// Another engine has a network of the name of its own, made for
+		// its first member there and gone with it.
+		far := create(t, d, "e2", cli)
+		if n2, err := second.Client.NetworkInspect(ctx, net, client.NetworkInspectOptions{}); err != nil || n2.Network.Labels[driver.TagCluster] != cluster {
+			t.Errorf("the network on e2 after a member there: %v", err)
+		}
+		del(far.ID)
+		if _, err := second.Client.NetworkInspect(ctx, net, client.NetworkInspectOptions{}); err == nil {
+			t.Error("the network on e2 is left after its last container there")
 		}
 	}
 	del(c.ID) // exited, and still the network's until removed
