@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"maps"
 	"net/http"
 	"regexp"
@@ -683,10 +684,10 @@ const placeWait = 30 * time.Second
 // where the other members reach it by its name and its aliases (the
 // spec's NetworkAliases), labelled LabelBackendNetwork; unless the network
 // spreads, a hard affinity keeps it on the node its placed members are on.
-// The first member to be placed is submitted under s.placing: placed,
-// called with the submit's outcome, waits until it has a node (or cannot
-// have one now) and lets the next member go, which then has a member to
-// follow. placed is never nil.
+// The first member to be placed is submitted under its network's lock of
+// s.placing: placed, called with the submit's outcome, waits until it has
+// a node (or cannot have one now) and lets the next member go, which then
+// has a member to follow. placed is never nil.
 func (s *Server) onNetwork(ctx context.Context, c *created) (scheduler.Request, func(context.Context, error), error) {
 	req := c.req
 	done := func(context.Context, error) {}
@@ -725,17 +726,25 @@ func (s *Server) onNetwork(ctx context.Context, c *created) (scheduler.Request, 
 	if ok, err := follow(); err != nil || ok {
 		return req, done, err
 	}
-	s.placing.Lock()
+	mu := s.placingLock(n)
+	mu.Lock()
 	if ok, err := follow(); err != nil || ok {
-		s.placing.Unlock()
+		mu.Unlock()
 		return req, done, err
 	}
 	return req, func(ctx context.Context, err error) {
-		defer s.placing.Unlock()
+		defer mu.Unlock()
 		if err == nil {
 			s.awaitNode(ctx, req.ID)
 		}
 	}, nil
+}
+
+// placingLock is the lock of s.placing that n's first members take.
+func (s *Server) placingLock(n *bnetwork) *sync.Mutex {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(n.backend()))
+	return &s.placing[h.Sum32()%uint32(len(s.placing))]
 }
 
 // hasPlacedMember reports whether an instance of network n has a node.

@@ -69,36 +69,11 @@ func (d *Driver) Create(ctx context.Context, node string, spec *driver.Spec) (dr
 	if spec.Name != "" {
 		what = "container " + spec.Name
 	}
-	// A container on networks is made under the engine's network lock,
-	// from the networks' lookup to the last connect (see networks.go).
-	joins := spec.NetworkMode == "" && len(spec.Networks) > 0
 	steps := []step{{name: "create", call: func(ctx context.Context) (*driver.Instance, error) {
-		if joins {
-			e.netMu.Lock()
-			defer e.netMu.Unlock()
-			if err := d.ensureNetworks(ctx, e, spec); err != nil {
-				return nil, err
-			}
-		}
-		res, err := e.cli.ContainerCreate(ctx, opts)
+		id, err := d.createContainer(ctx, e, opts, spec, what)
+		cid = id
 		if err != nil {
-			switch {
-			case cerrdefs.IsNotFound(err) && !client.IsErrConnectionFailed(err):
-				// The image, or a network or volume driver the spec names.
-				if _, ierr := e.cli.ImageInspect(ctx, spec.Image); cerrdefs.IsNotFound(ierr) {
-					return nil, missingImage(err, e, spec.Image)
-				}
-				return nil, fmt.Errorf("%w: engine %s: create %s: %w", driver.ErrPermanent, e.cfg.Name, what, err)
-			case cerrdefs.IsConflict(err):
-				return nil, fmt.Errorf("%w: engine %s: a container named %q exists: %w", driver.ErrAlreadyExists, e.cfg.Name, spec.Name, err)
-			}
-			return nil, d.callErr(ctx, e, err, "create "+what)
-		}
-		cid = res.ID
-		if joins {
-			if err := d.connectExtra(ctx, e, cid, spec, what); err != nil {
-				return nil, err
-			}
+			return nil, err
 		}
 		labels, tags := splitLabels(opts.Config.Labels)
 		return &driver.Instance{ID: instanceID(e, cid), Name: spec.Name, Node: e.cfg.Name, Kind: driver.KindContainer,
@@ -136,6 +111,39 @@ func (d *Driver) Create(ctx context.Context, node string, spec *driver.Spec) (dr
 		return d.callErr(ctx, e, err, "remove "+what)
 	}}
 	return m, nil
+}
+
+// createContainer creates the container of opts and spec on e and joins
+// it to spec's networks: under the engine's network lock, from the
+// networks' lookup to the last connect (see networks.go). It returns the
+// container's id as soon as there is one, with or without an error.
+func (d *Driver) createContainer(ctx context.Context, e *engine, opts client.ContainerCreateOptions, spec *driver.Spec, what string) (string, error) {
+	joins := spec.NetworkMode == "" && len(spec.Networks) > 0
+	if joins {
+		e.netMu.Lock()
+		defer e.netMu.Unlock()
+		if err := d.ensureNetworks(ctx, e, spec); err != nil {
+			return "", err
+		}
+	}
+	res, err := e.cli.ContainerCreate(ctx, opts)
+	if err != nil {
+		switch {
+		case cerrdefs.IsNotFound(err) && !client.IsErrConnectionFailed(err):
+			// The image, or a network or volume driver the spec names.
+			if _, ierr := e.cli.ImageInspect(ctx, spec.Image); cerrdefs.IsNotFound(ierr) {
+				return "", missingImage(err, e, spec.Image)
+			}
+			return "", fmt.Errorf("%w: engine %s: create %s: %w", driver.ErrPermanent, e.cfg.Name, what, err)
+		case cerrdefs.IsConflict(err):
+			return "", fmt.Errorf("%w: engine %s: a container named %q exists: %w", driver.ErrAlreadyExists, e.cfg.Name, spec.Name, err)
+		}
+		return "", d.callErr(ctx, e, err, "create "+what)
+	}
+	if joins {
+		return res.ID, d.connectExtra(ctx, e, res.ID, spec, what)
+	}
+	return res.ID, nil
 }
 
 // laterStep classifies the failure of a create step after the container
