@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http/httptest"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/api"
 	"github.com/berth-dev/berth/dockerapi"
 	"github.com/berth-dev/berth/drivers/docker/dockertest"
 	"github.com/berth-dev/berth/reconciler"
@@ -62,6 +65,14 @@ func TestNetworkPlacement(t *testing.T) {
 			t.Fatalf("big waits, saying %q; want the network's rule named", in.Message)
 		}
 		sleep()
+	}
+	// berth why says so.
+	srv := httptest.NewServer(api.New(e.plane, api.Options{Logger: quiet, Tokens: e.tokens}))
+	defer srv.Close()
+	why, err := exec.Command(buildBerth(t), "--addr", srv.URL, "--token", e.token, "why", "big").CombinedOutput()
+	t.Logf("berth why big:\n%s", why)
+	if err != nil || !strings.Contains(string(why), "affinity label."+dockerapi.LabelBackendNetwork+"==team.pack") {
+		t.Errorf("berth why big: %v\n%s", err, why)
 	}
 	// A spread network's members go where placement puts them: spreading,
 	// the first goes to the node pack does not load.
