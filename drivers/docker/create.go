@@ -347,9 +347,11 @@ func filesTar(spec *driver.Spec, userDataPath string) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// Delete stops the container (SIGTERM, then SIGKILL after stop_grace) and
-// removes it with its anonymous volumes. A container that is already gone
-// makes the operation end with ErrNotFound.
+// Delete stops the container (SIGTERM, then SIGKILL after stop_grace),
+// removes it with its anonymous volumes, and then the networks its cluster
+// made that it was the last container of (a failure there is left to
+// Sweep). A container that is already gone makes the operation end with
+// ErrNotFound.
 func (d *Driver) Delete(ctx context.Context, id string) (driver.Operation, error) {
 	e, cid, err := d.resolve(id)
 	if err != nil {
