@@ -24,7 +24,8 @@ import (
 
 // Create validates spec, maps it onto a container and returns an operation
 // that creates the container (with Berth's tags as labels, so a crash at
-// any later point leaves it findable by List), connects extra networks,
+// any later point leaves it findable by List) on its networks, made first
+// when the engine lacks them (networks.go), connects the extra networks,
 // copies config files and user data in, starts it and inspects it for the
 // real port mapping. Each of these is one step of the operation.
 //
