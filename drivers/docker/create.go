@@ -27,7 +27,8 @@ import (
 // any later point leaves it findable by List) on its networks, made first
 // when the engine lacks them (networks.go), connects the extra networks,
 // copies config files and user data in, starts it and inspects it for the
-// real port mapping. Each of these is one step of the operation.
+// real port mapping. Each of these is one step of the operation; making
+// the networks, the create and the connects are one.
 //
 // Create fails at once with ErrInvalid for a bad spec, ErrUnsupported for a
 // kind other than container or a field the engine cannot honour, ErrNotFound
