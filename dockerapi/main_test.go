@@ -129,7 +129,7 @@ func setupEngines(t testing.TB, engines string) *env {
 	raw := map[string]any{
 		"engines":       engines,
 		"poll_interval": "200ms", "backoff_min": "50ms", "backoff_max": "500ms",
-		"stop_grace": "5s", "pull": false,
+		"stop_grace": "5s", "pull": false, "sweep_interval": "200ms",
 	}
 	d, err := def.Open(ctx, raw, driver.Env{Provider: "docker", Cluster: e.cluster, Logger: quiet})
 	if err != nil {

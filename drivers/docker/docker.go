@@ -82,8 +82,10 @@ type engine struct {
 	slots chan struct{}
 
 	// netMu is held while Berth's networks on the engine are made, joined
-	// or removed (networks.go).
-	netMu sync.Mutex
+	// or removed (networks.go); sweptAt is when Sweep last searched the
+	// engine, under netMu.
+	netMu   sync.Mutex
+	sweptAt time.Time
 
 	mu     sync.Mutex
 	status driver.NodeStatus // online or offline; drain is applied when reported

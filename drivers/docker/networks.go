@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/network"
@@ -143,10 +144,11 @@ func (d *Driver) removeUnused(ctx context.Context, e *engine, name, id string) e
 	return nil
 }
 
-// Sweep removes, on every engine that is online, the networks Berth made
-// that carry all of tags and that no container is on. Another cluster's
-// networks, and networks Berth did not make, are never touched. The
-// engines it could not sweep are named in the error.
+// Sweep removes, on every engine that is online and was not swept in the
+// last sweep_interval, the networks Berth made that carry all of tags and
+// that no container is on. Another cluster's networks, and networks Berth
+// did not make, are never touched. The engines it could not sweep are
+// named in the error.
 func (d *Driver) Sweep(ctx context.Context, tags map[string]string) error {
 	f := make(client.Filters).Add("label", driver.TagManaged+"=true")
 	for k, v := range tags {
@@ -165,15 +167,16 @@ func (d *Driver) Sweep(ctx context.Context, tags map[string]string) error {
 }
 
 func (d *Driver) sweepEngine(ctx context.Context, e *engine, f client.Filters) error {
+	e.netMu.Lock()
+	defer e.netMu.Unlock()
+	if time.Since(e.sweptAt) < d.opts.SweepInterval {
+		return nil
+	}
 	res, err := e.cli.NetworkList(ctx, client.NetworkListOptions{Filters: f})
 	if err != nil {
 		return d.callErr(ctx, e, err, "list Berth's networks")
 	}
-	if len(res.Items) == 0 {
-		return nil
-	}
-	e.netMu.Lock()
-	defer e.netMu.Unlock()
+	e.sweptAt = time.Now()
 	var failed []string
 	for _, n := range res.Items {
 		if err := d.removeUnused(ctx, e, n.Name, n.ID); err != nil {
