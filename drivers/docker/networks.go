@@ -17,7 +17,7 @@ import (
 
 // Berth's networks. A network a spec names that the engine lacks is made
 // by the create that needs it, when the spec carries its cluster's tag
-// (every spec the engine sends does): a bridge of that name, labelled with
+// (every spec the plane sends does): a bridge of that name, labelled with
 // the spec's tags but the instance's, so that it is known as Berth's and
 // whose. It is removed when its last container is: by the Delete of that
 // container, or by Sweep when a container went behind Berth's back. A
