@@ -210,6 +210,14 @@ func (s syncer) syncInstances(ctx context.Context, rt *runtime, p *provider.Prov
 		}
 	}
 	s.countLeaks(rt, p, l.others, partial)
+	if partial == nil {
+		// What the cluster's instances shared (the docker driver's
+		// networks) and none uses now goes, after a complete listing
+		// only: one that missed a node could miss a user.
+		if err := p.Sweep(ctx, map[string]string{driver.TagCluster: s.clusterID}); err != nil && ctx.Err() == nil {
+			s.log.Warn("provider sweep", "provider", p.Name(), "err", err)
+		}
+	}
 	s.findLost(ctx, rt, p, l.seen, listedAt, partial)
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -21,6 +22,7 @@ import (
 	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/config"
 	"github.com/berth-dev/berth/dockerapi"
+	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/drivers/docker/dockertest"
 	"github.com/berth-dev/berth/reconciler"
 )
@@ -43,6 +45,14 @@ func TestNetworks(t *testing.T) {
 	if _, errs, code := e.docker(t, "network", "create", "-d", "overlay", "ov"); code == 0 || !strings.Contains(errs, "--driver overlay") {
 		t.Errorf("network create -d overlay: exit %d, %s", code, errs)
 	}
+	if _, errs, code := e.docker(t, "network", "create", "-o", "com.docker.network.bridge.name=x", "opt"); code == 0 || !strings.Contains(errs, "--opt com.docker.network.bridge.name") {
+		t.Errorf("network create -o com.docker.network.bridge.name=x: exit %d, %s", code, errs)
+	}
+	e.must(t, "network", "create", "-o", dockerapi.OptSpread+"=true", "wide")
+	if got := strings.TrimSpace(e.must(t, "network", "inspect", "--format", "{{index .Options \""+dockerapi.OptSpread+"\"}}", "wide")); got != "true" {
+		t.Errorf("the options of a network made with -o %s=true: %q", dockerapi.OptSpread, got)
+	}
+	e.must(t, "network", "rm", "wide")
 	e.must(t, "network", "create", "spare")
 	// The networks are kept in the plane's store: a server started
 	// afresh over it has them.
@@ -98,6 +108,27 @@ func TestNetworks(t *testing.T) {
 	if got := e.must(t, "inspect", "--format", "{{range $k, $v := .NetworkSettings.Networks}}{{$k}}{{end}}", "web"); strings.TrimSpace(got) != "front" {
 		t.Errorf("docker inspect web shows networks %q", got)
 	}
+	// The back-end made the network's bridge for its first member.
+	if got := e.engineNetworks(t); !slices.Equal(got, []string{"team.front"}) {
+		t.Errorf("the engine's networks of the cluster: %v, want team.front", got)
+	}
+	if got := in.Spec.Networks; !slices.Equal(got, []string{"team.front"}) || !slices.Contains(in.Spec.NetworkAliases, "web") {
+		t.Errorf("the spec of a container on front: networks %v, aliases %v", got, in.Spec.NetworkAliases)
+	}
+	// A bridge of the cluster's that no container is on (left by a crash)
+	// goes after a listing; another cluster's stays.
+	e.leakNetwork(t, "team.front", "team.leaked", "")
+	e.leakNetwork(t, "team.front", "team.theirs", "another-cluster")
+	deadline := time.Now().Add(time.Minute)
+	for got := e.engineNetworks(t); !slices.Equal(got, []string{"team.front", "team.theirs"}); got = e.engineNetworks(t) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the engine's networks of the cluster: %v, want the leaked one swept", got)
+		}
+		sleep()
+	}
+	if _, err := mainCli.NetworkRemove(context.Background(), "team.theirs", client.NetworkRemoveOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	if _, errs, code := e.docker(t, "network", "rm", "front"); code == 0 || !strings.Contains(errs, "active endpoints") {
 		t.Errorf("network rm of a network with a container: exit %d, %s", code, errs)
 	}
@@ -124,6 +155,7 @@ func TestNetworks(t *testing.T) {
 	if out := e.must(t, "network", "ls", "-q"); strings.TrimSpace(out) != "" {
 		t.Errorf("networks left: %q", out)
 	}
+	e.waitNoEngineNetworks(t)
 }
 
 // mustWith runs docker with the config directory cfg and fails the test
@@ -213,9 +245,11 @@ func composeLife(t *testing.T, host, cfg, dir, project string) (fails, outs []st
 	return fails, outs
 }
 
-// TestDockerCompose: Debian's docker-compose brings a project of two
-// services up on its default network, lists it and takes it down; the same
-// steps run against the machine's engine are the reference.
+// TestDockerCompose: Debian's docker-compose brings a project of three
+// services up on its default network, where one reaches another by its
+// service name through the engine's DNS, lists it and takes it down,
+// leaving no network on the engine; the same steps run against the
+// machine's engine are the reference.
 func TestDockerCompose(t *testing.T) {
 	e := setup(t)
 	dir := t.TempDir()
@@ -225,11 +259,16 @@ services:
     image: ` + helloImage + `
     environment:
       ROLE: db
+      HELLO_LISTEN: ":8080"
   web:
     image: ` + helloImage + `
     depends_on: [db]
     environment:
       ROLE: web
+  probe:
+    image: ` + helloImage + `
+    depends_on: [db]
+    command: ["dial", "db:8080"]
 `
 	if err := os.WriteFile(filepath.Join(dir, "docker-compose.yml"), []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
@@ -251,11 +290,25 @@ services:
 		}
 		return out + errs
 	}
+	if got := e.engineNetworks(t); len(got) != 0 {
+		t.Fatalf("the engine has networks of the cluster before docker-compose up: %v", got)
+	}
 	run("up", "-d")
 	e.waitRunning(t, 2)
 	net := project + "_default"
-	if got := strings.TrimSpace(e.must(t, "network", "inspect", "--format", "{{len .Containers}} {{index .Labels \"com.docker.compose.project\"}}", net)); got != "2 "+project {
-		t.Errorf("network %s: %q, want its 2 containers and the project's label", net, got)
+	if got := strings.TrimSpace(e.must(t, "network", "inspect", "--format", "{{len .Containers}} {{index .Labels \"com.docker.compose.project\"}}", net)); got != "3 "+project {
+		t.Errorf("network %s: %q, want its 3 containers and the project's label", net, got)
+	}
+	// probe dials db by its service name, and says what db answered.
+	deadline := time.Now().Add(time.Minute)
+	for logs := ""; !strings.Contains(logs, "dial db:8080: hello"); logs = e.must(t, "logs", project+"_probe_1") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the probe did not reach db by its name: %q", logs)
+		}
+		sleep()
+	}
+	if got := e.engineNetworks(t); !slices.Equal(got, []string{"team." + net}) {
+		t.Errorf("the engine's networks of the cluster: %v, want team.%s", got, net)
 	}
 	ps := run("ps")
 	for _, svc := range []string{project + "_db_1", project + "_web_1"} {
@@ -270,6 +323,7 @@ services:
 	if out := e.must(t, "network", "ls", "-q"); strings.TrimSpace(out) != "" {
 		t.Errorf("networks left after docker-compose down: %q", out)
 	}
+	e.waitNoEngineNetworks(t)
 
 	// The whole life against Berth, for the share of steps that pass.
 	fails, _ := composeLife(t, host, e.config, dir, project+"b")
@@ -432,5 +486,70 @@ func TestDockerPy(t *testing.T) {
 		if why := fails[name]; why != "" && !strings.Contains(why, "Berth") {
 			t.Errorf("against Berth %s: %q, want a pass or Berth's refusal", name, why)
 		}
+	}
+}
+
+// engineNetworks lists, sorted, the names of the networks of e's cluster
+// on the engine.
+func (e *env) engineNetworks(t *testing.T) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cli, err := dockertest.Connect(ctx, dockertest.MainHost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	res, err := cli.NetworkList(ctx, client.NetworkListOptions{Filters: make(client.Filters).Add("label", driver.TagClusterName+"="+e.cluster)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, n := range res.Items {
+		out = append(out, n.Name)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// waitNoEngineNetworks waits until the engine has no network of e's
+// cluster: each goes with the delete of its last container.
+func (e *env) waitNoEngineNetworks(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		left := e.engineNetworks(t)
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("networks of the cluster left on the engine: %v", left)
+		}
+		sleep()
+	}
+}
+
+// leakNetwork makes, behind Berth's back, network name on the engine with
+// the labels of network like (another cluster's id when cluster is set),
+// as a crash would leave it.
+func (e *env) leakNetwork(t *testing.T, like, name, cluster string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cli, err := dockertest.Connect(ctx, dockertest.MainHost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	n, err := cli.NetworkInspect(ctx, like, client.NetworkInspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels := maps.Clone(n.Network.Labels)
+	if cluster != "" {
+		labels[driver.TagCluster] = cluster
+	}
+	if _, err := cli.NetworkCreate(ctx, name, client.NetworkCreateOptions{Driver: "bridge", Labels: labels}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -491,7 +491,11 @@ func (s *Server) submit(ctx context.Context, id string, c *created) error {
 		s.autoRm[id] = struct{}{}
 		s.mu.Unlock()
 	}
-	_, err := s.plane.Submit(ctx, c.req, c.owner)
+	req, placed, err := s.onNetwork(ctx, c)
+	if err == nil {
+		_, err = s.plane.Submit(ctx, req, c.owner)
+		placed(ctx, err)
+	}
 	s.mu.Lock()
 	if err == nil || c.autoRemove {
 		// As the Engine, a --rm container that fails to start is

@@ -104,6 +104,13 @@ func (e *env) newToken(t testing.TB, name string, role auth.Role, ns string) str
 
 func setup(t testing.TB) *env {
 	t.Helper()
+	return setupEngines(t, fmt.Sprintf(`[{"name":"main","address":%q}]`, dockertest.MainHost))
+}
+
+// setupEngines is setup with a docker provider over engines (its option's
+// JSON).
+func setupEngines(t testing.TB, engines string) *env {
+	t.Helper()
 	ignore := goleak.IgnoreCurrent()
 	e := &env{cluster: "dapi-" + dockertest.RandomID()}
 	t.Cleanup(func() {
@@ -120,9 +127,9 @@ func setup(t testing.TB) *env {
 		t.Fatal(err)
 	}
 	raw := map[string]any{
-		"engines":       fmt.Sprintf(`[{"name":"main","address":%q}]`, dockertest.MainHost),
+		"engines":       engines,
 		"poll_interval": "200ms", "backoff_min": "50ms", "backoff_max": "500ms",
-		"stop_grace": "5s", "pull": false,
+		"stop_grace": "5s", "pull": false, "sweep_interval": "200ms",
 	}
 	d, err := def.Open(ctx, raw, driver.Env{Provider: "docker", Cluster: e.cluster, Logger: quiet})
 	if err != nil {
@@ -267,6 +274,23 @@ func (e *env) removeAll(t testing.TB) {
 	for _, key := range []string{driver.TagCluster, driver.TagClusterName} {
 		if _, err := removeByLabel(ctx, key, e.cluster); err != nil {
 			t.Errorf("cleanup: %v", err)
+		}
+	}
+	// The networks the back-end made for the cluster's containers.
+	cli, err := dockertest.Connect(ctx, dockertest.MainHost)
+	if err != nil {
+		t.Errorf("cleanup: %v", err)
+		return
+	}
+	defer cli.Close()
+	res, err := cli.NetworkList(ctx, client.NetworkListOptions{Filters: make(client.Filters).Add("label", driver.TagClusterName+"="+e.cluster)})
+	if err != nil {
+		t.Errorf("cleanup: %v", err)
+		return
+	}
+	for _, n := range res.Items {
+		if _, err := cli.NetworkRemove(ctx, n.ID, client.NetworkRemoveOptions{}); err != nil {
+			t.Errorf("cleanup: remove network %s: %v", n.Name, err)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"maps"
 	"net/http"
 	"regexp"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/reconciler"
+	"github.com/berth-dev/berth/scheduler"
 	"github.com/berth-dev/berth/store"
 )
 
@@ -29,9 +31,22 @@ import (
 const LabelNetwork = "io.berth.network"
 
 // LabelAliases keeps the aliases a client gave the container on its
-// network (comma-separated), so that inspect shows them back. Berth
-// resolves no names: they are recorded, not served.
+// network (comma-separated): the names, besides its own, that the other
+// members reach it by.
 const LabelAliases = "io.berth.network.aliases"
+
+// LabelBackendNetwork names the back-end network a container of a Berth
+// network joins: "<namespace>.<network>", the bridge the docker back-end
+// makes on each engine where a member runs. Placement keeps the members
+// of a network together by it (an affinity label.io.berth.backend-network
+// == that name, which berth why shows).
+const LabelBackendNetwork = "io.berth.backend-network"
+
+// OptSpread is the network option (docker network create -o
+// io.berth.spread=true) that lets placement put the network's members on
+// any node: each engine then has a bridge of its own, and members on two
+// engines do not reach each other by name.
+const OptSpread = "io.berth.spread"
 
 // maxAliases bounds a container's aliases on its network.
 const maxAliases = 32
@@ -66,9 +81,10 @@ var networkName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
 // per network: PrefixNetworks + namespace + "/" + name.
 const PrefixNetworks = "/dockerapi/networks/"
 
-// bnetwork is a network of a namespace, kept by the endpoint. Berth does
-// not create it on any back-end: it names a set of containers, which run on
-// their back-end's default network.
+// bnetwork is a network of a namespace, kept by the endpoint. Its members
+// run on the back-end network backend() names, which the back-end makes
+// where a member runs (the docker driver: a bridge per engine); placement
+// keeps them on one node unless Spread is set.
 type bnetwork struct {
 	ID         string            `json:"id"`
 	Name       string            `json:"name"`
@@ -76,9 +92,14 @@ type bnetwork struct {
 	Created    time.Time         `json:"created"`
 	Labels     map[string]string `json:"labels,omitempty"`
 	Attachable bool              `json:"attachable,omitempty"`
+	Spread     bool              `json:"spread,omitempty"`
 }
 
 func (n *bnetwork) key() string { return PrefixNetworks + n.Owner + "/" + n.Name }
+
+// backend is the name of n's back-end network: namespaces are DNS labels,
+// without a dot, so no two networks share one.
+func (n *bnetwork) backend() string { return n.Owner + "." + n.Name }
 
 // netStore holds the networks, by id, and keeps them in st when it is set.
 // Lock order: mu is held while calling st, never while calling the plane or
@@ -274,8 +295,8 @@ func networkOf(in control.Instance) string {
 	return in.Spec.Labels[LabelNetwork]
 }
 
-// endpointsOf is a container's NetworkSettings.Networks: its Berth network,
-// with no address (the back-end's default network gives it one).
+// endpointsOf is a container's NetworkSettings.Networks: its Berth network
+// and its aliases there (the address is the back-end's, not shown).
 func endpointsOf(in control.Instance) map[string]*network.EndpointSettings {
 	name := networkOf(in)
 	if name == "" {
@@ -288,12 +309,20 @@ func endpointsOf(in control.Instance) map[string]*network.EndpointSettings {
 	return map[string]*network.EndpointSettings{name: es}
 }
 
+// options are n's driver options as the engine shows them.
+func (n *bnetwork) options() map[string]string {
+	if n.Spread {
+		return map[string]string{OptSpread: "true"}
+	}
+	return map[string]string{}
+}
+
 func (n *bnetwork) summary(members map[string]string) network.Inspect {
 	out := network.Inspect{
 		Network: network.Network{
 			Name: n.Name, ID: n.ID, Created: n.Created, Scope: "local", Driver: "bridge",
 			EnableIPv4: true, IPAM: network.IPAM{Driver: "default", Options: map[string]string{}, Config: []network.IPAMConfig{}},
-			Attachable: n.Attachable, Options: map[string]string{}, Labels: maps.Clone(n.Labels),
+			Attachable: n.Attachable, Options: n.options(), Labels: maps.Clone(n.Labels),
 		},
 		Containers: map[string]network.EndpointResource{},
 	}
@@ -306,9 +335,10 @@ func (n *bnetwork) summary(members map[string]string) network.Inspect {
 	return out
 }
 
-// networkCreate keeps a network in the caller's namespace. What the engine
-// would configure on a bridge (subnets, options, internal, IPv6) is refused
-// by name: Berth's containers run on their back-end's default network.
+// networkCreate keeps a network in the caller's namespace; the back-end
+// makes its bridges when members run. What the engine would configure on a
+// bridge (subnets, options but OptSpread, internal, IPv6) is refused by
+// name: the back-end makes each bridge with its defaults.
 func (s *Server) networkCreate(w http.ResponseWriter, r *http.Request) error {
 	var req network.CreateRequest
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
@@ -345,15 +375,19 @@ func (s *Server) networkCreate(w http.ResponseWriter, r *http.Request) error {
 		refuse(len(req.IPAM.Config) > 0, "--subnet/--ip-range/--gateway")
 		refuse(len(req.IPAM.Options) > 0, "--ipam-opt")
 	}
-	refuse(len(req.Options) > 0, "--opt "+strings.Join(slices.Sorted(maps.Keys(req.Options)), ", "))
+	opts := maps.Clone(req.Options)
+	spread := opts[OptSpread]
+	delete(opts, OptSpread)
+	refuse(len(opts) > 0, "--opt "+strings.Join(slices.Sorted(maps.Keys(opts)), ", "))
+	refuse(spread != "" && spread != "true" && spread != "false", fmt.Sprintf("--opt %s=%s (want true or false)", OptSpread, spread))
 	if len(refused) > 0 {
-		return unsupported("Berth cannot honour %s: its networks name a set of containers, which run on their back-end's default network", strings.Join(refused, ", "))
+		return unsupported("Berth cannot honour %s: the back-end makes each of its networks' bridges with the engine's defaults", strings.Join(refused, ", "))
 	}
 	owner, err := identityOf(r).Namespace("")
 	if err != nil {
 		return err
 	}
-	n := &bnetwork{ID: newNetworkID(), Name: req.Name, Owner: owner, Created: time.Now().UTC(), Labels: maps.Clone(req.Labels), Attachable: req.Attachable}
+	n := &bnetwork{ID: newNetworkID(), Name: req.Name, Owner: owner, Created: time.Now().UTC(), Labels: maps.Clone(req.Labels), Attachable: req.Attachable, Spread: spread == "true"}
 	if err := s.nets.add(r.Context(), n); err != nil {
 		return err
 	}
@@ -577,8 +611,10 @@ func (s *Server) setNetwork(w http.ResponseWriter, r *http.Request, ref string, 
 
 // joinNetwork moves the Berth network a create request names (--network
 // NAME, or its one endpoint) from the engine's fields to the label
-// LabelNetwork: the back-end runs the container on its default network.
-// A name that is no Berth network of owner is left to the back-end.
+// LabelNetwork (and its aliases to LabelAliases), where connect and
+// disconnect change it until the start; onNetwork turns it into the
+// spec's back-end network then. A name that is no Berth network of owner
+// is left to the back-end.
 func (s *Server) joinNetwork(ctx context.Context, owner string, cr *container.CreateRequest) error {
 	if cr.Config == nil {
 		return nil
@@ -637,4 +673,111 @@ func (s *Server) joinNetwork(ctx context.Context, owner string, cr *container.Cr
 	}
 	cr.Config.Labels = labels
 	return nil
+}
+
+// placeWait bounds how long the first member of a network to be placed
+// holds the next ones back: past it they are placed as if it were not.
+const placeWait = 30 * time.Second
+
+// onNetwork returns c's request as the plane is to place it. On a Berth
+// network it runs on the network's back-end network (the spec's Networks),
+// where the other members reach it by its name and its aliases (the
+// spec's NetworkAliases), labelled LabelBackendNetwork; unless the network
+// spreads, a hard affinity keeps it on the node its placed members are on.
+// The first member to be placed is submitted under its network's lock of
+// s.placing: placed, called with the submit's outcome, waits until it has
+// a node (or cannot have one now) and lets the next member go, which then
+// has a member to follow. placed is never nil.
+func (s *Server) onNetwork(ctx context.Context, c *created) (scheduler.Request, func(context.Context, error), error) {
+	req := c.req
+	done := func(context.Context, error) {}
+	name := req.Spec.Labels[LabelNetwork]
+	if name == "" {
+		return req, done, nil
+	}
+	n, err := s.nets.lookup(ctx, name, c.owner, func(ns string) bool { return ns == c.owner })
+	if err != nil {
+		return req, done, err
+	}
+	spec := req.Spec
+	spec.Labels = maps.Clone(spec.Labels)
+	spec.Labels[LabelBackendNetwork] = n.backend()
+	spec.Networks = []string{n.backend()}
+	spec.NetworkAliases = nil
+	if a := spec.Labels[LabelAliases]; a != "" {
+		spec.NetworkAliases = strings.Split(a, ",")
+	}
+	if req.Name != "" && !slices.Contains(spec.NetworkAliases, req.Name) {
+		// The back-end's name for it may differ (name.1 once placed
+		// again): its own name is an alias too.
+		spec.NetworkAliases = append(spec.NetworkAliases, req.Name)
+	}
+	req.Spec = spec
+	if n.Spread {
+		return req, done, nil
+	}
+	follow := func() (bool, error) {
+		if ok, err := s.hasPlacedMember(ctx, n); err != nil || !ok {
+			return false, err
+		}
+		req.Affinities = append(slices.Clone(req.Affinities), "label."+LabelBackendNetwork+"=="+n.backend())
+		return true, nil
+	}
+	if ok, err := follow(); err != nil || ok {
+		return req, done, err
+	}
+	mu := s.placingLock(n)
+	mu.Lock()
+	if ok, err := follow(); err != nil || ok {
+		mu.Unlock()
+		return req, done, err
+	}
+	return req, func(ctx context.Context, err error) {
+		defer mu.Unlock()
+		if err == nil {
+			s.awaitNode(ctx, req.ID)
+		}
+	}, nil
+}
+
+// placingLock is the lock of s.placing that n's first members take.
+func (s *Server) placingLock(n *bnetwork) *sync.Mutex {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(n.backend()))
+	return &s.placing[h.Sum32()%uint32(len(s.placing))]
+}
+
+// hasPlacedMember reports whether an instance of network n has a node.
+func (s *Server) hasPlacedMember(ctx context.Context, n *bnetwork) (bool, error) {
+	list, err := s.plane.Instances(ctx, control.Filter{Owner: n.Owner})
+	if err != nil {
+		return false, err
+	}
+	for _, in := range list {
+		if in.Node != "" && in.Phase != reconciler.Deleting && in.Spec != nil && in.Spec.Labels[LabelBackendNetwork] == n.backend() {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// awaitNode waits, at most placeWait, until the instance id has a node,
+// or is pending with a reason (no node takes it now), or is over.
+func (s *Server) awaitNode(ctx context.Context, id string) {
+	ctx, cancel := context.WithTimeout(ctx, placeWait)
+	defer cancel()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		in, err := s.plane.Instance(ctx, id)
+		if err != nil || in.Node != "" || (in.Phase == reconciler.Pending && in.Message != "") ||
+			in.Phase == reconciler.Failed || in.Phase == reconciler.Deleted {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
 }

@@ -142,6 +142,11 @@ type Server struct {
 	execs map[string]*execRec
 
 	nets *netStore // the networks of every namespace
+	// placing holds, by a hash of a network's back-end name, a lock taken
+	// while the first of the network's members to be placed is submitted
+	// and placed, so that two first members started at once do not go to
+	// two engines (placingLock).
+	placing [64]sync.Mutex
 }
 
 // New returns the Engine API server for plane.

@@ -323,6 +323,18 @@ type SpecChecker interface {
 	CheckSpec(spec *Spec) error
 }
 
+// Sweeper removes what the back-end made for its instances to share (the
+// docker driver's networks) once no instance uses it: Sweep removes the
+// shared resources tagged with all of tags (always TagManaged) that no
+// instance of the back-end uses, and never one whose tags differ. The
+// engine calls it after each complete listing of its cluster's instances,
+// with the cluster's tag, so that what a crash or a removal by hand left
+// behind goes; a driver removes what it shares on Delete too.
+// Fallback: nothing is shared, nothing is swept.
+type Sweeper interface {
+	Sweep(ctx context.Context, tags map[string]string) error
+}
+
 // Capability names, as reported by Capabilities and required by placement
 // constraints.
 const (

@@ -97,9 +97,13 @@ type Spec struct {
 	// affinity rules.
 	Labels map[string]string `json:"labels,omitempty"`
 
-	Ports          []Port   `json:"ports,omitempty"`
-	Volumes        []Volume `json:"volumes,omitempty"`
-	Networks       []string `json:"networks,omitempty"`
+	Ports    []Port   `json:"ports,omitempty"`
+	Volumes  []Volume `json:"volumes,omitempty"`
+	Networks []string `json:"networks,omitempty"`
+	// NetworkAliases are further names the instance answers to on each of
+	// its Networks, where the back-end resolves names there (the docker
+	// driver: the engine's DNS). Each is a name ([a-zA-Z0-9][a-zA-Z0-9_.-]*).
+	NetworkAliases []string `json:"network_aliases,omitempty"`
 	NetworkMode    string   `json:"network_mode,omitempty"`
 	SecurityGroups []string `json:"security_groups,omitempty"`
 	SSHKeys        []string `json:"ssh_keys,omitempty"`
@@ -307,6 +311,14 @@ func (s *Spec) Validate() error {
 			es.Add(fmt.Sprintf("networks[%d]", i), "empty network name")
 		}
 	}
+	for i, a := range s.NetworkAliases {
+		if !isName(a) {
+			es.Add(fmt.Sprintf("network_aliases[%d]", i), "%q: want [a-zA-Z0-9_.-], starting with a letter or digit", a)
+		}
+	}
+	if len(s.NetworkAliases) > 0 && len(s.Networks) == 0 {
+		es.Add("network_aliases", "aliases need networks to be known on")
+	}
 	if len(s.ConfigFiles) > MaxConfigFiles {
 		es.Add("config_files", "%d files: at most %d are allowed", len(s.ConfigFiles), MaxConfigFiles)
 	}
@@ -416,7 +428,7 @@ func (s *Spec) validateBounds(es *FieldErrors) {
 	for _, l := range []struct {
 		name string
 		n    int
-	}{{"ports", len(s.Ports)}, {"volumes", len(s.Volumes)}, {"networks", len(s.Networks)}, {"security_groups", len(s.SecurityGroups)}, {"ssh_keys", len(s.SSHKeys)}} {
+	}{{"ports", len(s.Ports)}, {"volumes", len(s.Volumes)}, {"networks", len(s.Networks)}, {"network_aliases", len(s.NetworkAliases)}, {"security_groups", len(s.SecurityGroups)}, {"ssh_keys", len(s.SSHKeys)}} {
 		if l.n > MaxListItems {
 			es.Add(l.name, "%d items: at most %d", l.n, MaxListItems)
 		}
@@ -427,6 +439,9 @@ func (s *Spec) validateBounds(es *FieldErrors) {
 	}
 	for i, v := range s.Networks {
 		str(fmt.Sprintf("networks[%d]", i), v)
+	}
+	for i, v := range s.NetworkAliases {
+		str(fmt.Sprintf("network_aliases[%d]", i), v)
 	}
 	for i, v := range s.SecurityGroups {
 		str(fmt.Sprintf("security_groups[%d]", i), v)
@@ -444,7 +459,7 @@ func (s *Spec) validateBounds(es *FieldErrors) {
 func (s *Spec) Size() int {
 	n := len(s.Name) + len(s.Image) + len(s.Flavor) + len(s.Cpuset) + len(s.WorkingDir) + len(s.Hostname) +
 		len(s.Domainname) + len(s.NetworkMode) + len(s.UserData) + len(s.User) + len(s.Group)
-	for _, l := range [][]string{s.Entrypoint, s.Command, s.Networks, s.SecurityGroups, s.SSHKeys} {
+	for _, l := range [][]string{s.Entrypoint, s.Command, s.Networks, s.NetworkAliases, s.SecurityGroups, s.SSHKeys} {
 		for _, v := range l {
 			n += len(v)
 		}

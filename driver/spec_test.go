@@ -89,6 +89,8 @@ func TestSpecValidate(t *testing.T) {
 		{"volume target", func(s *driver.Spec) { s.Volumes[0].Target = "data" }, "volumes[0].target"},
 		{"target twice", func(s *driver.Spec) { s.Volumes[1].Target = "/data/" }, "volumes[1].target"},
 		{"empty network", func(s *driver.Spec) { s.Networks = []string{"a", ""} }, "networks[1]"},
+		{"bad network alias", func(s *driver.Spec) { s.Networks, s.NetworkAliases = []string{"a"}, []string{"db", "a b"} }, "network_aliases[1]"},
+		{"aliases without networks", func(s *driver.Spec) { s.Networks, s.NetworkAliases = nil, []string{"db"} }, "network_aliases"},
 		{"six config files", func(s *driver.Spec) { s.ConfigFiles = files(driver.MaxConfigFiles + 1) }, "config_files"},
 		{"config path", func(s *driver.Spec) { s.ConfigFiles[0].Path = "etc/x" }, "config_files[0].path"},
 		{"config dir path", func(s *driver.Spec) { s.ConfigFiles[0].Path = "/etc/" }, "config_files[0].path"},

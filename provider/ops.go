@@ -111,6 +111,20 @@ func (p *Provider) Skim(ctx context.Context, tags map[string]string, skim func(*
 	})
 }
 
+// Sweep removes the back-end's shared resources tagged with tags that no
+// instance uses (driver.Sweeper); a driver that shares nothing has nothing
+// to sweep. It counts as one read (mostly a listing) against the budget
+// and the breaker.
+func (p *Provider) Sweep(ctx context.Context, tags map[string]string) error {
+	sw, ok := p.d.(driver.Sweeper)
+	if !ok {
+		return nil
+	}
+	_, err := call(ctx, p, callOpts{op: "sweep", budget: readBudget, timed: true},
+		func(ctx context.Context) (struct{}, error) { return struct{}{}, sw.Sweep(ctx, tags) })
+	return err
+}
+
 // Close closes the driver. It takes no budget and is not refused by the
 // breaker; instances keep running.
 func (p *Provider) Close(ctx context.Context) error {

@@ -446,6 +446,7 @@ func viewSpec(s *driver.Spec, hostPorts []int) specView {
 	add("hostname", s.Hostname)
 	add("network mode", s.NetworkMode)
 	add("networks", strings.Join(s.Networks, ", "))
+	add("network aliases", strings.Join(s.NetworkAliases, ", "))
 	add("restart policy", s.RestartPolicy.Name)
 	for _, k := range slices.Sorted(maps.Keys(s.Env)) {
 		v.Env = append(v.Env, kv{k, secret(s.Env[k])})

@@ -24,9 +24,11 @@ import (
 
 // Create validates spec, maps it onto a container and returns an operation
 // that creates the container (with Berth's tags as labels, so a crash at
-// any later point leaves it findable by List), connects extra networks,
+// any later point leaves it findable by List) on its networks, made first
+// when the engine lacks them (networks.go), connects the extra networks,
 // copies config files and user data in, starts it and inspects it for the
-// real port mapping. Each of these is one step of the operation.
+// real port mapping. Each of these is one step of the operation; making
+// the networks, the create and the connects are one.
 //
 // Create fails at once with ErrInvalid for a bad spec, ErrUnsupported for a
 // kind other than container or a field the engine cannot honour, ErrNotFound
@@ -70,31 +72,15 @@ func (d *Driver) Create(ctx context.Context, node string, spec *driver.Spec) (dr
 		what = "container " + spec.Name
 	}
 	steps := []step{{name: "create", call: func(ctx context.Context) (*driver.Instance, error) {
-		res, err := e.cli.ContainerCreate(ctx, opts)
+		id, err := d.createContainer(ctx, e, opts, spec, what)
+		cid = id
 		if err != nil {
-			switch {
-			case cerrdefs.IsNotFound(err) && !client.IsErrConnectionFailed(err):
-				// The image, or a network or volume driver the spec names.
-				if _, ierr := e.cli.ImageInspect(ctx, spec.Image); cerrdefs.IsNotFound(ierr) {
-					return nil, missingImage(err, e, spec.Image)
-				}
-				return nil, fmt.Errorf("%w: engine %s: create %s: %w", driver.ErrPermanent, e.cfg.Name, what, err)
-			case cerrdefs.IsConflict(err):
-				return nil, fmt.Errorf("%w: engine %s: a container named %q exists: %w", driver.ErrAlreadyExists, e.cfg.Name, spec.Name, err)
-			}
-			return nil, d.callErr(ctx, e, err, "create "+what)
+			return nil, err
 		}
-		cid = res.ID
 		labels, tags := splitLabels(opts.Config.Labels)
 		return &driver.Instance{ID: instanceID(e, cid), Name: spec.Name, Node: e.cfg.Name, Kind: driver.KindContainer,
 			Image: spec.Image, State: driver.StateCreating, Resources: spec.Resources, Labels: labels, Tags: tags}, nil
 	}}}
-	for _, n := range extraNetworks(spec) {
-		steps = append(steps, step{name: "connect " + n, call: func(ctx context.Context) (*driver.Instance, error) {
-			_, err := e.cli.NetworkConnect(ctx, n, client.NetworkConnectOptions{Container: cid})
-			return nil, d.laterStep(ctx, err, e, "connect "+what+" to network "+n)
-		}})
-	}
 	if files != nil {
 		steps = append(steps, step{name: "copy files", call: func(ctx context.Context) (*driver.Instance, error) {
 			_, err := e.cli.CopyToContainer(ctx, cid, client.CopyToContainerOptions{DestinationPath: "/", Content: bytes.NewReader(files)})
@@ -112,6 +98,7 @@ func (d *Driver) Create(ctx context.Context, node string, spec *driver.Spec) (dr
 	)
 	m := d.newMachine(ctx, e, steps...)
 	m.cleanup = &cleanup{name: "remove after failure", call: func(ctx context.Context, failure error) error {
+		defer d.releaseNetworks(ctx, e, spec.Networks, spec.Tags[driver.TagCluster])
 		if cid == "" {
 			if isTimeout(failure) {
 				// The create itself may have happened; its id is unknown.
@@ -126,6 +113,39 @@ func (d *Driver) Create(ctx context.Context, node string, spec *driver.Spec) (dr
 		return d.callErr(ctx, e, err, "remove "+what)
 	}}
 	return m, nil
+}
+
+// createContainer creates the container of opts and spec on e and joins
+// it to spec's networks: under the engine's network lock, from the
+// networks' lookup to the last connect (see networks.go). It returns the
+// container's id as soon as there is one, with or without an error.
+func (d *Driver) createContainer(ctx context.Context, e *engine, opts client.ContainerCreateOptions, spec *driver.Spec, what string) (string, error) {
+	joins := spec.NetworkMode == "" && len(spec.Networks) > 0
+	if joins {
+		e.netMu.Lock()
+		defer e.netMu.Unlock()
+		if err := d.ensureNetworks(ctx, e, spec); err != nil {
+			return "", err
+		}
+	}
+	res, err := e.cli.ContainerCreate(ctx, opts)
+	if err != nil {
+		switch {
+		case cerrdefs.IsNotFound(err) && !client.IsErrConnectionFailed(err):
+			// The image, or a network or volume driver the spec names.
+			if _, ierr := e.cli.ImageInspect(ctx, spec.Image); cerrdefs.IsNotFound(ierr) {
+				return "", missingImage(err, e, spec.Image)
+			}
+			return "", fmt.Errorf("%w: engine %s: create %s: %w", driver.ErrPermanent, e.cfg.Name, what, err)
+		case cerrdefs.IsConflict(err):
+			return "", fmt.Errorf("%w: engine %s: a container named %q exists: %w", driver.ErrAlreadyExists, e.cfg.Name, spec.Name, err)
+		}
+		return "", d.callErr(ctx, e, err, "create "+what)
+	}
+	if joins {
+		return res.ID, d.connectExtra(ctx, e, res.ID, spec, what)
+	}
+	return res.ID, nil
 }
 
 // laterStep classifies the failure of a create step after the container
@@ -276,7 +296,7 @@ func (d *Driver) containerOptions(spec *driver.Spec) (client.ContainerCreateOpti
 		hc.NetworkMode = container.NetworkMode(spec.NetworkMode)
 	case len(spec.Networks) > 0:
 		hc.NetworkMode = container.NetworkMode(spec.Networks[0])
-		nc = &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{spec.Networks[0]: {}}}
+		nc = &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{spec.Networks[0]: {Aliases: slices.Clone(spec.NetworkAliases)}}}
 	case d.opts.Network != "":
 		hc.NetworkMode = container.NetworkMode(d.opts.Network)
 	}
@@ -329,15 +349,36 @@ func filesTar(spec *driver.Spec, userDataPath string) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// Delete stops the container (SIGTERM, then SIGKILL after stop_grace) and
-// removes it with its anonymous volumes. A container that is already gone
-// makes the operation end with ErrNotFound.
+// Delete stops the container (SIGTERM, then SIGKILL after stop_grace),
+// removes it with its anonymous volumes, and then the networks its cluster
+// made that it was the last container of (a failure there is left to
+// Sweep). A container that is already gone makes the operation end with
+// ErrNotFound.
 func (d *Driver) Delete(ctx context.Context, id string) (driver.Operation, error) {
 	e, cid, err := d.resolve(id)
 	if err != nil {
 		return nil, err
 	}
 	grace := int((d.opts.StopGrace + time.Second - 1) / time.Second)
+	// The container's networks and cluster, read before it goes: a
+	// network Berth made for it goes with its last container.
+	var nets []string
+	var cluster string
+	look := step{name: "inspect", call: func(ctx context.Context) (*driver.Instance, error) {
+		res, err := e.cli.ContainerInspect(ctx, cid, client.ContainerInspectOptions{})
+		switch err := d.callErr(ctx, e, err, "inspect container "+cid); {
+		case err == nil:
+		case errors.Is(err, driver.ErrNotFound), errors.Is(err, driver.ErrRetryable), errors.Is(err, driver.ErrTimeout):
+			return nil, err
+		default:
+			return nil, nil // the networks stay for Sweep
+		}
+		if c := res.Container; c.Config != nil && c.NetworkSettings != nil {
+			cluster = c.Config.Labels[driver.TagCluster]
+			nets = slices.Sorted(maps.Keys(c.NetworkSettings.Networks))
+		}
+		return nil, nil
+	}}
 	stop := step{name: "stop", extra: d.opts.StopGrace, call: func(ctx context.Context) (*driver.Instance, error) {
 		_, err := e.cli.ContainerStop(ctx, cid, client.ContainerStopOptions{Timeout: &grace})
 		switch err := d.callErr(ctx, e, err, "stop container "+cid); {
@@ -360,7 +401,11 @@ func (d *Driver) Delete(ctx context.Context, id string) (driver.Operation, error
 			return nil, fmt.Errorf("%w: engine %s: remove container %s: %v", driver.ErrDeleteFailed, e.cfg.Name, cid, err)
 		}
 	}}
-	return d.newMachine(ctx, e, stop, remove), nil
+	release := step{name: "release networks", call: func(ctx context.Context) (*driver.Instance, error) {
+		d.releaseNetworks(ctx, e, nets, cluster)
+		return nil, nil
+	}}
+	return d.newMachine(ctx, e, look, stop, remove, release), nil
 }
 
 // Features are what an engine runs: containers, with restart policies,

@@ -18,6 +18,11 @@
 // from the second one on (cpus need two), and never waits for it. Usage
 // measures one container on demand.
 //
+// A spec's networks are joined with its network aliases. A network the
+// engine lacks is made, labelled as its cluster's, by the create that needs
+// it, and removed with its last container (by Delete, or by Sweep when the
+// container went another way); see networks.go.
+//
 // Spec fields the engine cannot honour (flavor, disk, GPUs, other counted
 // resources, security groups) make Create fail with ErrUnsupported. SSH keys
 // are ignored. User data is written to the file named by user_data_path, and
@@ -75,6 +80,12 @@ type engine struct {
 	// slots holds a token per container change in flight on the engine
 	// (max_in_flight; driver.Calls.GoAfter).
 	slots chan struct{}
+
+	// netMu is held while Berth's networks on the engine are made, joined
+	// or removed (networks.go); sweptAt is when Sweep last searched the
+	// engine, under netMu.
+	netMu   sync.Mutex
+	sweptAt time.Time
 
 	mu     sync.Mutex
 	status driver.NodeStatus // online or offline; drain is applied when reported

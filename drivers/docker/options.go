@@ -40,6 +40,10 @@ type Options struct {
 	// UsageInterval is how often each online engine's use is measured for
 	// Node.InUse: one stats call per running Berth container.
 	UsageInterval time.Duration `option:"usage_interval" range:"0s,1h" help:"how often each engine's in-use cpus and memory are measured (one stats call per running Berth container); 0 turns it off"`
+	// SweepInterval spaces the sweeps of each engine: the plane asks for
+	// one after every listing, and a sweep asks the engine about each of
+	// the cluster's networks there.
+	SweepInterval time.Duration `option:"sweep_interval" range:"1ms,24h" help:"how often, at most, each engine is searched for the networks Berth made that no container is on (one call per such network)"`
 }
 
 // EngineConfig is one Docker Engine, which Berth shows as one node.
@@ -83,6 +87,7 @@ func defaultOptions() *Options {
 		UserDataPath:  "/berth/user-data",
 		Pull:          true,
 		UsageInterval: 15 * time.Second,
+		SweepInterval: time.Minute,
 	}
 }
 

@@ -10,7 +10,10 @@
 // true" or "tty false" (whether stdin is a terminal) and exits 0; "hello
 // size" prints the same, then, for each line it reads, "size ROWSxCOLS" of
 // the terminal, and exits 0 at the end of stdin. "hello probe STEPS..." is
-// the conformance suite's probe (package probe).
+// the conformance suite's probe (package probe). "hello dial ADDR" connects
+// to the TCP address ADDR (a name the container's DNS resolves, and a port),
+// trying for up to a minute, prints "dial ADDR: " and the first line it
+// reads, and exits 0; it exits 1 when no connection came.
 package main
 
 import (
@@ -23,6 +26,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/term"
 
@@ -42,6 +46,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "echo" {
 		fmt.Println(strings.Join(os.Args[2:], " "))
 		os.Exit(0)
+	}
+	if len(os.Args) > 2 && os.Args[1] == "dial" {
+		os.Exit(dial(os.Args[2]))
 	}
 	if len(os.Args) > 1 && os.Args[1] == "cat" {
 		if _, err := io.Copy(os.Stdout, os.Stdin); err != nil {
@@ -111,4 +118,25 @@ func main() {
 	}
 	<-sig
 	fmt.Fprintln(os.Stdout, "bye")
+}
+
+// dial is "hello dial ADDR".
+func dial(addr string) int {
+	var err error
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		var c net.Conn
+		if c, err = net.DialTimeout("tcp", addr, 5*time.Second); err != nil {
+			continue
+		}
+		line, rerr := bufio.NewReader(c).ReadString('\n')
+		c.Close()
+		if rerr != nil {
+			err = rerr
+			continue
+		}
+		fmt.Printf("dial %s: %s", addr, line)
+		return 0
+	}
+	fmt.Printf("dial %s: %v\n", addr, err)
+	return 1
 }

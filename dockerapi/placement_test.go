@@ -1,0 +1,85 @@
+package dockerapi_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http/httptest"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth/api"
+	"github.com/berth-dev/berth/dockerapi"
+	"github.com/berth-dev/berth/drivers/docker/dockertest"
+	"github.com/berth-dev/berth/reconciler"
+)
+
+// TestNetworkPlacement: over two engines, the members of a network are
+// placed on the node of the first, which spreading would not do; one the
+// node has no room for waits, and its reasons (what berth why prints) name
+// the rule. A network made with io.berth.spread=true has no such rule.
+func TestNetworkPlacement(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	second, err := dockertest.StartEngine(ctx, dockertest.EngineOptions{})
+	if errors.Is(err, dockertest.ErrUnavailable) {
+		t.Skipf("no second engine: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Destroy()
+	if err := dockertest.CopyImage(ctx, mainCli, second.Client, helloImage); err != nil {
+		t.Fatal(err)
+	}
+	e := setupEngines(t, fmt.Sprintf(`[{"name":"main","address":%q,"capacity":{"cpus":2}},{"name":"second","address":%q,"capacity":{"cpus":2}}]`,
+		dockertest.MainHost, second.Address()))
+	e.must(t, "network", "create", "pack")
+	e.must(t, "network", "create", "-o", dockerapi.OptSpread+"=true", "wide")
+	var home string
+	for i := range 3 {
+		name := fmt.Sprintf("p%d", i)
+		e.must(t, "run", "-d", "--name", name, "--network", "pack", "--cpus", "0.5", helloImage)
+		in := e.waitPhase(t, name, reconciler.Running)
+		if home == "" {
+			home = in.Node
+		}
+		if in.Node != home {
+			t.Errorf("%s of network pack runs on %s, the network's first member on %s", name, in.Node, home)
+		}
+	}
+	// Spreading would put this one on the other node, which has room.
+	e.must(t, "run", "-d", "--name", "big", "--network", "pack", "--cpus", "1", helloImage)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		in := e.waitPhase(t, "big", reconciler.Pending, reconciler.Running)
+		if in.Phase == reconciler.Running {
+			t.Fatalf("big runs on %s beside %s, the network's home", in.Node, home)
+		}
+		if strings.Contains(in.Message, "affinity label."+dockerapi.LabelBackendNetwork+"==team.pack") && strings.Contains(in.Message, "cpu") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("big waits, saying %q; want the network's rule named", in.Message)
+		}
+		sleep()
+	}
+	// berth why says so.
+	srv := httptest.NewServer(api.New(e.plane, api.Options{Logger: quiet, Tokens: e.tokens}))
+	defer srv.Close()
+	why, err := exec.Command(buildBerth(t), "--addr", srv.URL, "--token", e.token, "why", "big").CombinedOutput()
+	t.Logf("berth why big:\n%s", why)
+	if err != nil || !strings.Contains(string(why), "affinity label."+dockerapi.LabelBackendNetwork+"==team.pack") {
+		t.Errorf("berth why big: %v\n%s", err, why)
+	}
+	// A spread network's members go where placement puts them: spreading,
+	// the first goes to the node pack does not load.
+	e.must(t, "run", "-d", "--name", "w0", "--network", "wide", "--cpus", "0.5", helloImage)
+	if in := e.waitPhase(t, "w0", reconciler.Running); in.Node == home {
+		t.Errorf("w0 of the spread network wide runs on %s with pack's members, the busier node", in.Node)
+	}
+	e.must(t, "rm", "-f", "p0", "p1", "p2", "big", "w0")
+	e.waitNoEngineNetworks(t)
+}
