@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/moby/moby/api/types/container"
 
@@ -145,6 +146,9 @@ func (s *Server) archivePut(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	defer release()
+	// The server's read timeout bounds a request's body; an archive's
+	// is bounded by its size.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 	ctx, cancel := s.streamContext(r)
 	defer cancel()
 	if err := s.plane.CopyTo(ctx, c.id, path, r.Body, opts); err != nil {
