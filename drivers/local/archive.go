@@ -17,7 +17,10 @@ import (
 )
 
 // An instance's files, for StatPath, CopyFrom and CopyTo, are those under
-// its working directory: the spec's WorkingDir, else <instance dir>/work.
+// its working directory: the spec's WorkingDir, else <instance dir>/work
+// (which counts as the instance user's own: copies into it are let in,
+// whatever its mode; never the host's "/", where a process of a spec with
+// a user and no WorkingDir runs).
 // A path names a file there, "/" the directory itself ("/etc/x" is
 // <working dir>/etc/x). A path with a ".." element, and a symbolic link
 // that leads out of the directory, are ErrInvalid: nothing outside is
@@ -29,30 +32,29 @@ import (
 // of an archive are ErrUnsupported.
 
 // archiveRoot opens the working directory of instance id and returns it
-// with the credential the instance runs with (nil: the server's own).
-func (d *Driver) archiveRoot(id string) (*os.Root, *syscall.Credential, error) {
+// with the credential the instance runs with (nil: the server's own) and
+// whether the directory is the one Berth made for it.
+func (d *Driver) archiveRoot(id string) (root *os.Root, cred *syscall.Credential, own bool, err error) {
 	if err := d.checkOpen(); err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
 	}
 	unlock := d.locks.lock(id)
 	rec, _, err := d.refresh(id)
 	unlock()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
 	}
-	cred, err := d.credential(rec.Spec)
-	if err != nil {
-		return nil, nil, err
+	if cred, err = d.credential(rec.Spec); err != nil {
+		return nil, nil, false, err
 	}
 	dir := rec.Spec.WorkingDir
-	if dir == "" {
+	if own = dir == ""; own {
 		dir = d.workDir(id)
 	}
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		return nil, nil, fileErr(id, "/", err)
+	if root, err = os.OpenRoot(dir); err != nil {
+		return nil, nil, false, fileErr(id, "/", err)
 	}
-	return root, cred, nil
+	return root, cred, own, nil
 }
 
 // relPath maps an instance's path to one relative to its working
@@ -116,7 +118,7 @@ func (d *Driver) StatPath(ctx context.Context, id, p string) (driver.PathStat, e
 	if err != nil {
 		return driver.PathStat{}, err
 	}
-	root, _, err := d.archiveRoot(id)
+	root, _, _, err := d.archiveRoot(id)
 	if err != nil {
 		return driver.PathStat{}, err
 	}
@@ -135,7 +137,7 @@ func (d *Driver) CopyFrom(ctx context.Context, id, p string, w io.Writer) (drive
 	if err != nil {
 		return driver.PathStat{}, err
 	}
-	root, cred, err := d.archiveRoot(id)
+	root, cred, _, err := d.archiveRoot(id)
 	if err != nil {
 		return driver.PathStat{}, err
 	}
@@ -216,7 +218,7 @@ func (d *Driver) CopyTo(ctx context.Context, id, dir string, r io.Reader, opts d
 	if err != nil {
 		return err
 	}
-	root, cred, err := d.archiveRoot(id)
+	root, cred, own, err := d.archiveRoot(id)
 	if err != nil {
 		return err
 	}
@@ -227,7 +229,7 @@ func (d *Driver) CopyTo(ctx context.Context, id, dir string, r io.Reader, opts d
 		return fileErr(id, dir, err)
 	case !fi.IsDir():
 		return &driver.FieldError{Path: "path", Reason: fmt.Sprintf("%s is not a directory", dir)}
-	case !allowed(fi, cred, 2):
+	case !(own && rel == ".") && !allowed(fi, cred, 2):
 		return &driver.FieldError{Path: "path", Reason: fmt.Sprintf("%s: the instance's user may not write to it", dir)}
 	}
 	tr := tar.NewReader(r)
