@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,12 +18,14 @@ import (
 // directory, checked from inside the container too; a missing path, a
 // reader and another namespace refused; docker top with and without ps
 // options; docker events --since shows the create and start of a
-// container that happened before the call, and --until ends it.
+// container that happened before the call, then goes on live, and
+// --until ends it.
 func TestCopyTopEventsSince(t *testing.T) {
 	e := setup(t)
 	before := time.Now()
 	e.must(t, "run", "-d", "--name", "box", helloImage)
 	e.waitPhase(t, "box", reconciler.Running)
+	ran := time.Now()
 	dir := t.TempDir()
 
 	// A file in, then out again.
@@ -86,14 +89,38 @@ func TestCopyTopEventsSince(t *testing.T) {
 	// start replayed, then the stream ends.
 	since := fmt.Sprintf("%d.%09d", before.Unix(), before.Nanosecond())
 	until := fmt.Sprintf("%d", time.Now().Unix()+1)
-	out := e.must(t, "events", "--since", since, "--until", until, "--format", "{{.Action}} {{.Actor.Attributes.name}}", "--filter", "type=container")
-	if got := strings.Split(strings.TrimSpace(out), "\n"); !slices.Equal(got, []string{"create box", "start box"}) {
+	out := e.must(t, "events", "--since", since, "--until", until, "--format", "{{.Action}} {{.Actor.Attributes.name}} {{.TimeNano}}", "--filter", "type=container")
+	var got []string
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.Fields(l)
+		if len(f) != 3 {
+			t.Fatalf("docker events --since: line %q", l)
+		}
+		// Each event carries the time its change was made, not the replay's.
+		if ns, _ := strconv.ParseInt(f[2], 10, 64); ns < before.UnixNano() || ns > ran.UnixNano() {
+			t.Errorf("docker events --since: %s %s at %s, want between the run's start and its end", f[0], f[1], time.Unix(0, ns))
+		}
+		got = append(got, f[0]+" "+f[1])
+	}
+	if !slices.Equal(got, []string{"create box", "start box"}) {
 		t.Errorf("docker events --since before the run:\n%s\nwant create box, start box", out)
+	}
+	// Without --until the replay goes on live.
+	evCmd, evOut := e.start(t, "events", "--since", since, "--format", "{{.Action}} {{.Actor.Attributes.name}}", "--filter", "type=container")
+	e.must(t, "run", "-d", "--name", "box2", helloImage)
+	deadline := time.Now().Add(time.Minute)
+	for !strings.Contains(evOut.String(), "start box2") && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	_ = evCmd.Process.Signal(os.Interrupt)
+	_ = evCmd.Wait()
+	if got := strings.Split(strings.TrimSpace(evOut.String()), "\n"); !slices.Equal(got, []string{"create box", "start box", "create box2", "start box2"}) {
+		t.Errorf("docker events --since before the run, then a second run:\n%s\nwant box's create and start, then box2's", evOut.String())
 	}
 	later := time.Now().Add(time.Second)
 	out = e.must(t, "events", "--since", fmt.Sprintf("%d", later.Unix()+1), "--until", fmt.Sprintf("%d", later.Unix()+2), "--filter", "type=container")
 	if strings.TrimSpace(out) != "" {
 		t.Errorf("docker events --since after the run shows:\n%s", out)
 	}
-	e.must(t, "rm", "-f", "box")
+	e.must(t, "rm", "-f", "box", "box2")
 }
