@@ -2,6 +2,7 @@ package dockerapi_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/client"
+
+	"github.com/berth-dev/berth/dockerapi"
 	"github.com/berth-dev/berth/reconciler"
 )
 
@@ -37,6 +41,17 @@ func TestCopyTopEventsSince(t *testing.T) {
 	e.must(t, "cp", in, "box:/in.txt")
 	if out := e.must(t, "exec", "box", "/hello", "probe", "read=/in.txt"); out != "/in.txt: exists\n" {
 		t.Errorf("after docker cp into the container, the probe says %q", out)
+	}
+	// The description docker cp asks for first (HEAD, X-Docker-Container-Path-Stat).
+	cli, err := client.New(client.WithHost("unix://"+e.sock), client.WithAPIVersion(dockerapi.Version),
+		client.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + e.token}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	if st, err := cli.ContainerStatPath(context.Background(), "box", client.ContainerStatPathOptions{Path: "/in.txt"}); err != nil ||
+		st.Stat.Name != "in.txt" || st.Stat.Size != int64(len(content)) || !st.Stat.Mode.IsRegular() {
+		t.Errorf("the endpoint's stat of /in.txt: %+v, %v; want in.txt, %d bytes, a regular file", st.Stat, err, len(content))
 	}
 	back := filepath.Join(dir, "back.txt")
 	e.must(t, "cp", "box:/in.txt", back)
