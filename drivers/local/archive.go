@@ -260,8 +260,14 @@ func unpack(root *os.Root, cred *syscall.Credential, dir string, hdr *tar.Header
 	if path.IsAbs(name) || name == ".." || strings.HasPrefix(name, "../") {
 		return &driver.FieldError{Path: "archive", Reason: fmt.Sprintf("entry %q leaves the directory", hdr.Name)}
 	}
+	if name == "." {
+		if hdr.Typeflag != tar.TypeDir {
+			return &driver.FieldError{Path: "archive", Reason: fmt.Sprintf("entry %q would replace the directory copied into", hdr.Name)}
+		}
+		return nil // the directory copied into is left as it is
+	}
 	target := path.Join(dir, name)
-	if old, err := root.Lstat(target); err == nil && name != "." {
+	if old, err := root.Lstat(target); err == nil {
 		if opts.NoOverwriteDirNonDir && old.IsDir() != (hdr.Typeflag == tar.TypeDir) {
 			return &driver.FieldError{Path: "archive", Reason: fmt.Sprintf("entry %q would replace a directory with a non-directory or the other way round", hdr.Name)}
 		}

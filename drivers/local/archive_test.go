@@ -60,6 +60,17 @@ func TestArchiveConfinedAndOwned(t *testing.T) {
 	if uid := strconv.Itoa(int(fi.Sys().(*syscall.Stat_t).Uid)); uid != nobody.Uid {
 		t.Errorf("the file copied in belongs to uid %s, want nobody's %s", uid, nobody.Uid)
 	}
+	// A "./" entry leaves the directory copied into as it is.
+	var dot bytes.Buffer
+	tw := tar.NewWriter(&dot)
+	_ = tw.WriteHeader(&tar.Header{Name: "./", Typeflag: tar.TypeDir, Mode: 0o777})
+	_ = tw.Close()
+	if err := d.CopyTo(ctx, in.ID, "/", &dot, driver.CopyToOptions{}); err != nil {
+		t.Errorf("CopyTo of a ./ entry: %v", err)
+	}
+	if fi, err := os.Stat(work); err != nil || fi.Sys().(*syscall.Stat_t).Uid != 0 || fi.Mode().Perm() != 0o755 {
+		t.Errorf("the working directory after a ./ entry: %v, %v; want root's, 0755, as Berth made it", fi.Mode(), err)
+	}
 	outside := filepath.Join(filepath.Dir(d.instDir(in.ID)), "evil")
 	if err := d.CopyTo(ctx, in.ID, "/", arc("../../evil"), driver.CopyToOptions{}); !errors.As(err, &fe) {
 		t.Errorf("CopyTo of an entry leaving the directory: %v, want a field error", err)
