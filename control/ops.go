@@ -358,33 +358,9 @@ func (s verbs) events(ctx context.Context, since int64, fn func(Event)) error {
 		return fmt.Errorf("control: events: %w", err)
 	}
 	for ev := range w.Events() {
-		key := ev.KV.Key
-		out := Event{Revision: ev.KV.ModRevision, Deleted: ev.Type == store.EventDelete}
-		switch {
-		case strings.HasPrefix(key, PrefixInstances):
-			out.Kind = EventInstance
-			in := &reconciler.Instance{ID: strings.TrimPrefix(key, PrefixInstances)}
-			if !out.Deleted {
-				var err error
-				if in, err = decodeRecord(ev.KV, s.specOf(ctx, false)); err != nil {
-					continue
-				}
-			}
-			v := viewOf(in)
-			out.Instance = &v
-		case strings.HasPrefix(key, PrefixNodes):
-			out.Kind = EventNode
-			var n NodeState
-			if !out.Deleted {
-				if err := json.Unmarshal(ev.KV.Value, &n); err != nil {
-					continue
-				}
-			}
-			out.Node = &n
-		default:
-			continue
+		if out, ok := s.eventOf(ctx, ev); ok {
+			fn(out)
 		}
-		fn(out)
 	}
 	err = w.Err()
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
@@ -394,6 +370,38 @@ func (s verbs) events(ctx context.Context, since int64, fn func(Event)) error {
 		err = ctx.Err()
 	}
 	return err
+}
+
+// eventOf is the Event of a watched change of an instance or a node;
+// false for other keys and for records that do not decode.
+func (s verbs) eventOf(ctx context.Context, ev store.Event) (Event, bool) {
+	key := ev.KV.Key
+	out := Event{Revision: ev.KV.ModRevision, Deleted: ev.Type == store.EventDelete}
+	switch {
+	case strings.HasPrefix(key, PrefixInstances):
+		out.Kind = EventInstance
+		in := &reconciler.Instance{ID: strings.TrimPrefix(key, PrefixInstances)}
+		if !out.Deleted {
+			var err error
+			if in, err = decodeRecord(ev.KV, s.specOf(ctx, false)); err != nil {
+				return out, false
+			}
+		}
+		v := viewOf(in)
+		out.Instance = &v
+	case strings.HasPrefix(key, PrefixNodes):
+		out.Kind = EventNode
+		var n NodeState
+		if !out.Deleted {
+			if err := json.Unmarshal(ev.KV.Value, &n); err != nil {
+				return out, false
+			}
+		}
+		out.Node = &n
+	default:
+		return out, false
+	}
+	return out, true
 }
 
 // nodes is Plane.Nodes.

@@ -91,14 +91,6 @@ func (s *Server) rename(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// top is refused by name: no back-end lists an instance's processes.
-func (s *Server) top(w http.ResponseWriter, r *http.Request) error {
-	if _, err := s.find(r, r.PathValue("id")); err != nil {
-		return err
-	}
-	return unsupported("top: Berth's back-ends do not list an instance's processes")
-}
-
 // update changes a container's cpus and memory (docker update --cpus,
 // --memory): a started one through the plane's Resize (live, checked
 // against its node's free capacity; the back-end must resize), a created

@@ -226,6 +226,9 @@ func (s *Server) routes() {
 	h("POST /containers/{id}/unpause", s.unpause)
 	h("POST /containers/{id}/rename", s.rename)
 	h("GET /containers/{id}/top", s.top)
+	h("HEAD /containers/{id}/archive", s.archiveStat)
+	h("GET /containers/{id}/archive", s.archiveGet)
+	h("PUT /containers/{id}/archive", s.archivePut)
 	h("POST /containers/{id}/update", s.update)
 	h("POST /containers/{id}/exec", s.execCreate)
 	h("POST /exec/{id}/start", s.execStart)
@@ -277,7 +280,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r = r.WithContext(auth.NewContext(r.Context(), id))
-	r.Body = http.MaxBytesReader(w, r.Body, s.maxBody)
+	r.Body = http.MaxBytesReader(w, r.Body, s.bodyLimit(r))
 	if _, pattern := s.mux.Handler(r); pattern == "" {
 		writeError(w, unsupported("%s %s is not supported by Berth's Docker endpoint", r.Method, r.URL.Path))
 		return

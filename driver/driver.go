@@ -352,6 +352,8 @@ const (
 	CapConsole = "console"
 	CapAttach  = "attach"
 	CapExec    = "exec"
+	CapArchive = "archive"
+	CapTop     = "top"
 )
 
 // Features: what a back-end can run, as declared by a FeatureReporter and
@@ -455,7 +457,9 @@ func Capabilities(d Driver) []string {
 			caps = append(caps, name)
 		}
 	}
-	_, ok := As[Attacher](d, CapAttach)
+	_, ok := As[Archiver](d, CapArchive)
+	add(ok, CapArchive)
+	_, ok = As[Attacher](d, CapAttach)
 	add(ok, CapAttach)
 	_, ok = As[ConsoleReader](d, CapConsole)
 	add(ok, CapConsole)
@@ -481,6 +485,8 @@ func Capabilities(d Driver) []string {
 	add(ok, CapStop)
 	_, ok = As[Suspender](d, CapSuspend)
 	add(ok, CapSuspend)
+	_, ok = As[Topper](d, CapTop)
+	add(ok, CapTop)
 	_, ok = As[UsageReporter](d, CapUsage)
 	add(ok, CapUsage)
 	return caps

@@ -155,6 +155,8 @@ func Run(t *testing.T, h Harness) {
 		{driver.CapUsage, s.testUsage},
 		{driver.CapConsole, s.testConsole},
 		{driver.CapAttach, s.testAttach},
+		{driver.CapArchive, s.testArchive},
+		{driver.CapTop, s.testTop},
 	}
 	for _, c := range capTests {
 		if caps[c.name] {
@@ -813,6 +815,12 @@ func (s *suite) testUnknownID(t *testing.T, caps map[string]bool) {
 			_, err := s.d.(driver.Execer).Exec(ctx, id, driver.ExecOptions{Cmd: []string{"true"}}, nil, io.Discard, io.Discard)
 			return err
 		}
+	}
+	if caps[driver.CapArchive] {
+		calls["StatPath"] = func() error { _, err := s.d.(driver.Archiver).StatPath(ctx, id, "/"); return err }
+	}
+	if caps[driver.CapTop] {
+		calls["Top"] = func() error { _, err := s.d.(driver.Topper).Top(ctx, id, ""); return err }
 	}
 	if caps[driver.CapLogs] {
 		calls["Logs"] = func() error {

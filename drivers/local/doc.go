@@ -125,6 +125,16 @@
 // caller goes away or the instance stops running (looked at every
 // poll_interval). A command that is not there ends with exit code 127.
 //
+// Top lists the instance's processes from /proc: its process group and
+// every process carrying its BERTH_INSTANCE_ID (what Exec ran), as UID,
+// PID, PPID, STAT, TIME and CMD; ps options are refused by name. StatPath,
+// CopyFrom and CopyTo (docker cp) work under the instance's working
+// directory (the spec's WorkingDir, else <instance dir>/work), "/" naming
+// it: a ".." path, a symbolic link that leads out and an archive entry
+// that would land outside are refused (os.Root), files are read and
+// written for the instance's user by their owner, group and mode, and
+// what is copied in belongs to that user.
+//
 // Resize sets cpu and memory limits in a cgroup per instance: under
 // <cgroup_root>/berth/<id> with cgroup v2 when cgroup_root is a v2 mount
 // with the cpu and memory controllers, else under <cgroup_root>/cpu/berth/<id>
