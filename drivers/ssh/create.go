@@ -182,6 +182,24 @@ func (d *Driver) create(ctx context.Context, h *host, rec *record, recJSON []byt
 	if why != "" && !rec.CountLimits && (rec.Resources.CPU > 0 || rec.Resources.Memory > 0) {
 		return nil, driver.Errorf(driver.ErrUnsupported, "host %s cannot enforce cpus and memory: %s (with the option limits: %s they run counted, not enforced)", h.name, why, LimitsCount)
 	}
+	sup, err := h.supervision(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if sup == SupervisionSystemd {
+		if _, err := unitName(rec.Cluster, rec.ID); err != nil {
+			return nil, driver.Errorf(driver.ErrPermanent, "host %s: %v", h.name, err)
+		}
+		// The unit holds the limits: no cgroup of the supervisor's.
+		var own record
+		if err := json.Unmarshal(recJSON, &own); err != nil {
+			return nil, err
+		}
+		own.Systemd, own.CgroupParent = true, ""
+		if recJSON, err = json.Marshal(&own); err != nil {
+			return nil, err
+		}
+	}
 	dir := d.instDir(rec.ID)
 	tmp := path.Join(d.clusterDir(), ".new-"+rec.ID)
 	err = h.sftp(ctx, func(c *sftpClient) error {

@@ -45,9 +45,13 @@ type host struct {
 	reason    string        // why it is offline
 	facts     facts
 	installed string // the supervisor's path on the host once it is there
-	// limits is "ok" when the supervisor can make cgroups with cpu and
-	// memory limits, else why not; known once installed.
+	// limits is "ok" when the instances' cpu and memory limits can be
+	// held (by the cgroups the supervisor makes, or by systemd), else why
+	// not; known once installed.
 	limits string
+	// supervisor is how the instances made from now on are supervised:
+	// SupervisionSystemd or SupervisionProcess; known once installed.
+	supervisor string
 }
 
 // facts are what a host says of itself when it is connected.

@@ -1,0 +1,126 @@
+package systemdtest_test
+
+import (
+	"errors"
+	"path"
+	"strings"
+	"testing"
+
+	"github.com/berth-dev/berth/driver"
+)
+
+// nodeAttrs returns the attributes of the driver's one node.
+func nodeAttrs(t *testing.T, d driver.Driver) map[string]string {
+	t.Helper()
+	st, err := d.State(ctxT(t))
+	if err != nil {
+		t.Fatalf("State: %v", err)
+	}
+	if len(st.Nodes) != 1 {
+		t.Fatalf("State: %d nodes, want 1", len(st.Nodes))
+	}
+	return st.Nodes[0].Attributes
+}
+
+// TestUnit: on a systemd host an instance runs in its transient unit
+// with its limits as the unit's properties, Resize sets them on the
+// running unit, the instance outlives the driver's connection, and Delete
+// removes the unit.
+func TestUnit(t *testing.T) {
+	need(t)
+	c := cluster(t, "unit")
+	d := open(t, c, nil)
+	if a := nodeAttrs(t, d); a["supervisor"] != "systemd" || a["limits"] != "systemd" {
+		t.Errorf("node attributes %v: want supervisor systemd, limits systemd", a)
+	}
+	sp := shSpec(serviceScript)
+	sp.Resources = driver.Resources{CPU: 500, Memory: 128 * driver.MiB}
+	in := create(t, d, sp)
+	unit := unitName(c, in.ID)
+	wantProps(t, "after Create", unit, map[string]string{
+		"ActiveState": "active", "CPUQuotaPerSecUSec": "500ms", "MemoryMax": "134217728", "MemorySwapMax": "0",
+	})
+	// The supervisor is the unit's main process, the instance beside it.
+	mainPID := unitProps(t, unit, "MainPID")["MainPID"]
+	cmdline, err := host.exec(ctxT(t), "cat", "/proc/"+mainPID+"/cmdline")
+	if err != nil || !strings.Contains(cmdline, "ssh-supervise\x00run\x00"+path.Join(root, "c", c, in.ID)) {
+		t.Errorf("the unit's main process %s runs %q (%v), want the supervisor of %s", mainPID, cmdline, err, in.ID)
+	}
+	if err := d.(driver.Resizer).Resize(ctxT(t), in.ID, driver.Resources{CPU: 1500, Memory: 256 * driver.MiB}); err != nil {
+		t.Fatalf("Resize: %v", err)
+	}
+	wantProps(t, "after Resize", unit, map[string]string{
+		"ActiveState": "active", "CPUQuotaPerSecUSec": "1.500000s", "MemoryMax": "268435456", "MemorySwapMax": "0",
+	})
+
+	// The driver goes, its connection with it; the instance stays.
+	if err := d.Close(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	d = open(t, c, nil)
+	defer d.Close(ctxT(t))
+	got, err := d.Get(ctxT(t), in.ID)
+	if err != nil || got.State != driver.StateRunning || !got.Started.Equal(in.Started) {
+		t.Fatalf("after a new connection: %+v, %v; want the instance started at %v running", got, err, in.Started)
+	}
+	if p := unitProps(t, unit, "MainPID")["MainPID"]; p != mainPID {
+		t.Errorf("after a new connection: the unit's main process %s, want %s", p, mainPID)
+	}
+
+	op, err := d.Delete(ctxT(t), in.ID)
+	if err == nil {
+		_, err = driver.Drive(ctxT(t), op)
+	}
+	if err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	wantProps(t, "after Delete", unit, map[string]string{"LoadState": "not-found"})
+}
+
+// TestLeakedUnits: a unit of this cluster whose instance directory is
+// gone is a leak, which a listing stops; another cluster's unit is never
+// touched.
+func TestLeakedUnits(t *testing.T) {
+	need(t)
+	mine, other := cluster(t, "mine"), cluster(t, "other")
+	dm, do := open(t, mine, nil), open(t, other, nil)
+	defer dm.Close(ctxT(t))
+	defer do.Close(ctxT(t))
+	a, b := create(t, dm, shSpec(serviceScript)), create(t, do, shSpec(serviceScript))
+	ua, ub := unitName(mine, a.ID), unitName(other, b.ID)
+	for _, dir := range []string{path.Join(root, "c", mine, a.ID), path.Join(root, "c", other, b.ID)} {
+		if _, err := host.exec(ctxT(t), "rm", "-rf", dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := dm.List(ctxT(t), nil); err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	wantProps(t, "after this cluster's listing", ua, map[string]string{"LoadState": "not-found"})
+	wantProps(t, "after the first cluster's listing", ub, map[string]string{"ActiveState": "active"})
+	if _, err := do.List(ctxT(t), nil); err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	wantProps(t, "after its cluster's listing", ub, map[string]string{"LoadState": "not-found"})
+}
+
+// TestForcedProcess: with the option supervision process the supervisor
+// runs as a process of its own on a systemd host too, in no unit.
+func TestForcedProcess(t *testing.T) {
+	need(t)
+	c := cluster(t, "proc")
+	d := open(t, c, map[string]any{"supervision": "process"})
+	defer d.Close(ctxT(t))
+	if a := nodeAttrs(t, d); a["supervisor"] != "process" {
+		t.Errorf("node attributes %v: want supervisor process", a)
+	}
+	in := create(t, d, shSpec(serviceScript))
+	wantProps(t, "a process-supervised instance", unitName(c, in.ID), map[string]string{"LoadState": "not-found"})
+	op, err := d.Delete(ctxT(t), in.ID)
+	if err == nil {
+		_, err = driver.Drive(ctxT(t), op)
+	}
+	if err != nil && !errors.Is(err, driver.ErrNotFound) {
+		t.Fatalf("Delete: %v", err)
+	}
+}
