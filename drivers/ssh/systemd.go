@@ -172,7 +172,8 @@ func checkSystemd() error {
 	}
 	var r [8]byte
 	_, _ = rand.Read(r[:])
-	unit := unitPrefix + "check-" + hex.EncodeToString(r[:]) + ".service"
+	// Not under unitPrefix: no cluster's listing may take it for a leak.
+	unit := "berth_check_" + hex.EncodeToString(r[:]) + ".service"
 	if err := runTool("systemd-run", "--quiet", "--wait", "--collect", "--unit="+unit,
 		"--property=TimeoutStartSec=30", "--", self, SuperviseCommand, "status"); err != nil {
 		return fmt.Errorf("systemd-run does not work for uid %d: %w", os.Geteuid(), err)
@@ -253,7 +254,9 @@ func cleanUnits(root string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), systemdTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, exe, "list-units", "--all", "--plain", "--no-legend", "--full", "--type=service", clusterUnitPrefix(cluster)+"*")
+	// All of Berth's units, the cluster's picked here: systemctl's
+	// pattern would read the escapes' backslashes as its own.
+	cmd := exec.CommandContext(ctx, exe, "list-units", "--all", "--plain", "--no-legend", "--full", "--type=service", unitPrefix+"*")
 	cmd.Env = []string{"PATH=" + defaultPath, "LANG=C", "SYSTEMD_PAGER=", "SYSTEMD_COLORS=0"}
 	out, err := cmd.Output()
 	if err != nil {

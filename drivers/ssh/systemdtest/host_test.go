@@ -170,17 +170,32 @@ func lastLines(b []byte, n int) string {
 	return strings.Join(lines[max(len(lines)-n, 0):], "\n")
 }
 
-// startHost boots a container of imageTag with systemd as PID 1 (a
-// cgroup namespace of its own, /run and /tmp on tmpfs, privileged for its
-// cgroups), lets a fresh client key in as root and waits for its sshd.
-// keyDir holds the key.
+// bootScript runs before systemd in the container: the cgroup
+// hierarchies Docker mounts read-only (the container's own, in a cgroup
+// namespace of its own) are made writable, for systemd to make its units'
+// cgroups and write their limits there.
+const bootScript = `if [ "$(stat -f -c %T /sys/fs/cgroup)" = cgroup2fs ]; then
+	mount -o remount,rw /sys/fs/cgroup
+else
+	for d in /sys/fs/cgroup/*/; do mountpoint -q "$d" && mount -o remount,bind,rw "$d"; done
+fi
+exec /sbin/init`
+
+// startHost boots a container of imageTag with systemd as PID 1, lets a
+// fresh client key in as root and waits for its sshd. keyDir holds the
+// key. The container has a cgroup namespace of its own, /run and /tmp on
+// tmpfs, and every capability but CAP_SYS_RESOURCE rather than
+// --privileged: a Docker Engine that runs in a container without that
+// capability (as CI's may) cannot give it.
 func startHost(ctx context.Context, keyDir string) (*systemdHost, error) {
 	var r [6]byte
 	_, _ = rand.Read(r[:])
-	id, err := docker(ctx, nil, "run", "-d", "--privileged", "--cgroupns=private",
+	id, err := docker(ctx, nil, "run", "-d", "--cgroupns=private",
+		"--cap-add", "ALL", "--cap-drop", "SYS_RESOURCE",
+		"--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined",
 		"--tmpfs", "/run", "--tmpfs", "/run/lock", "--tmpfs", "/tmp",
 		"--label", hostLabel, "--name", "berth-systemd-host-"+hex.EncodeToString(r[:]),
-		imageTag, "/sbin/init")
+		imageTag, "/bin/sh", "-c", bootScript)
 	if err != nil {
 		return nil, err
 	}

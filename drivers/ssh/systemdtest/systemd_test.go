@@ -121,7 +121,7 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-func cluster(t *testing.T, what string) string {
+func cluster(what string) string {
 	return fmt.Sprintf("%s%d", what, time.Now().UnixNano())
 }
 
@@ -129,7 +129,7 @@ func cluster(t *testing.T, what string) string {
 // transient unit.
 func TestConformance(t *testing.T) {
 	need(t)
-	c := cluster(t, "conf")
+	c := cluster("conf")
 	drivertest.Run(t, drivertest.Harness{
 		Open: func(t *testing.T) driver.Driver { return open(t, c, nil) },
 		Spec: func() *driver.Spec { return shSpec(serviceScript) },

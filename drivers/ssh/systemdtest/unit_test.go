@@ -28,7 +28,7 @@ func nodeAttrs(t *testing.T, d driver.Driver) map[string]string {
 // removes the unit.
 func TestUnit(t *testing.T) {
 	need(t)
-	c := cluster(t, "unit")
+	c := cluster("unit")
 	d := open(t, c, nil)
 	if a := nodeAttrs(t, d); a["supervisor"] != "systemd" || a["limits"] != "systemd" {
 		t.Errorf("node attributes %v: want supervisor systemd, limits systemd", a)
@@ -82,7 +82,9 @@ func TestUnit(t *testing.T) {
 // touched.
 func TestLeakedUnits(t *testing.T) {
 	need(t)
-	mine, other := cluster(t, "mine"), cluster(t, "other")
+	// The other's name starts with this one's: their units' names do not.
+	mine := cluster("leak-")
+	other := mine + "-other"
 	dm, do := open(t, mine, nil), open(t, other, nil)
 	defer dm.Close(ctxT(t))
 	defer do.Close(ctxT(t))
@@ -108,7 +110,7 @@ func TestLeakedUnits(t *testing.T) {
 // runs as a process of its own on a systemd host too, in no unit.
 func TestForcedProcess(t *testing.T) {
 	need(t)
-	c := cluster(t, "proc")
+	c := cluster("proc")
 	d := open(t, c, map[string]any{"supervision": "process"})
 	defer d.Close(ctxT(t))
 	if a := nodeAttrs(t, d); a["supervisor"] != "process" {
