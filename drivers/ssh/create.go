@@ -341,6 +341,9 @@ func (h *host) sftp(ctx context.Context, fn func(c *sftpClient) error) error {
 		return driver.Errorf(driver.ErrRetryable, "host %s is offline: %s", h.name, reason)
 	}
 	c, err := sftp.NewClient(conn)
+	for try := 1; refusedOpen(err) && openAgain(ctx, try); try++ {
+		c, err = sftp.NewClient(conn)
+	}
 	if err != nil {
 		return driver.Errorf(driver.ErrRetryable, "host %s: sftp: %v", h.name, err)
 	}

@@ -190,13 +190,15 @@ exec /sbin/init`
 func startHost(ctx context.Context, keyDir string) (*systemdHost, error) {
 	var r [6]byte
 	_, _ = rand.Read(r[:])
+	name := "berth-systemd-host-" + hex.EncodeToString(r[:])
 	id, err := docker(ctx, nil, "run", "-d", "--cgroupns=private",
 		"--cap-add", "ALL", "--cap-drop", "SYS_RESOURCE",
 		"--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined",
 		"--tmpfs", "/run", "--tmpfs", "/run/lock", "--tmpfs", "/tmp",
-		"--label", hostLabel, "--name", "berth-systemd-host-"+hex.EncodeToString(r[:]),
-		imageTag, "/bin/sh", "-c", bootScript)
+		"--label", hostLabel, "--name", name, imageTag, "/bin/sh", "-c", bootScript)
 	if err != nil {
+		// A container made and not started is left by docker run.
+		(&systemdHost{ID: name}).remove()
 		return nil, err
 	}
 	h := &systemdHost{ID: id}
@@ -211,7 +213,16 @@ func startHost(ctx context.Context, keyDir string) (*systemdHost, error) {
 // boot waits for the container's systemd to finish starting, writes the
 // client key and reads the host key and address.
 func (h *systemdHost) boot(ctx context.Context, keyDir string) error {
-	state, err := docker(ctx, nil, "exec", h.ID, "systemctl", "is-system-running", "--wait")
+	// systemctl fails until systemd runs (the boot script is PID 1
+	// first); then it waits for the boot to end.
+	var state string
+	var err error
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		state, err = docker(ctx, nil, "exec", h.ID, "systemctl", "is-system-running", "--wait")
+		if state != "" || ctx.Err() != nil {
+			break
+		}
+	}
 	if state != "running" && state != "degraded" {
 		failed, _ := docker(ctx, nil, "exec", h.ID, "systemctl", "--failed", "--no-legend")
 		return fmt.Errorf("systemd in the container: %q (%v); failed units: %s", state, err, failed)
