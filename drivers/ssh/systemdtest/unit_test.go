@@ -22,6 +22,21 @@ func nodeAttrs(t *testing.T, d driver.Driver) map[string]string {
 	return st.Nodes[0].Attributes
 }
 
+// memoryLimit reads the memory limit the kernel holds for unit's cgroup:
+// memory.max on cgroup v2, memory.limit_in_bytes on a v1 or hybrid host.
+func memoryLimit(t *testing.T, unit string) string {
+	t.Helper()
+	cg := unitProps(t, unit, "ControlGroup")["ControlGroup"]
+	if cg == "" {
+		t.Fatalf("unit %s has no control group", unit)
+	}
+	out, err := host.exec(ctxT(t), "sh", "-c", `cat "/sys/fs/cgroup$1/memory.max" 2>/dev/null || cat "/sys/fs/cgroup/memory$1/memory.limit_in_bytes"`, "sh", cg)
+	if err != nil {
+		t.Fatalf("the memory limit of %s: %v", cg, err)
+	}
+	return out
+}
+
 // TestUnit: on a systemd host an instance runs in its transient unit
 // with its limits as the unit's properties, Resize sets them on the
 // running unit, the instance outlives the driver's connection, and Delete
@@ -40,6 +55,9 @@ func TestUnit(t *testing.T) {
 	wantProps(t, "after Create", unit, map[string]string{
 		"ActiveState": "active", "CPUQuotaPerSecUSec": "500ms", "MemoryMax": "134217728", "MemorySwapMax": "0",
 	})
+	if got := memoryLimit(t, unit); got != "134217728" {
+		t.Errorf("after Create: the memory limit of the unit's cgroup is %q, want 134217728", got)
+	}
 	// The supervisor is the unit's main process, the instance beside it.
 	mainPID := unitProps(t, unit, "MainPID")["MainPID"]
 	cmdline, err := host.exec(ctxT(t), "cat", "/proc/"+mainPID+"/cmdline")
@@ -52,6 +70,10 @@ func TestUnit(t *testing.T) {
 	wantProps(t, "after Resize", unit, map[string]string{
 		"ActiveState": "active", "CPUQuotaPerSecUSec": "1.500000s", "MemoryMax": "268435456", "MemorySwapMax": "0",
 	})
+
+	if got := memoryLimit(t, unit); got != "268435456" {
+		t.Errorf("after Resize: the memory limit of the unit's cgroup is %q, want 268435456", got)
+	}
 
 	// The driver goes, its connection with it; the instance stays.
 	if err := d.Close(ctxT(t)); err != nil {
