@@ -20,7 +20,8 @@
 // # Connections and nodes
 //
 // Each host has one connection, dialled at Open and shared by every call;
-// at most max_channels channels (sessions, SFTP) are open on it at once.
+// at most max_channels channels (sessions, SFTP) are open on it at once;
+// a channel the host refuses to open is tried again a few times.
 // When the host is connected its cpus (getconf _NPROCESSORS_ONLN), memory
 // (MemTotal of /proc/meminfo) and disk (df of root) are read once. Every
 // probe_interval each connection is checked with a keepalive; one that

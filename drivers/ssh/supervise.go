@@ -331,6 +331,8 @@ func supStart(dir string) error {
 	defer logf.Close()
 	cmd := exec.Command(self, SuperviseCommand, "run", dir)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	// NOTIFY_SOCKET would make it report to systemd (reporter), not here.
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "NOTIFY_SOCKET=") })
 	cmd.ExtraFiles = []*os.File{w}
 	// A session of its own: the ssh session ending (SIGHUP to its
 	// process group) does not reach it.
