@@ -309,8 +309,12 @@ func supStart(dir string) error {
 		}
 		serr := startUnit(abs, &rec)
 		line, _ := os.ReadFile(report)
-		if len(line) == 0 && serr != nil {
+		switch {
+		case len(line) == 0 && serr != nil:
 			return serr
+		case len(line) == 0:
+			unit, _ := unitName(rec.Cluster, rec.ID)
+			return fmt.Errorf("the supervisor in %s ended before it started the process (see journalctl -u %s)", unit, unit)
 		}
 		return reported(string(line), dir)
 	}

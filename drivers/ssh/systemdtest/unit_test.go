@@ -148,3 +148,24 @@ func TestForcedProcess(t *testing.T) {
 		t.Fatalf("Delete: %v", err)
 	}
 }
+
+// TestUnitStartFails: a process that cannot start fails the create with
+// ErrPermanent, the supervisor's report coming back through the unit, and
+// leaves no unit behind.
+func TestUnitStartFails(t *testing.T) {
+	need(t)
+	c := cluster("fail")
+	d := open(t, c, nil)
+	defer d.Close(ctxT(t))
+	op, err := d.Create(ctxT(t), "sd", &driver.Spec{Kind: driver.KindProcess, Entrypoint: []string{"/no/such/program"}})
+	if err == nil {
+		_, err = driver.Drive(ctxT(t), op)
+	}
+	if !errors.Is(err, driver.ErrPermanent) || !strings.Contains(err.Error(), "/no/such/program") {
+		t.Fatalf("Create of a missing executable: %v, want ErrPermanent naming it", err)
+	}
+	out, err := host.exec(ctxT(t), "systemctl", "list-units", "--all", "--plain", "--no-legend", "berth-"+c+"-*")
+	if err != nil || out != "" {
+		t.Errorf("units of the cluster after the failed create: %q (%v), want none", out, err)
+	}
+}
