@@ -5,6 +5,7 @@ import (
 	"path"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/berth-dev/berth/driver"
 )
@@ -167,5 +168,56 @@ func TestUnitStartFails(t *testing.T) {
 	out, err := host.exec(ctxT(t), "systemctl", "list-units", "--all", "--plain", "--no-legend", "berth-"+c+"-*")
 	if err != nil || out != "" {
 		t.Errorf("units of the cluster after the failed create: %q (%v), want none", out, err)
+	}
+}
+
+// TestUnitSupervisorKilled: systemd ends what is left in the unit when
+// its supervisor is killed, the instance's process too, which then reads
+// as ended without an exit code; the unit is collected.
+func TestUnitSupervisorKilled(t *testing.T) {
+	need(t)
+	c := cluster("kill")
+	d := open(t, c, nil)
+	defer d.Close(ctxT(t))
+	in := create(t, d, shSpec(serviceScript))
+	unit := unitName(c, in.ID)
+	mainPID := unitProps(t, unit, "MainPID")["MainPID"]
+	if _, err := host.exec(ctxT(t), "kill", "-KILL", mainPID); err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t)
+	for {
+		got, err := d.Get(ctx, in.ID)
+		if err != nil {
+			t.Fatalf("Get: %v", err)
+		}
+		if got.State == driver.StateExited {
+			if got.ExitCode != nil {
+				t.Errorf("exit code %d, want none: nobody saw the end", *got.ExitCode)
+			}
+			break
+		}
+		if got.State != driver.StateRunning {
+			t.Fatalf("state %s (%s), want running, then exited", got.State, got.Message)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the instance still runs after its supervisor was killed: %+v", got)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	for props := unitProps(t, unit, "LoadState"); props["LoadState"] != "not-found"; props = unitProps(t, unit, "LoadState") {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the unit is still loaded: %v", props)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	op, err := d.Delete(ctx, in.ID)
+	if err == nil {
+		_, err = driver.Drive(ctx, op)
+	}
+	if err != nil {
+		t.Fatalf("Delete: %v", err)
 	}
 }
