@@ -182,6 +182,9 @@ func (d *Driver) create(ctx context.Context, h *host, rec *record, recJSON []byt
 	if why != "" && !rec.CountLimits && (rec.Resources.CPU > 0 || rec.Resources.Memory > 0) {
 		return nil, driver.Errorf(driver.ErrUnsupported, "host %s cannot enforce cpus and memory: %s (with the option limits: %s they run counted, not enforced)", h.name, why, LimitsCount)
 	}
+	if recJSON, err = superviseWay(ctx, h, rec, recJSON); err != nil {
+		return nil, err
+	}
 	dir := d.instDir(rec.ID)
 	tmp := path.Join(d.clusterDir(), ".new-"+rec.ID)
 	err = h.sftp(ctx, func(c *sftpClient) error {
@@ -254,6 +257,25 @@ func (d *Driver) create(ctx context.Context, h *host, rec *record, recJSON []byt
 	return d.instance(h, &st), nil
 }
 
+// superviseWay returns the record recJSON (rec's) as h supervises its
+// instances: on a systemd host it runs in a unit, which holds the limits,
+// and has no cgroup of the supervisor's.
+func superviseWay(ctx context.Context, h *host, rec *record, recJSON []byte) ([]byte, error) {
+	sup, err := h.supervision(ctx)
+	if err != nil || sup != SupervisionSystemd {
+		return recJSON, err
+	}
+	if _, err := unitName(rec.Cluster, rec.ID); err != nil {
+		return nil, driver.Errorf(driver.ErrPermanent, "host %s: %v", h.name, err)
+	}
+	var own record
+	if err := json.Unmarshal(recJSON, &own); err != nil {
+		return nil, err
+	}
+	own.Systemd, own.CgroupParent = true, ""
+	return json.Marshal(&own)
+}
+
 // sftpClient is an SFTP session on a host's connection.
 type sftpClient struct{ *sftp.Client }
 
@@ -323,6 +345,9 @@ func (h *host) sftp(ctx context.Context, fn func(c *sftpClient) error) error {
 		return driver.Errorf(driver.ErrRetryable, "host %s is offline: %s", h.name, reason)
 	}
 	c, err := sftp.NewClient(conn)
+	for try := 1; refusedOpen(err) && openAgain(ctx, try); try++ {
+		c, err = sftp.NewClient(conn)
+	}
 	if err != nil {
 		return driver.Errorf(driver.ErrRetryable, "host %s: sftp: %v", h.name, err)
 	}

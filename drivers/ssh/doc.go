@@ -20,7 +20,8 @@
 // # Connections and nodes
 //
 // Each host has one connection, dialled at Open and shared by every call;
-// at most max_channels channels (sessions, SFTP) are open on it at once.
+// at most max_channels channels (sessions, SFTP) are open on it at once;
+// a channel the host refuses to open is tried again a few times.
 // When the host is connected its cpus (getconf _NPROCESSORS_ONLN), memory
 // (MemTotal of /proc/meminfo) and disk (df of root) are read once. Every
 // probe_interval each connection is checked with a keepalive; one that
@@ -52,6 +53,27 @@
 // process whose supervisor was killed still reads as running from /proc;
 // its end is then seen without an exit code.
 //
+// # Systemd units
+//
+// Once per connection, unless the option supervision is process, the
+// supervisor (`ssh-supervise systemd`) says whether the host can hold
+// instances in transient systemd units: /run/systemd/system exists, pid 1
+// is systemd, and systemd-run works for the login user (tried with a unit
+// that runs the supervisor's status verb). The node's attribute supervisor
+// is then systemd, else process; each record says which way its instance
+// runs. On a systemd host `ssh-supervise start` runs the supervisor with
+// systemd-run --collect --service-type=notify in the unit
+// berth-<cluster id>-<instance id>.service (both escaped as systemd-escape
+// does, so the "-" between them is unambiguous), with the limits as the
+// unit's properties CPUQuota, MemoryMax and MemorySwapMax (0 with a memory
+// limit) instead of a cgroup of the supervisor's; the supervisor reports
+// in the file start.report, then READY=1 to systemd. The process, its
+// execs and the supervisor share the unit's cgroup: what is left when the
+// supervisor ends is systemd's to kill. Resize is systemctl set-property
+// --runtime on a running unit. Delete stops the unit before it removes the
+// directory, and every listing stops the units of its cluster whose
+// directory is gone (leaks); another cluster's units never match.
+//
 // # Limits
 //
 // Each instance has a cgroup v2 <cgroup_parent>/<cluster id>/<instance id>
@@ -63,7 +85,9 @@
 // what is left in it is killed and the cgroup removed; Delete removes it
 // too. Once per connection the supervisor (`ssh-supervise cgroup`) makes
 // the parent, giving the cpu and memory controllers down to it, or says
-// why it cannot; the node's attribute limits is then cgroup2 or none. On a
+// why it cannot; the node's attribute limits is then cgroup2 or none
+// (systemd on a host whose instances run in units, where the kernel must
+// have the cpu and memory controllers). On a
 // host with none, a create with cpus or memory is ErrUnsupported unless
 // the option limits is count (then they are counted, not enforced), and
 // Resize is ErrUnsupported. Resize writes the limits of a running

@@ -45,9 +45,13 @@ type host struct {
 	reason    string        // why it is offline
 	facts     facts
 	installed string // the supervisor's path on the host once it is there
-	// limits is "ok" when the supervisor can make cgroups with cpu and
-	// memory limits, else why not; known once installed.
+	// limits is "ok" when the instances' cpu and memory limits can be
+	// held (by the cgroups the supervisor makes, or by systemd), else why
+	// not; known once installed.
 	limits string
+	// supervisor is how the instances made from now on are supervised:
+	// SupervisionSystemd or SupervisionProcess; known once installed.
+	supervisor string
 }
 
 // facts are what a host says of itself when it is connected.
@@ -350,7 +354,14 @@ func (h *host) run(ctx context.Context, cmd string, stdin io.Reader, stdout, std
 		// Only the probe dials a host that went away.
 		return -1, driver.Errorf(driver.ErrRetryable, "host %s is offline: %s", h.name, reason)
 	}
-	code, err := runOn(ctx, c, cmd, stdin, stdout, stderr)
+	var code int
+	var err error
+	for try := 1; ; try++ {
+		code, err = runOn(ctx, c, cmd, stdin, stdout, stderr)
+		if !refusedOpen(err) || !openAgain(ctx, try) {
+			break
+		}
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return -1, fmt.Errorf("%w: host %s: %w", driver.ErrTimeout, h.name, ctx.Err())
@@ -365,6 +376,33 @@ func (h *host) run(ctx context.Context, cmd string, stdin io.Reader, stdout, std
 		return -1, fmt.Errorf("%w: host %s: %w", driver.ErrTimeout, h.name, err)
 	}
 	return code, nil
+}
+
+// openRetries bounds the tries again of a channel the host refused to
+// open. sshd counts a closed session against its MaxSessions until its
+// next pass over its channels: a channel opened right after another
+// closed may be refused while fewer than max_channels are open.
+const openRetries = 5
+
+// refusedOpen reports whether err is the host refusing to open a channel.
+func refusedOpen(err error) bool {
+	var refused *gossh.OpenChannelError
+	return errors.As(err, &refused)
+}
+
+// openAgain waits before the next open of a channel the host refused,
+// a little longer after each try, and reports whether to try again: not
+// after openRetries, nor once ctx ended.
+func openAgain(ctx context.Context, try int) bool {
+	if try > openRetries {
+		return false
+	}
+	select {
+	case <-time.After(time.Duration(try) * 10 * time.Millisecond):
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // drop closes c, the host's connection, after err showed it broken.

@@ -226,8 +226,9 @@ func removeCgroup(dir string) {
 func signalsCaught(sigs ...os.Signal) { signal.Notify(make(chan os.Signal, 1), sigs...) }
 
 // supResize sets the cpu (millicpus) and memory (bytes) limits of dir's
-// instance, a zero leaving one as it is: in its cgroup when it runs, and
-// in its record, for the next start and for what List shows.
+// instance, a zero leaving one as it is: in its cgroup (or its unit's
+// properties) when it runs, and in its record, for the next start and for
+// what List shows.
 func supResize(dir, cpuText, memText string) error {
 	cpu, err1 := strconv.ParseInt(cpuText, 10, 64)
 	mem, err2 := strconv.ParseInt(memText, 10, 64)
@@ -245,7 +246,7 @@ func supResize(dir, cpuText, memText string) error {
 	if mem > 0 {
 		r.Memory = driver.Bytes(mem)
 	}
-	if rec.CgroupParent == "" {
+	if rec.CgroupParent == "" && !rec.Systemd {
 		return coded(exitUnsupported, "the instance has no cgroup: its limits cannot change")
 	}
 	rs, ok, err := running(dir)
@@ -253,6 +254,16 @@ func supResize(dir, cpuText, memText string) error {
 		return err
 	}
 	switch {
+	case rec.Systemd && ok:
+		unit, err := unitName(rec.Cluster, rec.ID)
+		if err != nil {
+			return err
+		}
+		if err := systemctl(append([]string{"set-property", "--runtime", unit}, unitLimits(r)...)...); err != nil {
+			return err
+		}
+	case rec.Systemd:
+		// Not running: the next start's unit has them.
 	case ok && rs.Cgroup == "" && rs.NoCgroup != "":
 		return coded(exitUnsupported, "the instance runs without a cgroup: %s", rs.NoCgroup)
 	case ok && rs.Cgroup == "":

@@ -34,6 +34,8 @@ type Options struct {
 	// CgroupParent and Limits: see the package documentation.
 	CgroupParent string `option:"cgroup_parent" help:"cgroup v2 directory on each host under which each instance gets a cgroup <cluster>/<id> with its cpu.max and memory.max; the login user must be able to write it"`
 	Limits       string `option:"limits" help:"enforce: an instance with cpus or memory is refused on a host where no cgroup can hold them; count: it runs there with them counted, not enforced"`
+	// Supervision: see the package documentation.
+	Supervision string `option:"supervision" help:"auto: each instance's supervisor runs in a transient systemd unit (systemd-run) on a host whose service manager is systemd, as a process of its own elsewhere; process: as a process of its own everywhere"`
 }
 
 // The values of the option limits.
@@ -67,6 +69,7 @@ func DefaultOptions() *Options {
 		StopGrace:     10 * time.Second,
 		CgroupParent:  DefaultCgroupParent,
 		Limits:        LimitsEnforce,
+		Supervision:   SupervisionAuto,
 	}
 }
 
@@ -123,6 +126,9 @@ func (o *Options) Validate() error {
 	}
 	if o.Limits != LimitsEnforce && o.Limits != LimitsCount {
 		es.Add("limits", "%q: want %s or %s", o.Limits, LimitsEnforce, LimitsCount)
+	}
+	if o.Supervision != SupervisionAuto && o.Supervision != SupervisionProcess {
+		es.Add("supervision", "%q: want %s or %s", o.Supervision, SupervisionAuto, SupervisionProcess)
 	}
 	return es.Err()
 }

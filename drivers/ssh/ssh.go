@@ -250,7 +250,7 @@ func (h *host) superviseIn(ctx context.Context, stdin io.Reader, stdout, stderr 
 	if code == 127 || code == 126 {
 		// The binary is gone (someone cleaned the root): copy it again.
 		h.mu.Lock()
-		h.installed, h.limits = "", ""
+		h.installed, h.limits, h.supervisor = "", "", ""
 		h.mu.Unlock()
 		return -1, "", driver.Errorf(driver.ErrRetryable, "host %s: the supervisor %s is missing: %s", h.name, h.d.remoteBin(), strings.TrimSpace(errBuf.String()))
 	}
@@ -353,10 +353,50 @@ func (h *host) install(ctx context.Context) error {
 	default:
 		return driver.Errorf(driver.ErrRetryable, "host %s: cgroup check: exit code %d: %s", h.name, code, strings.TrimSpace(errOut.String()))
 	}
+	supervisor := SupervisionProcess
+	if h.d.opts.Supervision == SupervisionAuto {
+		sys, why, err := h.checkSystemd(ctx, bin)
+		if err != nil {
+			return err
+		}
+		if sys {
+			supervisor, limits = SupervisionSystemd, cmp.Or(why, "ok")
+		}
+	}
 	h.mu.Lock()
-	h.installed, h.limits = bin, limits
+	h.installed, h.limits, h.supervisor = bin, limits, supervisor
 	h.mu.Unlock()
 	return nil
+}
+
+// checkSystemd asks the supervisor bin on h whether instances can run in
+// transient systemd units there, and if so why their limits cannot be
+// held ("" when they can).
+func (h *host) checkSystemd(ctx context.Context, bin string) (bool, string, error) {
+	var out, errOut bytes.Buffer
+	code, err := h.run(ctx, quote(bin)+" "+SuperviseCommand+" systemd", nil, &limitedBuffer{b: &out, n: 4096}, &limitedBuffer{b: &errOut, n: 4096})
+	switch {
+	case err != nil:
+		return false, "", err
+	case code == exitOK:
+		return true, strings.TrimSpace(out.String()), nil
+	case code == exitUnsupported:
+		h.d.log.Info("ssh: no systemd units: the supervisor runs as a process", "host", h.name, "reason", strings.TrimSpace(errOut.String()))
+		return false, "", nil
+	}
+	return false, "", driver.Errorf(driver.ErrRetryable, "host %s: systemd check: exit code %d: %s", h.name, code, strings.TrimSpace(errOut.String()))
+}
+
+// supervision returns how instances made on h now are supervised
+// (SupervisionSystemd or SupervisionProcess). It installs the supervisor
+// first when needed.
+func (h *host) supervision(ctx context.Context) (string, error) {
+	if err := h.install(ctx); err != nil {
+		return "", err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.supervisor, nil
 }
 
 // noLimits says why cpu and memory limits cannot be enforced on h, or ""
@@ -599,12 +639,17 @@ func (d *Driver) State(ctx context.Context) (*driver.PlatformState, error) {
 			n.Capacity = driver.Resources{CPU: driver.MilliCPU(f.cpus * 1000), Memory: driver.Bytes(f.memory), Disk: driver.Bytes(f.disk)}
 			n.Attributes = map[string]string{"kernel": f.kernel, "arch": f.arch, "os": "linux"}
 			h.mu.Lock()
-			switch h.limits {
-			case "":
-			case "ok":
+			switch {
+			case h.limits == "":
+			case h.limits == "ok" && h.supervisor == SupervisionSystemd:
+				n.Attributes["limits"] = "systemd"
+			case h.limits == "ok":
 				n.Attributes["limits"] = "cgroup2"
 			default:
 				n.Attributes["limits"] = "none"
+			}
+			if h.supervisor != "" {
+				n.Attributes["supervisor"] = h.supervisor
 			}
 			h.mu.Unlock()
 		}

@@ -48,7 +48,8 @@ const (
 	fileStdout = "stdout.log"
 	fileStderr = "stderr.log"
 	fileSupLog = "supervisor.log"
-	fileAttach = "attach.sock" // the supervisor's socket for the instance's input and terminal
+	fileAttach = "attach.sock"  // the supervisor's socket for the instance's input and terminal
+	fileReport = "start.report" // the start's outcome, from a supervisor in a systemd unit
 	dirFiles   = "files"
 	fileUData  = "user-data"
 )
@@ -74,6 +75,10 @@ type record struct {
 	// CgroupParent is where the instance's cgroup v2 is made
 	// (<parent>/<cluster>/<id>); empty: none is made.
 	CgroupParent string `json:"cgroup_parent,omitempty"`
+	// Systemd runs the supervisor in a transient systemd unit
+	// (unitName), which holds the limits as its properties; CgroupParent
+	// is then empty.
+	Systemd bool `json:"systemd,omitempty"`
 	// CountLimits lets the instance run with its cpu and memory
 	// unenforced where no cgroup can be made; without it such a start
 	// fails.
@@ -136,6 +141,7 @@ type status struct {
 //	delete DIR GRACE       stop, then remove DIR
 //	logs DIR STREAMS TAIL FOLLOW   copy stdout.log to stdout and stderr.log to stderr
 //	cgroup PARENT          make PARENT a cgroup v2 for instances, or say why it cannot be (exit 7)
+//	systemd                say why instances cannot run in transient systemd units here (exit 7), else print why their limits cannot be held (nothing when they can)
 //	resize DIR CPUS MEMORY set the instance's cpu (millicpus) and memory (bytes) limits; 0 leaves one as it is
 //	attach DIR MODE        follow the output (MODE replay: from its start; new: from now) and relay stdin to the instance's input
 //	resize-tty DIR ROWS COLS  set the size of the instance's terminal
@@ -151,7 +157,7 @@ func Supervise(args []string, stdout, stderr io.Writer) int {
 	}
 	verb, args := args[0], args[1:]
 	need := map[string]int{"start": 1, "list": 1, "signal": 2, "stop": 2, "delete": 2, "logs": 4, "run": 1, "suspend": 1, "resume": 1, "usage": 1,
-		"cgroup": 1, "resize": 3, "attach": 2, "resize-tty": 3, "exec": 1}
+		"cgroup": 1, "systemd": 0, "resize": 3, "attach": 2, "resize-tty": 3, "exec": 1}
 	if n, ok := need[verb]; ok && len(args) != n {
 		return fail(exitUsage, "%s %s: %d arguments, want %d", SuperviseCommand, verb, len(args), n)
 	}
@@ -197,6 +203,12 @@ func Supervise(args []string, stdout, stderr io.Writer) int {
 	case "cgroup":
 		if cerr := checkCgroup(args[0]); cerr != nil {
 			err = codedError{exitUnsupported, cerr}
+		}
+	case "systemd":
+		if serr := checkSystemd(); serr != nil {
+			err = codedError{exitUnsupported, serr}
+		} else if lerr := checkSystemdLimits(); lerr != nil {
+			fmt.Fprintln(stdout, lerr)
 		}
 	case "resize":
 		err = supResize(args[0], args[1], args[2])
@@ -286,6 +298,26 @@ func supStart(dir string) error {
 			return err
 		}
 	}
+	if rec.Systemd {
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			return err
+		}
+		report := filepath.Join(abs, fileReport)
+		if err := os.Remove(report); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		serr := startUnit(abs, &rec)
+		line, _ := os.ReadFile(report)
+		switch {
+		case len(line) == 0 && serr != nil:
+			return serr
+		case len(line) == 0:
+			unit, _ := unitName(rec.Cluster, rec.ID)
+			return fmt.Errorf("the supervisor in %s ended before it started the process (see journalctl -u %s)", unit, unit)
+		}
+		return reported(string(line), dir)
+	}
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -303,6 +335,8 @@ func supStart(dir string) error {
 	defer logf.Close()
 	cmd := exec.Command(self, SuperviseCommand, "run", dir)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	// NOTIFY_SOCKET would make it report to systemd (reporter), not here.
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "NOTIFY_SOCKET=") })
 	cmd.ExtraFiles = []*os.File{w}
 	// A session of its own: the ssh session ending (SIGHUP to its
 	// process group) does not reach it.
@@ -316,6 +350,12 @@ func supStart(dir string) error {
 	// reaps it.
 	_ = cmd.Process.Release()
 	line, _ := bufio.NewReader(io.LimitReader(r, 4096)).ReadString('\n')
+	return reported(line, dir)
+}
+
+// reported is the error a supervisor's report line stands for (nil for
+// ok); an empty line is a supervisor that ended before it reported.
+func reported(line, dir string) error {
 	switch {
 	case line == "ok\n":
 		return nil
@@ -335,18 +375,11 @@ const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 // serves attaches on dir's socket while the process runs, waits for it and
 // records how it ended.
 func supRun(dir string) int {
-	report := os.NewFile(3, "report")
-	say := func(s string) {
-		if report != nil {
-			fmt.Fprintln(report, s)
-			report.Close()
-			report = nil
-		}
-	}
-	signalsCaught(syscall.SIGHUP, syscall.SIGPIPE)
 	if abs, err := filepath.Abs(dir); err == nil {
 		dir = abs
 	}
+	say := reporter(dir)
+	signalsCaught(syscall.SIGHUP, syscall.SIGPIPE)
 	var rec record
 	if err := readJSON(filepath.Join(dir, fileRecord), &rec); err != nil {
 		say("error: " + err.Error())
@@ -423,6 +456,40 @@ func supRun(dir string) int {
 		return exitFailed
 	}
 	return exitOK
+}
+
+// reporter returns how the supervisor of dir reports, once, that the
+// process started ("ok") or why not: on fd 3, the pipe supStart reads;
+// in a systemd unit (NOTIFY_SOCKET is set) to dir's report file, then,
+// on ok, to systemd as READY=1, which ends the wait of systemd-run.
+func reporter(dir string) func(string) {
+	done := false
+	socket := os.Getenv("NOTIFY_SOCKET")
+	if socket == "" {
+		report := os.NewFile(3, "report")
+		return func(s string) {
+			if !done {
+				done = true
+				fmt.Fprintln(report, s)
+				report.Close()
+			}
+		}
+	}
+	os.Unsetenv("NOTIFY_SOCKET")
+	return func(s string) {
+		if done {
+			return
+		}
+		done = true
+		if err := os.WriteFile(filepath.Join(dir, fileReport), []byte(s+"\n"), 0o600); err != nil {
+			fmt.Fprintln(os.Stderr, "report:", err)
+		}
+		if s == "ok" {
+			if err := notifyReady(socket); err != nil {
+				fmt.Fprintln(os.Stderr, "notify systemd:", err)
+			}
+		}
+	}
 }
 
 // instanceEnv is the environment of rec's process, whose directory is
@@ -717,8 +784,10 @@ const interrupted = 5 * time.Minute
 
 // supList prints the status of every instance directory under root. It
 // removes what an interrupted create or delete left: directories never
-// renamed into place, or renamed away and not removed.
+// renamed into place, or renamed away and not removed, and units of the
+// cluster without a directory (cleanUnits).
 func supList(root string, stdout io.Writer) error {
+	cleanUnits(root)
 	ents, err := os.ReadDir(root)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -886,6 +955,14 @@ func supStop(dir, graceText string, remove bool) error {
 		return nil
 	}
 	removeCgroup(rs.Cgroup)
+	// The unit goes before the directory: a unit without one is a leak
+	// (cleanUnits).
+	var rec record
+	if err := readJSON(filepath.Join(dir, fileRecord), &rec); err == nil && rec.Systemd {
+		if unit, err := unitName(rec.Cluster, rec.ID); err == nil {
+			stopUnit(unit)
+		}
+	}
 	// A rename first: a listing never sees half a directory.
 	gone := filepath.Join(filepath.Dir(dir), ".gone-"+filepath.Base(dir))
 	if err := os.Rename(dir, gone); err != nil {
