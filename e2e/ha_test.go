@@ -23,7 +23,6 @@ import (
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/drivers/docker/dockertest"
 	"github.com/berth-dev/berth/internal/netnstest"
-	"github.com/berth-dev/berth/internal/testdeps"
 	"github.com/berth-dev/berth/reconciler"
 	"github.com/berth-dev/berth/scheduler"
 	"github.com/berth-dev/berth/store/etcd/etcdtest"
@@ -399,9 +398,6 @@ func TestHighAvailability(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
 		t.Skip("three servers and 300 containers: skipped in -short mode")
-	}
-	if os.Geteuid() != 0 {
-		testdeps.Need(t, errors.New("network namespaces for the servers need root: run the tests as root"))
 	}
 	// 300 containers: the machine's engine is this test's alone meanwhile.
 	cli, image := engineFor(t, "ha-hello")

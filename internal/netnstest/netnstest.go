@@ -6,12 +6,15 @@ package netnstest
 import (
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/berth-dev/berth/internal/testdeps"
 )
 
 // NS is a network namespace a test made.
@@ -64,11 +67,18 @@ func tag() (string, int) {
 	return fmt.Sprintf("%04x%d", binary.BigEndian.Uint16(r[:]), n), n
 }
 
-// needRoot fails t unless it runs as root.
+// needRoot skips t (or fails it under testdeps.EnvRequireAll) unless it
+// runs as root with ip (iproute2) and nsenter (util-linux) at hand.
 func needRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Fatal("netnstest: a network namespace needs root")
+		testdeps.Need(t, errors.New("network namespaces need root: run the tests as root"))
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		testdeps.Need(t, testdeps.Missing("ip", "iproute2"))
+	}
+	if _, err := exec.LookPath("nsenter"); err != nil {
+		testdeps.Need(t, testdeps.Missing("nsenter", "util-linux"))
 	}
 }
 

@@ -3,14 +3,11 @@ package netnstest
 import (
 	"net"
 	"os"
-	"os/exec"
 	"runtime"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/berth-dev/berth/internal/testdeps"
 )
 
 // inNS runs fn on a thread of its own inside ns's network namespace:
@@ -50,12 +47,6 @@ func dial(addr string) error {
 // them; one cut off is reached by nobody until it is restored. A pair's
 // namespace is reached from the test.
 func TestHub(t *testing.T) {
-	if os.Geteuid() != 0 {
-		testdeps.Need(t, testdeps.Missing("root", "nothing: run the tests as root"))
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		testdeps.Need(t, testdeps.Missing("ip", "iproute2"))
-	}
 	h := NewHub(t)
 	a, b := h.Add(), h.Add()
 	var ln net.Listener
