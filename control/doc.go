@@ -49,8 +49,8 @@
 //     ledger (which follows from the records: a record that holds a node
 //     holds its allocation) and the usage meter. Commit calls it after its
 //     transaction, the store watch for every change it sees, a read-only
-//     plane for every change it follows, reload and the resyncs for what
-//     they read again; a change applied already, or older than a removal
+//     plane for every change it follows, load at start-up, reload and the
+//     resyncs for what they read again; a change applied already, or older than a removal
 //     applied (tombstones), is skipped, so one change arriving twice or a
 //     lagging watch changes nothing. Two things enter memory ahead of the
 //     store, and leave it if their transaction fails: a request being

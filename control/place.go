@@ -22,18 +22,11 @@ type cluster struct {
 	c *scheduler.Cluster
 }
 
-// newCluster builds the placement state from the instances in the store
-// that hold a node.
+// newCluster builds the placement state: the providers' capabilities, the
+// quotas and overcommit policies. It holds no instance yet: load's
+// records bring their reservations (applyStored).
 func newCluster(s *state) *cluster {
 	c := &cluster{c: scheduler.NewCluster()}
-	var as []scheduler.Allocation
-	for _, in := range s.snapshot(func(in *rec) bool { return in.Phase.HoldsNode() }) {
-		as = append(as, allocationOf(&in))
-	}
-	if err := c.c.Reserve(as...); err != nil {
-		// Ids are unique keys in the store; a failure here is a bug.
-		s.log.Error("reserve instances", "err", err)
-	}
 	for _, name := range s.provNames {
 		c.c.SetCapabilities(name, append(s.provs[name].Capabilities(), s.provs[name].Features()...))
 	}

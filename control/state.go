@@ -191,6 +191,7 @@ func newState(ctx context.Context, cfg Config) (*state, error) {
 	s.meter.rings, s.meter.nodes = map[string]*ring{}, map[string]NodeUsage{}
 	s.meter.nodeHours, s.meter.measured = map[string]*hour{}, make(chan struct{})
 	s.gang.init(cfg.QueuePolicy, cfg.Pools)
+	s.cluster = newCluster(s)
 	if err := s.load(ctx); err != nil {
 		return nil, err
 	}
@@ -203,13 +204,11 @@ func newState(ctx context.Context, cfg Config) (*state, error) {
 	if cfg.ReadOnly {
 		// Nothing is written and no provider is called: the nodes are
 		// the leader's to read.
-		s.cluster = newCluster(s)
 		return s, nil
 	}
 	if err := s.dropOrphans(ctx); err != nil {
 		return nil, err
 	}
-	s.cluster = newCluster(s)
 	s.placer.refreshNodes(ctx)
 	return s, nil
 }
@@ -338,7 +337,11 @@ func appendPrefixed(es driver.FieldErrors, prefix string, err error) driver.Fiel
 	return es
 }
 
-// load reads every request and instance from the store.
+// loadChunk is how many records load applies at once.
+const loadChunk = 1 << 16
+
+// load reads every request and instance from the store into memory and
+// the ledger, through applyStored.
 func (s *state) load(ctx context.Context) error {
 	kvs, _, err := s.st.List(ctx, PrefixRequests)
 	if err != nil {
@@ -354,7 +357,7 @@ func (s *state) load(ctx context.Context) error {
 			}
 			continue
 		}
-		s.requests[strings.TrimPrefix(kv.Key, PrefixRequests)] = r
+		s.applyStored([]change{{id: strings.TrimPrefix(kv.Key, PrefixRequests), request: true, req: r, rev: kv.ModRevision}})
 	}
 	kvs, rev, err := s.st.List(ctx, PrefixInstances)
 	if err != nil {
@@ -367,6 +370,9 @@ func (s *state) load(ctx context.Context) error {
 		}
 		return nil
 	}
+	// Applied in chunks, as the watch would hand them over: memory and
+	// the ledger take them through the one apply function.
+	cs := make([]change, 0, min(len(kvs), loadChunk))
 	for _, kv := range kvs {
 		in, err := decodeRecord(kv, spec)
 		if err != nil {
@@ -376,8 +382,12 @@ func (s *state) load(ctx context.Context) error {
 			s.aside[strings.TrimPrefix(kv.Key, PrefixInstances)] = true
 			continue
 		}
-		s.putLocked(in)
+		if cs = append(cs, change{id: in.ID, in: in, rev: kv.ModRevision}); len(cs) == loadChunk {
+			s.applyStored(cs)
+			cs = cs[:0]
+		}
 	}
+	s.applyStored(cs)
 	s.loadRev = rev
 	kvs, _, err = s.st.List(ctx, quarantineKey(PrefixInstances))
 	if err != nil {

@@ -13,20 +13,16 @@ import (
 // TestOneApply fails when a function other than the apply function
 // (applyStored, and the records' own helpers it calls) writes the records
 // or the scheduler's ledger. The exceptions are listed with their reason:
-// start-up, which builds memory before anything else runs, and the two
-// things that enter memory ahead of the store and leave it when their
-// transaction fails (doc.go, One apply).
+// the two things that enter memory ahead of the store and leave it when
+// their transaction fails (doc.go, One apply).
 func TestOneApply(t *testing.T) {
 	allowed := map[string]string{
 		// The apply function and the records' helpers it calls.
 		"applyStored":        "the apply function",
 		"applyRequestLocked": "applyStored's part for requests",
-		"putLocked":          "the records' own index upkeep, called by applyStored and load",
+		"putLocked":          "the records' own index upkeep, called by applyStored",
 		"dropLocked":         "the records' own index upkeep, called by applyStored",
 		"release":            "cluster.release, the ledger's give-back that the functions listed here call",
-		// Start-up: memory and the ledger built once, before Run.
-		"load":       "start-up reads every record before anything else runs",
-		"newCluster": "start-up reserves what the loaded records hold",
 		// Ahead of the store.
 		"commit":          "a request being admitted enters memory before its transaction, and leaves it if it fails",
 		"giveBack":        "a failed admission gives back the reservations its placement made",
