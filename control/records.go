@@ -14,7 +14,7 @@ import (
 )
 
 // records is the store's instances and requests in memory, a replica that
-// changes only through applyStored (after load has read it), with their
+// changes only through applyStored, with their
 // indexes and tallies, and the latest reading of every node. mu guards all
 // of it.
 type records struct {
