@@ -78,6 +78,27 @@ func (p *Plane) Top(ctx context.Context, ref, psArgs string) (*driver.Processes,
 	return prov.Top(ctx, in.BackendID, psArgs)
 }
 
+// RemoveVolume removes the named volume name from the node of provider
+// providerName where it lives (driver.VolumeRemover): a provider that
+// cannot is driver.ErrUnsupported naming it and its driver, a volume an
+// instance of the back-end uses is driver.ErrPermanent.
+func (p *Plane) RemoveVolume(ctx context.Context, providerName, node, name string) error {
+	if err := p.refuse(); err != nil {
+		return err
+	}
+	if name == "" || node == "" {
+		return &driver.FieldError{Path: "volume", Reason: "required: a node and a volume name"}
+	}
+	prov, err := p.verbs.provider(providerName)
+	if err != nil {
+		return err
+	}
+	if !slices.Contains(prov.Capabilities(), driver.CapVolumeRemove) {
+		return driver.Errorf(driver.ErrUnsupported, "provider %q (driver %q) cannot remove a volume", prov.Name(), driverName(prov))
+	}
+	return prov.RemoveVolume(ctx, node, name)
+}
+
 // archiver checks path and returns the back-end id of the instance ref and
 // its provider, which must be able to copy.
 func (p *Plane) archiver(ref, path string) (string, *provider.Provider, error) {

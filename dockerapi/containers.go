@@ -493,7 +493,12 @@ func (s *Server) submit(ctx context.Context, id string, c *created) error {
 	}
 	req, placed, err := s.onNetwork(ctx, c)
 	if err == nil {
-		_, err = s.plane.Submit(ctx, req, c.owner)
+		var pinned func(context.Context, error)
+		req, pinned, err = s.onVolumes(ctx, c, req)
+		if err == nil {
+			_, err = s.plane.Submit(ctx, req, c.owner)
+			pinned(ctx, err)
+		}
 		placed(ctx, err)
 	}
 	s.mu.Lock()

@@ -183,7 +183,7 @@ func TestRefusals(t *testing.T) {
 	}{
 		{[]string{"run", "-d", "--privileged", helloImage}, "Berth cannot honour --privileged"},
 		{[]string{"run", "-d", "--init", helloImage}, "--init"},
-		{[]string{"volume", "ls"}, "not supported by Berth"},
+		{[]string{"plugin", "ls"}, "not supported by Berth"},
 		{[]string{"exec", "x", "ls"}, "No such container"},
 		{[]string{"logs", "--since", "1m", "c1"}, "--since"},
 	} {

@@ -83,3 +83,59 @@ func TestNetworkPlacement(t *testing.T) {
 	e.must(t, "rm", "-f", "p0", "p1", "p2", "big", "w0")
 	e.waitNoEngineNetworks(t)
 }
+
+// TestVolumePlacement: over two engines, a later container mounting a
+// named volume lands on the node of its first user, where spreading would
+// not put it; one the node has no room for waits, and berth why names the
+// constraint. The volume is removed from that engine.
+func TestVolumePlacement(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	second, err := dockertest.StartEngine(ctx, dockertest.EngineOptions{})
+	if errors.Is(err, dockertest.ErrUnavailable) {
+		t.Skipf("no second engine: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Destroy()
+	if err := dockertest.CopyImage(ctx, mainCli, second.Client, helloImage); err != nil {
+		t.Fatal(err)
+	}
+	e := setupEngines(t, fmt.Sprintf(`[{"name":"main","address":%q,"capacity":{"cpus":2}},{"name":"second","address":%q,"capacity":{"cpus":2}}]`,
+		dockertest.MainHost, second.Address()))
+	vol := "v-" + dockertest.RandomID()
+	t.Cleanup(func() { removeEngineVolume(mainCli, "team."+vol) })
+	ids := map[string]string{}
+	var home string
+	for _, name := range []string{"v0", "v1"} {
+		ids[name] = strings.TrimSpace(e.must(t, "run", "-d", "--name", name, "-v", vol+":/data", "--cpus", "0.5", helloImage))
+		in := e.waitPhase(t, name, reconciler.Running)
+		if home == "" {
+			home = in.Node
+		}
+		if in.Node != home {
+			t.Errorf("%s mounting %s runs on %s, the volume's first user on %s", name, vol, in.Node, home)
+		}
+	}
+	if out := e.must(t, "volume", "inspect", "-f", "{{.Status.Node}}", vol); !strings.Contains(out, "/"+home) {
+		t.Errorf("volume inspect: node %q; want %s", out, home)
+	}
+	// The other node has room for it, the volume's has not.
+	ids["big"] = strings.TrimSpace(e.must(t, "run", "-d", "--name", "big", "-v", vol+":/data", "--cpus", "1.5", helloImage))
+	e.waitMessage(t, "big", "node=="+home)
+	srv := httptest.NewServer(api.New(e.plane, api.Options{Logger: quiet, Tokens: e.tokens}))
+	defer srv.Close()
+	why, err := exec.Command(buildBerth(t), "--addr", srv.URL, "--token", e.token, "why", "big").CombinedOutput()
+	t.Logf("berth why big:\n%s", why)
+	if err != nil || !strings.Contains(string(why), "node=="+home) {
+		t.Errorf("berth why big: %v\n%s", err, why)
+	}
+	e.must(t, "rm", "-f", "v0", "v1", "big")
+	for _, id := range ids {
+		e.waitGone(t, id)
+	}
+	e.must(t, "volume", "rm", vol)
+	noEngineVolume(t, mainCli, "team."+vol)
+	noEngineVolume(t, second.Client, "team."+vol)
+}

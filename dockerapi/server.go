@@ -96,7 +96,8 @@ type Options struct {
 	// api.DefaultWriteTimeout): a stop whose grace it cannot wait out
 	// (api.LongGrace) is answered once stored and carried out after.
 	WriteTimeout time.Duration
-	// Store keeps the networks (under PrefixNetworks), so that they outlive
+	// Store keeps the networks (under PrefixNetworks) and the volumes
+	// (under PrefixVolumes), so that they outlive
 	// the server; the plane's store serves. Nil keeps them in memory.
 	Store store.Store
 }
@@ -147,6 +148,13 @@ type Server struct {
 	// and placed, so that two first members started at once do not go to
 	// two engines (placingLock).
 	placing [64]sync.Mutex
+
+	vols *volStore // the volumes of every namespace
+	// volPlacing holds, by a hash of a volume's back-end name, a lock taken
+	// while the first of the volume's users is submitted and placed, so
+	// that two first users started at once do not go to two nodes
+	// (volumeLock).
+	volPlacing [64]sync.Mutex
 }
 
 // New returns the Engine API server for plane.
@@ -157,7 +165,7 @@ func New(plane *control.Plane, opts Options) *Server {
 		created: map[string]*created{}, autoRm: map[string]struct{}{}, attached: map[string]int{}, open: map[string]int{}, exits: map[string]int{},
 		sizes: map[string]driver.TTYSize{}, execs: map[string]*execRec{},
 		tokenStreams: opts.TokenStreams, writeTimeout: opts.WriteTimeout,
-		nets: newNetStore(opts.Store),
+		nets: newNetStore(opts.Store), vols: newVolStore(opts.Store),
 	}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -248,6 +256,12 @@ func (s *Server) routes() {
 	h("POST /networks/prune", s.networkPrune)
 	h("POST /networks/{id}/connect", s.networkConnect)
 	h("POST /networks/{id}/disconnect", s.networkDisconnect)
+
+	h("GET /volumes", s.volumeList)
+	h("GET /volumes/{name}", s.volumeInspect)
+	h("POST /volumes/create", s.volumeCreate)
+	h("DELETE /volumes/{name}", s.volumeRemove)
+	h("POST /volumes/prune", s.volumePrune)
 }
 
 // versionPrefix matches the /v1.NN prefix of versioned paths.

@@ -323,6 +323,15 @@ type SpecChecker interface {
 	CheckSpec(spec *Spec) error
 }
 
+// VolumeRemover removes the named volume name from node, where the
+// instances that mounted it (Volume.Source) made it. A volume that is not
+// there is not an error; one an instance of the back-end still uses is
+// ErrPermanent, and stays.
+// Fallback: ErrUnsupported.
+type VolumeRemover interface {
+	RemoveVolume(ctx context.Context, node, name string) error
+}
+
 // Sweeper removes what the back-end made for its instances to share (the
 // docker driver's networks) once no instance uses it: Sweep removes the
 // shared resources tagged with all of tags (always TagManaged) that no
@@ -354,6 +363,8 @@ const (
 	CapExec    = "exec"
 	CapArchive = "archive"
 	CapTop     = "top"
+	// CapVolumeRemove: named volumes are removed (VolumeRemover).
+	CapVolumeRemove = "volume-remove"
 )
 
 // Features: what a back-end can run, as declared by a FeatureReporter and
@@ -489,6 +500,8 @@ func Capabilities(d Driver) []string {
 	add(ok, CapTop)
 	_, ok = As[UsageReporter](d, CapUsage)
 	add(ok, CapUsage)
+	_, ok = As[VolumeRemover](d, CapVolumeRemove)
+	add(ok, CapVolumeRemove)
 	return caps
 }
 

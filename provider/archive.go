@@ -56,3 +56,17 @@ func (p *Provider) Top(ctx context.Context, id, psArgs string) (*driver.Processe
 	return call(ctx, p, callOpts{op: "top", budget: readBudget, timed: true, attrs: []any{"instance", id}},
 		func(ctx context.Context) (*driver.Processes, error) { return t.Top(ctx, id, psArgs) })
 }
+
+// RemoveVolume removes the named volume name from node
+// (driver.VolumeRemover). It spends one change and is bounded by
+// CallTimeout.
+// Fallback: ErrUnsupported.
+func (p *Provider) RemoveVolume(ctx context.Context, node, name string) error {
+	v, ok := driver.As[driver.VolumeRemover](p.d, driver.CapVolumeRemove)
+	if !ok {
+		return p.unsupported("remove-volume", "the driver cannot remove volumes", "node", node, "volume", name)
+	}
+	_, err := call(ctx, p, callOpts{op: "remove-volume", budget: writeBudget, timed: true, attrs: []any{"node", node, "volume", name}},
+		func(ctx context.Context) (struct{}, error) { return struct{}{}, v.RemoveVolume(ctx, node, name) })
+	return err
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
@@ -86,7 +87,25 @@ func (d *Driver) Top(ctx context.Context, id, psArgs string) (*driver.Processes,
 	return &driver.Processes{Titles: res.Titles, Rows: res.Processes}, nil
 }
 
+// RemoveVolume removes the named volume name from the engine node (the
+// engine's VolumeRemove). A volume the engine has not is not an error; one
+// a container of the engine uses is ErrPermanent.
+func (d *Driver) RemoveVolume(ctx context.Context, node, name string) error {
+	e, err := d.engine(node)
+	if err != nil {
+		return err
+	}
+	cctx, cancel := d.callCtx(ctx)
+	defer cancel()
+	_, err = e.cli.VolumeRemove(cctx, name, client.VolumeRemoveOptions{})
+	if cerrdefs.IsNotFound(err) {
+		return nil
+	}
+	return d.act(e, err, "remove volume "+name)
+}
+
 var (
-	_ driver.Archiver = (*Driver)(nil)
-	_ driver.Topper   = (*Driver)(nil)
+	_ driver.VolumeRemover = (*Driver)(nil)
+	_ driver.Archiver      = (*Driver)(nil)
+	_ driver.Topper        = (*Driver)(nil)
 )
