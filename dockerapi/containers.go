@@ -697,7 +697,7 @@ func (s *Server) stop(w http.ResponseWriter, r *http.Request) error {
 	// stopped once it is: as the Engine, answer once it has stopped. One
 	// that takes longer goes on, and its stop with it; one waiting for
 	// room is answered at once.
-	ctx, cancel := context.WithTimeout(r.Context(), s.stopWait())
+	ctx, cancel := context.WithTimeout(r.Context(), s.answerWait())
 	defer cancel()
 	_, _ = s.waitFor(ctx, c.id, func(in control.Instance) bool {
 		return in.Phase == reconciler.Pending || in.Want == "" && in.Phase != reconciler.Stopping
@@ -780,8 +780,10 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request) error {
 	delete(s.sizes, c.id)
 	s.mu.Unlock()
 	// As the Engine, answer once the container is gone; a removal that
-	// takes longer goes on (ps shows it "Removal In Progress").
-	ctx, cancel := context.WithTimeout(r.Context(), removeWait)
+	// takes longer goes on (ps shows it "Removal In Progress"). The answer
+	// is given well within the write deadline: one cut by it would reach
+	// the client as a closed connection.
+	ctx, cancel := context.WithTimeout(r.Context(), s.answerWait())
 	defer cancel()
 	_, _ = s.waitFor(ctx, c.id, func(in control.Instance) bool { return in.Phase == reconciler.Deleted })
 	w.WriteHeader(http.StatusNoContent)
@@ -791,9 +793,10 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request) error {
 // removeWait bounds how long rm waits for the back-end resource to go.
 const removeWait = 30 * time.Second
 
-// stopWait bounds how long stop waits for a container still being created
-// to be stopped: removeWait, within half the answer's deadline.
-func (s *Server) stopWait() time.Duration {
+// answerWait bounds how long rm waits for the back-end resource to go, and
+// stop for a container still being created to be stopped: removeWait,
+// within half the answer's write deadline.
+func (s *Server) answerWait() time.Duration {
 	if s.writeTimeout > 0 {
 		return min(removeWait, s.writeTimeout/2)
 	}

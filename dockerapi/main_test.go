@@ -44,6 +44,13 @@ var quiet = func() *slog.Logger {
 	return slog.New(slog.DiscardHandler)
 }()
 
+// writeTimeout is the test server's write timeout. A stop within half of
+// it is answered once done (docker stop's default grace, 10 s, is), and
+// rm waits at most half of it for the removal: shorter, the answers of a
+// loaded machine's slow removals were cut by the deadline and reached the
+// CLI as a closed connection.
+const writeTimeout = 30 * time.Second
+
 func TestMain(m *testing.M) { os.Exit(runMain(m)) }
 
 func runMain(m *testing.M) int {
@@ -174,7 +181,10 @@ func setupEngines(t testing.TB, engines string) *env {
 	e.admin = e.newToken(t, "root", auth.RoleAdmin, auth.AllNamespaces)
 	e.reader = e.newToken(t, "viewer", auth.RoleReader, auth.AllNamespaces)
 	e.store = st
-	e.server = dockerapi.New(e.plane, dockerapi.Options{Authenticator: e.tokens, Logger: quiet, ServerVersion: "test", Store: st})
+	// The endpoint is told the write timeout its HTTP server has (below),
+	// as berth server tells it: the answers it holds back for the engine's
+	// timing (stop, rm) come within it.
+	e.server = dockerapi.New(e.plane, dockerapi.Options{Authenticator: e.tokens, Logger: quiet, ServerVersion: "test", Store: st, WriteTimeout: writeTimeout})
 	dir, err := os.MkdirTemp("", "dapi")
 	if err != nil {
 		t.Fatal(err)
@@ -185,9 +195,10 @@ func setupEngines(t testing.TB, engines string) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Short read and write timeouts, as a server has them: streams must
-	// lift them.
-	hs := &http.Server{Handler: e.server, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second}
+	// A short read timeout and a write timeout (shorter than a server's
+	// default) that the streams must lift; TestStreamsOutliveWriteTimeout
+	// checks that with a shorter one still.
+	hs := &http.Server{Handler: e.server, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: writeTimeout}
 	served := make(chan struct{})
 	go func() { defer close(served); _ = hs.Serve(ln) }()
 	t.Cleanup(func() {
