@@ -21,11 +21,12 @@ type change struct {
 	watched bool
 }
 
-// applyStored is the one way the store's instance records reach memory.
-// Commit calls it once its transaction is stored, the store watch for
-// every change it sees, a read-only plane for every change it follows,
-// and reload and the resyncs for what they read again: a leader's memory
-// and a follower's come out of the same code.
+// applyStored is the one way the store's records of instances and
+// requests reach memory. Commit calls it once its transaction is stored,
+// the store watch for every change it sees, a read-only plane for every
+// change it follows, load at start-up, and reload and the resyncs for what
+// they read again: a leader's memory and a follower's come out of the same
+// code.
 //
 // It brings the records, their indexes and tallies, the names, the
 // scheduler's ledger and the usage meter in step with cs, under the
