@@ -13,6 +13,7 @@ import (
 	"github.com/berth-dev/berth/api"
 	"github.com/berth-dev/berth/dockerapi"
 	"github.com/berth-dev/berth/drivers/docker/dockertest"
+	"github.com/berth-dev/berth/internal/testdeps"
 	"github.com/berth-dev/berth/reconciler"
 )
 
@@ -21,21 +22,7 @@ import (
 // node has no room for waits, and its reasons (what berth why prints) name
 // the rule. A network made with io.berth.spread=true has no such rule.
 func TestNetworkPlacement(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	second, err := dockertest.StartEngine(ctx, dockertest.EngineOptions{})
-	if errors.Is(err, dockertest.ErrUnavailable) {
-		t.Skipf("no second engine: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer second.Destroy()
-	if err := dockertest.CopyImage(ctx, mainCli, second.Client, helloImage); err != nil {
-		t.Fatal(err)
-	}
-	e := setupEngines(t, fmt.Sprintf(`[{"name":"main","address":%q,"capacity":{"cpus":2}},{"name":"second","address":%q,"capacity":{"cpus":2}}]`,
-		dockertest.MainHost, second.Address()))
+	e, _ := twoEngines(t)
 	e.must(t, "network", "create", "pack")
 	e.must(t, "network", "create", "-o", dockerapi.OptSpread+"=true", "wide")
 	var home string
@@ -89,21 +76,7 @@ func TestNetworkPlacement(t *testing.T) {
 // not put it; one the node has no room for waits, and berth why names the
 // constraint. The volume is removed from that engine.
 func TestVolumePlacement(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	second, err := dockertest.StartEngine(ctx, dockertest.EngineOptions{})
-	if errors.Is(err, dockertest.ErrUnavailable) {
-		t.Skipf("no second engine: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer second.Destroy()
-	if err := dockertest.CopyImage(ctx, mainCli, second.Client, helloImage); err != nil {
-		t.Fatal(err)
-	}
-	e := setupEngines(t, fmt.Sprintf(`[{"name":"main","address":%q,"capacity":{"cpus":2}},{"name":"second","address":%q,"capacity":{"cpus":2}}]`,
-		dockertest.MainHost, second.Address()))
+	e, second := twoEngines(t)
 	vol := "v-" + dockertest.RandomID()
 	t.Cleanup(func() { removeEngineVolume(mainCli, "team."+vol) })
 	ids := map[string]string{}
@@ -138,4 +111,27 @@ func TestVolumePlacement(t *testing.T) {
 	e.must(t, "volume", "rm", vol)
 	noEngineVolume(t, mainCli, "team."+vol)
 	noEngineVolume(t, second.Client, "team."+vol)
+}
+
+// twoEngines starts a second dockerd holding the test image, and an env
+// whose docker provider has two nodes of 2 cpus: "main", the machine's
+// engine, and "second". The engine goes when the test ends.
+func twoEngines(t *testing.T) (*env, *dockertest.Engine) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	second, err := dockertest.StartEngine(ctx, dockertest.EngineOptions{})
+	if errors.Is(err, dockertest.ErrUnavailable) {
+		testdeps.Need(t, fmt.Errorf("no second engine: %w", err))
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(second.Destroy)
+	if err := dockertest.CopyImage(ctx, mainCli, second.Client, helloImage); err != nil {
+		t.Fatal(err)
+	}
+	e := setupEngines(t, fmt.Sprintf(`[{"name":"main","address":%q,"capacity":{"cpus":2}},{"name":"second","address":%q,"capacity":{"cpus":2}}]`,
+		dockertest.MainHost, second.Address()))
+	return e, second
 }
