@@ -2,6 +2,7 @@ package control
 
 import (
 	"slices"
+	"sync/atomic"
 
 	"github.com/berth-dev/berth/reconciler"
 	"github.com/berth-dev/berth/scheduler"
@@ -135,8 +136,10 @@ type tombstones struct {
 	// on is set while a watch runs; without one nothing older can
 	// arrive, and no tombstone is kept.
 	on bool
-	// watched is the store revision the watch has delivered up to.
-	watched int64
+	// watched is the store revision the watch has delivered up to. Only
+	// the watch's goroutine moves it, with no lock (pass); the records'
+	// lock guards the rest.
+	watched atomic.Int64
 	// sweepAt is the size at which the next sweep runs.
 	sweepAt int
 }
@@ -150,7 +153,7 @@ func (t *tombstones) covers(id string, rev int64) bool {
 // add keeps the removal of id at rev while a watch may still deliver
 // older writes.
 func (t *tombstones) add(id string, rev int64) {
-	if !t.on || rev <= t.watched {
+	if !t.on || rev <= t.watched.Load() {
 		return
 	}
 	if t.at == nil {
@@ -164,7 +167,8 @@ func (t *tombstones) add(id string, rev int64) {
 
 // start records that a watch delivers every change after rev.
 func (t *tombstones) start(rev int64) {
-	t.on, t.watched = true, rev
+	t.on = true
+	t.watched.Store(rev)
 }
 
 // stop records that no watch runs any more.
@@ -174,13 +178,15 @@ func (t *tombstones) stop() {
 
 // pass records that the watch delivered every change up to rev.
 func (t *tombstones) pass(rev int64) {
-	t.watched = max(t.watched, rev)
+	if rev > t.watched.Load() {
+		t.watched.Store(rev)
+	}
 }
 
 // sweep forgets the removals the watch has passed.
 func (t *tombstones) sweep() {
 	for id, r := range t.at {
-		if r <= t.watched {
+		if r <= t.watched.Load() {
 			delete(t.at, id)
 		}
 	}

@@ -418,12 +418,9 @@ func (s *records) knows(id string, rev int64) bool {
 	return cur != nil && cur.Revision >= rev
 }
 
-// passed records that the store watch delivered every change up to rev.
-func (s *records) passed(rev int64) {
-	s.mu.Lock()
-	s.tombs.pass(rev)
-	s.mu.Unlock()
-}
+// passed records that the store watch delivered every change up to rev;
+// called by the watch's goroutine only, it takes no lock.
+func (s *records) passed(rev int64) { s.tombs.pass(rev) }
 
 // watching records that a store watch starts delivering the changes after
 // rev, or, with rev -1, that it has stopped (tombstones).
