@@ -224,7 +224,7 @@ func (a *admission) settle() {
 // store commits the requests, every instance and the group in one
 // transaction; none of them may exist yet.
 func (a *admission) store(ctx context.Context) error {
-	t := &txn{newReqs: make(map[string]*storedRequest, len(a.parts)), newGroup: a.group}
+	t := &txn{newReqs: make(map[string]*storedRequest, len(a.parts)), newGroup: a.group, placed: true}
 	for pi, pt := range a.parts {
 		t.newReqs[pt.req.ID] = &storedRequest{Request: pt.req, Owner: pt.owner, Time: a.now, spec: a.specs[pi]}
 	}

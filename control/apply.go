@@ -20,6 +20,9 @@ type change struct {
 	// watched marks a change the store watch delivered: the watch has
 	// passed rev.
 	watched bool
+	// placed marks a change committed by the one that placed it (txn's
+	// placed): if it starts holding a node, the ledger already holds it.
+	placed bool
 }
 
 // applyStored is the one way the store's records of instances and
@@ -34,9 +37,10 @@ type change struct {
 // records' lock, so whoever reads the records sees the ledger that goes
 // with them. The ledger follows from the records: an instance whose
 // record starts holding a node holds its allocation (Cluster.Hold keeps
-// the reservation its placement made), one whose allocation changed (a
-// resize, a pool instance handed out) holds the new one, one that stops
-// holding a node or is removed gives it back.
+// the reservation its placement made; the commit of a placement by the
+// one that placed it skips even that check, change.placed), one whose
+// allocation changed (a resize, a pool instance handed out) holds the new
+// one, one that stops holding a node or is removed gives it back.
 //
 // The same change may arrive twice (from commit and from the watch) and
 // out of order (a lagging watch): a change not newer than what memory
@@ -79,6 +83,8 @@ func (s *state) applyStored(cs []change) []moved {
 		switch holds := c.in.Phase.HoldsNode(); {
 		case held && !holds:
 			release = append(release, c.id)
+		case holds && !held && c.placed:
+			// Place reserved it a moment ago.
 		case holds && (!held || allocationChanged(cur, c.in)):
 			hold = append(hold, allocationOf(c.in))
 		}

@@ -34,6 +34,11 @@ type txn struct {
 	// cluster's identity), with their comparisons.
 	cmps []store.Cmp
 	ops  []store.Op
+	// placed marks the commit of placements the scheduler made: its puts
+	// that start holding a node hold what Place reserved for them, and
+	// applyStored leaves the ledger as it is for them instead of checking
+	// each allocation under the records' lock.
+	placed bool
 }
 
 // instPut is one instance record to write over the revision base.
@@ -109,7 +114,7 @@ func (s *state) commit(ctx context.Context, t *txn) (ok bool, rev int64, err err
 	}
 	cs := make([]change, 0, len(t.puts)+len(t.dels)+len(t.dropReqs))
 	for _, p := range t.puts {
-		cs = append(cs, change{id: p.in.ID, in: p.in, rev: res.Revision})
+		cs = append(cs, change{id: p.in.ID, in: p.in, rev: res.Revision, placed: t.placed})
 	}
 	for _, in := range t.dels {
 		cs = append(cs, change{id: in.ID, rev: res.Revision})

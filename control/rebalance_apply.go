@@ -701,7 +701,7 @@ func (s rebalancer) createCopy(ctx context.Context, old, cp *reconciler.Instance
 	pl := plan.Placements[0]
 	next, acts := s.m.Step(*cp, reconciler.Event{Kind: reconciler.Placed, Provider: pl.Provider, Node: pl.Node, Ports: pl.Ports}, s.now())
 	*cp = next
-	t := &txn{}
+	t := &txn{placed: true}
 	t.put(0, cp)
 	ok, _, err := s.commit(ctx, t)
 	if err != nil || !ok {

@@ -465,7 +465,7 @@ func (s *state) apply(ctx context.Context, id string, ev reconciler.Event, direc
 			// Nothing to store.
 			return cur, s.runner.perform(next, acts, direct), nil
 		}
-		ok, _, err := s.commit(ctx, &txn{puts: []instPut{{base: cur.Revision, in: &next}}})
+		ok, _, err := s.commit(ctx, &txn{puts: []instPut{{base: cur.Revision, in: &next}}, placed: ev.Kind == reconciler.Placed})
 		if err != nil {
 			return cur, nil, fmt.Errorf("control: instance %s: %w", id, err)
 		}
