@@ -56,7 +56,8 @@
 //     store, and leave it if their transaction fails: a request being
 //     admitted (the placer must find it when its instances are watched)
 //     and a placement's reservation in the ledger (Place reserves as it
-//     plans; the stored record then holds that same reservation).
+//     plans; the stored record then holds that same reservation, which
+//     the placement's own commit does not check again: txn.placed).
 //   - Records (records.go, record.go): the store's instances and requests in
 //     memory with their indexes. An instance is stored as a record, a
 //     fifth of its JSON or less: the spec lives once, in its request, and
