@@ -189,6 +189,15 @@ func (e *execing) pids(t *testing.T) []int {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for !strings.Contains(e.out.String(), "\n") {
+		select {
+		case end := <-e.done:
+			if !strings.Contains(e.out.String(), "\n") {
+				t.Fatalf("the exec ended before it printed its pids: exited %v, code %d, failure %+v, error %v; stdout %q, stderr %q",
+					end.exited, end.code, end.fail, end.err, e.out.String(), e.err.String())
+			}
+			e.done <- end
+		default:
+		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the exec never printed its pids: stdout %q, stderr %q", e.out.String(), e.err.String())
 		}
