@@ -40,7 +40,7 @@ func (d *Driver) Attach(ctx context.Context, id string, opts driver.AttachOption
 	if stdin != nil {
 		go sendFrames(stdin, frames)
 	}
-	code, _, err := h.superviseIn(ctx, in, stdout, stderr, "attach", d.instDir(id), mode)
+	code, _, err := h.superviseStreams(ctx, in, stdout, stderr, "attach", d.instDir(id), mode)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return ctx.Err()

@@ -532,7 +532,7 @@ func (d *Driver) Logs(ctx context.Context, id string, opts driver.LogOptions, st
 	if opts.Follow {
 		follow = "follow"
 	}
-	code, _, err := h.supervise(ctx, stdout, stderr, "logs", d.instDir(id), streams, strconv.Itoa(opts.Tail), follow)
+	code, _, err := h.superviseStreams(ctx, nil, stdout, stderr, "logs", d.instDir(id), streams, strconv.Itoa(opts.Tail), follow)
 	switch {
 	case err != nil && ctx.Err() != nil && opts.Follow:
 		return ctx.Err()

@@ -135,30 +135,43 @@ type execEnd struct {
 // decodeExec copies the output frames of r to stdout and stderr until the
 // exec's last frame (frameExit or frameFail) or r's end.
 func decodeExec(r io.Reader, stdout, stderr io.Writer) execEnd {
+	typ, p, err := readStreams(r, stdout, stderr)
+	if err != nil {
+		return execEnd{err: err}
+	}
+	switch typ {
+	case frameExit:
+		if len(p) != 4 {
+			return execEnd{err: fmt.Errorf("an exit frame of %d bytes", len(p))}
+		}
+		return execEnd{exited: true, code: int(int32(binary.BigEndian.Uint32(p)))}
+	case frameFail:
+		var f execFailure
+		if err := json.Unmarshal(p, &f); err != nil {
+			return execEnd{err: fmt.Errorf("a failure frame: %w", err)}
+		}
+		return execEnd{fail: &f}
+	}
+	return execEnd{err: fmt.Errorf("a frame of unknown type %q", typ)}
+}
+
+// readStreams copies the frameStdout and frameStderr frames of r to stdout
+// and stderr until another frame, which it returns, or an error (io.EOF
+// at the end of r).
+func readStreams(r io.Reader, stdout, stderr io.Writer) (byte, []byte, error) {
 	buf := make([]byte, maxFrame)
 	for {
 		typ, p, err := readFrame(r, buf)
 		if err != nil {
-			return execEnd{err: err}
+			return 0, nil, err
 		}
 		switch typ {
 		case frameStdout:
 			stdout.Write(p)
 		case frameStderr:
 			stderr.Write(p)
-		case frameExit:
-			if len(p) != 4 {
-				return execEnd{err: fmt.Errorf("an exit frame of %d bytes", len(p))}
-			}
-			return execEnd{exited: true, code: int(int32(binary.BigEndian.Uint32(p)))}
-		case frameFail:
-			var f execFailure
-			if err := json.Unmarshal(p, &f); err != nil {
-				return execEnd{err: fmt.Errorf("a failure frame: %w", err)}
-			}
-			return execEnd{fail: &f}
 		default:
-			return execEnd{err: fmt.Errorf("a frame of unknown type %q", typ)}
+			return typ, p, nil
 		}
 	}
 }

@@ -77,6 +77,24 @@ type execFailure struct {
 	Message string `json:"message"`
 }
 
+// framedStream writes what it is given as frames of typ through fw, at
+// most maxFrame bytes each.
+type framedStream struct {
+	fw  *frameWriter
+	typ byte
+}
+
+func (s framedStream) Write(p []byte) (int, error) {
+	for n := 0; n < len(p); {
+		k := min(len(p)-n, maxFrame)
+		if err := s.fw.frame(s.typ, p[n:n+k]); err != nil {
+			return n, err
+		}
+		n += k
+	}
+	return len(p), nil
+}
+
 // frameWriter writes whole frames to w, one at a time.
 type frameWriter struct {
 	mu sync.Mutex

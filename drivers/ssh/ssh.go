@@ -257,6 +257,30 @@ func (h *host) superviseIn(ctx context.Context, stdin io.Reader, stdout, stderr 
 	return code, strings.TrimSpace(errBuf.String()), err
 }
 
+// superviseStreams runs a verb whose output is an instance's streams,
+// framed on the session's stdout (framedStream), and copies each to its
+// writer. The session's stderr, where the host's shell may print as it
+// starts, stays out of them: it is the message returned, as for the
+// other verbs.
+func (h *host) superviseStreams(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, verb string, args ...string) (int, string, error) {
+	r, w := io.Pipe()
+	decoded := make(chan error, 1)
+	go func() {
+		_, _, err := readStreams(r, stdout, stderr)
+		if err == nil {
+			err = errors.New("a frame that is neither stdout nor stderr")
+		}
+		r.CloseWithError(err)
+		decoded <- err
+	}()
+	code, msg, err := h.superviseIn(ctx, stdin, w, nil, verb, args...)
+	w.Close()
+	if derr := <-decoded; err == nil && derr != io.EOF && derr != io.ErrClosedPipe {
+		err = driver.Errorf(driver.ErrRetryable, "host %s: %s: the output: %v", h.name, verb, derr)
+	}
+	return code, msg, err
+}
+
 // maxUploads bounds the copies of the supervisor binary under way at once.
 const maxUploads = 4
 

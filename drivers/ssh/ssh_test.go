@@ -1,6 +1,7 @@
 package ssh_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -87,10 +88,18 @@ type fleet struct {
 
 func newFleet(t testing.TB, n int) *fleet {
 	t.Helper()
+	return newFleetOf(t, n, sshdtest.Options{})
+}
+
+// newFleetOf is newFleet with servers started with o (each in a network
+// namespace, sharing the fleet's client key).
+func newFleetOf(t testing.TB, n int, o sshdtest.Options) *fleet {
+	t.Helper()
 	f := &fleet{root: sharedRoot, cluster: fmt.Sprintf("c%d", time.Now().UnixNano())}
 	var lines strings.Builder
 	for i := range n {
-		s := sshdtest.Start(t, sshdtest.Options{Netns: true, ClientKey: f.key})
+		o.Netns, o.ClientKey = true, f.key
+		s := sshdtest.Start(t, o)
 		if i == 0 {
 			f.key = s.Key
 		}
@@ -472,6 +481,69 @@ func TestFilesAndUser(t *testing.T) {
 	if err != nil || len(list) != 1 {
 		t.Errorf("List after the failed create: %d instances, %v; want only the first", len(list), err)
 	}
+}
+
+// TestShellNoise: on a host whose shell prints on stderr as it starts
+// each session (a login script's noise), an instance's logs hold its
+// streams as it wrote them and nothing of the noise.
+func TestShellNoise(t *testing.T) {
+	t.Parallel()
+	const noise = "noise of the host's shell"
+	f := newFleetOf(t, 1, sshdtest.Options{ShellNoise: noise})
+	if errs := sessionStderr(t, f.servers[0], "true"); !strings.Contains(errs, noise) {
+		t.Fatalf("a session on the host printed %q on stderr, without the noise the test is about", errs)
+	}
+	d := f.open(t, nil)
+	defer d.Close(context.Background())
+	in := create(t, d, "h0", shSpec(`echo out; echo err >&2`))
+	waitFor(t, d, in.ID, "exited", func(in *driver.Instance) bool { return in.State == driver.StateExited })
+	for _, o := range []driver.LogOptions{{}, {Stdout: true}, {Stderr: true}, {Tail: 1}} {
+		var out, errOut drivertest.SyncBuffer
+		if err := d.(driver.LogReader).Logs(ctxT(t), in.ID, o, &out, &errOut); err != nil {
+			t.Fatalf("Logs %+v: %v", o, err)
+		}
+		wantOut, wantErr := "out\n", "err\n"
+		if o.Stderr && !o.Stdout {
+			wantOut = ""
+		}
+		if o.Stdout && !o.Stderr {
+			wantErr = ""
+		}
+		if out.String() != wantOut || errOut.String() != wantErr {
+			t.Errorf("Logs %+v: stdout %q, stderr %q; want %q, %q", o, out.String(), errOut.String(), wantOut, wantErr)
+		}
+	}
+}
+
+// sessionStderr runs cmd in a session on s, as root with the server's
+// client key, and returns what the session printed on stderr.
+func sessionStderr(t *testing.T, s *sshdtest.Server, cmd string) string {
+	t.Helper()
+	b, err := os.ReadFile(s.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := gossh.ParsePrivateKey(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := gossh.Dial("tcp", s.Addr, &gossh.ClientConfig{User: "root", Auth: []gossh.AuthMethod{gossh.PublicKeys(signer)},
+		HostKeyCallback: gossh.FixedHostKey(s.HostKey), Timeout: testTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sess, err := c.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	var errs bytes.Buffer
+	sess.Stderr = &errs
+	if err := sess.Run(cmd); err != nil {
+		t.Fatalf("%s on %s: %v: %s", cmd, s.Addr, err, errs.String())
+	}
+	return errs.String()
 }
 
 // TestKnownKeysAlgorithmsFirst: a host with an ECDSA and an ed25519 key,

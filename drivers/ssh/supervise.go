@@ -199,7 +199,12 @@ func Supervise(args []string, stdout, stderr io.Writer) int {
 	case "delete":
 		err = supStop(args[0], args[1], true)
 	case "logs":
-		err = supLogs(args[0], args[1], args[2], args[3], stdout, stderr)
+		// The instance's streams go framed on stdout (framedStream): the
+		// session's own stderr also carries what the host's shell prints
+		// as it starts (a login script's noise), which must not pass for
+		// the instance's.
+		fw := &frameWriter{w: stdout}
+		err = supLogs(args[0], args[1], args[2], args[3], framedStream{fw, frameStdout}, framedStream{fw, frameStderr})
 	case "cgroup":
 		if cerr := checkCgroup(args[0]); cerr != nil {
 			err = codedError{exitUnsupported, cerr}
@@ -213,17 +218,14 @@ func Supervise(args []string, stdout, stderr io.Writer) int {
 	case "resize":
 		err = supResize(args[0], args[1], args[2])
 	case "attach":
-		err = supAttach(args[0], args[1], os.Stdin, stdout, stderr)
+		fw := &frameWriter{w: stdout}
+		err = supAttach(args[0], args[1], os.Stdin, framedStream{fw, frameStdout}, framedStream{fw, frameStderr})
 	case "resize-tty":
 		err = supResizeTTY(args[0], args[1], args[2])
 	case "exec":
 		err = supExec(args[0], os.Stdin, stdout)
 	default:
 		return fail(exitUsage, "%s: unknown verb %q", SuperviseCommand, verb)
-	}
-	if verb == "logs" || verb == "attach" {
-		// stderr is the instance's: no message of the supervisor's.
-		fail = func(code int, _ string, _ ...any) int { return code }
 	}
 	var ce codedError
 	switch {

@@ -72,12 +72,8 @@ func TestSupervisorExitCodes(t *testing.T) {
 	if st.ExitCode == nil || *st.ExitCode != 3 {
 		t.Errorf("exit code %v, want 3", st.ExitCode)
 	}
-	var out, errOut bytes.Buffer
-	if code := Supervise([]string{"logs", dir, "both", "0", "once"}, &out, &errOut); code != 0 {
-		t.Fatalf("logs: exit code %d", code)
-	}
-	if out.String() != "hi n.0123456789abcdef\n" || errOut.String() != "oops\n" {
-		t.Errorf("logs: stdout %q, stderr %q", out.String(), errOut.String())
+	if out, errOut := supLogsOf(t, dir, "both"); out != "hi n.0123456789abcdef\n" || errOut != "oops\n" {
+		t.Errorf("logs: stdout %q, stderr %q", out, errOut)
 	}
 	if code, _ := sup(t, "signal", dir, "TERM"); code != exitNotRunning {
 		t.Errorf("signal to an ended instance: exit code %d, want %d", code, exitNotRunning)
@@ -87,11 +83,27 @@ func TestSupervisorExitCodes(t *testing.T) {
 		t.Fatalf("start again: %d %s", code, out)
 	}
 	waitPhase(t, dir, "exited")
-	out.Reset()
-	Supervise([]string{"logs", dir, "out", "0", "once"}, &out, &errOut)
-	if strings.Count(out.String(), "hi ") != 2 {
-		t.Errorf("logs after a second run: %q, want both runs' lines", out.String())
+	if out, _ := supLogsOf(t, dir, "out"); strings.Count(out, "hi ") != 2 {
+		t.Errorf("logs after a second run: %q, want both runs' lines", out)
 	}
+}
+
+// supLogsOf runs the logs verb on dir's streams ("out", "err" or "both")
+// and returns them as its frames carry them; its own stderr must stay
+// empty.
+func supLogsOf(t *testing.T, dir, streams string) (string, string) {
+	t.Helper()
+	var framed, own, out, errOut bytes.Buffer
+	if code := Supervise([]string{"logs", dir, streams, "0", "once"}, &framed, &own); code != 0 {
+		t.Fatalf("logs: exit code %d: %s", code, own.String())
+	}
+	if own.Len() > 0 {
+		t.Errorf("logs printed on its own stderr: %q", own.String())
+	}
+	if typ, _, err := readStreams(&framed, &out, &errOut); err != io.EOF {
+		t.Fatalf("logs: a frame %q, or %v, after the streams", typ, err)
+	}
+	return out.String(), errOut.String()
 }
 
 func TestSupervisorSignals(t *testing.T) {

@@ -41,6 +41,11 @@ type Options struct {
 	// ECDSAKey gives the server an ECDSA host key besides its ed25519 one
 	// (Server.ECDSAKey); KnownHosts holds only the ed25519 key.
 	ECDSAKey bool
+	// ShellNoise is printed on stderr by the user's shell as it starts
+	// every session's command, as a host's login scripts may: the
+	// sessions get BASH_ENV (SetEnv) naming a script that prints it, which
+	// bash, the shell of root, reads before running a command.
+	ShellNoise string
 }
 
 // Server is a running sshd.
@@ -122,6 +127,13 @@ func Start(t testing.TB, o Options) *Server {
 			t.Fatal(err)
 		}
 		extra = "HostKey " + filepath.Join(s.Dir, "host_key_ecdsa") + "\n"
+	}
+	if o.ShellNoise != "" {
+		script := filepath.Join(s.Dir, "noise.sh")
+		if err := os.WriteFile(script, []byte("printf '%s\\n' "+shellQuote(o.ShellNoise)+" >&2\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		extra += "SetEnv BASH_ENV=" + script + "\n"
 	}
 	cfg := extra + fmt.Sprintf(`ListenAddress %s
 HostKey %s/host_key
@@ -318,3 +330,6 @@ func (s *Server) Restart() error {
 		}
 	}
 }
+
+// shellQuote quotes s for sh.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
