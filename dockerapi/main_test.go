@@ -237,10 +237,17 @@ func (e *env) docker(t testing.TB, args ...string) (string, string, int) {
 
 func (e *env) dockerWith(t testing.TB, config string, args ...string) (string, string, int) {
 	t.Helper()
+	return dockerAt(t, "unix://"+e.sock, config, args...)
+}
+
+// dockerAt runs the docker CLI against the engine API at host (a
+// DOCKER_HOST) with the DOCKER_CONFIG directory config.
+func dockerAt(t testing.TB, host, config string, args ...string) (string, string, int) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "docker", args...)
-	cmd.Env = append(cleanEnv(), "DOCKER_HOST=unix://"+e.sock, "DOCKER_CONFIG="+config)
+	cmd.Env = append(cleanEnv(), "DOCKER_HOST="+host, "DOCKER_CONFIG="+config)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

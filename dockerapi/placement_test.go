@@ -45,7 +45,7 @@ func TestNetworkPlacement(t *testing.T) {
 		if in.Phase == reconciler.Running {
 			t.Fatalf("big runs on %s beside %s, the network's home", in.Node, home)
 		}
-		if strings.Contains(in.Message, "affinity label."+dockerapi.LabelBackendNetwork+"==team.pack") && strings.Contains(in.Message, "cpu") {
+		if strings.Contains(in.Message, "affinity label."+dockerapi.LabelBackendNetwork+".team.pack==true") && strings.Contains(in.Message, "cpu") {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -58,7 +58,7 @@ func TestNetworkPlacement(t *testing.T) {
 	defer srv.Close()
 	why, err := exec.Command(buildBerth(t), "--addr", srv.URL, "--token", e.token, "why", "big").CombinedOutput()
 	t.Logf("berth why big:\n%s", why)
-	if err != nil || !strings.Contains(string(why), "affinity label."+dockerapi.LabelBackendNetwork+"==team.pack") {
+	if err != nil || !strings.Contains(string(why), "affinity label."+dockerapi.LabelBackendNetwork+".team.pack==true") {
 		t.Errorf("berth why big: %v\n%s", err, why)
 	}
 	// A spread network's members go where placement puts them: spreading,
