@@ -81,7 +81,9 @@ func (p *Provider) ConnectNetwork(ctx context.Context, id, name string, aliases 
 		return p.unsupported("connect-network", "the driver cannot connect an instance to a network", "instance", id, "network", name)
 	}
 	_, err := call(ctx, p, callOpts{op: "connect-network", budget: writeBudget, timed: true, attrs: []any{"instance", id, "network", name}},
-		func(ctx context.Context) (struct{}, error) { return struct{}{}, c.ConnectNetwork(ctx, id, name, aliases) })
+		func(ctx context.Context) (struct{}, error) {
+			return struct{}{}, c.ConnectNetwork(ctx, id, name, aliases)
+		})
 	return err
 }
 
