@@ -2,6 +2,7 @@ package dockerapi_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,8 +12,10 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
 
+	"github.com/berth-dev/berth/dockerapi"
 	"github.com/berth-dev/berth/drivers/docker/dockertest"
 	"github.com/berth-dev/berth/reconciler"
+	"github.com/berth-dev/berth/store"
 )
 
 // noEngineVolume fails t when the engine of cli holds the volume name.
@@ -115,4 +118,50 @@ func (e *env) waitMessage(t *testing.T, ref, want string) {
 		}
 		sleep()
 	}
+}
+
+// TestVolumeNodeGone: a volume kept with a node its provider no longer
+// reports (the node was removed from the provider's configuration, and the
+// server started again over its store) refuses a container mounting it at
+// start, naming the volume and the node (the container stays created, as
+// after the engine's failed start); volume rm forgets it, and the next
+// user makes it anew where it is placed.
+func TestVolumeNodeGone(t *testing.T) {
+	e := setup(t)
+	vol := "old-" + dockertest.RandomID()
+	t.Cleanup(func() { removeEngineVolume(mainCli, "team."+vol) })
+	rec, err := json.Marshal(map[string]any{"name": vol, "owner": "team", "created": time.Now().UTC(), "provider": "docker", "node": "retired"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.Txn(context.Background(), nil, []store.Op{store.Put(dockerapi.PrefixVolumes+"team/"+vol, rec)}); err != nil {
+		t.Fatal(err)
+	}
+	// Once the provider has reported its nodes (main only).
+	e.must(t, "run", "-d", "--name", "first", helloImage)
+	e.waitPhase(t, "first", reconciler.Running)
+
+	_, errs, code := e.docker(t, "run", "-d", "--name", "user", "-v", vol+":/data", helloImage)
+	if code == 0 || !strings.Contains(errs, "volume "+vol) || !strings.Contains(errs, "docker/retired") {
+		t.Errorf("docker run -v %s:/data with the volume's node gone: exit %d, %s; want a refusal naming the volume and its node", vol, code, errs)
+	}
+	// As the engine's failed start, the container stays created; it is
+	// what holds the volume until it is removed.
+	if out := e.must(t, "ps", "-a", "--format", "{{.Names}} {{.State}}", "--filter", "name=user"); strings.TrimSpace(out) != "user created" {
+		t.Errorf("the refused container: %q, want it created", out)
+	}
+	if _, errs, code := e.docker(t, "volume", "rm", vol); code == 0 || !strings.Contains(errs, "in use") {
+		t.Errorf("volume rm while user mounts it: exit %d, %s", code, errs)
+	}
+	e.must(t, "rm", "user")
+	if got := strings.TrimSpace(e.must(t, "volume", "inspect", "-f", "{{.Status.Node}}", vol)); got != "docker/retired" {
+		t.Errorf("volume inspect: node %q, want docker/retired", got)
+	}
+	e.must(t, "volume", "rm", vol)
+	e.must(t, "run", "-d", "--name", "user2", "-v", vol+":/data", helloImage)
+	e.waitPhase(t, "user2", reconciler.Running)
+	if got := strings.TrimSpace(e.must(t, "volume", "inspect", "-f", "{{.Status.Node}}", vol)); got != "docker/main" {
+		t.Errorf("volume inspect after its new first user: node %q, want docker/main", got)
+	}
+	e.must(t, "rm", "-f", "first", "user2")
 }
