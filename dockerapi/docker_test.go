@@ -186,6 +186,8 @@ func TestRefusals(t *testing.T) {
 		{[]string{"plugin", "ls"}, "not supported by Berth"},
 		{[]string{"exec", "x", "ls"}, "No such container"},
 		{[]string{"logs", "--since", "1m", "c1"}, "--since"},
+		{[]string{"run", "-d", "-v", "/data", helloImage}, "anonymous volumes (-v /data"},
+		{[]string{"run", "-d", "-v", "named:/data", "-v", "/scratch", helloImage}, "anonymous volumes (-v /scratch"},
 	} {
 		_, errs, code := e.docker(t, tc.args...)
 		if code == 0 || !strings.Contains(errs, tc.want) {
