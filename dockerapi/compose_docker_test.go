@@ -72,7 +72,9 @@ networks:
 	}
 	refCfg := e.dockerConfig(t, "")
 	refProject := "ref" + dockertest.RandomID()
-	t.Cleanup(func() { _, _, _ = compose(t, dockertest.MainHost, refCfg, dir, "-p", refProject, "down", "-v", "-t", "1") })
+	t.Cleanup(func() {
+		_, _, _ = compose(t, dockertest.MainHost, refCfg, dir, "-p", refProject, "down", "-v", "-t", "1")
+	})
 	ref := composeTarget{host: dockertest.MainHost, cfg: refCfg, docker: func(args ...string) (string, string, int) {
 		return dockerAt(t, dockertest.MainHost, refCfg, args...)
 	}}
