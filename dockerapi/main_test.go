@@ -93,6 +93,7 @@ type env struct {
 	sock    string
 	tokens  *auth.Tokens
 	store   *bolt.Store // the plane's, which keeps the endpoint's networks too
+	prov    *provider.Provider
 	// token is an operator's of the namespace "team", admin an admin's,
 	// reader a reader's of every namespace.
 	token, admin, reader string
@@ -180,7 +181,7 @@ func setupEngines(t testing.TB, engines string) *env {
 	e.token = e.newToken(t, "ops", auth.RoleOperator, "team")
 	e.admin = e.newToken(t, "root", auth.RoleAdmin, auth.AllNamespaces)
 	e.reader = e.newToken(t, "viewer", auth.RoleReader, auth.AllNamespaces)
-	e.store = st
+	e.store, e.prov = st, prov
 	// The endpoint is told the write timeout its HTTP server has (below),
 	// as berth server tells it: the answers it holds back for the engine's
 	// timing (stop, rm) come within it.

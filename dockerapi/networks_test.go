@@ -1,13 +1,16 @@
 package dockerapi_test
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/dockerapi"
 	"github.com/berth-dev/berth/drivers/docker/dockertest"
+	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/reconciler"
 )
 
@@ -41,6 +44,14 @@ func TestNetworkConnectRunning(t *testing.T) {
 	in := e.waitPhase(t, "kc", reconciler.Running)
 	if !slices.Equal(in.Spec.Networks, []string{"team.kna", "team.knb"}) || in.Spec.Labels[dockerapi.LabelNetwork] != "kna,knb" {
 		t.Errorf("kc after network connect knb: networks %v, label %q", in.Spec.Networks, in.Spec.Labels[dockerapi.LabelNetwork])
+	}
+	// The store holds it: a plane started over the store reads it back.
+	again, err := control.New(context.Background(), control.Config{Store: e.store, Providers: []*provider.Provider{e.prov}, Cluster: e.cluster, Logger: quiet, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := again.Instance(context.Background(), in.ID); err != nil || !slices.Equal(got.Spec.Networks, in.Spec.Networks) || got.Spec.Labels[dockerapi.LabelNetwork] != "kna,knb" {
+		t.Errorf("kc read from the store by a fresh plane: %v, networks %v", err, got.Spec)
 	}
 	if got := strings.Fields(e.must(t, "network", "inspect", "--format", "{{range .Containers}}{{.Name}} {{end}}", "knb")); !slices.Equal(slices.Sorted(slices.Values(got)), []string{"kb", "kc", "km"}) {
 		t.Errorf("the containers of knb: %v, want kb, kc and km", got)
