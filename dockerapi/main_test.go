@@ -119,8 +119,23 @@ func setup(t testing.TB) *env {
 // JSON).
 func setupEngines(t testing.TB, engines string) *env {
 	t.Helper()
+	return setupStore(t, engines, "", "")
+}
+
+// setupStore is setupEngines with the plane's store at the bolt file db
+// and the cluster named cluster: a server started again over the store of
+// an earlier one, whose cleanups have run, with other engines. Empty, a
+// fresh store and a fresh name.
+func setupStore(t testing.TB, engines, cluster, db string) *env {
+	t.Helper()
 	ignore := goleak.IgnoreCurrent()
-	e := &env{cluster: "dapi-" + dockertest.RandomID()}
+	if cluster == "" {
+		cluster = "dapi-" + dockertest.RandomID()
+	}
+	if db == "" {
+		db = filepath.Join(t.TempDir(), "berth.db")
+	}
+	e := &env{cluster: cluster}
 	t.Cleanup(func() {
 		// A test's calls through mainCli leave kept-alive connections
 		// that outlive it: they are the package's, not the test's.
@@ -155,7 +170,7 @@ func setupEngines(t testing.TB, engines string) *env {
 			t.Errorf("close the provider: %v", err)
 		}
 	})
-	st, err := bolt.Open(filepath.Join(t.TempDir(), "berth.db"), bolt.Options{})
+	st, err := bolt.Open(db, bolt.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

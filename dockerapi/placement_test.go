@@ -139,6 +139,13 @@ func TestVolumePlacement(t *testing.T) {
 // engine, and "second". The engine goes when the test ends.
 func twoEngines(t *testing.T) (*env, *dockertest.Engine) {
 	t.Helper()
+	return twoEnginesAt(t, "", "")
+}
+
+// twoEnginesAt is twoEngines with the plane's store and cluster name of
+// setupStore.
+func twoEnginesAt(t *testing.T, cluster, db string) (*env, *dockertest.Engine) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	second, err := dockertest.StartEngine(ctx, dockertest.EngineOptions{})
@@ -152,7 +159,7 @@ func twoEngines(t *testing.T) (*env, *dockertest.Engine) {
 	if err := dockertest.CopyImage(ctx, mainCli, second.Client, helloImage); err != nil {
 		t.Fatal(err)
 	}
-	e := setupEngines(t, fmt.Sprintf(`[{"name":"main","address":%q,"capacity":{"cpus":2}},{"name":"second","address":%q,"capacity":{"cpus":2}}]`,
-		dockertest.MainHost, second.Address()))
+	e := setupStore(t, fmt.Sprintf(`[{"name":"main","address":%q,"capacity":{"cpus":2}},{"name":"second","address":%q,"capacity":{"cpus":2}}]`,
+		dockertest.MainHost, second.Address()), cluster, db)
 	return e, second
 }
