@@ -110,9 +110,31 @@ const OptSpread = "io.berth.spread"
 // maxAliases bounds a container's aliases on its network.
 const maxAliases = 32
 
-// aliasesOf checks an endpoint's aliases and returns them.
+// aliasesOf checks an endpoint's settings and returns its aliases. What
+// the back-end would configure on the endpoint (addresses, links, driver
+// options, a MAC address) is refused by name: it gives each endpoint the
+// engine's defaults.
 func aliasesOf(net string, es *network.EndpointSettings) ([]string, error) {
-	if es == nil || len(es.Aliases) == 0 {
+	if es == nil {
+		return nil, nil
+	}
+	var refused []string
+	if c := es.IPAMConfig; c != nil && (c.IPv4Address.IsValid() || c.IPv6Address.IsValid() || len(c.LinkLocalIPs) > 0) {
+		refused = append(refused, "--ip/--ip6/--link-local-ip")
+	}
+	if len(es.Links) > 0 {
+		refused = append(refused, "--link")
+	}
+	if len(es.DriverOpts) > 0 {
+		refused = append(refused, "--driver-opt")
+	}
+	if len(es.MacAddress) > 0 {
+		refused = append(refused, "--mac-address")
+	}
+	if len(refused) > 0 {
+		return nil, unsupported("EndpointsConfig.%s: Berth cannot honour %s: the back-end gives each endpoint the engine's defaults", net, strings.Join(refused, ", "))
+	}
+	if len(es.Aliases) == 0 {
 		return nil, nil
 	}
 	if len(es.Aliases) > maxAliases {
