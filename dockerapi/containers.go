@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -231,7 +232,7 @@ func translatePorts(spec *driver.Spec, hc *container.HostConfig) error {
 }
 
 // translateVolumes sets spec's volumes from -v and --mount; anonymous
-// volumes are refused.
+// volumes (a target of Config.Volumes that neither names) are refused.
 func translateVolumes(spec *driver.Spec, c *container.Config, hc *container.HostConfig) error {
 	for _, bind := range hc.Binds {
 		parts := strings.Split(bind, ":")
@@ -253,8 +254,13 @@ func translateVolumes(spec *driver.Spec, c *container.Config, hc *container.Host
 	for _, m := range hc.Mounts {
 		spec.Volumes = append(spec.Volumes, driver.Volume{Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})
 	}
-	if len(c.Volumes) > 0 {
-		return unsupported("anonymous volumes (-v /path, or VOLUME without a source): name the volume, -v NAME:/path")
+	// Config.Volumes lists the targets of anonymous volumes, and those of
+	// named ones too (Compose sends both): only a target no -v or --mount
+	// names is anonymous.
+	for target := range c.Volumes {
+		if !slices.ContainsFunc(spec.Volumes, func(v driver.Volume) bool { return path.Clean(v.Target) == path.Clean(target) }) {
+			return unsupported("anonymous volumes (-v %s, or VOLUME without a source): name the volume, -v NAME:%s", target, target)
+		}
 	}
 	return nil
 }
@@ -751,9 +757,9 @@ func (s *Server) kill(w http.ResponseWriter, r *http.Request) error {
 
 func (s *Server) remove(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
-	if b, _ := strconv.ParseBool(q.Get("v")); b {
-		return unsupported("rm -v: Berth does not remove volumes with containers")
-	}
+	// rm -v removes a container's anonymous volumes, as the engine's;
+	// Berth's containers have none (they are refused at create), and
+	// named volumes stay, as with the engine: v needs nothing more.
 	if b, _ := strconv.ParseBool(q.Get("link")); b {
 		return unsupported("rm --link: Berth has no links")
 	}

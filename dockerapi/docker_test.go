@@ -177,6 +177,7 @@ func TestRunAttachedExitCode(t *testing.T) {
 func TestRefusals(t *testing.T) {
 	e := setup(t)
 	e.must(t, "create", "--name", "c1", helloImage)
+	e.must(t, "network", "create", "spare")
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -186,6 +187,10 @@ func TestRefusals(t *testing.T) {
 		{[]string{"plugin", "ls"}, "not supported by Berth"},
 		{[]string{"exec", "x", "ls"}, "No such container"},
 		{[]string{"logs", "--since", "1m", "c1"}, "--since"},
+		{[]string{"run", "-d", "-v", "/data", helloImage}, "anonymous volumes (-v /data"},
+		{[]string{"network", "connect", "--ip", "10.1.2.3", "spare", "c1"}, "--ip"},
+		{[]string{"network", "connect", "--link", "c1:db", "spare", "c1"}, "--link"},
+		{[]string{"run", "-d", "-v", "named:/data", "-v", "/scratch", helloImage}, "anonymous volumes (-v /scratch"},
 	} {
 		_, errs, code := e.docker(t, tc.args...)
 		if code == 0 || !strings.Contains(errs, tc.want) {

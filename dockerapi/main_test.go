@@ -93,6 +93,7 @@ type env struct {
 	sock    string
 	tokens  *auth.Tokens
 	store   *bolt.Store // the plane's, which keeps the endpoint's networks too
+	prov    *provider.Provider
 	// token is an operator's of the namespace "team", admin an admin's,
 	// reader a reader's of every namespace.
 	token, admin, reader string
@@ -118,8 +119,23 @@ func setup(t testing.TB) *env {
 // JSON).
 func setupEngines(t testing.TB, engines string) *env {
 	t.Helper()
+	return setupStore(t, engines, "", "")
+}
+
+// setupStore is setupEngines with the plane's store at the bolt file db
+// and the cluster named cluster: a server started again over the store of
+// an earlier one, whose cleanups have run, with other engines. Empty, a
+// fresh store and a fresh name.
+func setupStore(t testing.TB, engines, cluster, db string) *env {
+	t.Helper()
 	ignore := goleak.IgnoreCurrent()
-	e := &env{cluster: "dapi-" + dockertest.RandomID()}
+	if cluster == "" {
+		cluster = "dapi-" + dockertest.RandomID()
+	}
+	if db == "" {
+		db = filepath.Join(t.TempDir(), "berth.db")
+	}
+	e := &env{cluster: cluster}
 	t.Cleanup(func() {
 		// A test's calls through mainCli leave kept-alive connections
 		// that outlive it: they are the package's, not the test's.
@@ -154,7 +170,7 @@ func setupEngines(t testing.TB, engines string) *env {
 			t.Errorf("close the provider: %v", err)
 		}
 	})
-	st, err := bolt.Open(filepath.Join(t.TempDir(), "berth.db"), bolt.Options{})
+	st, err := bolt.Open(db, bolt.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +196,7 @@ func setupEngines(t testing.TB, engines string) *env {
 	e.token = e.newToken(t, "ops", auth.RoleOperator, "team")
 	e.admin = e.newToken(t, "root", auth.RoleAdmin, auth.AllNamespaces)
 	e.reader = e.newToken(t, "viewer", auth.RoleReader, auth.AllNamespaces)
-	e.store = st
+	e.store, e.prov = st, prov
 	// The endpoint is told the write timeout its HTTP server has (below),
 	// as berth server tells it: the answers it holds back for the engine's
 	// timing (stop, rm) come within it.
@@ -237,10 +253,17 @@ func (e *env) docker(t testing.TB, args ...string) (string, string, int) {
 
 func (e *env) dockerWith(t testing.TB, config string, args ...string) (string, string, int) {
 	t.Helper()
+	return dockerAt(t, "unix://"+e.sock, config, args...)
+}
+
+// dockerAt runs the docker CLI against the engine API at host (a
+// DOCKER_HOST) with the DOCKER_CONFIG directory config.
+func dockerAt(t testing.TB, host, config string, args ...string) (string, string, int) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "docker", args...)
-	cmd.Env = append(cleanEnv(), "DOCKER_HOST=unix://"+e.sock, "DOCKER_CONFIG="+config)
+	cmd.Env = append(cleanEnv(), "DOCKER_HOST="+host, "DOCKER_CONFIG="+config)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

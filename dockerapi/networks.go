@@ -20,27 +20,86 @@ import (
 	"github.com/moby/moby/api/types/network"
 
 	"github.com/berth-dev/berth/control"
+	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/reconciler"
 	"github.com/berth-dev/berth/scheduler"
 	"github.com/berth-dev/berth/store"
 )
 
-// LabelNetwork is the label that names the Berth network a container was
-// created on (docker run --network NAME, a Compose service's network). It
-// is kept in the instance's spec, so the membership outlives the server.
+// LabelNetwork is the label that names the Berth networks a container is
+// on (docker run --network NAME, a Compose service's networks, network
+// connect), comma-separated, the one it was created on first. It is kept
+// in the instance's spec, so the membership outlives the server.
 const LabelNetwork = "io.berth.network"
 
 // LabelAliases keeps the aliases a client gave the container on its
-// network (comma-separated): the names, besides its own, that the other
-// members reach it by.
+// networks (comma-separated): the names, besides its own, that the other
+// members of each of its networks reach it by.
 const LabelAliases = "io.berth.network.aliases"
 
-// LabelBackendNetwork names the back-end network a container of a Berth
-// network joins: "<namespace>.<network>", the bridge the docker back-end
-// makes on each engine where a member runs. Placement keeps the members
-// of a network together by it (an affinity label.io.berth.backend-network
-// == that name, which berth why shows).
+// LabelBackendNetwork prefixes the label that marks a container as a
+// member of a back-end network: LabelBackendNetwork + "." +
+// "<namespace>.<network>" = "true", where "<namespace>.<network>" is the
+// bridge the docker back-end makes on each engine where a member runs.
+// Placement keeps the members of a network together by it (an affinity
+// label.io.berth.backend-network.NS.NAME==true, which berth why shows).
+// A container placed before a container could be on several networks
+// carries LabelBackendNetwork = "<namespace>.<network>" instead.
 const LabelBackendNetwork = "io.berth.backend-network"
+
+// memberLabel is the label that marks a member of back-end network
+// backend.
+func memberLabel(backend string) string { return LabelBackendNetwork + "." + backend }
+
+// isMember reports whether labels mark a member of back-end network
+// backend, in either form LabelBackendNetwork describes.
+func isMember(labels map[string]string, backend string) bool {
+	return labels[memberLabel(backend)] == "true" || labels[LabelBackendNetwork] == backend
+}
+
+// maxContainerNetworks bounds the Berth networks a container is on.
+const maxContainerNetworks = 16
+
+// networksIn are the names of the Berth networks labels put a container on.
+func networksIn(labels map[string]string) []string {
+	v := labels[LabelNetwork]
+	if v == "" {
+		return nil
+	}
+	return strings.Split(v, ",")
+}
+
+// setNetworks records nets as the Berth networks of labels (nil: none) and
+// aliases as their aliases (nil: none).
+func setNetworks(labels map[string]string, nets, aliases []string) {
+	delete(labels, LabelNetwork)
+	delete(labels, LabelAliases)
+	if len(nets) > 0 {
+		labels[LabelNetwork] = strings.Join(nets, ",")
+	}
+	if len(nets) > 0 && len(aliases) > 0 {
+		labels[LabelAliases] = strings.Join(aliases, ",")
+	}
+}
+
+// aliasesIn are the aliases labels give a container on its networks.
+func aliasesIn(labels map[string]string) []string {
+	if a := labels[LabelAliases]; a != "" {
+		return strings.Split(a, ",")
+	}
+	return nil
+}
+
+// union is a with those of b it lacks, in order.
+func union(a, b []string) []string {
+	out := slices.Clone(a)
+	for _, x := range b {
+		if !slices.Contains(out, x) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
 
 // OptSpread is the network option (docker network create -o
 // io.berth.spread=true) that lets placement put the network's members on
@@ -51,20 +110,50 @@ const OptSpread = "io.berth.spread"
 // maxAliases bounds a container's aliases on its network.
 const maxAliases = 32
 
-// aliasesOf is the LabelAliases value of an endpoint's aliases.
-func aliasesOf(net string, es *network.EndpointSettings) (string, error) {
-	if es == nil || len(es.Aliases) == 0 {
-		return "", nil
+// aliasesOf checks an endpoint's settings and returns its aliases. What
+// the back-end would configure on the endpoint (addresses, links, driver
+// options, a MAC address) is refused by name: it gives each endpoint the
+// engine's defaults.
+func aliasesOf(net string, es *network.EndpointSettings) ([]string, error) {
+	if es == nil {
+		return nil, nil
+	}
+	var refused []string
+	if c := es.IPAMConfig; c != nil && (c.IPv4Address.IsValid() || c.IPv6Address.IsValid() || len(c.LinkLocalIPs) > 0) {
+		refused = append(refused, "--ip/--ip6/--link-local-ip")
+	}
+	if len(es.Links) > 0 {
+		refused = append(refused, "--link")
+	}
+	if len(es.DriverOpts) > 0 {
+		refused = append(refused, "--driver-opt")
+	}
+	if len(es.MacAddress) > 0 {
+		refused = append(refused, "--mac-address")
+	}
+	if len(refused) > 0 {
+		return nil, unsupported("EndpointsConfig.%s: Berth cannot honour %s: the back-end gives each endpoint the engine's defaults", net, strings.Join(refused, ", "))
+	}
+	if len(es.Aliases) == 0 {
+		return nil, nil
 	}
 	if len(es.Aliases) > maxAliases {
-		return "", badRequest("EndpointsConfig.%s.Aliases: %d aliases, at most %d", net, len(es.Aliases), maxAliases)
+		return nil, badRequest("EndpointsConfig.%s.Aliases: %d aliases, at most %d", net, len(es.Aliases), maxAliases)
 	}
 	for i, a := range es.Aliases {
 		if len(a) > maxNetworkName || !networkName.MatchString(a) {
-			return "", badRequest("EndpointsConfig.%s.Aliases[%d] %q: want at most %d of [a-zA-Z0-9_.-], starting with a letter or digit", net, i, a, maxNetworkName)
+			return nil, badRequest("EndpointsConfig.%s.Aliases[%d] %q: want at most %d of [a-zA-Z0-9_.-], starting with a letter or digit", net, i, a, maxNetworkName)
 		}
 	}
-	return strings.Join(es.Aliases, ","), nil
+	return slices.Clone(es.Aliases), nil
+}
+
+// checkAliases bounds the aliases a container has on all its networks.
+func checkAliases(aliases []string) error {
+	if len(aliases) > maxAliases {
+		return badRequest("Aliases: %d aliases over the container's networks, at most %d", len(aliases), maxAliases)
+	}
+	return nil
 }
 
 // Bounds of the networks the endpoint keeps.
@@ -276,37 +365,42 @@ func (s *Server) membership(r *http.Request) (map[string]map[string]string, erro
 	}
 	for _, in := range list {
 		if in.Phase != reconciler.Deleted && in.Phase != reconciler.Deleting {
-			add(in.Owner, networkOf(in), in.ID, in.Name)
+			for _, net := range networksOf(in) {
+				add(in.Owner, net, in.ID, in.Name)
+			}
 		}
 	}
 	s.mu.Lock()
 	for id, c := range s.created {
-		add(c.owner, c.req.Spec.Labels[LabelNetwork], id, instanceOf(id, c).Name)
+		for _, net := range networksIn(c.req.Spec.Labels) {
+			add(c.owner, net, id, instanceOf(id, c).Name)
+		}
 	}
 	s.mu.Unlock()
 	return out, nil
 }
 
-// networkOf names the Berth network in was created on, if any.
-func networkOf(in control.Instance) string {
+// networksOf names the Berth networks in is on.
+func networksOf(in control.Instance) []string {
 	if in.Spec == nil {
-		return ""
-	}
-	return in.Spec.Labels[LabelNetwork]
-}
-
-// endpointsOf is a container's NetworkSettings.Networks: its Berth network
-// and its aliases there (the address is the back-end's, not shown).
-func endpointsOf(in control.Instance) map[string]*network.EndpointSettings {
-	name := networkOf(in)
-	if name == "" {
 		return nil
 	}
-	es := &network.EndpointSettings{}
-	if a := in.Spec.Labels[LabelAliases]; a != "" {
-		es.Aliases = strings.Split(a, ",")
+	return networksIn(in.Spec.Labels)
+}
+
+// endpointsOf is a container's NetworkSettings.Networks: its Berth
+// networks and its aliases on each (the address is the back-end's, not
+// shown).
+func endpointsOf(in control.Instance) map[string]*network.EndpointSettings {
+	nets := networksOf(in)
+	if len(nets) == 0 {
+		return nil
 	}
-	return map[string]*network.EndpointSettings{name: es}
+	out := map[string]*network.EndpointSettings{}
+	for _, name := range nets {
+		out[name] = &network.EndpointSettings{Aliases: aliasesIn(in.Spec.Labels)}
+	}
+	return out
 }
 
 // options are n's driver options as the engine shows them.
@@ -527,9 +621,9 @@ func (s *Server) networkPrune(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, rep)
 }
 
-// networkConnect puts a container created and not started on a network.
-// A started container keeps the network it was created on: Berth fixes a
-// container's network when it places it.
+// networkConnect puts a container on a network of its namespace: a
+// container created and not started in the spec its start submits, a
+// started one through the plane (the back-end connects it where it runs).
 func (s *Server) networkConnect(w http.ResponseWriter, r *http.Request) error {
 	var req network.ConnectRequest
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
@@ -563,114 +657,181 @@ func (s *Server) setNetwork(w http.ResponseWriter, r *http.Request, ref string, 
 		return err
 	}
 	if c.created == nil {
-		cur := networkOf(c.in)
-		switch {
-		case connect && cur == n.Name && c.in.Owner == n.Owner:
-			return &httpError{http.StatusForbidden, fmt.Sprintf("endpoint with name %s already exists in network %s", c.in.Name, n.Name)}
-		case !connect && (cur != n.Name || c.in.Owner != n.Owner):
-			return &httpError{http.StatusForbidden, fmt.Sprintf("container %s is not connected to network %s", c.in.Name, n.Name)}
-		}
-		verb := map[bool]string{true: "network connect", false: "network disconnect"}[connect]
-		return unsupported("%s of a started container: Berth fixes a container's network when it places it; connect it before docker start", verb)
+		err = s.setStartedNetwork(r.Context(), c.in, n, connect, aliases)
+	} else {
+		err = s.setCreatedNetwork(c.id, ref, n, connect, aliases)
 	}
+	if err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusOK)
+	return nil
+}
+
+// checkMembership is the engine's answer to a connect of a container on
+// network n already, or a disconnect of one not on it; nil otherwise.
+func checkMembership(name, owner string, labels map[string]string, n *bnetwork, connect bool) error {
+	on := owner == n.Owner && slices.Contains(networksIn(labels), n.Name)
+	switch {
+	case owner != n.Owner:
+		return badRequest("container %s is in namespace %s and network %s in %s: a container joins a network of its own namespace", name, owner, n.Name, n.Owner)
+	case connect && on:
+		return &httpError{http.StatusForbidden, fmt.Sprintf("endpoint with name %s already exists in network %s", name, n.Name)}
+	case !connect && !on:
+		return &httpError{http.StatusForbidden, fmt.Sprintf("container %s is not connected to network %s", name, n.Name)}
+	case connect && len(networksIn(labels)) >= maxContainerNetworks:
+		return badRequest("network connect %s: container %s is on %d networks, at most %d", n.Name, name, maxContainerNetworks, maxContainerNetworks)
+	}
+	return nil
+}
+
+// setCreatedNetwork connects or disconnects the created container id in
+// the spec its start submits.
+func (s *Server) setCreatedNetwork(id, ref string, n *bnetwork, connect bool, aliases []string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cc, ok := s.created[c.id]
+	cc, ok := s.created[id]
 	if !ok {
 		return noSuch(ref)
-	}
-	if cc.owner != n.Owner {
-		return badRequest("container %s is in namespace %s and network %s in %s: a container joins a network of its own namespace", ref, cc.owner, n.Name, n.Owner)
-	}
-	cur := cc.req.Spec.Labels[LabelNetwork]
-	switch {
-	case connect && cur == n.Name:
-		return &httpError{http.StatusForbidden, fmt.Sprintf("endpoint with name %s already exists in network %s", instanceOf(c.id, cc).Name, n.Name)}
-	case connect && cur != "":
-		return unsupported("network connect %s: the container is on network %s already, and Berth puts a container on one network", n.Name, cur)
-	case !connect && cur != n.Name:
-		return &httpError{http.StatusForbidden, fmt.Sprintf("container %s is not connected to network %s", ref, n.Name)}
 	}
 	labels := maps.Clone(cc.req.Spec.Labels)
 	if labels == nil {
 		labels = map[string]string{}
 	}
-	delete(labels, LabelAliases)
-	if connect {
-		labels[LabelNetwork] = n.Name
-		if aliases != "" {
-			labels[LabelAliases] = aliases
-		}
-	} else {
-		delete(labels, LabelNetwork)
+	if err := checkMembership(instanceOf(id, cc).Name, cc.owner, labels, n, connect); err != nil {
+		return err
 	}
+	nets := slices.DeleteFunc(networksIn(labels), func(x string) bool { return x == n.Name })
+	all := aliasesIn(labels)
+	if connect {
+		nets = append(nets, n.Name)
+		all = union(all, aliases)
+	}
+	if err := checkAliases(all); err != nil {
+		return err
+	}
+	setNetworks(labels, nets, all)
 	cc.req.Spec.Labels = labels
-	w.WriteHeader(http.StatusOK)
 	return nil
 }
 
-// joinNetwork moves the Berth network a create request names (--network
-// NAME, or its one endpoint) from the engine's fields to the label
-// LabelNetwork (and its aliases to LabelAliases), where connect and
-// disconnect change it until the start; onNetwork turns it into the
-// spec's back-end network then. A name that is no Berth network of owner
-// is left to the back-end.
+// setStartedNetwork connects or disconnects the started container in
+// through the plane, which records it in the instance's spec. A connect
+// to a network whose members are kept on one node is refused for a
+// container on another node.
+func (s *Server) setStartedNetwork(ctx context.Context, in control.Instance, n *bnetwork, connect bool, aliases []string) error {
+	var labels map[string]string
+	if in.Spec != nil {
+		labels = in.Spec.Labels
+	}
+	if err := checkMembership(in.Name, in.Owner, labels, n, connect); err != nil {
+		return err
+	}
+	if err := checkAliases(union(aliasesIn(labels), aliases)); err != nil {
+		return err
+	}
+	backend := n.backend()
+	if !connect {
+		return s.plane.DisconnectNetwork(ctx, in.ID, backend, func(spec *driver.Spec) {
+			spec.Labels = maps.Clone(spec.Labels)
+			delete(spec.Labels, memberLabel(backend))
+			if spec.Labels[LabelBackendNetwork] == backend {
+				delete(spec.Labels, LabelBackendNetwork)
+			}
+			nets := slices.DeleteFunc(networksIn(spec.Labels), func(x string) bool { return x == n.Name })
+			setNetworks(spec.Labels, nets, aliasesIn(spec.Labels))
+			if len(spec.Networks) == 0 {
+				spec.NetworkAliases = nil
+			}
+		})
+	}
+	if !n.Spread {
+		home, ok, err := s.homeOf(ctx, n, in.ID)
+		if err != nil {
+			return err
+		}
+		if ok && (home.Provider != in.Provider || home.Node != in.Node) {
+			return &httpError{http.StatusConflict, fmt.Sprintf("network connect %s: the network's members run on node %s/%s and container %s on node %s/%s; Berth keeps a network's members on one node (a network made with -o %s=true has no such rule)",
+				n.Name, home.Provider, home.Node, in.Name, in.Provider, in.Node, OptSpread)}
+		}
+	}
+	// Its own name is an alias too: the back-end's name for it may differ.
+	want := union(aliases, []string{in.Name})
+	return s.plane.ConnectNetwork(ctx, in.ID, backend, want, func(spec *driver.Spec) {
+		spec.Labels = maps.Clone(spec.Labels)
+		if spec.Labels == nil {
+			spec.Labels = map[string]string{}
+		}
+		spec.Labels[memberLabel(backend)] = "true"
+		nets := union(networksIn(spec.Labels), []string{n.Name})
+		setNetworks(spec.Labels, nets, union(aliasesIn(spec.Labels), aliases))
+	})
+}
+
+// joinNetwork moves the Berth networks a create request names (--network
+// NAME, and the endpoints of its networking config) from the engine's
+// fields to the label LabelNetwork (and their aliases to LabelAliases),
+// where connect and disconnect change them until the start; onNetwork
+// turns them into the spec's back-end networks then. A name that is no
+// Berth network of owner is left to the back-end.
 func (s *Server) joinNetwork(ctx context.Context, owner string, cr *container.CreateRequest) error {
 	if cr.Config == nil {
 		return nil
 	}
-	var name string
+	var names []string
 	if cr.HostConfig != nil {
 		switch m := string(cr.HostConfig.NetworkMode); m {
 		case "", "default", "bridge", "host", "none":
 		default:
 			if !strings.HasPrefix(m, "container:") {
-				name = m
+				names = append(names, m)
 			}
 		}
 	}
-	if name == "" && cr.NetworkingConfig != nil && len(cr.NetworkingConfig.EndpointsConfig) == 1 {
-		for k := range cr.NetworkingConfig.EndpointsConfig {
-			name = k
-		}
-	}
-	if name == "" {
-		return nil
-	}
-	n, err := s.nets.lookup(ctx, name, owner, func(ns string) bool { return ns == owner })
-	if err != nil {
-		if statusOf(err) == http.StatusNotFound {
-			return nil // not a Berth network: the back-end's to resolve
-		}
-		return err
-	}
-	if cr.HostConfig != nil {
-		cr.HostConfig.NetworkMode = ""
-	}
-	var aliases string
 	if cr.NetworkingConfig != nil {
-		es := cr.NetworkingConfig.EndpointsConfig[name]
-		if es == nil {
-			es = cr.NetworkingConfig.EndpointsConfig[n.ID]
+		if len(cr.NetworkingConfig.EndpointsConfig) > maxContainerNetworks {
+			return badRequest("NetworkingConfig.EndpointsConfig: %d networks, at most %d", len(cr.NetworkingConfig.EndpointsConfig), maxContainerNetworks)
 		}
-		if aliases, err = aliasesOf(name, es); err != nil {
+		names = union(names, slices.Sorted(maps.Keys(cr.NetworkingConfig.EndpointsConfig)))
+	}
+	var nets, aliases []string
+	for _, name := range names {
+		n, err := s.nets.lookup(ctx, name, owner, func(ns string) bool { return ns == owner })
+		if err != nil {
+			if statusOf(err) == http.StatusNotFound {
+				continue // not a Berth network: the back-end's to resolve
+			}
 			return err
 		}
-		delete(cr.NetworkingConfig.EndpointsConfig, name)
-		delete(cr.NetworkingConfig.EndpointsConfig, n.ID)
-		if len(cr.NetworkingConfig.EndpointsConfig) == 0 {
-			cr.NetworkingConfig = nil
+		if cr.HostConfig != nil && string(cr.HostConfig.NetworkMode) == name {
+			cr.HostConfig.NetworkMode = ""
 		}
+		if cr.NetworkingConfig != nil {
+			for _, k := range []string{name, n.ID} {
+				a, err := aliasesOf(k, cr.NetworkingConfig.EndpointsConfig[k])
+				if err != nil {
+					return err
+				}
+				aliases = union(aliases, a)
+				delete(cr.NetworkingConfig.EndpointsConfig, k)
+			}
+		}
+		nets = union(nets, []string{n.Name})
+	}
+	if len(nets) == 0 {
+		return nil
+	}
+	if err := checkAliases(aliases); err != nil {
+		return err
+	}
+	if cr.NetworkingConfig != nil && len(cr.NetworkingConfig.EndpointsConfig) == 0 {
+		cr.NetworkingConfig = nil
 	}
 	labels := maps.Clone(cr.Config.Labels)
 	if labels == nil {
 		labels = map[string]string{}
 	}
-	labels[LabelNetwork] = n.Name
-	delete(labels, LabelAliases)
-	if aliases != "" {
-		labels[LabelAliases] = aliases
-	}
+	setNetworks(labels, nets, aliases)
 	cr.Config.Labels = labels
 	return nil
 }
@@ -679,86 +840,138 @@ func (s *Server) joinNetwork(ctx context.Context, owner string, cr *container.Cr
 // holds the next ones back: past it they are placed as if it were not.
 const placeWait = 30 * time.Second
 
-// onNetwork returns c's request as the plane is to place it. On a Berth
-// network it runs on the network's back-end network (the spec's Networks),
-// where the other members reach it by its name and its aliases (the
-// spec's NetworkAliases), labelled LabelBackendNetwork; unless the network
-// spreads, a hard affinity keeps it on the node its placed members are on.
-// The first member to be placed is submitted under its network's lock of
+// onNetwork returns c's request as the plane is to place it. On Berth
+// networks it runs on their back-end networks (the spec's Networks), where
+// the other members reach it by its name and its aliases (the spec's
+// NetworkAliases), labelled a member of each (memberLabel). Unless a
+// network spreads, a hard affinity keeps it on the node that network's
+// placed members are on; networks whose members are on two nodes cannot
+// be joined together, and the start is refused. When no network of c's
+// has a placed member, c is submitted under its networks' locks of
 // s.placing: placed, called with the submit's outcome, waits until it has
-// a node (or cannot have one now) and lets the next member go, which then
-// has a member to follow. placed is never nil.
+// a node (or cannot have one now) and lets the next members go, which
+// then have a member to follow. placed is never nil.
 func (s *Server) onNetwork(ctx context.Context, c *created) (scheduler.Request, func(context.Context, error), error) {
 	req := c.req
 	done := func(context.Context, error) {}
-	name := req.Spec.Labels[LabelNetwork]
-	if name == "" {
+	names := networksIn(req.Spec.Labels)
+	if len(names) == 0 {
 		return req, done, nil
 	}
-	n, err := s.nets.lookup(ctx, name, c.owner, func(ns string) bool { return ns == c.owner })
-	if err != nil {
-		return req, done, err
-	}
+	var kept []*bnetwork // the networks whose members share a node
 	spec := req.Spec
 	spec.Labels = maps.Clone(spec.Labels)
-	spec.Labels[LabelBackendNetwork] = n.backend()
-	spec.Networks = []string{n.backend()}
-	spec.NetworkAliases = nil
-	if a := spec.Labels[LabelAliases]; a != "" {
-		spec.NetworkAliases = strings.Split(a, ",")
+	spec.Networks = nil
+	for _, name := range names {
+		n, err := s.nets.lookup(ctx, name, c.owner, func(ns string) bool { return ns == c.owner })
+		if err != nil {
+			return req, done, err
+		}
+		spec.Labels[memberLabel(n.backend())] = "true"
+		spec.Networks = append(spec.Networks, n.backend())
+		if !n.Spread {
+			kept = append(kept, n)
+		}
 	}
+	spec.NetworkAliases = aliasesIn(spec.Labels)
 	if req.Name != "" && !slices.Contains(spec.NetworkAliases, req.Name) {
 		// The back-end's name for it may differ (name.1 once placed
 		// again): its own name is an alias too.
 		spec.NetworkAliases = append(spec.NetworkAliases, req.Name)
 	}
 	req.Spec = spec
-	if n.Spread {
+	if len(kept) == 0 {
 		return req, done, nil
 	}
 	follow := func() (bool, error) {
-		if ok, err := s.hasPlacedMember(ctx, n); err != nil || !ok {
+		affs, err := s.networkAffinities(ctx, req.Name, kept)
+		if err != nil || len(affs) == 0 {
 			return false, err
 		}
-		req.Affinities = append(slices.Clone(req.Affinities), "label."+LabelBackendNetwork+"=="+n.backend())
+		req.Affinities = append(slices.Clone(req.Affinities), affs...)
 		return true, nil
 	}
 	if ok, err := follow(); err != nil || ok {
 		return req, done, err
 	}
-	mu := s.placingLock(n)
-	mu.Lock()
+	unlock := s.placingLocks(kept)
 	if ok, err := follow(); err != nil || ok {
-		mu.Unlock()
+		unlock()
 		return req, done, err
 	}
 	return req, func(ctx context.Context, err error) {
-		defer mu.Unlock()
+		defer unlock()
 		if err == nil {
 			s.awaitNode(ctx, req.ID)
 		}
 	}, nil
 }
 
-// placingLock is the lock of s.placing that n's first members take.
-func (s *Server) placingLock(n *bnetwork) *sync.Mutex {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(n.backend()))
-	return &s.placing[h.Sum32()%uint32(len(s.placing))]
-}
-
-// hasPlacedMember reports whether an instance of network n has a node.
-func (s *Server) hasPlacedMember(ctx context.Context, n *bnetwork) (bool, error) {
-	list, err := s.plane.Instances(ctx, control.Filter{Owner: n.Owner})
-	if err != nil {
-		return false, err
-	}
-	for _, in := range list {
-		if in.Node != "" && in.Phase != reconciler.Deleting && in.Spec != nil && in.Spec.Labels[LabelBackendNetwork] == n.backend() {
-			return true, nil
+// networkAffinities are the affinities that keep a container of the
+// networks nets with their placed members: one per network that has one.
+// Networks whose members are on different nodes are a conflict naming
+// them and the nodes.
+func (s *Server) networkAffinities(ctx context.Context, name string, nets []*bnetwork) ([]string, error) {
+	var affs []string
+	var first *bnetwork
+	var at control.Instance
+	for _, n := range nets {
+		home, ok, err := s.homeOf(ctx, n, "")
+		if err != nil || !ok {
+			if err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if first != nil && (home.Provider != at.Provider || home.Node != at.Node) {
+			return nil, &httpError{http.StatusConflict, fmt.Sprintf("container %s: the members of network %s run on node %s/%s and those of network %s on node %s/%s; Berth keeps a network's members on one node (a network made with -o %s=true has no such rule)",
+				name, first.Name, at.Provider, at.Node, n.Name, home.Provider, home.Node, OptSpread)}
+		}
+		if first == nil {
+			first, at = n, home
+		}
+		if home.Spec.Labels[memberLabel(n.backend())] == "true" {
+			affs = append(affs, "label."+memberLabel(n.backend())+"==true")
+		} else {
+			affs = append(affs, "label."+LabelBackendNetwork+"=="+n.backend())
 		}
 	}
-	return false, nil
+	return affs, nil
+}
+
+// placingLocks takes the locks of s.placing that the first members of nets
+// take, in one order, and returns what releases them.
+func (s *Server) placingLocks(nets []*bnetwork) func() {
+	var idx []int
+	for _, n := range nets {
+		h := fnv.New32a()
+		_, _ = h.Write([]byte(n.backend()))
+		idx = append(idx, int(h.Sum32()%uint32(len(s.placing))))
+	}
+	slices.Sort(idx)
+	idx = slices.Compact(idx)
+	for _, i := range idx {
+		s.placing[i].Lock()
+	}
+	return func() {
+		for _, i := range slices.Backward(idx) {
+			s.placing[i].Unlock()
+		}
+	}
+}
+
+// homeOf returns an instance of network n, but except, that has a node.
+func (s *Server) homeOf(ctx context.Context, n *bnetwork, except string) (control.Instance, bool, error) {
+	list, err := s.plane.Instances(ctx, control.Filter{Owner: n.Owner})
+	if err != nil {
+		return control.Instance{}, false, err
+	}
+	for _, in := range list {
+		if in.ID != except && in.Node != "" && in.Phase != reconciler.Deleting && in.Phase != reconciler.Deleted && in.Spec != nil && isMember(in.Spec.Labels, n.backend()) {
+			return in, true, nil
+		}
+	}
+	return control.Instance{}, false, nil
 }
 
 // awaitNode waits, at most placeWait, until the instance id has a node,

@@ -45,7 +45,7 @@ func TestNetworkPlacement(t *testing.T) {
 		if in.Phase == reconciler.Running {
 			t.Fatalf("big runs on %s beside %s, the network's home", in.Node, home)
 		}
-		if strings.Contains(in.Message, "affinity label."+dockerapi.LabelBackendNetwork+"==team.pack") && strings.Contains(in.Message, "cpu") {
+		if strings.Contains(in.Message, "affinity label."+dockerapi.LabelBackendNetwork+".team.pack==true") && strings.Contains(in.Message, "cpu") {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -58,7 +58,7 @@ func TestNetworkPlacement(t *testing.T) {
 	defer srv.Close()
 	why, err := exec.Command(buildBerth(t), "--addr", srv.URL, "--token", e.token, "why", "big").CombinedOutput()
 	t.Logf("berth why big:\n%s", why)
-	if err != nil || !strings.Contains(string(why), "affinity label."+dockerapi.LabelBackendNetwork+"==team.pack") {
+	if err != nil || !strings.Contains(string(why), "affinity label."+dockerapi.LabelBackendNetwork+".team.pack==true") {
 		t.Errorf("berth why big: %v\n%s", err, why)
 	}
 	// A spread network's members go where placement puts them: spreading,
@@ -67,7 +67,28 @@ func TestNetworkPlacement(t *testing.T) {
 	if in := e.waitPhase(t, "w0", reconciler.Running); in.Node == home {
 		t.Errorf("w0 of the spread network wide runs on %s with pack's members, the busier node", in.Node)
 	}
-	e.must(t, "rm", "-f", "p0", "p1", "p2", "big", "w0")
+	// A running container on the other node may join wide, not pack: the
+	// refusal names the network and the node its members are on.
+	other := map[string]string{"main": "second", "second": "main"}[home]
+	e.must(t, "run", "-d", "--name", "lone", "-e", "constraint:node=="+other, "--cpus", "0.25", helloImage)
+	e.waitPhase(t, "lone", reconciler.Running)
+	if _, errs, code := e.docker(t, "network", "connect", "pack", "lone"); code == 0 || !strings.Contains(errs, "network connect pack") || !strings.Contains(errs, "docker/"+home) {
+		t.Errorf("network connect pack lone, lone on %s: exit %d, %s; want a refusal naming pack and docker/%s", other, code, errs, home)
+	}
+	e.must(t, "network", "connect", "wide", "lone")
+	if got := strings.TrimSpace(e.must(t, "inspect", "--format", "{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}", "lone")); got != "wide" {
+		t.Errorf("lone's networks: %q, want wide", got)
+	}
+	// A container whose networks' members are on two nodes cannot start.
+	e.must(t, "create", "--name", "torn", "--network", "pack", "--cpus", "0.25", helloImage)
+	e.must(t, "network", "connect", "wide", "torn")
+	e.must(t, "network", "create", "solo")
+	e.must(t, "network", "connect", "solo", "lone")
+	e.must(t, "network", "connect", "solo", "torn")
+	if _, errs, code := e.docker(t, "start", "torn"); code == 0 || !strings.Contains(errs, "network pack") || !strings.Contains(errs, "network solo") {
+		t.Errorf("start of torn, on pack and solo whose members run on two nodes: exit %d, %s", code, errs)
+	}
+	e.must(t, "rm", "-f", "p0", "p1", "p2", "big", "w0", "lone", "torn")
 	e.waitNoEngineNetworks(t)
 }
 
@@ -118,6 +139,13 @@ func TestVolumePlacement(t *testing.T) {
 // engine, and "second". The engine goes when the test ends.
 func twoEngines(t *testing.T) (*env, *dockertest.Engine) {
 	t.Helper()
+	return twoEnginesAt(t, "", "")
+}
+
+// twoEnginesAt is twoEngines with the plane's store and cluster name of
+// setupStore.
+func twoEnginesAt(t *testing.T, cluster, db string) (*env, *dockertest.Engine) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	second, err := dockertest.StartEngine(ctx, dockertest.EngineOptions{})
@@ -131,7 +159,7 @@ func twoEngines(t *testing.T) (*env, *dockertest.Engine) {
 	if err := dockertest.CopyImage(ctx, mainCli, second.Client, helloImage); err != nil {
 		t.Fatal(err)
 	}
-	e := setupEngines(t, fmt.Sprintf(`[{"name":"main","address":%q,"capacity":{"cpus":2}},{"name":"second","address":%q,"capacity":{"cpus":2}}]`,
-		dockertest.MainHost, second.Address()))
+	e := setupStore(t, fmt.Sprintf(`[{"name":"main","address":%q,"capacity":{"cpus":2}},{"name":"second","address":%q,"capacity":{"cpus":2}}]`,
+		dockertest.MainHost, second.Address()), cluster, db)
 	return e, second
 }

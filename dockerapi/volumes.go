@@ -396,7 +396,16 @@ func (s *Server) dropVolume(ctx context.Context, v bvolume, users []string) erro
 		slices.Sort(users)
 		return &httpError{http.StatusConflict, fmt.Sprintf("remove %s: volume is in use - [%s]", v.Name, strings.Join(users, ", "))}
 	}
+	gone := false
 	if v.Node != "" {
+		var err error
+		if gone, err = s.nodeGone(ctx, v.Provider, v.Node); err != nil {
+			return err
+		}
+	}
+	if gone {
+		s.log.Warn("docker api: a volume forgotten whose node is gone", "volume", v.key(), "node", v.Provider+"/"+v.Node)
+	} else if v.Node != "" {
 		err := s.plane.RemoveVolume(ctx, v.Provider, v.Node, v.backend())
 		if errors.Is(err, driver.ErrPermanent) {
 			return &httpError{http.StatusConflict, fmt.Sprintf("remove %s: volume is in use on %s/%s: %v", v.Name, v.Provider, v.Node, err)}
@@ -483,6 +492,9 @@ func (s *Server) onVolumes(ctx context.Context, c *created, req scheduler.Reques
 		// A volume with a node decides; the others go there too.
 		for _, v := range vols {
 			if v.Node != "" {
+				if err := s.checkVolumeNode(ctx, v); err != nil {
+					return req, done, err
+				}
 				req.Constraints = append(slices.Clone(req.Constraints), v.constraints()...)
 				return req, func(ctx context.Context, err error) { s.pinVolumes(ctx, unplaced, v.Provider, v.Node) }, nil
 			}
@@ -494,6 +506,9 @@ func (s *Server) onVolumes(ctx context.Context, c *created, req scheduler.Reques
 		for _, o := range cur {
 			if o.key() == unplaced[0].key() && o.Node != "" {
 				mu.Unlock()
+				if err := s.checkVolumeNode(ctx, o); err != nil {
+					return req, done, err
+				}
 				req.Constraints = append(slices.Clone(req.Constraints), o.constraints()...)
 				return req, func(ctx context.Context, err error) { s.pinVolumes(ctx, unplaced, o.Provider, o.Node) }, nil
 			}
@@ -509,6 +524,47 @@ func (s *Server) onVolumes(ctx context.Context, c *created, req scheduler.Reques
 			s.pinVolumes(ctx, unplaced, in.Provider, in.Node)
 		}
 	}, nil
+}
+
+// checkVolumeNode refuses a user of v when v's node is gone: its content
+// is out of reach, and no node could ever take the user (409, naming the
+// volume and the node).
+func (s *Server) checkVolumeNode(ctx context.Context, v bvolume) error {
+	gone, err := s.nodeGone(ctx, v.Provider, v.Node)
+	if err != nil || !gone {
+		return err
+	}
+	return &httpError{http.StatusConflict, fmt.Sprintf("volume %s lives on node %s/%s, which provider %s no longer reports: its content is out of reach and no container can mount it; bring the node back, or remove the volume (docker volume rm %s) so that its next user makes it anew",
+		v.Name, v.Provider, v.Node, v.Provider, v.Name)}
+}
+
+// nodeGone reports whether provider prov no longer reports node: prov is
+// not configured, or it reports nodes and node is none of them. A node
+// that is offline is still reported. A provider reporting no node at all
+// (not listed since the server started, or every node offline and
+// forgotten) is no proof, and reads as not gone.
+func (s *Server) nodeGone(ctx context.Context, prov, node string) (bool, error) {
+	nodes, err := s.plane.Nodes(ctx)
+	if err != nil {
+		return false, err
+	}
+	seen := false
+	for _, n := range nodes {
+		if n.Provider == prov {
+			if n.Name == node {
+				return false, nil
+			}
+			seen = true
+		}
+	}
+	if seen {
+		return true, nil
+	}
+	provs, err := s.plane.Providers(ctx)
+	if err != nil {
+		return false, err
+	}
+	return !slices.ContainsFunc(provs, func(p control.ProviderView) bool { return p.Name == prov }), nil
 }
 
 // pinVolumes records provider/node as the node of each of vols that has

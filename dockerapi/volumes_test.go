@@ -2,6 +2,7 @@ package dockerapi_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -115,4 +116,61 @@ func (e *env) waitMessage(t *testing.T, ref, want string) {
 		}
 		sleep()
 	}
+}
+
+// TestVolumeNodeGone: a volume whose first user ran on an engine that the
+// server, started again over its store, no longer has (the engine is
+// gone and out of the provider's configuration) refuses a container
+// mounting it at start, naming the volume and the node (the container
+// stays created, as after the engine's failed start); volume rm forgets
+// it, and the next user makes it anew where it is placed.
+func TestVolumeNodeGone(t *testing.T) {
+	cluster := "dapi-" + dockertest.RandomID()
+	db := filepath.Join(t.TempDir(), "berth.db")
+	vol := "old-" + dockertest.RandomID()
+	t.Cleanup(func() { removeEngineVolume(mainCli, "team."+vol) })
+	placed := false
+	t.Run("on the second engine", func(t *testing.T) {
+		e, _ := twoEnginesAt(t, cluster, db)
+		id := strings.TrimSpace(e.must(t, "run", "-d", "--name", "first", "-e", "constraint:node==second", "-v", vol+":/data", helloImage))
+		e.waitPhase(t, "first", reconciler.Running)
+		if got := strings.TrimSpace(e.must(t, "volume", "inspect", "-f", "{{.Status.Node}}", vol)); got != "docker/second" {
+			t.Fatalf("volume inspect: node %q, want docker/second", got)
+		}
+		e.must(t, "rm", "-f", "first")
+		e.waitGone(t, id)
+		placed = true
+	})
+	if !placed {
+		return // the subtest failed, or had no second engine
+	}
+	// The server again over its store, with the machine's engine only.
+	e := setupStore(t, fmt.Sprintf(`[{"name":"main","address":%q}]`, dockertest.MainHost), cluster, db)
+	// Once the provider has reported its nodes.
+	e.must(t, "run", "-d", "--name", "other", helloImage)
+	e.waitPhase(t, "other", reconciler.Running)
+
+	_, errs, code := e.docker(t, "run", "-d", "--name", "user", "-v", vol+":/data", helloImage)
+	if code == 0 || !strings.Contains(errs, "volume "+vol) || !strings.Contains(errs, "docker/second") {
+		t.Errorf("docker run -v %s:/data with the volume's node gone: exit %d, %s; want a refusal naming the volume and its node", vol, code, errs)
+	}
+	// As the engine's failed start, the container stays created; it is
+	// what holds the volume until it is removed.
+	if out := e.must(t, "ps", "-a", "--format", "{{.Names}} {{.State}}", "--filter", "name=user"); strings.TrimSpace(out) != "user created" {
+		t.Errorf("the refused container: %q, want it created", out)
+	}
+	if _, errs, code := e.docker(t, "volume", "rm", vol); code == 0 || !strings.Contains(errs, "in use") {
+		t.Errorf("volume rm while user mounts it: exit %d, %s", code, errs)
+	}
+	e.must(t, "rm", "user")
+	if got := strings.TrimSpace(e.must(t, "volume", "inspect", "-f", "{{.Status.Node}}", vol)); got != "docker/second" {
+		t.Errorf("volume inspect: node %q, want docker/second", got)
+	}
+	e.must(t, "volume", "rm", vol)
+	e.must(t, "run", "-d", "--name", "user2", "-v", vol+":/data", helloImage)
+	e.waitPhase(t, "user2", reconciler.Running)
+	if got := strings.TrimSpace(e.must(t, "volume", "inspect", "-f", "{{.Status.Node}}", vol)); got != "docker/main" {
+		t.Errorf("volume inspect after its new first user: node %q, want docker/main", got)
+	}
+	e.must(t, "rm", "-f", "other", "user2")
 }

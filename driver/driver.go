@@ -332,6 +332,20 @@ type VolumeRemover interface {
 	RemoveVolume(ctx context.Context, node, name string) error
 }
 
+// NetworkConnector puts an instance that exists on the back-end (running
+// or not) on one more of the back-end's networks, or takes it off one,
+// without making it again. ConnectNetwork makes the network on the
+// instance's node when it is not there, as a create does for
+// Spec.Networks, and gives the instance aliases there besides its name;
+// an instance on the network already is not an error. DisconnectNetwork
+// of a network the instance is not on is not an error; the network goes
+// with its last instance, as after a Delete.
+// Fallback: ErrUnsupported.
+type NetworkConnector interface {
+	ConnectNetwork(ctx context.Context, id, network string, aliases []string) error
+	DisconnectNetwork(ctx context.Context, id, network string) error
+}
+
 // Sweeper removes what the back-end made for its instances to share (the
 // docker driver's networks) once no instance uses it: Sweep removes the
 // shared resources tagged with all of tags (always TagManaged) that no
@@ -365,6 +379,9 @@ const (
 	CapTop     = "top"
 	// CapVolumeRemove: named volumes are removed (VolumeRemover).
 	CapVolumeRemove = "volume-remove"
+	// CapNetworkConnect: an instance joins and leaves networks where it
+	// is (NetworkConnector).
+	CapNetworkConnect = "network-connect"
 )
 
 // Features: what a back-end can run, as declared by a FeatureReporter and
@@ -502,6 +519,8 @@ func Capabilities(d Driver) []string {
 	add(ok, CapUsage)
 	_, ok = As[VolumeRemover](d, CapVolumeRemove)
 	add(ok, CapVolumeRemove)
+	_, ok = As[NetworkConnector](d, CapNetworkConnect)
+	add(ok, CapNetworkConnect)
 	return caps
 }
 

@@ -70,3 +70,33 @@ func (p *Provider) RemoveVolume(ctx context.Context, node, name string) error {
 		func(ctx context.Context) (struct{}, error) { return struct{}{}, v.RemoveVolume(ctx, node, name) })
 	return err
 }
+
+// ConnectNetwork puts the instance id on the back-end's network name with
+// aliases (driver.NetworkConnector). It spends one change and is bounded
+// by CallTimeout.
+// Fallback: ErrUnsupported.
+func (p *Provider) ConnectNetwork(ctx context.Context, id, name string, aliases []string) error {
+	c, ok := driver.As[driver.NetworkConnector](p.d, driver.CapNetworkConnect)
+	if !ok {
+		return p.unsupported("connect-network", "the driver cannot connect an instance to a network", "instance", id, "network", name)
+	}
+	_, err := call(ctx, p, callOpts{op: "connect-network", budget: writeBudget, timed: true, attrs: []any{"instance", id, "network", name}},
+		func(ctx context.Context) (struct{}, error) {
+			return struct{}{}, c.ConnectNetwork(ctx, id, name, aliases)
+		})
+	return err
+}
+
+// DisconnectNetwork takes the instance id off the back-end's network name
+// (driver.NetworkConnector). It spends one change and is bounded by
+// CallTimeout.
+// Fallback: ErrUnsupported.
+func (p *Provider) DisconnectNetwork(ctx context.Context, id, name string) error {
+	c, ok := driver.As[driver.NetworkConnector](p.d, driver.CapNetworkConnect)
+	if !ok {
+		return p.unsupported("disconnect-network", "the driver cannot disconnect an instance from a network", "instance", id, "network", name)
+	}
+	_, err := call(ctx, p, callOpts{op: "disconnect-network", budget: writeBudget, timed: true, attrs: []any{"instance", id, "network", name}},
+		func(ctx context.Context) (struct{}, error) { return struct{}{}, c.DisconnectNetwork(ctx, id, name) })
+	return err
+}

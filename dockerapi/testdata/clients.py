@@ -154,6 +154,32 @@ def _():
     state["c2"].remove(force=True)
 
 
+@op("network.connect (running)")
+def _():
+    c = client.containers.run(image, detach=True, name=prefix + "-joins")
+    state["c3"] = c
+    for _ in range(600):
+        c.reload()
+        if c.status == "running":
+            break
+        time.sleep(0.1)
+    client.networks.get(prefix + "-net").connect(c, aliases=["joined"])
+    c.reload()
+    nets = c.attrs["NetworkSettings"]["Networks"]
+    assert prefix + "-net" in nets, list(nets)
+    assert "joined" in (nets[prefix + "-net"]["Aliases"] or []), nets[prefix + "-net"]
+
+
+@op("network.disconnect (running)")
+def _():
+    c = state["c3"]
+    client.networks.get(prefix + "-net").disconnect(c)
+    c.reload()
+    nets = c.attrs["NetworkSettings"]["Networks"] or {}
+    assert prefix + "-net" not in nets, list(nets)
+    c.remove(force=True)
+
+
 @op("network.remove")
 def _():
     client.networks.get(prefix + "-net").remove()
@@ -180,7 +206,7 @@ def _():
 
 
 # Leave nothing behind, whatever passed.
-for name in (prefix + "-web", prefix + "-web2", prefix + "-on"):
+for name in (prefix + "-web", prefix + "-web2", prefix + "-on", prefix + "-joins"):
     try:
         client.containers.get(name).remove(force=True)
     except Exception:

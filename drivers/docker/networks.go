@@ -190,3 +190,64 @@ func (d *Driver) sweepEngine(ctx context.Context, e *engine, f client.Filters) e
 }
 
 var _ driver.Sweeper = (*Driver)(nil)
+
+// ConnectNetwork connects the container id to network name on its engine
+// (the engine's NetworkConnect) with aliases, making the network first as
+// a create does, for the cluster the container's tags name. A container
+// on the network already is left as it is.
+func (d *Driver) ConnectNetwork(ctx context.Context, id, name string, aliases []string) error {
+	e, cid, err := d.resolve(id)
+	if err != nil {
+		return err
+	}
+	cctx, cancel := d.callCtx(ctx)
+	defer cancel()
+	ci, err := e.cli.ContainerInspect(cctx, cid, client.ContainerInspectOptions{})
+	if err != nil {
+		return d.act(e, err, "inspect container "+cid)
+	}
+	if ns := ci.Container.NetworkSettings; ns != nil && ns.Networks[name] != nil {
+		return nil
+	}
+	var labels map[string]string
+	if ci.Container.Config != nil {
+		labels = ci.Container.Config.Labels
+	}
+	e.netMu.Lock()
+	defer e.netMu.Unlock()
+	if err := d.ensureNetwork(cctx, e, name, labels); err != nil {
+		return err
+	}
+	_, err = e.cli.NetworkConnect(cctx, name, client.NetworkConnectOptions{Container: cid,
+		EndpointConfig: &network.EndpointSettings{Aliases: slices.Clone(aliases)}})
+	return d.act(e, err, "connect container "+cid+" to network "+name)
+}
+
+// DisconnectNetwork disconnects the container id from network name on its
+// engine (the engine's NetworkDisconnect), and removes the network when
+// Berth's cluster made it and no container is left on it.
+func (d *Driver) DisconnectNetwork(ctx context.Context, id, name string) error {
+	e, cid, err := d.resolve(id)
+	if err != nil {
+		return err
+	}
+	cctx, cancel := d.callCtx(ctx)
+	defer cancel()
+	ci, err := e.cli.ContainerInspect(cctx, cid, client.ContainerInspectOptions{})
+	if err != nil {
+		return d.act(e, err, "inspect container "+cid)
+	}
+	if ns := ci.Container.NetworkSettings; ns == nil || ns.Networks[name] == nil {
+		return nil
+	}
+	_, err = e.cli.NetworkDisconnect(cctx, name, client.NetworkDisconnectOptions{Container: cid})
+	if err != nil && !cerrdefs.IsNotFound(err) {
+		return d.act(e, err, "disconnect container "+cid+" from network "+name)
+	}
+	if ci.Container.Config != nil {
+		d.releaseNetworks(cctx, e, []string{name}, ci.Container.Config.Labels[driver.TagCluster])
+	}
+	return nil
+}
+
+var _ driver.NetworkConnector = (*Driver)(nil)

@@ -114,6 +114,62 @@ func TestNetworks(t *testing.T) {
 	}
 }
 
+// TestConnectNetwork: a running container joins a network it was not
+// created on, which the connect makes with the container's cluster's
+// tags, with an alias there; a second connect changes nothing; the
+// disconnect takes it off and removes the network it was the last on, and
+// a second disconnect is no error.
+func TestConnectNetwork(t *testing.T) {
+	leakCheck(t)
+	d := openTest(t, testOptions(engineAddrs()...))
+	run := randomID()
+	cluster := "c-" + run
+	net := "berth-test-join-" + run
+	t.Cleanup(func() {
+		removeByLabel(t, mainCli, "berth.test.run", run)
+		removeNetworks(t, driver.TagCluster, cluster)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	spec := helloSpec()
+	spec.Tags = map[string]string{driver.TagCluster: cluster, driver.TagClusterName: "test", "berth.test.run": run}
+	in := create(t, d, "e1", spec)
+	cid := strings.TrimPrefix(in.ID, "e1/")
+	for range 2 {
+		if err := d.ConnectNetwork(ctx, in.ID, net, []string{"joined"}); err != nil {
+			t.Fatalf("ConnectNetwork: %v", err)
+		}
+	}
+	n, err := mainCli.NetworkInspect(ctx, net, client.NetworkInspectOptions{})
+	if err != nil {
+		t.Fatalf("the network after the connect: %v", err)
+	}
+	if l := n.Network.Labels; l[driver.TagManaged] != "true" || l[driver.TagCluster] != cluster || l["berth.test.run"] != "" {
+		t.Errorf("the network made by the connect: labels %v; want the cluster's tags only", l)
+	}
+	ci, err := mainCli.ContainerInspect(ctx, cid, client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if es := ci.Container.NetworkSettings.Networks[net]; es == nil || !slices.Contains(es.Aliases, "joined") {
+		t.Errorf("the container on %s: %+v, want the alias joined", net, es)
+	}
+	for range 2 {
+		if err := d.DisconnectNetwork(ctx, in.ID, net); err != nil {
+			t.Fatalf("DisconnectNetwork: %v", err)
+		}
+	}
+	if ci, err = mainCli.ContainerInspect(ctx, cid, client.ContainerInspectOptions{}); err != nil || ci.Container.NetworkSettings.Networks[net] != nil {
+		t.Errorf("the container after the disconnect: %v, still on %s", err, net)
+	}
+	if _, err := mainCli.NetworkInspect(ctx, net, client.NetworkInspectOptions{}); err == nil {
+		t.Error("the network is left after its last container left it")
+	}
+	if err := d.ConnectNetwork(ctx, "e1/nonexistent", net, nil); !errors.Is(err, driver.ErrNotFound) {
+		t.Errorf("ConnectNetwork of a missing container: %v, want ErrNotFound", err)
+	}
+}
+
 // TestSweepNetworks: Sweep removes a network of this cluster that no
 // container is on, and keeps one a container (created, not started) is
 // on, another cluster's, and one Berth did not make.

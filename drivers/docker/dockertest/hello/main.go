@@ -12,8 +12,9 @@
 // the terminal, and exits 0 at the end of stdin. "hello probe STEPS..." is
 // the conformance suite's probe (package probe). "hello dial ADDR" connects
 // to the TCP address ADDR (a name the container's DNS resolves, and a port),
-// trying for up to a minute, prints "dial ADDR: " and the first line it
-// reads, and exits 0; it exits 1 when no connection came.
+// trying for up to a minute (HELLO_DIAL_FOR, a duration, sets another
+// bound), prints "dial ADDR: " and the first line it reads, and exits 0;
+// it exits 1 when no connection came.
 package main
 
 import (
@@ -123,9 +124,16 @@ func main() {
 // dial is "hello dial ADDR".
 func dial(addr string) int {
 	var err error
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+	bound := time.Minute
+	if v := os.Getenv("HELLO_DIAL_FOR"); v != "" {
+		if bound, err = time.ParseDuration(v); err != nil {
+			fmt.Printf("HELLO_DIAL_FOR: %v\n", err)
+			return 2
+		}
+	}
+	for deadline := time.Now().Add(bound); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		var c net.Conn
-		if c, err = net.DialTimeout("tcp", addr, 5*time.Second); err != nil {
+		if c, err = net.DialTimeout("tcp", addr, min(5*time.Second, bound)); err != nil {
 			continue
 		}
 		line, rerr := bufio.NewReader(c).ReadString('\n')
