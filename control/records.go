@@ -318,8 +318,9 @@ func (s *records) putLocked(inst *reconciler.Instance) {
 	in := newRec(inst)
 	if old := s.recs.get(in.ID); old != nil {
 		s.countLocked(old, -1)
-		if old.Owner != in.Owner {
-			// A pool instance handed out changes namespace.
+		if old.Owner != in.Owner || old.Name() != in.Name() {
+			// A pool instance handed out changes namespace; a renamed
+			// one, name.
 			s.releaseNameLocked(nameKey{old.Owner, old.Name()}, in.ID)
 		}
 	}
@@ -408,6 +409,15 @@ func (s *records) unreserveNames(recs []*reconciler.Instance) {
 		}
 		s.releaseNameLocked(nameKey{in.Owner, in.Name}, in.ID)
 	}
+}
+
+// unclaimName drops the claim of instance id on name in namespace owner,
+// if it holds one: a claim reserveNames made for a change that did not
+// happen.
+func (s *records) unclaimName(owner, name, id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.releaseNameLocked(nameKey{owner, name}, id)
 }
 
 // knows reports whether memory holds instance id at revision rev or later.

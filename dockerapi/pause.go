@@ -2,6 +2,7 @@ package dockerapi
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"reflect"
@@ -55,8 +56,9 @@ func (s *Server) unpause(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// rename renames a container created and not started. A started one is a
-// Berth instance, named once when it was submitted.
+// rename renames a container: a created one in the spec it will be
+// submitted with, a started one (a Berth instance) through the plane's
+// Rename, which renames its resource on the back-end too.
 func (s *Server) rename(w http.ResponseWriter, r *http.Request) error {
 	name := strings.TrimPrefix(r.URL.Query().Get("name"), "/")
 	if name == "" {
@@ -66,13 +68,28 @@ func (s *Server) rename(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if c.created == nil {
-		return unsupported("rename of a started container: Berth names an instance once, when it is submitted (rename it between docker create and docker start)")
-	}
 	if len(name) > 255 || !containerName.MatchString(name) {
 		return badRequest("name %q: want 2 to 255 of [a-zA-Z0-9_.-], starting with a letter or digit", name)
 	}
-	if err := s.checkName(r.Context(), name, c.created.owner); err != nil {
+	owner := c.in.Owner
+	if c.created != nil {
+		owner = c.created.owner
+	}
+	if s.createdName(c.id, owner, name) {
+		return nameInUse(name)
+	}
+	if c.created == nil {
+		err := s.plane.Rename(r.Context(), c.id, name)
+		if errors.Is(err, driver.ErrAlreadyExists) {
+			return nameInUse(name)
+		}
+		if err != nil {
+			return err
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
+	if err := s.checkName(r.Context(), name, owner); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -81,14 +98,30 @@ func (s *Server) rename(w http.ResponseWriter, r *http.Request) error {
 	if !ok {
 		return noSuch(r.PathValue("id"))
 	}
-	for id, o := range s.created {
-		if id != c.id && o.owner == cc.owner && o.req.Spec.Name == name {
-			return nameInUse(name)
-		}
+	if s.createdNameLocked(c.id, owner, name) {
+		return nameInUse(name)
 	}
 	cc.req.Spec.Name = name
 	w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+// createdName reports whether a container created and not started, other
+// than id, holds name in namespace owner.
+func (s *Server) createdName(id, owner, name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.createdNameLocked(id, owner, name)
+}
+
+// createdNameLocked is createdName with s.mu held.
+func (s *Server) createdNameLocked(id, owner, name string) bool {
+	for cid, o := range s.created {
+		if cid != id && o.owner == owner && o.req.Spec.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // update changes a container's cpus and memory (docker update --cpus,

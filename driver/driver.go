@@ -346,6 +346,14 @@ type NetworkConnector interface {
 	DisconnectNetwork(ctx context.Context, id, network string) error
 }
 
+// Renamer gives the back-end resource of an instance a new name (the
+// name its create was given, Spec.Name), leaving everything else as it is;
+// a name another resource of the back-end holds is ErrAlreadyExists.
+// Fallback: ErrUnsupported.
+type Renamer interface {
+	Rename(ctx context.Context, id, name string) error
+}
+
 // Sweeper removes what the back-end made for its instances to share (the
 // docker driver's networks) once no instance uses it: Sweep removes the
 // shared resources tagged with all of tags (always TagManaged) that no
@@ -382,6 +390,9 @@ const (
 	// CapNetworkConnect: an instance joins and leaves networks where it
 	// is (NetworkConnector).
 	CapNetworkConnect = "network-connect"
+	// CapRename: an instance's back-end resource takes a new name
+	// (Renamer).
+	CapRename = "rename"
 )
 
 // Features: what a back-end can run, as declared by a FeatureReporter and
@@ -521,6 +532,8 @@ func Capabilities(d Driver) []string {
 	add(ok, CapVolumeRemove)
 	_, ok = As[NetworkConnector](d, CapNetworkConnect)
 	add(ok, CapNetworkConnect)
+	_, ok = As[Renamer](d, CapRename)
+	add(ok, CapRename)
 	return caps
 }
 

@@ -100,3 +100,16 @@ func (p *Provider) DisconnectNetwork(ctx context.Context, id, name string) error
 		func(ctx context.Context) (struct{}, error) { return struct{}{}, c.DisconnectNetwork(ctx, id, name) })
 	return err
 }
+
+// Rename gives the back-end resource of instance id the name name
+// (driver.Renamer). It spends one change and is bounded by CallTimeout.
+// Fallback: ErrUnsupported.
+func (p *Provider) Rename(ctx context.Context, id, name string) error {
+	r, ok := driver.As[driver.Renamer](p.d, driver.CapRename)
+	if !ok {
+		return p.unsupported("rename", "the driver cannot rename an instance's resource", "instance", id)
+	}
+	_, err := call(ctx, p, callOpts{op: "rename", budget: writeBudget, timed: true, attrs: []any{"instance", id, "name", name}},
+		func(ctx context.Context) (struct{}, error) { return struct{}{}, r.Rename(ctx, id, name) })
+	return err
+}

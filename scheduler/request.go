@@ -199,7 +199,7 @@ func (r *Request) validate(es *driver.FieldErrors, prefix string) {
 var knownCaps = []string{
 	driver.CapConsole, driver.CapEvents, driver.CapImages, driver.CapKill, driver.CapLogs,
 	driver.CapPreload, driver.CapResize, driver.CapRestart, driver.CapStart, driver.CapStop,
-	driver.CapSuspend, driver.CapUsage, driver.CapAttach, driver.CapExec, driver.CapArchive, driver.CapTop, driver.CapVolumeRemove, driver.CapNetworkConnect,
+	driver.CapSuspend, driver.CapUsage, driver.CapAttach, driver.CapExec, driver.CapArchive, driver.CapTop, driver.CapVolumeRemove, driver.CapNetworkConnect, driver.CapRename,
 	driver.CapKindContainer, driver.CapKindProcess, driver.CapKindVM, driver.CapKindBareMetal,
 	driver.CapRestartPolicy, driver.CapVolumes, driver.CapHostPorts, driver.CapGPUs, driver.CapRunAsUser,
 	driver.CapStdin, driver.CapTTY,

@@ -320,6 +320,21 @@ func (d *Driver) Restart(ctx context.Context, id string, grace time.Duration) er
 	return d.act(e, err, "restart container "+cid)
 }
 
+// Rename renames the container id on its engine (the engine's
+// ContainerRename, which also renames it in the DNS of its networks).
+func (d *Driver) Rename(ctx context.Context, id, name string) error {
+	e, cid, err := d.resolve(id)
+	if err != nil {
+		return err
+	}
+	cctx, cancel := d.callCtx(ctx)
+	defer cancel()
+	_, err = e.cli.ContainerRename(cctx, cid, client.ContainerRenameOptions{NewName: name})
+	return d.callErr(ctx, e, err, "rename container "+cid+" to "+name)
+}
+
+var _ driver.Renamer = (*Driver)(nil)
+
 // Kill sends signal ("TERM", "SIGKILL", "9", read by driver.ParseSignal)
 // to the container's main process. A container that is not running gives
 // ErrPermanent.
