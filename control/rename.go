@@ -18,12 +18,14 @@ import (
 // instance of the namespace holds is driver.ErrAlreadyExists, a back-end
 // that cannot rename driver.ErrUnsupported naming it. A rename that the
 // back-end made and the store then refused is undone on the back-end.
-func (p *Plane) Rename(ctx context.Context, ref, name string) error {
-	return p.verbs.rename(ctx, ref, name)
+// edit, when not nil, changes a copy of the instance's spec in the same
+// write (what else carries its name, such as its network aliases).
+func (p *Plane) Rename(ctx context.Context, ref, name string, edit func(*driver.Spec)) error {
+	return p.verbs.rename(ctx, ref, name, edit)
 }
 
 // rename is Plane.Rename.
-func (s verbs) rename(ctx context.Context, ref, name string) error {
+func (s verbs) rename(ctx context.Context, ref, name string, edit func(*driver.Spec)) error {
 	if err := driver.CheckName("name", name, maxNameLen); err != nil {
 		return err
 	}
@@ -58,6 +60,11 @@ func (s verbs) rename(ctx context.Context, ref, name string) error {
 	if err := prov.Rename(ctx, cur.BackendID, next.BackendName()); err != nil {
 		s.unclaimName(next.Owner, name, next.ID)
 		return err
+	}
+	if edit != nil && next.Spec != nil {
+		spec := *next.Spec // shared with the request's other instances
+		edit(&spec)
+		next.Spec = &spec
 	}
 	next.Updated = s.now()
 	ok, _, err = s.commit(context.WithoutCancel(ctx), &txn{puts: []instPut{{base: cur.Revision, in: &next}}})

@@ -17,9 +17,10 @@ import (
 // TestNetworkConnectRunning: with the docker CLI, a container on two
 // networks reaches the members of each by name, and a running container
 // connected to a network reaches its members by name until it is
-// disconnected. The same steps against the machine's engine are the
-// reference; both must pass every step. Against Berth the connect is
-// recorded in the instance's stored spec.
+// disconnected, and a running container renamed is reached by its new
+// name. The same steps against the machine's engine are the reference;
+// both must pass every step. Against Berth the connect is recorded in
+// the instance's stored spec.
 func TestNetworkConnectRunning(t *testing.T) {
 	e := setup(t)
 	refCfg := e.dockerConfig(t, "")
@@ -45,6 +46,14 @@ func TestNetworkConnectRunning(t *testing.T) {
 	if !slices.Equal(in.Spec.Networks, []string{"team.kna", "team.knb"}) || in.Spec.Labels[dockerapi.LabelNetwork] != "kna,knb" {
 		t.Errorf("kc after network connect knb: networks %v, label %q", in.Spec.Networks, in.Spec.Labels[dockerapi.LabelNetwork])
 	}
+	// Renamed, its new name takes the old one's place among its aliases,
+	// for the copies made of it later.
+	e.must(t, "rename", "kc", "kc2")
+	if got := e.waitPhase(t, "kc2", reconciler.Running).Spec.NetworkAliases; !slices.Contains(got, "kc2") || slices.Contains(got, "kc") {
+		t.Errorf("the network aliases of kc renamed kc2: %v", got)
+	}
+	e.must(t, "rename", "kc2", "kc")
+	in = e.waitPhase(t, "kc", reconciler.Running)
 	// The store holds it: a plane started over the store reads it back.
 	again, err := control.New(context.Background(), control.Config{Store: e.store, Providers: []*provider.Provider{e.prov}, Cluster: e.cluster, Logger: quiet, ReadOnly: true})
 	if err != nil {
@@ -124,5 +133,11 @@ func networkLife(docker func(args ...string) (string, string, int), pfx string) 
 	dial(false, c, b)
 	dial(true, c, a)
 	step(false, "network", "disconnect", nb, c)
+	// A running member renamed is reached by its new name, and by its
+	// name again once renamed back.
+	step(true, "rename", a, a+"x")
+	dial(true, m, a+"x")
+	step(true, "rename", a+"x", a)
+	dial(true, m, a)
 	return fails
 }

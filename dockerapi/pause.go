@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/moby/moby/api/types/container"
@@ -79,7 +80,16 @@ func (s *Server) rename(w http.ResponseWriter, r *http.Request) error {
 		return nameInUse(name)
 	}
 	if c.created == nil {
-		err := s.plane.Rename(r.Context(), c.id, name)
+		// The container's own name is one of its network aliases (see
+		// onNetwork): the new name takes the old one's place for the
+		// copies made from now on.
+		old := c.in.Name
+		err := s.plane.Rename(r.Context(), c.id, name, func(spec *driver.Spec) {
+			spec.NetworkAliases = slices.Clone(spec.NetworkAliases)
+			if i := slices.Index(spec.NetworkAliases, old); i >= 0 && !slices.Contains(spec.NetworkAliases, name) {
+				spec.NetworkAliases[i] = name
+			}
+		})
 		if errors.Is(err, driver.ErrAlreadyExists) {
 			return nameInUse(name)
 		}
