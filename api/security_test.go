@@ -163,6 +163,7 @@ func TestRolesAndTenants(t *testing.T) {
 		{"POST", "/v1/instances/bobs/stop", ""}, {"POST", "/v1/instances/bobs/start", ""},
 		{"POST", "/v1/instances/bobs/restart", ""}, {"POST", "/v1/instances/bobs/kill", ""},
 		{"POST", "/v1/instances/bobs/resize", `{"cpus": 1}`}, {"DELETE", "/v1/instances/bobs", ""},
+		{"POST", "/v1/instances/bobs/rename", `{"name": "alices"}`},
 		{"POST", "/v1/instances/bobs/suspend", ""}, {"POST", "/v1/instances/bobs/resume", ""},
 		{"POST", "/v1/instances/bobs/hold", `{"for": "1h"}`}, {"GET", "/v1/instances/bobs/stats", ""},
 		{"GET", "/v1/instances/bobs/stats?stream=false", ""},

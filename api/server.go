@@ -191,6 +191,7 @@ func (s *Server) routes() {
 	h("POST /v1/instances/{ref}/restart", auth.Operate, s.restart)
 	h("POST /v1/instances/{ref}/kill", auth.Operate, s.kill)
 	h("POST /v1/instances/{ref}/resize", auth.Operate, s.resize)
+	h("POST /v1/instances/{ref}/rename", auth.Operate, s.rename)
 	h("POST /v1/instances/{ref}/suspend", auth.Operate, s.suspend)
 	h("POST /v1/instances/{ref}/resume", auth.Operate, s.resume)
 	h("POST /v1/instances/{ref}/hold", auth.Operate, s.hold)
@@ -756,6 +757,28 @@ func (s *Server) resize(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	return s.afterChange(w, r, in.ID, http.StatusAccepted)
+}
+
+// RenameRequest is the body of POST /v1/instances/{ref}/rename.
+type RenameRequest struct {
+	Name string `json:"name"`
+}
+
+// rename renames an instance in its namespace, and its back-end resource
+// with it (Plane.Rename).
+func (s *Server) rename(w http.ResponseWriter, r *http.Request) error {
+	var req RenameRequest
+	if err := decodeBody(w, r, s.maxBody, &req); err != nil {
+		return err
+	}
+	in, err := s.visible(r)
+	if err != nil {
+		return err
+	}
+	if err := s.plane.Rename(r.Context(), in.ID, req.Name, nil); err != nil {
+		return err
+	}
+	return s.afterChange(w, r, in.ID, http.StatusOK)
 }
 
 func (s *Server) suspend(w http.ResponseWriter, r *http.Request) error {

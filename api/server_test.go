@@ -140,6 +140,7 @@ func TestBadInput(t *testing.T) {
 		{"group unknown field", "POST", "/v1/groups", `{"id": "g", "servces": []}`, 400, "invalid", "servces"},
 		{"resize negative", "POST", "/v1/instances/nope/resize", `{"cpus": -1}`, 400, "invalid", "cpus"},
 		{"resize unknown field", "POST", "/v1/instances/nope/resize", `{"image": "x"}`, 400, "invalid", "image"},
+		{"rename unknown field", "POST", "/v1/instances/nope/rename", `{"nam": "x"}`, 400, "invalid", "nam"},
 		{"preload missing image", "POST", "/v1/images/preload", `{"provider": "sim"}`, 400, "invalid", "image"},
 		{"bad phase", "GET", "/v1/instances?phase=bogus", ``, 400, "invalid", "phase"},
 		{"unknown query parameter", "GET", "/v1/instances?bogus=1", ``, 400, "invalid", "bogus"},
@@ -459,6 +460,14 @@ func TestChangesAnswerAccepted(t *testing.T) {
 	}
 	if in.Spec.CPU != 500 {
 		t.Errorf("after resize: cpus %s, want 0.5", in.Spec.CPU)
+	}
+	// The sim back-end cannot rename its instances: refused by name, and
+	// the name stays.
+	if status, eb, raw := do(t, e.h, "POST", "/v1/instances/web/rename", `{"name": "web2"}`); status != http.StatusUnprocessableEntity || eb.Error.Code != "unsupported" || !strings.Contains(eb.Error.Message, "cannot rename") {
+		t.Errorf("rename of a sim instance: %d %q (%s), want 422 unsupported saying it cannot rename", status, eb.Error.Code, raw)
+	}
+	if status, eb, _ := do(t, e.h, "POST", "/v1/instances/web/rename", `{"name": "bad/name"}`); status != http.StatusBadRequest || eb.Error.Code != "invalid" {
+		t.Errorf("rename to a bad name: %d %q, want 400 invalid", status, eb.Error.Code)
 	}
 	// The sim's instance keeps running after a signal it handles; only a
 	// KILL (or TERM) ends it, after which a signal cannot be delivered.

@@ -501,3 +501,34 @@ func TestLogsFollow(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestRename: berth rename renames a running process of the local
+// back-end; ps, logs and stop find it by its new name, its old name is
+// free for a new instance, and a name in use is refused.
+func TestRename(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, t.TempDir())
+	mark := fmt.Sprintf("e2e-rename-%d", time.Now().UnixNano())
+	t.Cleanup(func() { killMarked("E2E_MARK", mark) })
+	mustBerth(t, s, "run", "--name", "old", "-e", "E2E_MARK="+mark, "--", "sh", "-c", "echo hi; exec sleep 1000")
+	waitFor(t, "old to run", func() bool {
+		in := psJSON(t, s, "--name", "old")
+		return len(in) == 1 && in[0].Phase == "running"
+	})
+	mustBerth(t, s, "rename", "old", "new")
+	if in := psJSON(t, s, "--name", "new"); len(in) != 1 || in[0].Phase != "running" {
+		t.Fatalf("ps --name new after the rename: %+v", in)
+	}
+	if in := psJSON(t, s, "--all", "--name", "old"); len(in) != 0 {
+		t.Errorf("ps --name old after the rename: %+v", in)
+	}
+	if out := mustBerth(t, s, "logs", "new"); !strings.Contains(out, "hi") {
+		t.Errorf("logs new: %q", out)
+	}
+	mustBerth(t, s, "run", "--name", "old", "-e", "E2E_MARK="+mark, "--", "sh", "-c", "exec sleep 1000")
+	if _, stderr, code := berth(t, s, "rename", "new", "old"); code == 0 || !strings.Contains(stderr, "in use") {
+		t.Errorf("rename to a name in use: exit %d, %q", code, stderr)
+	}
+	mustBerth(t, s, "stop", "new")
+	mustBerth(t, s, "rm", "new", "old")
+}

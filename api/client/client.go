@@ -381,6 +381,12 @@ func (c *Client) Resize(ctx context.Context, r string, res driver.Resources) (*c
 	return c.change(ctx, http.MethodPost, ref(r)+"/resize", nil, res)
 }
 
+// Rename gives the instance r the name name in its namespace, and its
+// back-end resource with it.
+func (c *Client) Rename(ctx context.Context, r, name string) (*control.Instance, error) {
+	return c.change(ctx, http.MethodPost, ref(r)+"/rename", nil, api.RenameRequest{Name: name})
+}
+
 // Logs copies an instance's output to stdout and stderr until the stream
 // ends (with opts.Follow, until ctx ends or the instance ends).
 func (c *Client) Logs(ctx context.Context, r string, opts driver.LogOptions, stdout, stderr io.Writer) error {

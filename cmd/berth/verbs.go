@@ -35,7 +35,7 @@ func clientCommands(c *cli) []*cobra.Command {
 		changeCmd(c, "suspend", "Pause running instances: they keep their node and memory but use no cpu"),
 		changeCmd(c, "resume", "Continue suspended instances"),
 		holdCmd(c), statsCmd(c), attachCmd(c), execCmd(c),
-		killCmd(c), rmCmd(c), resizeCmd(c), whyCmd(c),
+		killCmd(c), rmCmd(c), resizeCmd(c), renameCmd(c), whyCmd(c),
 	}
 	for _, cmd := range withRefs {
 		cmd.ValidArgsFunction = c.completeInstances
@@ -973,6 +973,26 @@ func resizeCmd(c *cli) *cobra.Command {
 	cmd.Flags().StringVar(&cpus, "cpus", "", "new cpu limit")
 	cmd.Flags().StringVarP(&memory, "memory", "m", "", "new memory limit")
 	return cmd
+}
+
+func renameCmd(c *cli) *cobra.Command {
+	return &cobra.Command{
+		Use:   "rename REF NAME",
+		Short: "Rename an instance, and its back-end resource with it",
+		Args:  nArgs(2, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			in, err := cl.Rename(cmd.Context(), args[0], args[1])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(c.stdout, "%s: %s\n", in.ID, in.Name)
+			return nil
+		},
+	}
 }
 
 func nodesCmd(c *cli) *cobra.Command {

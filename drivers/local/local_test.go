@@ -1163,3 +1163,44 @@ func TestExecUserCgroupAndEnd(t *testing.T) {
 		t.Fatal("an exec outlived its stopped instance")
 	}
 }
+
+// TestRename: a running instance renamed is found by its new name and no
+// longer by its old one, which a new instance may take; a name another
+// instance holds is refused; a claim a rename left half done (the old
+// name's file still naming the renamed instance) is taken over.
+func TestRename(t *testing.T) {
+	d := open(t, t.TempDir(), nil)
+	defer d.Close(context.Background())
+	ctx := ctxT(t)
+	sp := serviceSpec()
+	sp.Name = "before"
+	in := create(t, d, sp)
+	if err := d.Rename(ctx, in.ID, "after"); err != nil {
+		t.Fatalf("Rename: %v", err)
+	}
+	if got, err := d.Find(ctx, "after"); err != nil || got.ID != in.ID || got.Name != "after" || got.State != driver.StateRunning {
+		t.Errorf("Find after: %+v, %v; want the running instance, named after", got, err)
+	}
+	if _, err := d.Find(ctx, "before"); !errors.Is(err, driver.ErrNotFound) {
+		t.Errorf("Find of the old name: %v, want ErrNotFound", err)
+	}
+	other := serviceSpec()
+	other.Name = "before"
+	second := create(t, d, other)
+	if err := d.Rename(ctx, second.ID, "after"); !errors.Is(err, driver.ErrAlreadyExists) {
+		t.Errorf("Rename to a name held: %v, want ErrAlreadyExists", err)
+	}
+	if err := d.Rename(ctx, second.ID, "bad/name"); !errors.Is(err, driver.ErrInvalid) {
+		t.Errorf("Rename to a bad name: %v, want ErrInvalid", err)
+	}
+	// A rename cut short after its record was written: the old name's
+	// claim still names the instance, whose record has another name.
+	if err := os.WriteFile(d.namePath("left"), []byte(in.ID), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	third := serviceSpec()
+	third.Name = "left"
+	if got := create(t, d, third); got.Name != "left" {
+		t.Errorf("create over a half-done rename's claim: named %q", got.Name)
+	}
+}

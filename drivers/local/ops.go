@@ -403,3 +403,38 @@ func (d *Driver) Resize(ctx context.Context, id string, r driver.Resources) erro
 	}
 	return d.save(rec)
 }
+
+// Rename gives instance id the name name: it claims name (names/<name>),
+// writes the record with it, then drops the claim on the old name. A Berth
+// killed in between leaves a claim on the old name whose record names
+// another: reserveName takes such a claim over as stale.
+func (d *Driver) Rename(ctx context.Context, id, name string) error {
+	if err := d.checkOpen(); err != nil {
+		return err
+	}
+	if err := driver.CheckName("name", name, driver.MaxNameLength); err != nil {
+		return err
+	}
+	unlock := d.locks.lock(id)
+	defer unlock()
+	rec, err := d.load(id)
+	if err != nil {
+		return err
+	}
+	old := rec.Name
+	if old == name {
+		return nil
+	}
+	if err := d.reserveName(name, id); err != nil {
+		return err
+	}
+	rec.Name = name
+	if err := d.save(rec); err != nil {
+		d.releaseName(name, id)
+		return err
+	}
+	d.releaseName(old, id)
+	return nil
+}
+
+var _ driver.Renamer = (*Driver)(nil)

@@ -258,7 +258,8 @@ func (d *Driver) namePath(name string) string { return filepath.Join(d.dir, "nam
 
 // reserveName claims name for id by hard-linking a file holding id to
 // <data_dir>/names/<name>; the link fails when the name is taken. The
-// caller has written id's record. A claim whose instance has no record is
+// caller has written id's record. A claim whose instance has no record, or
+// a record of another name (a rename a killed Berth left half done), is
 // stale and taken over.
 func (d *Driver) reserveName(name, id string) error {
 	tmp := filepath.Join(d.tmpDir(), tmpPrefix("claim")+id)
@@ -276,10 +277,14 @@ func (d *Driver) reserveName(name, id string) error {
 			return fmt.Errorf("claim name %q: %w", name, err)
 		}
 		owner := d.nameOwner(name)
-		if _, err := os.Stat(d.recordPath(owner)); idRE.MatchString(owner) && err == nil {
-			return driver.Errorf(driver.ErrAlreadyExists, "an instance named %q exists (%s)", name, owner)
+		if idRE.MatchString(owner) {
+			rec, err := d.load(owner)
+			renamed := err == nil && rec.Name != "" && rec.Name != name
+			if !renamed && !errors.Is(err, driver.ErrNotFound) {
+				return driver.Errorf(driver.ErrAlreadyExists, "an instance named %q exists (%s)", name, owner)
+			}
 		}
-		os.Remove(p) // stale: its instance is gone
+		os.Remove(p) // stale: its instance is gone, or was renamed
 	}
 	return driver.Errorf(driver.ErrAlreadyExists, "an instance named %q exists", name)
 }
