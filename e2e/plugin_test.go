@@ -179,6 +179,13 @@ func TestPluginSurvivesKill9(t *testing.T) {
 		t.Errorf("only %d of %d accepted instances run", len(running), len(accepted))
 	}
 	t.Logf("%d accepted, %d running with one process each", len(accepted), len(running))
+	// A rename goes through the plugin to its driver.
+	if accepted["p0"] {
+		mustBerth(t, s, "rename", "p0", "p0-renamed")
+		if in, err := cl.Instance(ctx, "p0-renamed"); err != nil || in.ID != "p0" || in.Phase != "running" {
+			t.Errorf("p0 renamed p0-renamed, looked up by its new name: %+v, %v", in, err)
+		}
+	}
 	for id := range accepted {
 		if _, err := cl.Delete(ctx, id); err != nil {
 			t.Fatalf("delete %s: %v", id, err)

@@ -555,6 +555,22 @@ func (h *Driver) ResizeTTY(ctx context.Context, id string, size driver.TTYSize) 
 	return h.call(ctx, "ResizeTTY", &idReq{ID: id, Size: size}, &emptyReply{}, true)
 }
 
+func (h *Driver) Rename(ctx context.Context, id, name string) error {
+	return h.call(ctx, "Rename", &idReq{ID: id, Name: name}, &emptyReply{}, true)
+}
+
+func (h *Driver) RemoveVolume(ctx context.Context, node, name string) error {
+	return h.call(ctx, "RemoveVolume", &idReq{Node: node, Name: name}, &emptyReply{}, true)
+}
+
+func (h *Driver) ConnectNetwork(ctx context.Context, id, network string, aliases []string) error {
+	return h.call(ctx, "ConnectNetwork", &idReq{ID: id, Network: network, Aliases: aliases}, &emptyReply{}, true)
+}
+
+func (h *Driver) DisconnectNetwork(ctx context.Context, id, network string) error {
+	return h.call(ctx, "DisconnectNetwork", &idReq{ID: id, Network: network}, &emptyReply{}, true)
+}
+
 func (h *Driver) Usage(ctx context.Context, id string) (*driver.Usage, error) {
 	var r usageReply
 	if err := h.call(ctx, "Usage", &idReq{ID: id}, &r, false); err != nil {
@@ -705,23 +721,26 @@ func (h *Driver) Attach(ctx context.Context, id string, opts driver.AttachOption
 
 // Every optional interface; Has says which the plugin's driver has.
 var (
-	_ driver.Driver          = (*Driver)(nil)
-	_ driver.Forwarder       = (*Driver)(nil)
-	_ driver.FeatureReporter = (*Driver)(nil)
-	_ driver.SpecChecker     = (*Driver)(nil)
-	_ driver.ImageLister     = (*Driver)(nil)
-	_ driver.Preloader       = (*Driver)(nil)
-	_ driver.Resizer         = (*Driver)(nil)
-	_ driver.Starter         = (*Driver)(nil)
-	_ driver.Stopper         = (*Driver)(nil)
-	_ driver.Restarter       = (*Driver)(nil)
-	_ driver.Killer          = (*Driver)(nil)
-	_ driver.Suspender       = (*Driver)(nil)
-	_ driver.LogReader       = (*Driver)(nil)
-	_ driver.Attacher        = (*Driver)(nil)
-	_ driver.EventWatcher    = (*Driver)(nil)
-	_ driver.UsageReporter   = (*Driver)(nil)
-	_ driver.ConsoleReader   = (*Driver)(nil)
+	_ driver.Driver           = (*Driver)(nil)
+	_ driver.Forwarder        = (*Driver)(nil)
+	_ driver.FeatureReporter  = (*Driver)(nil)
+	_ driver.SpecChecker      = (*Driver)(nil)
+	_ driver.ImageLister      = (*Driver)(nil)
+	_ driver.Preloader        = (*Driver)(nil)
+	_ driver.Resizer          = (*Driver)(nil)
+	_ driver.Starter          = (*Driver)(nil)
+	_ driver.Stopper          = (*Driver)(nil)
+	_ driver.Restarter        = (*Driver)(nil)
+	_ driver.Killer           = (*Driver)(nil)
+	_ driver.Suspender        = (*Driver)(nil)
+	_ driver.LogReader        = (*Driver)(nil)
+	_ driver.Attacher         = (*Driver)(nil)
+	_ driver.EventWatcher     = (*Driver)(nil)
+	_ driver.UsageReporter    = (*Driver)(nil)
+	_ driver.ConsoleReader    = (*Driver)(nil)
+	_ driver.Renamer          = (*Driver)(nil)
+	_ driver.VolumeRemover    = (*Driver)(nil)
+	_ driver.NetworkConnector = (*Driver)(nil)
 )
 
 // Path returns the plugin binary's path.

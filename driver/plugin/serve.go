@@ -508,6 +508,16 @@ var serviceDesc = grpc.ServiceDesc{
 		unary("Suspend", call1(driver.CapSuspend, func(ctx context.Context, t driver.Suspender, r *idReq) error { return t.Suspend(ctx, r.ID) })),
 		unary("Resume", call1(driver.CapSuspend, func(ctx context.Context, t driver.Suspender, r *idReq) error { return t.Resume(ctx, r.ID) })),
 		unary("ResizeTTY", call1(driver.CapAttach, func(ctx context.Context, t driver.Attacher, r *idReq) error { return t.ResizeTTY(ctx, r.ID, r.Size) })),
+		unary("Rename", call1(driver.CapRename, func(ctx context.Context, t driver.Renamer, r *idReq) error { return t.Rename(ctx, r.ID, r.Name) })),
+		unary("RemoveVolume", call1(driver.CapVolumeRemove, func(ctx context.Context, t driver.VolumeRemover, r *idReq) error {
+			return t.RemoveVolume(ctx, r.Node, r.Name)
+		})),
+		unary("ConnectNetwork", call1(driver.CapNetworkConnect, func(ctx context.Context, t driver.NetworkConnector, r *idReq) error {
+			return t.ConnectNetwork(ctx, r.ID, r.Network, r.Aliases)
+		})),
+		unary("DisconnectNetwork", call1(driver.CapNetworkConnect, func(ctx context.Context, t driver.NetworkConnector, r *idReq) error {
+			return t.DisconnectNetwork(ctx, r.ID, r.Network)
+		})),
 	},
 	Streams: []grpc.StreamDesc{
 		streamDesc("Logs", false, (*server).logs),

@@ -214,6 +214,9 @@ type (
 		Signal string           `json:"signal,omitempty"`
 		Size   driver.TTYSize   `json:"size,omitzero"`
 		Res    driver.Resources `json:"resources,omitzero"`
+		// Network and Aliases are a network connect's.
+		Network string   `json:"network,omitempty"`
+		Aliases []string `json:"aliases,omitempty"`
 	}
 	instanceReply struct {
 		reply
