@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -178,11 +179,16 @@ const (
 	loadCountEnv = "BERTH_BENCH_LOAD_COUNT" // how many requests (loadSubmit)
 	loadTokenEnv = "BERTH_BENCH_LOAD_TOKEN" // the bearer token
 	loadCAEnv    = "BERTH_BENCH_LOAD_CA"    // PEM file of the CA of the server's certificate, for TLS
+	loadRateEnv  = "BERTH_BENCH_LOAD_RATE"  // requests per second (loadSubmit)
 )
+
+// submitRate is the open loop's rate of the submission benchmarks:
+// go test -bench SubmitSim1000 ./api -args -submit-rate 2000.
+var submitRate = flag.Int("submit-rate", 1000, "requests per second of the SubmitSim1000 benchmarks' open loop")
 
 // Kinds of load.
 const (
-	loadSubmit = "submit" // single requests, open loop at 1,000 per second
+	loadSubmit = "submit" // single requests, open loop at -submit-rate per second
 	loadW3     = "w3"     // workload w3's groups, one after the other
 )
 
@@ -200,7 +206,7 @@ func startLoad(b *testing.B, url, kind string, count int, token, ca string) *loa
 	b.Helper()
 	lp := &loadProcess{cmd: exec.Command(os.Args[0]), done: make(chan struct{})}
 	lp.cmd.Env = append(os.Environ(), loadEnv+"="+url, loadKindEnv+"="+kind, fmt.Sprintf("%s=%d", loadCountEnv, count),
-		loadTokenEnv+"="+token, loadCAEnv+"="+ca)
+		loadTokenEnv+"="+token, loadCAEnv+"="+ca, fmt.Sprintf("%s=%d", loadRateEnv, *submitRate))
 	lp.cmd.Stdout, lp.cmd.Stderr = &lp.stdout, &lp.stderr
 	if err := lp.cmd.Start(); err != nil {
 		b.Fatal(err)
@@ -279,7 +285,12 @@ func sendLoad() int {
 			fmt.Fprintf(os.Stderr, "%s: want a positive count, got %q\n", loadCountEnv, os.Getenv(loadCountEnv))
 			return 2
 		}
-		if res, err = submitLoad(cl, n); err != nil {
+		rate, err := strconv.Atoi(os.Getenv(loadRateEnv))
+		if err != nil || rate < 1 || rate > 100_000 {
+			fmt.Fprintf(os.Stderr, "%s: want 1 to 100000 requests per second, got %q\n", loadRateEnv, os.Getenv(loadRateEnv))
+			return 2
+		}
+		if res, err = submitLoad(cl, n, rate); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
@@ -299,11 +310,10 @@ func sendLoad() int {
 	return 0
 }
 
-// submitLoad submits n requests open loop at 1,000 per second and measures
+// submitLoad submits n requests open loop at rate per second and measures
 // each one's latency from when it was due.
-func submitLoad(cl *client.Client, n int) (*loadResult, error) {
-	const rate = 1000
-	interval := time.Second / rate
+func submitLoad(cl *client.Client, n, rate int) (*loadResult, error) {
+	interval := time.Second / time.Duration(rate)
 	lat := make([]int64, n)
 	errs := make([]error, n)
 	sem := make(chan struct{}, 256)
