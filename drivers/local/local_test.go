@@ -1203,4 +1203,14 @@ func TestRename(t *testing.T) {
 	if got := create(t, d, third); got.Name != "left" {
 		t.Errorf("create over a half-done rename's claim: named %q", got.Name)
 	}
+	// A rename cut short before its record was written, tried again.
+	if err := os.WriteFile(d.namePath("again"), []byte(in.ID), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Rename(ctx, in.ID, "again"); err != nil {
+		t.Errorf("Rename to a name whose claim it holds already: %v", err)
+	}
+	if got, err := d.Find(ctx, "again"); err != nil || got.ID != in.ID {
+		t.Errorf("Find again: %+v, %v", got, err)
+	}
 }

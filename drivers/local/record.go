@@ -259,8 +259,8 @@ func (d *Driver) namePath(name string) string { return filepath.Join(d.dir, "nam
 // reserveName claims name for id by hard-linking a file holding id to
 // <data_dir>/names/<name>; the link fails when the name is taken. The
 // caller has written id's record. A claim whose instance has no record, or
-// a record of another name (a rename a killed Berth left half done), is
-// stale and taken over.
+// a record of another name and no change under way (a rename a killed
+// Berth left half done), is stale and taken over.
 func (d *Driver) reserveName(name, id string) error {
 	tmp := filepath.Join(d.tmpDir(), tmpPrefix("claim")+id)
 	if err := writeAtomic(tmp, []byte(id)); err != nil {
@@ -277,9 +277,14 @@ func (d *Driver) reserveName(name, id string) error {
 			return fmt.Errorf("claim name %q: %w", name, err)
 		}
 		owner := d.nameOwner(name)
+		if owner == id {
+			return nil // a claim of its own a cut-short rename left
+		}
 		if idRE.MatchString(owner) {
 			rec, err := d.load(owner)
-			renamed := err == nil && rec.Name != "" && rec.Name != name
+			// A record of another name is a rename cut short, unless the
+			// rename is under way (it claims, then writes the record).
+			renamed := err == nil && rec.Name != "" && rec.Name != name && !d.locks.busy(owner)
 			if !renamed && !errors.Is(err, driver.ErrNotFound) {
 				return driver.Errorf(driver.ErrAlreadyExists, "an instance named %q exists (%s)", name, owner)
 			}
@@ -321,6 +326,13 @@ type locks struct {
 type idLock struct {
 	sync.Mutex
 	refs int
+}
+
+// busy reports whether a change of id is under way or waiting.
+func (l *locks) busy(id string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.m[id] != nil
 }
 
 // lock locks id and returns the unlock function.
