@@ -9,6 +9,7 @@ import (
 	"net"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,15 +19,37 @@ import (
 	"github.com/berth-dev/berth/store/etcd"
 )
 
-// FreePort returns a loopback port nobody listens on now.
+// given are the ports FreePort has returned in this process: the kernel
+// may hand a port it just freed out again at once, and two members of one
+// cluster given the same port cannot start.
+var given struct {
+	sync.Mutex
+	ports map[int]bool
+}
+
+// FreePort returns a loopback port nobody listens on now, and none it
+// returned before in this process.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	given.Lock()
+	defer given.Unlock()
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if !given.ports[port] {
+			if given.ports == nil {
+				given.ports = map[int]bool{}
+			}
+			given.ports[port] = true
+			return port
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatal("etcdtest: no loopback port that was not handed out already")
+	return 0
 }
 
 // Member runs a one-member etcd cluster, stopped when the test ends. Its
