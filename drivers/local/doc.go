@@ -78,7 +78,8 @@
 // claim names an instance whose record exists. The record comes before the
 // claim on create, and the claim is dropped before the directory on delete;
 // a rename claims the new name, writes the record, then drops the old
-// claim, and a claim whose record names another name is stale. A
+// claim, and a claim whose record names another name is stale once no
+// change of that instance is under way. A
 // Berth killed in between leaves at most an instance without its claim,
 // which List returns with its tags (a create interrupted before the start
 // shows as failed), so Berth adopts or deletes it. Open removes the
