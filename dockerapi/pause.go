@@ -72,43 +72,46 @@ func (s *Server) rename(w http.ResponseWriter, r *http.Request) error {
 	if len(name) > 255 || !containerName.MatchString(name) {
 		return badRequest("name %q: want 2 to 255 of [a-zA-Z0-9_.-], starting with a letter or digit", name)
 	}
-	owner := c.in.Owner
 	if c.created != nil {
-		owner = c.created.owner
+		return s.renameCreated(w, r, c.id, c.created.owner, name)
 	}
-	if s.createdName(c.id, owner, name) {
+	// A container created and not started holds its name too.
+	if s.createdName(c.id, c.in.Owner, name) {
 		return nameInUse(name)
 	}
-	if c.created == nil {
-		// The container's own name is one of its network aliases (see
-		// onNetwork): the new name takes the old one's place for the
-		// copies made from now on.
-		old := c.in.Name
-		err := s.plane.Rename(r.Context(), c.id, name, func(spec *driver.Spec) {
-			spec.NetworkAliases = slices.Clone(spec.NetworkAliases)
-			if i := slices.Index(spec.NetworkAliases, old); i >= 0 && !slices.Contains(spec.NetworkAliases, name) {
-				spec.NetworkAliases[i] = name
-			}
-		})
-		if errors.Is(err, driver.ErrAlreadyExists) {
-			return nameInUse(name)
+	// The container's own name is one of its network aliases (see
+	// onNetwork): the new name takes the old one's place for the copies
+	// made from now on.
+	old := c.in.Name
+	err = s.plane.Rename(r.Context(), c.id, name, func(spec *driver.Spec) {
+		spec.NetworkAliases = slices.Clone(spec.NetworkAliases)
+		if i := slices.Index(spec.NetworkAliases, old); i >= 0 && !slices.Contains(spec.NetworkAliases, name) {
+			spec.NetworkAliases[i] = name
 		}
-		if err != nil {
-			return err
-		}
-		w.WriteHeader(http.StatusNoContent)
-		return nil
+	})
+	if errors.Is(err, driver.ErrAlreadyExists) {
+		return nameInUse(name)
 	}
+	if err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// renameCreated renames container id, created by owner and not started,
+// in the spec it will be submitted with.
+func (s *Server) renameCreated(w http.ResponseWriter, r *http.Request, id, owner, name string) error {
 	if err := s.checkName(r.Context(), name, owner); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cc, ok := s.created[c.id]
+	cc, ok := s.created[id]
 	if !ok {
 		return noSuch(r.PathValue("id"))
 	}
-	if s.createdNameLocked(c.id, owner, name) {
+	if s.createdNameLocked(id, owner, name) {
 		return nameInUse(name)
 	}
 	cc.req.Spec.Name = name
