@@ -24,6 +24,7 @@ import (
 	"github.com/berth-dev/berth/api/client"
 	"github.com/berth-dev/berth/config"
 	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/internal/freeport"
 	"github.com/berth-dev/berth/internal/pkitest"
 	"github.com/berth-dev/berth/leader"
 	"github.com/berth-dev/berth/scheduler"
@@ -85,7 +86,7 @@ func threeMembers(b *testing.B, ttl time.Duration) store.Store {
 	var peers, names []string
 	for i := range 3 {
 		names = append(names, fmt.Sprintf("m%d", i))
-		peers = append(peers, fmt.Sprintf("http://127.0.0.1:%d", etcdtest.FreePort(b)))
+		peers = append(peers, fmt.Sprintf("http://127.0.0.1:%d", freeport.Port(b)))
 	}
 	var initial []string
 	for i := range 3 {
@@ -97,7 +98,7 @@ func threeMembers(b *testing.B, ttl time.Duration) store.Store {
 		go func() {
 			m, err := etcd.StartMember(context.Background(), etcd.MemberConfig{
 				Name: names[i], Dir: filepath.Join(b.TempDir(), names[i]), PeerURL: peers[i],
-				ClientURL: fmt.Sprintf("http://127.0.0.1:%d", etcdtest.FreePort(b)), InitialCluster: strings.Join(initial, ","),
+				ClientURL: fmt.Sprintf("http://127.0.0.1:%d", freeport.Port(b)), InitialCluster: strings.Join(initial, ","),
 			})
 			members[i] = m
 			errs <- err

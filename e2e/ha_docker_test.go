@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/berth-dev/berth/store/etcd/etcdtest"
+	"github.com/berth-dev/berth/internal/freeport"
 )
 
 // TestDockerEndpointHighAvailability: three servers on etcd each serve the
@@ -29,7 +29,7 @@ func TestDockerEndpointHighAvailability(t *testing.T) {
 	h := newHACluster(t, false)
 	var dockerAddr [3]string
 	for i := range h.args {
-		dockerAddr[i] = fmt.Sprintf("127.0.0.1:%d", etcdtest.FreePort(t))
+		dockerAddr[i] = fmt.Sprintf("127.0.0.1:%d", freeport.Port(t))
 		h.args[i] = append(h.args[i], "--docker-listen", dockerAddr[i])
 	}
 	h.start(0, 1, 2)

@@ -22,10 +22,10 @@ import (
 	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/drivers/docker/dockertest"
+	"github.com/berth-dev/berth/internal/freeport"
 	"github.com/berth-dev/berth/internal/netnstest"
 	"github.com/berth-dev/berth/reconciler"
 	"github.com/berth-dev/berth/scheduler"
-	"github.com/berth-dev/berth/store/etcd/etcdtest"
 )
 
 // haCluster is three berth servers, each with an etcd member, on loopback
@@ -78,8 +78,8 @@ func newHACluster(t *testing.T, onHub bool) *haCluster {
 			peers[i], clients[i], listen[i] = "http://"+ip+":2380", "http://"+ip+":2379", ip+":7480"
 			insecure = true
 		} else {
-			peers[i] = fmt.Sprintf("http://127.0.0.1:%d", etcdtest.FreePort(t))
-			clients[i], listen[i] = fmt.Sprintf("http://127.0.0.1:%d", etcdtest.FreePort(t)), "127.0.0.1:0"
+			peers[i] = fmt.Sprintf("http://127.0.0.1:%d", freeport.Port(t))
+			clients[i], listen[i] = fmt.Sprintf("http://127.0.0.1:%d", freeport.Port(t)), "127.0.0.1:0"
 		}
 		initial = append(initial, n+"="+peers[i])
 	}

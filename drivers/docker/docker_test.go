@@ -22,6 +22,7 @@ import (
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/driver/drivertest"
 	"github.com/berth-dev/berth/drivers/docker/dockertest"
+	"github.com/berth-dev/berth/internal/freeport"
 )
 
 // testOptions are options for tests: short backoffs, one engine per address.
@@ -278,16 +279,6 @@ func remove(t *testing.T, d *Driver, id string) {
 	}
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // TestSpecMapping creates a container from a spec that uses every field the
 // engine honours and checks the container the engine made.
 func TestSpecMapping(t *testing.T) {
@@ -302,7 +293,7 @@ func TestSpecMapping(t *testing.T) {
 	t.Cleanup(func() {
 		_, _ = mainCli.VolumeRemove(context.Background(), volume, client.VolumeRemoveOptions{Force: true})
 	})
-	fixed := freePort(t)
+	fixed := freeport.Port(t)
 	spec := &driver.Spec{
 		Name:              "berth-test-spec-" + run,
 		Image:             helloImage,

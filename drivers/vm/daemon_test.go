@@ -4,20 +4,8 @@ import (
 	"fmt"
 	"net"
 	"os/exec"
-	"testing"
 	"time"
 )
-
-// freeAddr returns a loopback address with a port nothing listens on now.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
 
 // daemon is a server process a test started (sshd, libvirtd), watched
 // until it ends.

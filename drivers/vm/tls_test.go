@@ -22,6 +22,7 @@ import (
 
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/drivers/vm"
+	"github.com/berth-dev/berth/internal/freeport"
 	"github.com/berth-dev/berth/internal/pkitest"
 	"github.com/berth-dev/berth/internal/testdeps"
 )
@@ -129,7 +130,7 @@ func startLibvirtd(t *testing.T) libvirtHost {
 	if err := pkitest.WriteFiles(pki, map[string][]byte{"cacert.pem": ca.CertPEM, "servercert.pem": server.CertPEM, "serverkey.pem": server.KeyPEM}); err != nil {
 		t.Fatal(err)
 	}
-	tlsAddr, tcpAddr := freeAddr(t), freeAddr(t)
+	tlsAddr, tcpAddr := freeport.Addr(t), freeport.Addr(t)
 	_, tlsPort, _ := net.SplitHostPort(tlsAddr)
 	_, tcpPort, _ := net.SplitHostPort(tcpAddr)
 	logFile := filepath.Join(dir, "libvirtd.log")

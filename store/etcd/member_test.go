@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/internal/freeport"
 	"github.com/berth-dev/berth/store/etcd"
 	"github.com/berth-dev/berth/store/etcd/etcdtest"
 )
@@ -20,8 +21,8 @@ func TestHandOff(t *testing.T) {
 	names := []string{"a", "b", "c"}
 	var peers, clients, initial []string
 	for _, n := range names {
-		peers = append(peers, fmt.Sprintf("http://127.0.0.1:%d", etcdtest.FreePort(t)))
-		clients = append(clients, fmt.Sprintf("http://127.0.0.1:%d", etcdtest.FreePort(t)))
+		peers = append(peers, fmt.Sprintf("http://127.0.0.1:%d", freeport.Port(t)))
+		clients = append(clients, fmt.Sprintf("http://127.0.0.1:%d", freeport.Port(t)))
 		initial = append(initial, n+"="+peers[len(peers)-1])
 	}
 	dir := t.TempDir()
@@ -114,8 +115,8 @@ func TestMinLeaseTTL(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := etcd.MemberConfig{
 				Name: "m", Dir: filepath.Join(t.TempDir(), "etcd"),
-				PeerURL:   fmt.Sprintf("http://127.0.0.1:%d", etcdtest.FreePort(t)),
-				ClientURL: fmt.Sprintf("http://127.0.0.1:%d", etcdtest.FreePort(t)),
+				PeerURL:   fmt.Sprintf("http://127.0.0.1:%d", freeport.Port(t)),
+				ClientURL: fmt.Sprintf("http://127.0.0.1:%d", freeport.Port(t)),
 				SkipFsync: true, Heartbeat: tc.heartbeat, ElectionTimeout: tc.election,
 			}
 			if got := cfg.MinLeaseTTL(); got != tc.want {

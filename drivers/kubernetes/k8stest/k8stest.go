@@ -26,7 +26,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -46,6 +45,7 @@ import (
 	clientset "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/berth-dev/berth/internal/freeport"
 	"github.com/berth-dev/berth/internal/pkitest"
 	"github.com/berth-dev/berth/store/etcd"
 )
@@ -185,7 +185,14 @@ func Start(ctx context.Context, dir string) (c *Cluster, err error) {
 	}()
 
 	// etcd, in a copy of this binary.
-	clientPort, peerPort := freePort(), freePort()
+	clientPort, err := freeport.Take()
+	if err != nil {
+		return c, err
+	}
+	peerPort, err := freeport.Take()
+	if err != nil {
+		return c, err
+	}
 	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", clientPort)
 	self, err := os.Executable()
 	if err != nil {
@@ -216,7 +223,10 @@ func Start(ctx context.Context, dir string) (c *Cluster, err error) {
 	if err := os.WriteFile(tokens, []byte(token+",admin,admin-uid,system:masters\n"), 0o600); err != nil {
 		return c, err
 	}
-	port := freePort()
+	port, err := freeport.Take()
+	if err != nil {
+		return c, err
+	}
 	c.Host = fmt.Sprintf("https://127.0.0.1:%d", port)
 	args := []string{
 		"--etcd-servers=" + etcdURL,
@@ -300,13 +310,17 @@ current-context: k8stest
 	if err := os.WriteFile(config, []byte(kept+"---\n"+extra), 0o600); err != nil {
 		return c, err
 	}
+	kwokPort, err := freeport.Take()
+	if err != nil {
+		return c, err
+	}
 	if err := c.keepKWOK(filepath.Join(bin, "kwok"), []string{
 		"--kubeconfig=" + c.Kubeconfig,
 		"--config=" + config,
 		"--manage-all-nodes=true",
 		"--disregard-status-with-annotation-selector=" + FrozenAnnotation + "=true",
 		"--node-ip=127.0.0.1",
-		"--node-port=" + strconv.Itoa(freePort()),
+		"--node-port=" + strconv.Itoa(kwokPort),
 		"--tls-cert-file=" + certFile,
 		"--tls-private-key-file=" + keyFile,
 	}); err != nil {
@@ -832,15 +846,6 @@ func (c *Cluster) CreateNamespace(ctx context.Context, name string) error {
 		return nil
 	}
 	return err
-}
-
-func freePort() int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // writeKey writes a new ECDSA key (the service accounts' signing key).

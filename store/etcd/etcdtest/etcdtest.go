@@ -6,51 +6,17 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"path/filepath"
 	"runtime"
-	"sync"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/rafthttp"
 
+	"github.com/berth-dev/berth/internal/freeport"
 	"github.com/berth-dev/berth/store/etcd"
 )
-
-// given are the ports FreePort has returned in this process: the kernel
-// may hand a port it just freed out again at once, and two members of one
-// cluster given the same port cannot start.
-var given struct {
-	sync.Mutex
-	ports map[int]bool
-}
-
-// FreePort returns a loopback port nobody listens on now, and none it
-// returned before in this process.
-func FreePort(t testing.TB) int {
-	t.Helper()
-	given.Lock()
-	defer given.Unlock()
-	for range 100 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if !given.ports[port] {
-			if given.ports == nil {
-				given.ports = map[int]bool{}
-			}
-			given.ports[port] = true
-			return port
-		}
-	}
-	t.Fatal("etcdtest: no loopback port that was not handed out already")
-	return 0
-}
 
 // Member runs a one-member etcd cluster, stopped when the test ends. Its
 // writes skip fsync.
@@ -58,8 +24,8 @@ func Member(t testing.TB) *etcd.Member {
 	t.Helper()
 	m, err := etcd.StartMember(context.Background(), etcd.MemberConfig{
 		Name: "m", Dir: filepath.Join(t.TempDir(), "etcd"),
-		PeerURL:   fmt.Sprintf("http://127.0.0.1:%d", FreePort(t)),
-		ClientURL: fmt.Sprintf("http://127.0.0.1:%d", FreePort(t)),
+		PeerURL:   fmt.Sprintf("http://127.0.0.1:%d", freeport.Port(t)),
+		ClientURL: fmt.Sprintf("http://127.0.0.1:%d", freeport.Port(t)),
 		SkipFsync: true,
 	})
 	if err != nil {
