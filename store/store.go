@@ -10,11 +10,15 @@
 // ("/instances/<id>", "/nodes/<id>"), and List and Watch select by prefix, as
 // etcd's WithPrefix does. The store has one revision counter, starting at 0
 // for an empty store. Every transaction that changes at least one key
-// increases it by exactly one, and all of its changes carry that revision; a
-// failed or read-only transaction, or one whose only ops delete missing keys,
+// increases it, and all of its changes carry the new revision; a failed or
+// read-only transaction, or one whose only ops delete missing keys,
 // changes nothing and leaves the revision as it is. This is etcd's header
 // revision, and KV.CreateRevision and KV.ModRevision are etcd's
-// create_revision and mod_revision.
+// create_revision and mod_revision. A store may commit concurrent
+// transactions that touch disjoint keys as one (the etcd store does): they
+// then share its revision, each seeing exactly the comparisons it would
+// have seen alone. One caller's transactions, one after the other, always
+// carry increasing revisions.
 //
 // # Mapping to etcd
 //
@@ -22,7 +26,9 @@
 //   - Get and List are Get (WithPrefix, WithSort by key for List) and return
 //     the response header's revision.
 //   - Txn is Txn(ctx).If(Compare(ModRevision(key), "=", rev)...).Then(OpPut,
-//     OpDelete...).Commit(); Succeeded and Header.Revision are TxnResult.
+//     OpDelete...).Commit(); Succeeded and Header.Revision are TxnResult
+//     (concurrent calls merged into one etcd transaction, store/etcd's
+//     batch.go).
 //   - Watch(ctx, prefix, fromRev) is Watch(ctx, prefix, WithPrefix(),
 //     WithRev(fromRev+1)); a response whose CompactRevision is set ends the
 //     watch with ErrCompacted.

@@ -6,9 +6,10 @@
 // transaction comparing mod revisions, Watch is an etcd watch. A store
 // revision is etcd's revision minus one, so that an empty etcd is at
 // revision 0 as every store starts; revisions grow by one per changing
-// transaction as long as nothing else writes to the etcd cluster (other
-// writers, a leader election among them, make them jump, which the store's
-// contract allows: they stay monotonic).
+// etcd transaction as long as nothing else writes to the etcd cluster
+// (other writers, a leader election among them, make them jump, which the
+// store's contract allows: they stay monotonic). Concurrent calls of Txn
+// are merged into fewer etcd transactions (batch.go).
 //
 // The store compacts etcd's history itself, keeping the latest
 // Options.History revisions for watches that start in the past.
@@ -80,6 +81,10 @@ type Store struct {
 	stop     context.Context
 	stopNow  context.CancelFunc
 	watchers sync.WaitGroup
+	// batch merges concurrent transactions (batch.go); drains are its
+	// goroutines sending them.
+	batch  batcher
+	drains sync.WaitGroup
 }
 
 var _ store.Store = (*Store)(nil)
@@ -239,28 +244,29 @@ func (s *Store) Txn(ctx context.Context, cmps []store.Cmp, ops []store.Op) (stor
 		return store.TxnResult{}, err
 	}
 	defer s.calls.Done()
-	conds := make([]clientv3.Cmp, len(cmps))
-	for i, c := range cmps {
-		key := s.opts.Prefix + c.Key
-		if c.ModRevision == 0 {
-			conds[i] = clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
+	c := &call{cmps: make([]clientv3.Cmp, len(cmps)), cmpKeys: make([]string, len(cmps)),
+		ops: make([]clientv3.Op, len(ops)), opKeys: make([]string, len(ops)), size: size}
+	for i, cmp := range cmps {
+		key := s.opts.Prefix + cmp.Key
+		if cmp.ModRevision == 0 {
+			c.cmps[i] = clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
 		} else {
-			conds[i] = clientv3.Compare(clientv3.ModRevision(key), "=", etcdRev(c.ModRevision))
+			c.cmps[i] = clientv3.Compare(clientv3.ModRevision(key), "=", etcdRev(cmp.ModRevision))
 		}
+		c.cmpKeys[i] = key
 	}
-	then := make([]clientv3.Op, len(ops))
 	for i, op := range ops {
 		key := s.opts.Prefix + op.Key
 		if op.Kind == store.OpPut {
-			then[i] = clientv3.OpPut(key, string(op.Value))
+			c.ops[i] = clientv3.OpPut(key, string(op.Value))
 		} else {
-			then[i] = clientv3.OpDelete(key)
+			c.ops[i] = clientv3.OpDelete(key)
 		}
+		c.opKeys[i] = key
 	}
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
-	defer cancel()
 	start := time.Now()
-	resp, err := s.c.Txn(wctx).If(conds...).Then(then...).Commit()
+	o := s.send(ctx, c)
+	resp, err := o.resp, o.err
 	s.observe("txn", start, err)
 	if err != nil {
 		return store.TxnResult{}, wrap("txn", err)
@@ -447,6 +453,7 @@ func (s *Store) Close() error {
 	s.closed = true
 	s.mu.Unlock()
 	s.calls.Wait()
+	s.drains.Wait()
 	s.stopNow()
 	s.watchers.Wait()
 	return nil
