@@ -11,7 +11,8 @@ import (
 // Group commit. Concurrent calls of Txn are merged into fewer etcd
 // transactions: a call sent while maxInFlight transactions are already on
 // their way waits in a queue, and the next transaction to leave carries
-// every queued call it can. One etcd transaction costs its round trip, a
+// every queued call it can (within the cluster's --max-txn-ops and
+// --max-request-bytes). One etcd transaction costs its round trip, a
 // Raft entry and an apply whatever it holds, so at a high rate of small
 // writes (one per submitted request) merging is what lets the cluster
 // keep up. A call that finds a free slot leaves at once: merging adds no
@@ -26,8 +27,12 @@ import (
 // error (the outcome unknown) goes to every call of it.
 
 // maxInFlight is how many etcd transactions one Store has on their way at
-// once.
-const maxInFlight = 4
+// once. One gave the lowest latency of 1, 2, 4 and 8 for submissions at
+// 2,000 a second to three members (BenchmarkSubmitSim1000/etcd3,
+// docs/benchmarks.md), and end to end runs of w3 took as long: etcd's Raft
+// already pipelines what one transaction carries, and a transaction that
+// waits gathers the calls that queue behind it.
+const maxInFlight = 1
 
 // call is one Txn waiting for its outcome.
 type call struct {

@@ -198,6 +198,14 @@ func StartMember(ctx context.Context, c MemberConfig) (*Member, error) {
 	cfg.InitialClusterToken = "berth"
 	cfg.MaxTxnOps = DefaultMaxTxnOps
 	cfg.MaxRequestBytes = DefaultMaxRequestBytes
+	// Berth's entries are large (one admission carries every instance
+	// of a request), and etcd keeps every entry since its last snapshot
+	// in memory: with etcd's 10,000 a million instances stayed in each
+	// member's log (about 1 GiB more at the peak of w3 on three
+	// members, docs/benchmarks.md). A follower further behind than the
+	// catch-up entries is sent a snapshot of the database instead.
+	cfg.SnapshotCount = 1000
+	cfg.SnapshotCatchUpEntries = 500
 	// The Berth store compacts the history itself (Options.History).
 	cfg.AutoCompactionMode = embed.CompactorModeRevision
 	cfg.AutoCompactionRetention = "0"
