@@ -35,6 +35,10 @@ func TestMain(m *testing.M) {
 		// A child started by BenchmarkSubmitSim1000 to send the load.
 		os.Exit(sendLoad())
 	}
+	if os.Getenv(memberEnv) != "" {
+		// A child started by BenchmarkW3EndToEnd/etcd3 to run a member.
+		os.Exit(memberProcess())
+	}
 	goleak.VerifyTestMain(m)
 }
 
