@@ -2,10 +2,14 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Group commit. Concurrent calls of Txn are merged into fewer etcd
@@ -176,6 +180,17 @@ func (s *Store) sendBatch(ctx context.Context, batch []*call) {
 		nested[i] = clientv3.OpTxn(c.cmps, c.ops, nil)
 	}
 	o := s.txn(ctx, nil, nested)
+	if errors.Is(o.err, rpctypes.ErrRequestTooLarge) || status.Code(o.err) == codes.ResourceExhausted {
+		// Too large for the cluster (its --max-request-bytes lower
+		// than the Store was told) or for the client's gRPC messages:
+		// nothing was written, and each call alone is judged against
+		// the limits on its own. (etcd counts --max-txn-ops for each
+		// nested transaction apart: merging never exceeds it.)
+		for _, c := range batch {
+			c.done <- s.txn(ctx, c.cmps, c.ops)
+		}
+		return
+	}
 	if o.err == nil && len(o.resp.Responses) != len(batch) {
 		o.err = fmt.Errorf("etcd answered %d nested transactions of %d", len(o.resp.Responses), len(batch))
 	}

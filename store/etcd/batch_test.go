@@ -76,3 +76,51 @@ func TestGroupCommit(t *testing.T) {
 		t.Errorf("%d successful calls stored at %d revisions: none were merged", calls-calls/8, len(revs))
 	}
 }
+
+// TestGroupCommitOverTheClusterLimit tells the Store the cluster takes
+// larger transactions than it does: calls that each fit but together do
+// not are merged, refused, and then sent alone, so every one of them is
+// stored.
+func TestGroupCommitOverTheClusterLimit(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s := etcd.New(etcdtest.Client(t, etcdtest.Member(t)), etcd.Options{Prefix: "/test", MaxRequestBytes: 4 * etcd.DefaultMaxRequestBytes})
+	t.Cleanup(func() { _ = s.Close() })
+	// Each call carries a little over half of what the member takes.
+	value := make([]byte, store.MaxValueSize)
+	ops := etcd.DefaultMaxRequestBytes/len(value)/2 + 1
+	const calls = 3
+	errs := make([]error, calls)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range calls {
+		wg.Go(func() {
+			<-start
+			puts := make([]store.Op, ops)
+			for k := range puts {
+				puts[k] = store.Put(fmt.Sprintf("/big/%d/%d", i, k), value)
+			}
+			res, err := s.Txn(ctx, nil, puts)
+			if err == nil && !res.Succeeded {
+				err = fmt.Errorf("not stored")
+			}
+			errs[i] = err
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("call %d of %d values of %d bytes: %v", i, ops, len(value), err)
+		}
+	}
+	for i := range calls {
+		kvs, _, err := s.List(ctx, fmt.Sprintf("/big/%d/", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(kvs) != ops {
+			t.Errorf("call %d: %d keys stored, want %d", i, len(kvs), ops)
+		}
+	}
+}
