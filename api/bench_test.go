@@ -76,15 +76,8 @@ func BenchmarkSubmitSim1000(b *testing.B) {
 		// Registered first, run last: the keep-alive connections of the
 		// set-up's calls end with the benchmark.
 		b.Cleanup(http.DefaultTransport.(*http.Transport).CloseIdleConnections)
-		benchSubmit(b, threeMembers(b, 0), false)
+		benchSubmit(b, etcdCluster(b, 0, false), false)
 	})
-}
-
-// threeMembers starts a three-member etcd cluster in this process and
-// returns the store of its elected leader, fenced by its term, with the
-// leader's lease ttl (0: the servers' default).
-func threeMembers(b *testing.B, ttl time.Duration) store.Store {
-	return etcdCluster(b, ttl, false)
 }
 
 // etcdCluster starts a three-member etcd cluster and returns the store of
@@ -113,22 +106,20 @@ func etcdCluster(b *testing.B, ttl time.Duration, apart bool) store.Store {
 	}
 	members := make([]*etcd.Member, 3)
 	errs := make(chan error, 3)
+	inProcess := 0
 	for i := range 3 {
 		if apart && i > 0 {
 			startMemberProcess(b, configs[i])
 			continue
 		}
+		inProcess++
 		go func() {
 			m, err := etcd.StartMember(context.Background(), configs[i])
 			members[i] = m
 			errs <- err
 		}()
 	}
-	in := 3
-	if apart {
-		in = 1
-	}
-	for range in {
+	for range inProcess {
 		if err := <-errs; err != nil {
 			b.Fatal(err)
 		}
