@@ -24,7 +24,8 @@ func TestDockerEndpointHighAvailability(t *testing.T) {
 	if _, err := exec.LookPath("docker"); err != nil {
 		t.Fatal("this test needs the docker CLI: ", err)
 	}
-	_, image := engineFor(t, "ha-docker")
+	// One container: the engine is shared with the rest of the suite.
+	_, image := engineFor(t, "ha-docker", false)
 
 	h := newHACluster(t, false)
 	var dockerAddr [3]string

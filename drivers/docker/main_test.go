@@ -39,9 +39,9 @@ func TestMain(m *testing.M) {
 }
 
 func runMain(m *testing.M) int {
-	// The tests time the engine's answers: they take the machine's engine
-	// for themselves, in turn with the other packages that load it.
-	unlock, err := dockertest.LockMainEngine()
+	// A few containers per test: the machine's engine is shared with
+	// dockerapi's tests, in turn with the packages that take it alone.
+	unlock, err := dockertest.ShareMainEngine()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "lock the engine:", err)
 		return 1

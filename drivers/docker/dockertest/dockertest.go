@@ -431,18 +431,31 @@ func (e *Engine) Log(n int) string {
 	return string(b)
 }
 
-// LockMainEngine waits until no other test process holds the machine's
-// engine for heavy work, then holds it until unlock is called: the tests
-// that launch hundreds of containers or stop engines (each package runs in
-// its own process, several at once) take turns instead of slowing each
-// other past their time limits. The lock is a file lock, released by the
-// system if the process dies.
-func LockMainEngine() (unlock func(), err error) {
-	f, err := os.OpenFile(filepath.Join(os.TempDir(), "berth-test-main-engine.lock"), os.O_RDWR|os.O_CREATE, 0o600)
+// LockMainEngine waits until no other test process uses the machine's
+// engine through LockMainEngine or ShareMainEngine, then holds it alone
+// until unlock is called: the tests that launch hundreds of containers or
+// stop engines (each package runs in its own process, several at once)
+// take turns instead of slowing each other past their time limits. The
+// lock is a file lock, released by the system if the process dies.
+func LockMainEngine() (unlock func(), err error) { return lockFile(mainEngineLock, syscall.LOCK_EX) }
+
+// ShareMainEngine is LockMainEngine for the packages that load the engine
+// moderately (a few containers at a time, each test its own): they share
+// it with each other, and take turns with those that hold it alone.
+func ShareMainEngine() (unlock func(), err error) { return lockFile(mainEngineLock, syscall.LOCK_SH) }
+
+// mainEngineLock is the file every test process locks for the machine's
+// engine.
+var mainEngineLock = filepath.Join(os.TempDir(), "berth-test-main-engine.lock")
+
+// lockFile waits for the lock how (syscall.LOCK_EX or LOCK_SH) on the file
+// at path, creating it.
+func lockFile(path string, how int) (unlock func(), err error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, err
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+	if err := syscall.Flock(int(f.Fd()), how); err != nil {
 		f.Close()
 		return nil, err
 	}
