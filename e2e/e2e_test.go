@@ -4,7 +4,8 @@
 // for them in /proc. The tests run in parallel (four at once, or
 // -test.parallel), but for TestPluginSurvivesKill9, which runs alone first: each has
 // its own servers, data directories, cluster name and process marks, and
-// those on the machine's Docker Engine take it in turn (engineFor).
+// the one launching hundreds of containers on the machine's Docker Engine
+// takes it alone (engineFor).
 package e2e
 
 import (
