@@ -329,9 +329,12 @@ func (h *haCluster) containers(cli *docker.Client) map[string]int {
 func (h *haCluster) settled(i, n int, cli *docker.Client) {
 	h.t.Helper()
 	c := h.client(i)
-	var last string
+	// What the server and the engine said last; engine is empty until
+	// the server says all n run.
+	var last, engine string
 	began := time.Now()
 	ok := pollFor(5*time.Minute, func() bool {
+		engine = ""
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		ins, err := c.Instances(ctx, control.Filter{All: true})
 		cancel()
@@ -352,22 +355,21 @@ func (h *haCluster) settled(i, n int, cli *docker.Client) {
 		}
 		last = fmt.Sprintf("%d instances, %d running (%v; %s)", len(ins), running, phases, strings.Join(msgs, "; "))
 		if len(ins) != n || running != n {
-			// The engine is listed once the servers are done: a list
-			// of hundreds of containers five times a second costs the
+			// The engine is listed once the server is done: a list of
+			// hundreds of containers five times a second costs the
 			// engine (and the suite beside it) CPU for nothing.
 			return false
 		}
-		engine, ok := h.engineHolds(cli, n)
-		last += "; " + engine
+		var ok bool
+		engine, ok = h.engineHolds(cli, n)
 		return ok
 	})
 	if !ok {
-		if !strings.Contains(last, "on the engine") {
-			engine, _ := h.engineHolds(cli, n)
-			last += "; " + engine
+		if engine == "" {
+			engine, _ = h.engineHolds(cli, n)
 		}
 		h.dumpLogs()
-		h.t.Fatalf("not settled: %s", last)
+		h.t.Fatalf("not settled: %s; %s", last, engine)
 	}
 	h.t.Logf("%d instances settled, waited %.1fs", n, time.Since(began).Seconds())
 }
