@@ -27,14 +27,16 @@ func TestMainEngineLockModes(t *testing.T) {
 		}
 		return err == nil
 	}
-	one, err := lockFile(path, syscall.LOCK_SH)
-	if err != nil {
-		t.Fatal(err)
+	lock := func(how int) (unlock func()) {
+		t.Helper()
+		unlock, err := lockFile(path, how)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return unlock
 	}
-	two, err := lockFile(path, syscall.LOCK_SH)
-	if err != nil {
-		t.Fatal(err)
-	}
+	one := lock(syscall.LOCK_SH)
+	two := lock(syscall.LOCK_SH)
 	if try(syscall.LOCK_EX) {
 		t.Error("the engine taken alone while two share it")
 	}
@@ -43,10 +45,7 @@ func TestMainEngineLockModes(t *testing.T) {
 		t.Error("the engine taken alone while one shares it")
 	}
 	two()
-	alone, err := lockFile(path, syscall.LOCK_EX)
-	if err != nil {
-		t.Fatal(err)
-	}
+	alone := lock(syscall.LOCK_EX)
 	if try(syscall.LOCK_SH) {
 		t.Error("the engine shared while one holds it alone")
 	}
