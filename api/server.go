@@ -93,6 +93,12 @@ type Options struct {
 	// every answer (0: DefaultWriteTimeout). A stop whose grace it cannot
 	// wait out (LongGrace) is answered once stored and carried out after.
 	WriteTimeout time.Duration
+	// Leader, on a server that does not lead, takes the reads its
+	// read-only plane leaves to the leader: the logs and stats of an
+	// instance whose back-end only the leader reads
+	// (control.Plane.ReadsBackend). A follower forwards them there. nil:
+	// the plane's error (control.ErrReadOnly) answers them.
+	Leader http.Handler
 }
 
 // DefaultWriteTimeout is the write timeout Options.WriteTimeout stands for
@@ -127,6 +133,7 @@ type Server struct {
 	maxCount     int
 	pageSize     int
 	writeTimeout time.Duration
+	leader       http.Handler
 	mux          *http.ServeMux
 
 	routeList []Route
@@ -138,7 +145,7 @@ type Server struct {
 // New returns the API server for plane.
 func New(plane *control.Plane, opts Options) *Server {
 	s := &Server{plane: plane, log: opts.Logger, maxBody: opts.MaxBodySize, maxCount: opts.MaxCount, pageSize: opts.PageSize, writeTimeout: opts.WriteTimeout, mux: http.NewServeMux(), closing: make(chan struct{}),
-		auditLog: opts.AuditLog, tokens: opts.Tokens, guard: newGuard(opts), loopbackOnly: opts.LoopbackOnly, origins: slices.Clone(opts.AllowedOrigins), plugins: opts.Plugins}
+		auditLog: opts.AuditLog, tokens: opts.Tokens, guard: newGuard(opts), loopbackOnly: opts.LoopbackOnly, origins: slices.Clone(opts.AllowedOrigins), plugins: opts.Plugins, leader: opts.Leader}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -957,6 +964,9 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if s.toLeader(w, r, in.ID) {
+		return nil
+	}
 	ctx, cancel, err := s.streamContext(w, r)
 	if err != nil {
 		return err
@@ -968,6 +978,16 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) error {
 		return fw.frame(LogFrame{Error: toError(err)})
 	}
 	return nil
+}
+
+// toLeader hands r to Options.Leader when the plane does not read
+// instance id's back-end itself, and reports whether it did.
+func (s *Server) toLeader(w http.ResponseWriter, r *http.Request, id string) bool {
+	if s.leader == nil || s.plane.ReadsBackend(id) {
+		return false
+	}
+	s.leader.ServeHTTP(w, r)
+	return true
 }
 
 // StatsInterval is how often GET /v1/instances/{ref}/stats measures.
@@ -1034,6 +1054,9 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) error {
 	in, err := s.visible(r)
 	if err != nil {
 		return err
+	}
+	if s.toLeader(w, r, in.ID) {
+		return nil
 	}
 	first, err := s.measure(r.Context(), in)
 	if err != nil {

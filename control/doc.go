@@ -111,7 +111,9 @@
 //     does not lead: New writes nothing and calls no provider, Run only
 //     follows the store's changes of instances and requests into the
 //     records and the scheduler's ledger, and every method that would
-//     write or reach a back-end returns ErrReadOnly (commit refuses too).
+//     write or reach a back-end returns ErrReadOnly (commit refuses too),
+//     except the reads of a shared back-end (logs, usage: ops.go's
+//     reading, driver.SharedBackend).
 //   - Start-up (state.go's load, quarantine.go): New reads every request,
 //     instance and group. A record that does not decode or breaks an
 //     invariant (a number beyond the range its field declares, an

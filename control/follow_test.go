@@ -3,6 +3,7 @@ package control_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -120,6 +121,9 @@ func TestReadOnlyPlaneFollowsAnotherWriter(t *testing.T) {
 		refused["resize"] = ro.Resize(ctx, "after-1", driver.Resources{CPU: driver.CPUs(1)})
 		refused["hold"] = ro.Hold(ctx, "after-1", time.Now().Add(time.Hour))
 		refused["logs"] = ro.Logs(ctx, "after-1", driver.LogOptions{}, nil, nil)
+		if ro.ReadsBackend("after-1") {
+			t.Error("ReadsBackend is true for an instance on a sim, which is the leader's own")
+		}
 		_, refused["nodes"] = ro.Nodes(ctx)
 		_, refused["providers"] = ro.Providers(ctx)
 		_, refused["images"] = ro.Images(ctx, "sim", "node-1")
@@ -135,6 +139,76 @@ func TestReadOnlyPlaneFollowsAnotherWriter(t *testing.T) {
 		if n := calls.n.Load(); n != 0 {
 			t.Fatalf("the read-only plane made %d provider calls", n)
 		}
+	})
+}
+
+// sharedSim is a sim that says every server reaches it, as one sim
+// reached by two planes in one process is.
+type sharedSim struct{ *sim.Sim }
+
+func (sharedSim) SharedBackend() bool { return true }
+
+// TestReadOnlyPlaneReadsASharedBackend: a read-only plane whose provider
+// is a shared back-end (driver.SharedBackend) reads an instance's logs
+// and usage through it, as a follower does through the leader's Docker
+// engine, and still refuses every write and every other call.
+func TestReadOnlyPlaneReadsASharedBackend(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, prov := newSim(t, 2, nil)
+		st := memory.New(memory.Options{})
+		cfg := config(st, prov)
+		p, _ := start(t, cfg)
+		ctx := context.Background()
+		if _, err := p.Submit(ctx, req("web", 1), "bob"); err != nil {
+			t.Fatal(err)
+		}
+		waitPhase(t, p, "web", reconciler.Running)
+
+		calls := &callCounter{}
+		prov2, err := provider.New(sharedSim{s}, provider.Config{Name: "sim", Logger: quiet, Observer: calls})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer prov2.Close(ctx)
+		roCfg := cfg
+		roCfg.Providers = []*provider.Provider{prov2}
+		roCfg.ReadOnly = true
+		ro, _ := start(t, roCfg)
+		waitFollowed(t, ro, "web", reconciler.Running)
+
+		if !ro.ReadsBackend("web") {
+			t.Fatal("ReadsBackend is false for an instance on a shared back-end")
+		}
+		var want, got strings.Builder
+		if err := p.Logs(ctx, "web", driver.LogOptions{Stdout: true, Stderr: true}, &want, &want); err != nil {
+			t.Fatal(err)
+		}
+		if err := ro.Logs(ctx, "web", driver.LogOptions{Stdout: true, Stderr: true}, &got, &got); err != nil {
+			t.Fatalf("logs on the read-only plane: %v", err)
+		}
+		if got.String() == "" || got.String() != want.String() {
+			t.Fatalf("the read-only plane read logs %q, the leader %q", got.String(), want.String())
+		}
+		if u, err := ro.Usage(ctx, "web"); err != nil || u.Memory == 0 {
+			t.Fatalf("usage on the read-only plane: %+v, %v", u, err)
+		}
+		if n := calls.n.Load(); n < 2 {
+			t.Fatalf("the read-only plane made %d provider calls, want its logs and usage", n)
+		}
+
+		refused := map[string]error{}
+		refused["stop"] = ro.Stop(ctx, "web", time.Second)
+		refused["kill"] = ro.Kill(ctx, "web", "TERM")
+		refused["resize"] = ro.Resize(ctx, "web", driver.Resources{CPU: driver.CPUs(1)})
+		refused["delete"] = ro.Delete(ctx, "web")
+		_, refused["nodes"] = ro.Nodes(ctx)
+		_, refused["images"] = ro.Images(ctx, "sim", "node-1")
+		for what, err := range refused {
+			if !errors.Is(err, control.ErrReadOnly) {
+				t.Errorf("%s on a read-only plane: %v, want ErrReadOnly", what, err)
+			}
+		}
+		waitPhase(t, p, "web", reconciler.Running)
 	})
 }
 

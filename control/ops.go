@@ -59,6 +59,34 @@ func (s verbs) live(ref string) (reconciler.Instance, *provider.Provider, error)
 	return in, p, err
 }
 
+// reading is live for a read of the instance's back-end resource (its
+// logs, its usage): a read-only plane reads it itself when its provider
+// is a shared back-end (ReadsBackend), and refuses it otherwise.
+func (s verbs) reading(ref string) (reconciler.Instance, *provider.Provider, error) {
+	if !s.cfg.ReadOnly {
+		return s.live(ref)
+	}
+	in, err := s.find(ref)
+	if err != nil {
+		return in, nil, err
+	}
+	p, ok := s.provs[in.Provider]
+	if !ok || !sharedBackend(p) {
+		return in, nil, ErrReadOnly
+	}
+	if in.BackendID == "" {
+		return in, nil, driver.Errorf(driver.ErrInvalid, "instance %s is %s and has no back-end resource", in.ID, in.Phase)
+	}
+	return in, p, nil
+}
+
+// sharedBackend reports whether p's back-end is reached the same from
+// every server (driver.SharedBackend).
+func sharedBackend(p *provider.Provider) bool {
+	sb, ok := p.Driver().(driver.SharedBackend)
+	return ok && sb.SharedBackend()
+}
+
 // target returns the instance named ref for verb v, or why v can never
 // apply to it (reconciler.Refusal, naming its phase).
 func (s verbs) target(ref string, v reconciler.Verb) (reconciler.Instance, error) {
@@ -337,7 +365,7 @@ func (s verbs) mutate(ctx context.Context, id string, fn func(*reconciler.Instan
 
 // logs is Plane.Logs.
 func (s verbs) logs(ctx context.Context, ref string, opts driver.LogOptions, stdout, stderr io.Writer) error {
-	in, p, err := s.live(ref)
+	in, p, err := s.reading(ref)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"time"
@@ -101,10 +102,12 @@ type Config struct {
 	// be stored already to be known) nor calls a provider, and Run
 	// follows the store's changes of instances and requests without
 	// acting on them. Every method that would change state or reach a
-	// back-end (submissions, plans, operations on instances, logs, nodes,
-	// providers, images, usage) returns ErrReadOnly; the reads of the
-	// records (Instances, Instance, Counts, Group, Events, Quotas) answer
-	// from the copy, as of Followed.
+	// back-end (submissions, plans, operations on instances, nodes,
+	// providers, images) returns ErrReadOnly; the reads of the records
+	// (Instances, Instance, Counts, Group, Events, Quotas) answer from the
+	// copy, as of Followed. Logs and Usage read an instance's back-end
+	// resource when its provider is a shared back-end (ReadsBackend), and
+	// return ErrReadOnly otherwise.
 	ReadOnly bool
 }
 
@@ -598,12 +601,23 @@ func (p *Plane) Resize(ctx context.Context, ref string, r driver.Resources) erro
 	return p.verbs.resize(ctx, ref, r)
 }
 
-// Logs copies the instance's output to stdout and stderr.
+// Logs copies the instance's output to stdout and stderr. A read-only
+// plane reads only the instances ReadsBackend names.
 func (p *Plane) Logs(ctx context.Context, ref string, opts driver.LogOptions, stdout, stderr io.Writer) error {
-	if err := p.refuse(); err != nil {
-		return err
-	}
 	return p.verbs.logs(ctx, ref, opts, stdout, stderr)
+}
+
+// ReadsBackend reports whether the plane reads the back-end resource of
+// the instance named ref itself (Logs, Usage): a plane that leads always;
+// a read-only plane when the instance's provider is a shared back-end
+// (driver.SharedBackend), which it reaches as the leader does. Otherwise
+// those reads are the leader's to serve.
+func (p *Plane) ReadsBackend(ref string) bool {
+	if !p.cfg.ReadOnly {
+		return true
+	}
+	_, _, err := p.verbs.reading(ref)
+	return !errors.Is(err, ErrReadOnly)
 }
 
 // Events calls fn for every change of instances and nodes after store

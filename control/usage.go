@@ -17,9 +17,10 @@ import (
 
 // Usage measures the instance's live cpu and memory use through its
 // provider; a provider that cannot measure answers driver.ErrUnsupported,
-// an instance with no back-end resource driver.ErrInvalid.
+// an instance with no back-end resource driver.ErrInvalid. A read-only
+// plane measures only the instances ReadsBackend names.
 func (p *Plane) Usage(ctx context.Context, ref string) (*driver.Usage, error) {
-	in, prov, err := p.verbs.live(ref)
+	in, prov, err := p.verbs.reading(ref)
 	if err != nil {
 		return nil, err
 	}

@@ -366,6 +366,19 @@ type Sweeper interface {
 	Sweep(ctx context.Context, tags map[string]string) error
 }
 
+// SharedBackend is implemented by a driver whose instances live in a
+// back-end that every server opening the same options reaches (an engine,
+// a cluster or hosts named by address), not in the server's own process
+// or machine. A server that does not lead then reads an instance's logs
+// and usage through its own copy of the driver instead of asking the
+// leader. Only reads: a server that does not lead never changes a
+// back-end.
+// Fallback: false, the back-end is the process's own (sim, local), and
+// such reads go to the leader.
+type SharedBackend interface {
+	SharedBackend() bool
+}
+
 // Capability names, as reported by Capabilities and required by placement
 // constraints.
 const (

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -53,6 +54,14 @@ func TestDockerEndpointHighAvailability(t *testing.T) {
 	})
 	if out, err := docker(f2, "logs", name); err != nil || !strings.Contains(out, "hello") {
 		t.Fatalf("docker logs through the follower %s: %v: %q", memberNames[f2], err, out)
+	}
+	// The API of a follower reads the container's logs and stats through
+	// its own provider (the engine is a shared back-end), not the leader.
+	for path, want := range map[string]string{"/v1/instances/" + name + "/logs": "hello", "/v1/instances/" + name + "/stats?stream=false": `"memory_bytes"`} {
+		waitFor(t, "GET "+path+" served by the follower "+memberNames[f2], func() bool {
+			resp, b, err := h.get(f2, path)
+			return err == nil && resp.StatusCode == http.StatusOK && resp.Header.Get("Berth-Served-By") == memberNames[f2] && strings.Contains(string(b), want)
+		})
 	}
 
 	h.servers[lead].kill9(t)

@@ -83,19 +83,20 @@ func TestFollowersServeReads(t *testing.T) {
 	readLocally(f, "through-follower")
 	readLocally(followers[1], "through-follower")
 
-	// A route the follower does not answer itself is still forwarded.
-	req, err := http.NewRequest(http.MethodGet, "http://"+h.servers[f].addr+"/v1/nodes", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+h.token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || resp.Header.Get("Berth-Served-By") != "" {
-		t.Fatalf("GET /v1/nodes on a follower: %s, served by %q", resp.Status, resp.Header.Get("Berth-Served-By"))
+	// A route the follower does not answer itself is still forwarded, and
+	// so are the logs and stats of an instance on the sim, which only the
+	// leader reaches (the sim is its process's own).
+	for _, path := range []string{"/v1/nodes", "/v1/instances/through-leader/logs", "/v1/instances/through-leader/stats?stream=false"} {
+		waitFor(t, "GET "+path+" on a follower, forwarded", func() bool {
+			resp, b, err := h.get(f, path)
+			if err != nil {
+				return false
+			}
+			if by := resp.Header.Get("Berth-Served-By"); by != "" {
+				t.Fatalf("GET %s on a follower: %s, served by %q: %s", path, resp.Status, by, b)
+			}
+			return resp.StatusCode == http.StatusOK && len(b) > 0
+		})
 	}
 
 	h.servers[l].kill9(t)

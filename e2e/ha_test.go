@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -188,6 +189,23 @@ func (h *haCluster) health(i int) (health, error) {
 	}
 	defer resp.Body.Close()
 	return out, json.NewDecoder(resp.Body).Decode(&out)
+}
+
+// get is an authenticated GET of path on server i: its answer, with the
+// body read.
+func (h *haCluster) get(i int, path string) (*http.Response, []byte, error) {
+	req, err := http.NewRequest(http.MethodGet, "http://"+h.servers[i].addr+path, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+h.token)
+	resp, err := quickHTTP.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp, b, err
 }
 
 // leader waits until exactly one of the servers in among says it leads

@@ -422,6 +422,15 @@ func (fd *frontDoor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	fd.forward(w, r)
+}
+
+// forward passes r on to the leader (api.Options.Leader of a follower's
+// read-only API, for the reads it leaves to the leader, and the front
+// door for the rest). The leader's answer says who served it.
+func (fd *frontDoor) forward(w http.ResponseWriter, r *http.Request) {
+	w.Header().Del("Berth-Served-By")
+	w.Header().Del("Berth-Revision")
 	to := fd.current.Load()
 	if to == nil || to.info.Name == fd.self.Name || r.Header.Get("Berth-Forwarded-By") != "" {
 		// No leader, or one that is this server in name only (it is
@@ -531,11 +540,16 @@ func (m members) remove(w http.ResponseWriter, r *http.Request) {
 
 // readRoutes are the API routes a follower answers from its read-only
 // plane: they read only the records the store's watch feeds it (or the
-// store itself). The rest (nodes, providers, logs, stats, plans...) need
-// the back-ends or the leader's memory, and are forwarded.
+// store itself), or, for logs and stats, a shared back-end
+// (driver.SharedBackend) through the follower's own provider; the logs
+// and stats of an instance on another back-end go on to the leader
+// (api.Options.Leader). The rest (nodes, providers, plans...) need the
+// back-ends or the leader's memory, and are forwarded.
 var readRoutes = []string{
 	"GET /v1/instances",
 	"GET /v1/instances/{ref}",
+	"GET /v1/instances/{ref}/logs",
+	"GET /v1/instances/{ref}/stats",
 	"GET /v1/groups/{id}",
 	"GET /v1/events",
 	"GET /v1/quotas",

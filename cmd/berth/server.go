@@ -556,7 +556,9 @@ func (s *server) buildReplicated(ctx context.Context, listening net.Addr) error 
 		if err != nil {
 			return nil, err
 		}
-		return newLocalReads(self.Name, plane, api.New(plane, s.apiOpts), func(h http.Handler) http.Handler { return timed(s.m, h) }), nil
+		opts := s.apiOpts
+		opts.Leader = http.HandlerFunc(door.forward)
+		return newLocalReads(self.Name, plane, api.New(plane, opts), func(h http.Handler) http.Handler { return timed(s.m, h) }), nil
 	}}
 	s.runAll = func(ctx context.Context) error {
 		go leader.Watch(ctx, s.client, f.ha.prefix, door.seen)

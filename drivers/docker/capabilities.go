@@ -707,6 +707,10 @@ func toEvent(e *engine, m events.Message) (driver.Event, bool) {
 	return ev, true
 }
 
+// SharedBackend: the engines are named by address, and every server with
+// the same options reaches the same containers.
+func (d *Driver) SharedBackend() bool { return true }
+
 // Interface guards.
 var (
 	_ driver.Driver        = (*Driver)(nil)
@@ -721,4 +725,5 @@ var (
 	_ driver.LogReader     = (*Driver)(nil)
 	_ driver.EventWatcher  = (*Driver)(nil)
 	_ driver.UsageReporter = (*Driver)(nil)
+	_ driver.SharedBackend = (*Driver)(nil)
 )

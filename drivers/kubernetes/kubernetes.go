@@ -299,9 +299,15 @@ func stripPod(obj any) (any, error) {
 	return s, nil
 }
 
+// SharedBackend: the cluster is named by its API server, and every server
+// with the same options reaches the same pods.
+func (d *Driver) SharedBackend() bool { return true }
+
 // Interface guards: a missing method is a compile error.
 var (
 	_ driver.Driver          = (*Driver)(nil)
+	_ driver.SharedBackend   = (*Driver)(nil)
+	_ driver.SharedBackend   = logsResizer{}
 	_ driver.ImageLister     = (*Driver)(nil)
 	_ driver.EventWatcher    = (*Driver)(nil)
 	_ driver.FeatureReporter = (*Driver)(nil)

@@ -761,6 +761,10 @@ func (d *Driver) forget(id string) {
 	}
 }
 
+// SharedBackend: the hosts are named by address, and every server with
+// the same options reaches the same processes.
+func (d *Driver) SharedBackend() bool { return true }
+
 // Interface guards.
 var (
 	_ driver.Driver          = (*Driver)(nil)
@@ -776,4 +780,5 @@ var (
 	_ driver.Resizer         = (*Driver)(nil)
 	_ driver.Attacher        = (*Driver)(nil)
 	_ driver.Execer          = (*Driver)(nil)
+	_ driver.SharedBackend   = (*Driver)(nil)
 )

@@ -325,8 +325,13 @@ func (d *Driver) readNode(ctx context.Context, n *node) (reading, error) {
 	return r, err
 }
 
+// SharedBackend: the libvirt daemons are named by URI, and every server
+// with the same options reaches the same domains and their logs.
+func (d *Driver) SharedBackend() bool { return true }
+
 var (
 	_ driver.Driver          = (*Driver)(nil)
+	_ driver.SharedBackend   = (*Driver)(nil)
 	_ driver.FeatureReporter = (*Driver)(nil)
 	_ driver.SpecChecker     = (*Driver)(nil)
 	_ driver.LogReader       = (*Driver)(nil)
