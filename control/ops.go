@@ -83,7 +83,7 @@ func (s verbs) reading(ref string) (reconciler.Instance, *provider.Provider, err
 // sharedBackend reports whether p's back-end is reached the same from
 // every server (driver.SharedBackend).
 func sharedBackend(p *provider.Provider) bool {
-	sb, ok := p.Driver().(driver.SharedBackend)
+	sb, ok := driver.As[driver.SharedBackend](p.Driver(), driver.CapShared)
 	return ok && sb.SharedBackend()
 }
 

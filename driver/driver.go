@@ -373,6 +373,7 @@ type Sweeper interface {
 // and usage through its own copy of the driver instead of asking the
 // leader. Only reads: a server that does not lead never changes a
 // back-end.
+// Capabilities names it (CapShared) when SharedBackend returns true.
 // Fallback: false, the back-end is the process's own (sim, local), and
 // such reads go to the leader.
 type SharedBackend interface {
@@ -406,6 +407,9 @@ const (
 	// CapRename: an instance's back-end resource takes a new name
 	// (Renamer).
 	CapRename = "rename"
+	// CapShared: every server reaches the back-end's instances the same
+	// (SharedBackend).
+	CapShared = "shared-backend"
 )
 
 // Features: what a back-end can run, as declared by a FeatureReporter and
@@ -547,6 +551,8 @@ func Capabilities(d Driver) []string {
 	add(ok, CapNetworkConnect)
 	_, ok = As[Renamer](d, CapRename)
 	add(ok, CapRename)
+	sb, ok := As[SharedBackend](d, CapShared)
+	add(ok && sb.SharedBackend(), CapShared)
 	return caps
 }
 

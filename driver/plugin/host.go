@@ -334,6 +334,10 @@ func (h *Driver) Pid() int {
 	return h.cur.pid
 }
 
+// SharedBackend reports whether the plugin's driver says every server
+// reaches its instances (driver.SharedBackend).
+func (h *Driver) SharedBackend() bool { return h.Has(driver.CapShared) }
+
 // Has reports whether the plugin's driver has capability c.
 func (h *Driver) Has(c string) bool {
 	h.mu.Lock()
@@ -741,6 +745,7 @@ var (
 	_ driver.Renamer          = (*Driver)(nil)
 	_ driver.VolumeRemover    = (*Driver)(nil)
 	_ driver.NetworkConnector = (*Driver)(nil)
+	_ driver.SharedBackend    = (*Driver)(nil)
 )
 
 // Path returns the plugin binary's path.

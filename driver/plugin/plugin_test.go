@@ -468,6 +468,9 @@ func TestAttach(t *testing.T) {
 	if !h.Has(driver.CapAttach) || !slices.Contains(driver.Features(h), driver.CapTTY) {
 		t.Fatalf("capabilities %v, features %v; want attach and tty", driver.Capabilities(h), driver.Features(h))
 	}
+	if !h.SharedBackend() || !slices.Contains(driver.Capabilities(h), driver.CapShared) {
+		t.Fatalf("capabilities %v: the plugin's driver says its back-end is shared", driver.Capabilities(h))
+	}
 	var stdout, stderr drivertest.SyncBuffer
 	if err := h.Attach(ctx, "echo", driver.AttachOptions{}, strings.NewReader("hello plugin"), &stdout, &stderr); err != nil {
 		t.Fatal(err)
@@ -487,6 +490,9 @@ func TestAttach(t *testing.T) {
 	defer s.Close(ctx)
 	if _, ok := driver.As[driver.Attacher](s, driver.CapAttach); ok || slices.Contains(driver.Features(s), driver.CapTTY) {
 		t.Fatalf("the sim's plugin has attach (%v, %v)", driver.Capabilities(s), driver.Features(s))
+	}
+	if s.SharedBackend() || slices.Contains(driver.Capabilities(s), driver.CapShared) {
+		t.Fatalf("the sim's plugin says its back-end is shared (%v)", driver.Capabilities(s))
 	}
 }
 

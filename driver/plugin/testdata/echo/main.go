@@ -1,6 +1,6 @@
 // Command echo is a plugin serving the sim with an Attacher that echoes
 // its input, in capitals, to stdout and counts the bytes on stderr, for
-// the test of attach through the wire.
+// the test of attach through the wire; it says its back-end is shared.
 package main
 
 import (
@@ -42,7 +42,14 @@ func (echo) ResizeTTY(_ context.Context, _ string, size driver.TTYSize) error {
 	return nil
 }
 
-var _ driver.Attacher = echo{}
+// SharedBackend: the test of attach checks that a plugin's driver can
+// say so through the wire.
+func (echo) SharedBackend() bool { return true }
+
+var (
+	_ driver.Attacher      = echo{}
+	_ driver.SharedBackend = echo{}
+)
 
 func main() {
 	def, err := driver.Lookup("sim")
