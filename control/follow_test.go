@@ -47,15 +47,7 @@ func TestReadOnlyPlaneFollowsAnotherWriter(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		calls := &callCounter{}
-		prov2, err := provider.New(s2, provider.Config{Name: "sim", Logger: quiet, Observer: calls})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer prov2.Close(ctx)
-		roCfg := cfg
-		roCfg.Providers = []*provider.Provider{prov2}
-		roCfg.ReadOnly = true
+		roCfg, calls := followerConfig(t, cfg, s2)
 		// With every goroutine of the writing plane waiting (its next
 		// timer), the store's revision moves only if the follower
 		// writes.
@@ -142,6 +134,21 @@ func TestReadOnlyPlaneFollowsAnotherWriter(t *testing.T) {
 	})
 }
 
+// followerConfig is cfg for a read-only plane whose provider, named sim,
+// is d, counting every call made through it.
+func followerConfig(t *testing.T, cfg control.Config, d driver.Driver) (control.Config, *callCounter) {
+	t.Helper()
+	calls := &callCounter{}
+	prov, err := provider.New(d, provider.Config{Name: "sim", Logger: quiet, Observer: calls})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = prov.Close(context.Background()) })
+	cfg.Providers = []*provider.Provider{prov}
+	cfg.ReadOnly = true
+	return cfg, calls
+}
+
 // sharedSim is a sim that says every server reaches it, as one sim
 // reached by two planes in one process is.
 type sharedSim struct{ *sim.Sim }
@@ -164,15 +171,7 @@ func TestReadOnlyPlaneReadsASharedBackend(t *testing.T) {
 		}
 		waitPhase(t, p, "web", reconciler.Running)
 
-		calls := &callCounter{}
-		prov2, err := provider.New(sharedSim{s}, provider.Config{Name: "sim", Logger: quiet, Observer: calls})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer prov2.Close(ctx)
-		roCfg := cfg
-		roCfg.Providers = []*provider.Provider{prov2}
-		roCfg.ReadOnly = true
+		roCfg, calls := followerConfig(t, cfg, sharedSim{s})
 		ro, _ := start(t, roCfg)
 		waitFollowed(t, ro, "web", reconciler.Running)
 

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"os"
 	"slices"
@@ -52,17 +51,10 @@ func TestFollowersServeReads(t *testing.T) {
 	readLocally := func(i int, id string) {
 		t.Helper()
 		waitFor(t, memberNames[i]+" to list "+id+" from its own copy", func() bool {
-			req, err := http.NewRequest(http.MethodGet, "http://"+h.servers[i].addr+"/v1/instances", nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			req.Header.Set("Authorization", "Bearer "+h.token)
-			resp, err := http.DefaultClient.Do(req)
+			resp, b, err := h.get(i, "/v1/instances")
 			if err != nil {
 				return false
 			}
-			defer resp.Body.Close()
-			b, _ := io.ReadAll(resp.Body)
 			if resp.StatusCode != http.StatusOK || resp.Header.Get("Berth-Served-By") != memberNames[i] || resp.Header.Get("Berth-Revision") == "" {
 				return false
 			}
@@ -111,13 +103,10 @@ func TestFollowersServeReads(t *testing.T) {
 	readLocally(other, "after-failover-forwarded")
 	// The new leader answers from its full plane, not a read-only copy.
 	waitFor(t, "the new leader to answer from its own plane", func() bool {
-		req, _ := http.NewRequest(http.MethodGet, "http://"+h.servers[nl].addr+"/v1/instances/after-failover", nil)
-		req.Header.Set("Authorization", "Bearer "+h.token)
-		resp, err := http.DefaultClient.Do(req)
+		resp, _, err := h.get(nl, "/v1/instances/after-failover")
 		if err != nil {
 			return false
 		}
-		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK && resp.Header.Get("Berth-Served-By") == ""
 	})
 }
