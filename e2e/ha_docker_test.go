@@ -52,9 +52,18 @@ func TestDockerEndpointHighAvailability(t *testing.T) {
 		out, err := docker(f2, "ps", "--format", "{{.Names}} {{.State}}")
 		return err == nil && strings.Contains(out, name+" running")
 	})
-	if out, err := docker(f2, "logs", name); err != nil || !strings.Contains(out, "hello") {
-		t.Fatalf("docker logs through the follower %s: %v: %q", memberNames[f2], err, out)
-	}
+	// Running is not yet printed: the engine reports a container running
+	// once its process is started, which on a loaded machine may write
+	// its first line a while later.
+	var said string
+	waitFor(t, `"hello" in docker logs through the follower `+memberNames[f2], func() bool {
+		out, err := docker(f2, "logs", name)
+		if got := fmt.Sprintf("%v: %q", err, out); got != said {
+			t.Logf("docker logs through the follower %s: %s", memberNames[f2], got)
+			said = got
+		}
+		return err == nil && strings.Contains(out, "hello")
+	})
 	// The API of a follower reads the container's logs and stats through
 	// its own provider (the engine is a shared back-end), not the leader.
 	for path, want := range map[string]string{"/v1/instances/" + name + "/logs": "hello", "/v1/instances/" + name + "/stats?stream=false": `"memory_bytes"`} {
