@@ -22,11 +22,9 @@ const revisionProbe = "/berth/revision-probe/"
 // its History revisions and HistoryBytes; etcd the latest History
 // revisions. A change held is the whole record as it was written, so
 // its Updated says when the change was made; a deleted record says
-// nothing but its id.
+// nothing but its id. A read-only plane answers it too: it reads only the
+// store.
 func (p *Plane) EventsHeld(ctx context.Context, caughtUp func(), fn func(Event)) error {
-	if err := p.refuse(); err != nil {
-		return err
-	}
 	var w store.Watcher
 	var now int64
 	for try := 0; ; try++ {

@@ -374,6 +374,9 @@ type ref struct {
 func (s *Server) find(r *http.Request, idOrName string) (ref, error) {
 	idOrName = strings.TrimPrefix(idOrName, "/")
 	who := identityOf(r)
+	if s.follower() {
+		return s.findFollowed(r, idOrName)
+	}
 	s.mu.Lock()
 	for id, c := range s.created {
 		if (id == idOrName || c.req.Name == idOrName) && authorized(r, c.owner) {
@@ -492,10 +495,19 @@ func (s *Server) awaitStarted(ctx context.Context, id string) error {
 // submit hands a created container to the plane; it stays in created
 // until the plane has it, so that it is never unseen meanwhile.
 func (s *Server) submit(ctx context.Context, id string, c *created) error {
+	var err error
 	if c.autoRemove {
+		// Taken here before the mark is kept: resumeAutoRemove leaves
+		// the container to this call.
 		s.mu.Lock()
 		s.autoRm[id] = struct{}{}
 		s.mu.Unlock()
+		if err = s.markAutoRemove(ctx, id); err != nil {
+			s.mu.Lock()
+			delete(s.autoRm, id)
+			s.mu.Unlock()
+			return err
+		}
 	}
 	req, placed, err := s.onNetwork(ctx, c)
 	if err == nil {
@@ -518,39 +530,53 @@ func (s *Server) submit(ctx context.Context, id string, c *created) error {
 	}
 	s.mu.Unlock()
 	if err != nil {
+		if c.autoRemove {
+			s.unmarkAutoRemove(id)
+		}
 		return err
 	}
 	if c.autoRemove {
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			s.removeWhenEnded(id)
-		}()
+		s.wg.Go(func() { s.removeWhenEnded(id) })
 	}
 	return nil
 }
 
 // removeWhenEnded deletes the instance id once it has ended and its exit
-// code is known (--rm).
+// code is known (--rm), then drops its mark. Cut short by Close (this
+// server no longer leads) or a failed delete, it leaves the mark to the
+// next server that leads.
 func (s *Server) removeWhenEnded(id string) {
+	gone := false
 	defer func() {
 		s.mu.Lock()
 		delete(s.autoRm, id)
 		s.mu.Unlock()
+		if gone {
+			s.unmarkAutoRemove(id)
+		}
 	}()
 	ctx, cancel := s.until(context.Background())
 	defer cancel()
 	in, err := s.waitFor(ctx, id, ended)
-	if err != nil || in.Phase == reconciler.Deleted || in.Phase == reconciler.Deleting {
+	if err != nil {
+		return
+	}
+	if in.Phase == reconciler.Deleted || in.Phase == reconciler.Deleting {
+		gone = true
 		return
 	}
 	if in := s.settle(ctx, id); in.Observed != nil && in.Observed.ExitCode != nil {
 		s.keepExit(id, *in.Observed.ExitCode)
 	}
 	s.detached(ctx, id)
+	if ctx.Err() != nil {
+		return
+	}
 	if err := s.plane.Delete(ctx, id); err != nil && !errors.Is(err, driver.ErrNotFound) {
 		s.log.Warn("dockerapi: --rm: delete", "instance", id, "error", err)
+		return
 	}
+	gone = true
 }
 
 // maxExits bounds the exit codes of removed --rm containers kept.

@@ -145,31 +145,7 @@ func setupStore(t testing.TB, engines, cluster, db string) *env {
 	t.Cleanup(func() { e.removeAll(t) })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	def, err := driver.Lookup("docker")
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw := map[string]any{
-		"engines":       engines,
-		"poll_interval": "200ms", "backoff_min": "50ms", "backoff_max": "500ms",
-		"stop_grace": "5s", "pull": false, "sweep_interval": "200ms",
-	}
-	d, err := def.Open(ctx, raw, driver.Env{Provider: "docker", Cluster: e.cluster, Logger: quiet})
-	if err != nil {
-		t.Fatalf("open the docker driver: %v", err)
-	}
-	prov, err := provider.New(d, provider.Config{Name: "docker", Logger: quiet, StateTTL: 100 * time.Millisecond})
-	if err != nil {
-		_ = d.Close(ctx)
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := prov.Close(ctx); err != nil {
-			t.Errorf("close the provider: %v", err)
-		}
-	})
+	prov := openProvider(t, engines, e.cluster)
 	st, err := bolt.Open(db, bolt.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -201,24 +177,33 @@ func setupStore(t testing.TB, engines, cluster, db string) *env {
 	// as berth server tells it: the answers it holds back for the engine's
 	// timing (stop, rm) come within it.
 	e.server = dockerapi.New(e.plane, dockerapi.Options{Authenticator: e.tokens, Logger: quiet, ServerVersion: "test", Store: st, WriteTimeout: writeTimeout})
+	e.sock = serveUnix(t, e.server)
+	e.config = e.dockerConfig(t, e.token)
+	return e
+}
+
+// serveUnix serves s on a unix socket of its own until t ends, and
+// returns the socket's path.
+func serveUnix(t testing.TB, s *dockerapi.Server) string {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "dapi")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	e.sock = filepath.Join(dir, "d.sock")
-	ln, err := net.Listen("unix", e.sock)
+	sock := filepath.Join(dir, "d.sock")
+	ln, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// A short read timeout and a write timeout (shorter than a server's
 	// default) that the streams must lift; TestStreamsOutliveWriteTimeout
 	// checks that with a shorter one still.
-	hs := &http.Server{Handler: e.server, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: writeTimeout}
+	hs := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: writeTimeout}
 	served := make(chan struct{})
 	go func() { defer close(served); _ = hs.Serve(ln) }()
 	t.Cleanup(func() {
-		e.server.Close()
+		s.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if err := hs.Shutdown(ctx); err != nil {
@@ -226,8 +211,41 @@ func setupStore(t testing.TB, engines, cluster, db string) *env {
 		}
 		<-served
 	})
-	e.config = e.dockerConfig(t, e.token)
-	return e
+	return sock
+}
+
+// openProvider opens a docker provider over engines (its option's JSON)
+// for the cluster named cluster, closed when t ends.
+func openProvider(t testing.TB, engines, cluster string) *provider.Provider {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	def, err := driver.Lookup("docker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := map[string]any{
+		"engines":       engines,
+		"poll_interval": "200ms", "backoff_min": "50ms", "backoff_max": "500ms",
+		"stop_grace": "5s", "pull": false, "sweep_interval": "200ms",
+	}
+	d, err := def.Open(ctx, raw, driver.Env{Provider: "docker", Cluster: cluster, Logger: quiet})
+	if err != nil {
+		t.Fatalf("open the docker driver: %v", err)
+	}
+	prov, err := provider.New(d, provider.Config{Name: "docker", Logger: quiet, StateTTL: 100 * time.Millisecond})
+	if err != nil {
+		_ = d.Close(ctx)
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := prov.Close(ctx); err != nil {
+			t.Errorf("close the provider: %v", err)
+		}
+	})
+	return prov
 }
 
 // dockerConfig writes a DOCKER_CONFIG directory whose config.json sends
@@ -399,3 +417,15 @@ func removeByLabel(ctx context.Context, k, v string) (int, error) {
 }
 
 func sleep() { time.Sleep(50 * time.Millisecond) }
+
+// waitFor polls cond every 50 ms until it holds or a minute passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		sleep()
+	}
+}

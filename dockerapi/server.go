@@ -96,16 +96,25 @@ type Options struct {
 	// api.DefaultWriteTimeout): a stop whose grace it cannot wait out
 	// (api.LongGrace) is answered once stored and carried out after.
 	WriteTimeout time.Duration
-	// Store keeps the networks (under PrefixNetworks) and the volumes
-	// (under PrefixVolumes), so that they outlive
-	// the server; the plane's store serves. Nil keeps them in memory.
+	// Store keeps the networks (under PrefixNetworks), the volumes
+	// (under PrefixVolumes) and the --rm marks (PrefixAutoRemove), so that
+	// they outlive the server; the plane's store serves. Nil keeps them
+	// in memory.
 	Store store.Store
+	// Leader, when set, makes this the Docker endpoint of a server that
+	// does not lead, over its read-only plane: it serves the reads that
+	// plane answers as the leader would, and hands every other request,
+	// as it came, to Leader (follower.go). Store is then only read, and
+	// needed: without it every read of a container goes to Leader.
+	Leader http.Handler
 }
 
 // Server serves the Engine API over a plane. It is an http.Handler; Close
 // ends its streams and waits for the removals it started (--rm).
 type Server struct {
 	plane   *control.Plane
+	st      store.Store  // Options.Store
+	leader  http.Handler // Options.Leader
 	auth    Authenticator
 	certs   bool
 	log     *slog.Logger
@@ -160,7 +169,7 @@ type Server struct {
 // New returns the Engine API server for plane.
 func New(plane *control.Plane, opts Options) *Server {
 	s := &Server{
-		plane: plane, auth: opts.Authenticator, certs: opts.ClientCerts, log: opts.Logger, version: opts.ServerVersion, name: opts.Name,
+		plane: plane, st: opts.Store, leader: opts.Leader, auth: opts.Authenticator, certs: opts.ClientCerts, log: opts.Logger, version: opts.ServerVersion, name: opts.Name,
 		maxBody: opts.MaxBodySize, maxNew: opts.MaxCreated, mux: http.NewServeMux(),
 		created: map[string]*created{}, autoRm: map[string]struct{}{}, attached: map[string]int{}, open: map[string]int{}, exits: map[string]int{},
 		sizes: map[string]driver.TTYSize{}, execs: map[string]*execRec{},
@@ -198,6 +207,9 @@ func New(plane *control.Plane, opts Options) *Server {
 	}
 	s.closing = make(chan struct{})
 	s.routes()
+	if s.st != nil && !s.follower() {
+		s.wg.Go(s.resumeAutoRemove)
+	}
 	return s
 }
 
@@ -269,7 +281,8 @@ var versionPrefix = regexp.MustCompile(`^/v([0-9]+\.[0-9]+)(/.*)$`)
 
 // ServeHTTP authenticates r, strips the API version from its path and
 // routes it. Paths with no handler are answered 501: the Engine API has
-// them, Berth does not.
+// them, Berth does not. A follower's endpoint hands what it does not serve
+// (followerRoutes) to the leader.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id, err := s.authenticate(r)
 	if err != nil {
@@ -277,6 +290,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	orig := r
 	if m := versionPrefix.FindStringSubmatch(r.URL.Path); m != nil {
 		if err := checkVersion(m[1]); err != nil {
 			writeError(w, err)
@@ -289,11 +303,21 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r2.URL = &u
 		r = r2
 	}
+	if s.follower() {
+		if _, pattern := s.mux.Handler(r); !followerRoutes[pattern] {
+			s.leader.ServeHTTP(w, orig)
+			return
+		}
+	}
 	if err := permit(id, r); err != nil {
 		writeError(w, err)
 		return
 	}
-	r = r.WithContext(auth.NewContext(r.Context(), id))
+	ctx := auth.NewContext(r.Context(), id)
+	if s.follower() {
+		ctx = context.WithValue(ctx, origKey{}, orig)
+	}
+	r = r.WithContext(ctx)
 	r.Body = http.MaxBytesReader(w, r.Body, s.bodyLimit(r))
 	if _, pattern := s.mux.Handler(r); pattern == "" {
 		writeError(w, unsupported("%s %s is not supported by Berth's Docker endpoint", r.Method, r.URL.Path))
@@ -511,6 +535,10 @@ func (h handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	err := h.fn(cw, r)
+	if errors.Is(err, errForward) && !cw.committed && !cw.hijacked {
+		h.s.forward(w, r)
+		return
+	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		status := cw.code
 		if err != nil && !cw.committed && !cw.hijacked {

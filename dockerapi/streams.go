@@ -455,6 +455,11 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if s.follower() && (c.in.BackendID == "" || !s.plane.ReadsBackend(c.id)) {
+		// Not started in the follower's copy (the leader may know
+		// better), or on a back-end only the leader reads.
+		return errForward
+	}
 	if c.created == nil && c.in.BackendID == "" && !none {
 		return &httpError{http.StatusConflict, "container " + c.id + " has not started yet: it has no output"}
 	}
@@ -489,6 +494,9 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) error {
 	c, err := s.find(r, r.PathValue("id"))
 	if err != nil {
 		return err
+	}
+	if s.follower() && !s.plane.ReadsBackend(c.id) {
+		return errForward
 	}
 	measure := func(ctx context.Context) (container.StatsResponse, error) {
 		in, err := s.plane.Instance(ctx, c.id)

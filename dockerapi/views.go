@@ -160,6 +160,9 @@ func matchAny(vals []string, fn func(string) bool) bool {
 }
 
 func (s *Server) list(w http.ResponseWriter, r *http.Request) error {
+	if s.follower() && !listedByFollower(r) {
+		return errForward
+	}
 	q := r.URL.Query()
 	all, _ := strconv.ParseBool(q.Get("all"))
 	if b, _ := strconv.ParseBool(q.Get("size")); b {
@@ -247,6 +250,11 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request) error {
 	_, autoRm := s.autoRm[c.id]
 	autoRm = autoRm || (c.created != nil && c.created.autoRemove)
 	s.mu.Unlock()
+	if s.follower() {
+		if autoRm, err = s.autoRemoveMarked(r.Context(), c.id); err != nil {
+			return errForward
+		}
+	}
 	return writeJSON(w, http.StatusOK, inspectOf(in, autoRm))
 }
 

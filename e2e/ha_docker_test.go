@@ -72,6 +72,22 @@ func TestDockerEndpointHighAvailability(t *testing.T) {
 			return err == nil && resp.StatusCode == http.StatusOK && resp.Header.Get("Berth-Served-By") == memberNames[f2] && strings.Contains(string(b), want)
 		})
 	}
+	// So does its Docker endpoint, for the reads its copy answers; what
+	// only the leader knows (the containers created and not started,
+	// which docker ps -a lists) the leader answers.
+	for path, want := range map[string]string{
+		"/containers/json": name, "/containers/" + name + "/json": `"Running":true`,
+		"/containers/" + name + "/logs?stdout=1": "hello", "/containers/" + name + "/stats?stream=false": `"memory_stats"`,
+	} {
+		waitFor(t, "Docker GET "+path+" served by the follower "+memberNames[f2], func() bool {
+			resp, b, err := h.getFrom("http://"+dockerAddr[f2], path)
+			return err == nil && resp.StatusCode == http.StatusOK && resp.Header.Get("Berth-Served-By") == memberNames[f2] && strings.Contains(string(b), want)
+		})
+	}
+	if resp, b, err := h.getFrom("http://"+dockerAddr[f2], "/containers/json?all=1"); err != nil || resp.StatusCode != http.StatusOK ||
+		resp.Header.Get("Berth-Served-By") != "" || !strings.Contains(string(b), name) {
+		t.Errorf("Docker GET /containers/json?all=1 through the follower %s: %v, %v, %s; want the leader's answer, with the container", memberNames[f2], resp, err, b)
+	}
 
 	h.servers[lead].kill9(t)
 	lead = h.leader(f1, f2)

@@ -194,7 +194,13 @@ func (h *haCluster) health(i int) (health, error) {
 // get is an authenticated GET of path on server i: its answer, with the
 // body read.
 func (h *haCluster) get(i int, path string) (*http.Response, []byte, error) {
-	req, err := http.NewRequest(http.MethodGet, "http://"+h.servers[i].addr+path, nil)
+	return h.getFrom("http://"+h.servers[i].addr, path)
+}
+
+// getFrom is get from the server at base (its API's or its Docker
+// endpoint's URL).
+func (h *haCluster) getFrom(base, path string) (*http.Response, []byte, error) {
+	req, err := http.NewRequest(http.MethodGet, base+path, nil)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -330,6 +330,22 @@ func (d dockerDoor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.ServeHTTP(w, r)
 		return
 	}
+	if lr := fd.reads.Load(); lr != nil && lr.docker != nil {
+		// It hands what it does not serve to forwardDocker.
+		w.Header().Set("Berth-Served-By", fd.self.Name)
+		w.Header().Set("Berth-Revision", strconv.FormatInt(lr.plane.Followed(), 10))
+		lr.docker.ServeHTTP(w, r)
+		return
+	}
+	fd.forwardDocker(w, r)
+}
+
+// forwardDocker passes r on to the leader's Docker endpoint (Options.Leader
+// of a follower's Docker endpoint, for what it leaves to the leader, and
+// the Docker door for the rest). The leader's answer says who served it.
+func (fd *frontDoor) forwardDocker(w http.ResponseWriter, r *http.Request) {
+	w.Header().Del("Berth-Served-By")
+	w.Header().Del("Berth-Revision")
 	to := fd.current.Load()
 	switch {
 	case to == nil || to.info.Name == fd.self.Name || r.Header.Get("Berth-Forwarded-By") != "":
@@ -563,6 +579,9 @@ type localReads struct {
 	plane *control.Plane
 	api   *api.Server
 	mux   *http.ServeMux
+	// docker is the follower's Docker endpoint over plane, when the
+	// server serves one (dockerapi.Options.Leader).
+	docker *dockerapi.Server
 }
 
 func newLocalReads(self string, plane *control.Plane, apiServer *api.Server, wrap func(http.Handler) http.Handler) *localReads {
@@ -639,6 +658,9 @@ func (f *followerReads) run(ctx context.Context) {
 		err = lr.plane.Run(ctx)
 		f.fd.reads.Store(nil)
 		lr.api.CloseStreams()
+		if lr.docker != nil {
+			lr.docker.Close()
+		}
 		if ctx.Err() == nil {
 			f.log.Warn("read-only plane stopped", "err", err)
 		}

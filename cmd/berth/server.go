@@ -558,7 +558,14 @@ func (s *server) buildReplicated(ctx context.Context, listening net.Addr) error 
 		}
 		opts := s.apiOpts
 		opts.Leader = http.HandlerFunc(door.forward)
-		return newLocalReads(self.Name, plane, api.New(plane, opts), func(h http.Handler) http.Handler { return timed(s.m, h) }), nil
+		lr := newLocalReads(self.Name, plane, api.New(plane, opts), func(h http.Handler) http.Handler { return timed(s.m, h) })
+		if s.dockerEP != nil {
+			dopts := s.dockerOpts
+			dopts.Store = s.st // read only: the --rm marks
+			dopts.Leader = http.HandlerFunc(door.forwardDocker)
+			lr.docker = dockerapi.New(plane, dopts)
+		}
+		return lr, nil
 	}}
 	s.runAll = func(ctx context.Context) error {
 		go leader.Watch(ctx, s.client, f.ha.prefix, door.seen)

@@ -1,0 +1,256 @@
+package dockerapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth/auth"
+	"github.com/berth-dev/berth/control"
+	"github.com/berth-dev/berth/dockerapi"
+	"github.com/berth-dev/berth/drivers/docker/dockertest"
+	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/reconciler"
+	"github.com/berth-dev/berth/store"
+)
+
+// followerEnv is the Docker endpoint of a server that follows e's: a
+// read-only plane over e's store with a docker provider of its own, the
+// endpoint over it with e's endpoint as its leader, on a socket of its own.
+type followerEnv struct {
+	plane *control.Plane
+	sock  string
+	// forwarded counts the requests handed to the leader.
+	forwarded atomic.Int64
+}
+
+// follower starts a follower of e. Unless follow, its read-only plane
+// does not run: its copy stays what it loaded, as far behind the store as
+// a test makes it.
+func (e *env) follower(t *testing.T, follow bool) *followerEnv {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	prov := openProvider(t, fmt.Sprintf(`[{"name":"main","address":%q}]`, dockertest.MainHost), e.cluster)
+	f := &followerEnv{}
+	var err error
+	f.plane, err = control.New(ctx, control.Config{Store: e.store, Providers: []*provider.Provider{prov}, Cluster: e.cluster, Logger: quiet, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if follow {
+		runCtx, stop := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- f.plane.Run(runCtx) }()
+		t.Cleanup(func() {
+			stop()
+			if err := <-done; !errors.Is(err, context.Canceled) {
+				t.Errorf("the read-only plane's Run returned %v, want context.Canceled", err)
+			}
+		})
+	}
+	leader := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f.forwarded.Add(1)
+		e.server.ServeHTTP(w, r)
+	})
+	s := dockerapi.New(f.plane, dockerapi.Options{Authenticator: e.tokens, Logger: quiet, ServerVersion: "test", Store: e.store, WriteTimeout: writeTimeout, Leader: leader})
+	f.sock = serveUnix(t, s)
+	return f
+}
+
+// docker runs the docker CLI against the follower's endpoint with the
+// DOCKER_CONFIG directory config.
+func (f *followerEnv) docker(t *testing.T, config string, args ...string) (string, string, int) {
+	t.Helper()
+	return dockerAt(t, "unix://"+f.sock, config, args...)
+}
+
+// served runs the docker CLI against the follower and fails the test
+// unless it exits 0 without a request handed to the leader.
+func (f *followerEnv) served(t *testing.T, config string, args ...string) string {
+	t.Helper()
+	before := f.forwarded.Load()
+	out, errs, code := f.docker(t, config, args...)
+	if code != 0 {
+		t.Fatalf("docker %s through the follower: exit %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, out, errs)
+	}
+	if n := f.forwarded.Load() - before; n != 0 {
+		t.Errorf("docker %s through the follower: %d requests went to the leader, want none", strings.Join(args, " "), n)
+	}
+	return out
+}
+
+// forwardedTo runs the docker CLI against the follower and fails the test
+// unless the leader answered part of it.
+func (f *followerEnv) forwardedTo(t *testing.T, config string, args ...string) (string, string, int) {
+	t.Helper()
+	before := f.forwarded.Load()
+	out, errs, code := f.docker(t, config, args...)
+	if f.forwarded.Load() == before {
+		t.Errorf("docker %s through the follower: nothing went to the leader", strings.Join(args, " "))
+	}
+	return out, errs, code
+}
+
+// waitFollowed waits until the follower's copy shows ref in phase with a
+// back-end id.
+func (f *followerEnv) waitFollowed(t *testing.T, ref string, phase reconciler.Phase) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		in, err := f.plane.Instance(context.Background(), ref)
+		if err == nil && in.Phase == phase && in.BackendID != "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the follower's copy of %s: %+v %v; want %s", ref, in, err, phase)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// inspected is what TestFollowerServesReads compares of docker inspect.
+type inspected struct {
+	ID    string `json:"Id"`
+	Name  string
+	State struct {
+		Status string
+	}
+	Config struct {
+		Image string
+	}
+	HostConfig struct {
+		AutoRemove bool
+	}
+}
+
+func inspectJSON(t *testing.T, out string) inspected {
+	t.Helper()
+	var got []inspected
+	if err := json.Unmarshal([]byte(out), &got); err != nil || len(got) != 1 {
+		t.Fatalf("docker inspect printed %q: %v", out, err)
+	}
+	return got[0]
+}
+
+// TestFollowerServesReads: a follower's Docker endpoint answers docker ps,
+// inspect, logs, stats and events of the leader's containers from its
+// read-only plane, as the leader does, with no request to the leader; it
+// hands the leader what only the leader knows (a container created and
+// not started, docker ps -a) and every write.
+func TestFollowerServesReads(t *testing.T) {
+	e := setup(t)
+	f := e.follower(t, true)
+	start := time.Now()
+	web := strings.TrimSpace(e.must(t, "run", "-d", "--name", "web", helloImage))
+	tmp := strings.TrimSpace(e.must(t, "run", "-d", "--rm", "--name", "tmp", helloImage))
+	idle := strings.TrimSpace(e.must(t, "create", "--name", "idle", helloImage))
+	f.waitFollowed(t, web, reconciler.Running)
+	f.waitFollowed(t, tmp, reconciler.Running)
+
+	ps := f.served(t, e.config, "ps", "--format", "{{.Names}}")
+	if got := strings.Fields(ps); len(got) != 2 || !strings.Contains(ps, "web") || !strings.Contains(ps, "tmp") {
+		t.Errorf("docker ps through the follower: %q, want web and tmp", ps)
+	}
+	for _, c := range []struct {
+		name, id   string
+		autoRemove bool
+	}{{"web", web, false}, {"tmp", tmp, true}} {
+		got := inspectJSON(t, f.served(t, e.config, "inspect", c.name))
+		want := inspectJSON(t, e.must(t, "inspect", c.name))
+		if got != want || got.ID != c.id || got.State.Status != "running" || got.HostConfig.AutoRemove != c.autoRemove {
+			t.Errorf("docker inspect %s through the follower: %+v; the leader: %+v; want id %s, running, AutoRemove %t", c.name, got, want, c.id, c.autoRemove)
+		}
+	}
+	// The program writes its two lines as it starts.
+	waitFor(t, "web's output through the follower", func() bool {
+		out, _, code := f.docker(t, e.config, "logs", "web")
+		return code == 0 && strings.Contains(out, "hello stdout")
+	})
+	logs := f.served(t, e.config, "logs", "web")
+	if !strings.Contains(logs, "hello stdout") {
+		t.Errorf("docker logs web through the follower: %q", logs)
+	}
+	if out := f.served(t, e.config, "stats", "--no-stream", "--format", "{{.Name}}", "web"); strings.TrimSpace(out) != "web" {
+		t.Errorf("docker stats --no-stream web through the follower: %q", out)
+	}
+	if out := f.served(t, e.config, "version", "--format", "{{.Server.Version}}"); strings.TrimSpace(out) != "test" {
+		t.Errorf("docker version through the follower: %q", out)
+	}
+	evs := f.served(t, e.config, "events", "--filter", "type=container", "--format", "{{.Action}} {{.Actor.Attributes.name}}",
+		"--since", fmt.Sprint(start.Add(-time.Second).Unix()), "--until", fmt.Sprint(time.Now().Add(time.Second).Unix()))
+	for _, want := range []string{"start web", "start tmp"} {
+		if !strings.Contains(evs, want) {
+			t.Errorf("docker events through the follower: %q, want %q in it", evs, want)
+		}
+	}
+
+	// What the leader alone knows.
+	out, errs, code := f.forwardedTo(t, e.config, "ps", "-a", "--format", "{{.Names}} {{.State}}")
+	if code != 0 || !strings.Contains(out, "idle created") {
+		t.Errorf("docker ps -a through the follower: exit %d, %q %q; want idle created", code, out, errs)
+	}
+	out, errs, code = f.forwardedTo(t, e.config, "inspect", "--format", "{{.State.Status}}", "idle")
+	if code != 0 || strings.TrimSpace(out) != "created" {
+		t.Errorf("docker inspect idle through the follower: exit %d, %q %q; want created", code, out, errs)
+	}
+	// Another namespace's token: the follower does not see web for it,
+	// nor does the leader.
+	other := e.dockerConfig(t, e.newToken(t, "other", auth.RoleOperator, "elsewhere"))
+	if _, errs, code := f.forwardedTo(t, other, "inspect", "web"); code == 0 || !strings.Contains(errs, "No such") {
+		t.Errorf("docker inspect web with another namespace's token through the follower: exit %d, %q; want no such container", code, errs)
+	}
+	// Writes go to the leader.
+	if _, errs, code := f.forwardedTo(t, e.config, "rm", "-f", "web", "tmp", idle); code != 0 {
+		t.Errorf("docker rm -f through the follower: exit %d, %q", code, errs)
+	}
+	e.waitGone(t, web)
+	e.waitGone(t, tmp)
+}
+
+// TestFollowerReadsAreFresh: what a follower says of a container is what
+// the store holds, however far behind its copy is: a container the leader
+// stopped is not shown running.
+func TestFollowerReadsAreFresh(t *testing.T) {
+	e := setup(t)
+	e.must(t, "run", "-d", "--name", "web", helloImage)
+	e.waitPhase(t, "web", reconciler.Running)
+	f := e.follower(t, false) // its copy shows web running, for good
+	if out := f.served(t, e.config, "inspect", "--format", "{{.State.Status}}", "web"); strings.TrimSpace(out) != "running" {
+		t.Fatalf("docker inspect web through the follower: %q, want running", out)
+	}
+	e.must(t, "stop", "web")
+	out, errs, code := f.forwardedTo(t, e.config, "inspect", "--format", "{{.State.Status}}", "web")
+	if code != 0 || strings.TrimSpace(out) != "exited" {
+		t.Errorf("docker inspect web through a follower whose copy is behind: exit %d, %q %q; want exited", code, out, errs)
+	}
+}
+
+// TestAutoRemoveOutlivesTheServer: a --rm container whose server stops (it
+// no longer leads) before the container ends is removed by the next
+// server over the same store once it ends, and its mark goes with it.
+func TestAutoRemoveOutlivesTheServer(t *testing.T) {
+	e := setup(t)
+	id := strings.TrimSpace(e.must(t, "run", "-d", "--rm", "--name", "tmp", helloImage))
+	e.server.Close()
+	ctx := context.Background()
+	if _, err := e.store.Get(ctx, dockerapi.PrefixAutoRemove+id); err != nil {
+		t.Fatalf("the --rm mark of %s after the server closed: %v", id, err)
+	}
+	next := dockerapi.New(e.plane, dockerapi.Options{Authenticator: e.tokens, Logger: quiet, ServerVersion: "test", Store: e.store, WriteTimeout: writeTimeout})
+	t.Cleanup(next.Close)
+	if err := e.plane.Stop(ctx, id, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	e.waitGone(t, id)
+	waitFor(t, "the --rm mark to go", func() bool {
+		_, err := e.store.Get(ctx, dockerapi.PrefixAutoRemove+id)
+		return errors.Is(err, store.ErrNotFound)
+	})
+}
