@@ -18,6 +18,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -96,8 +97,11 @@ type Options struct {
 	// Leader, on a server that does not lead, takes the reads its
 	// read-only plane leaves to the leader: the logs and stats of an
 	// instance whose back-end only the leader reads
-	// (control.Plane.ReadsBackend). A follower forwards them there. nil:
-	// the plane's error (control.ErrReadOnly) answers them.
+	// (control.Plane.ReadsBackend), and a GET of one instance whose copy
+	// is not the store's record now (control.Plane.Current) or that the
+	// copy does not hold. A follower forwards them there. nil: the
+	// plane's error (control.ErrReadOnly) answers them, and the copy the
+	// GETs.
 	Leader http.Handler
 }
 
@@ -641,6 +645,20 @@ func (s *Server) advice(w http.ResponseWriter, r *http.Request) error {
 
 func (s *Server) instance(w http.ResponseWriter, r *http.Request) error {
 	in, err := s.visible(r)
+	if s.leader != nil && (err == nil || errors.Is(err, driver.ErrNotFound)) {
+		// A follower answers from its copy only the record the store
+		// holds now: a client reads what it just changed through the
+		// leader, or the leader answers (it may hold what the copy
+		// does not yet).
+		current := false
+		if err == nil {
+			current, _ = s.plane.Current(r.Context(), in)
+		}
+		if !current {
+			s.leader.ServeHTTP(w, r)
+			return nil
+		}
+	}
 	if err != nil {
 		return err
 	}

@@ -44,6 +44,27 @@ func (p *Plane) Followed() int64 {
 	return p.loadRev
 }
 
+// Current reports whether in, as a read-only plane (Config.ReadOnly)
+// answered it, is the record the store holds now: one read of its key.
+// The copy follows the store's watch, a little behind it; a reader that
+// must see every change made before it asked (a client reading what it
+// just changed through the leader) answers from the copy only when it
+// is current, and asks the leader otherwise. A plane that writes holds
+// the store's records itself: always true.
+func (p *Plane) Current(ctx context.Context, in Instance) (bool, error) {
+	if !p.cfg.ReadOnly {
+		return true, nil
+	}
+	kv, err := p.verbs.st.Get(ctx, PrefixInstances+in.ID)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return kv.ModRevision == in.Revision, nil
+}
+
 // ReadOnly reports whether the plane only reads (Config.ReadOnly).
 func (p *Plane) ReadOnly() bool { return p.cfg.ReadOnly }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/reconciler"
 	"github.com/berth-dev/berth/scheduler"
+	"github.com/berth-dev/berth/store"
 	"github.com/berth-dev/berth/store/memory"
 )
 
@@ -245,4 +246,61 @@ func waitFollowed(t *testing.T, ro *control.Plane, id string, want reconciler.Ph
 		return err == nil && in.Phase == want
 	})
 	return in
+}
+
+// TestReadOnlyPlaneCurrent: Current says whether a read-only plane's copy
+// of an instance is the record the store holds now: true while the copy
+// has followed its last change, false once the copy is behind (its plane
+// stopped following here) and once the record is gone; a plane that
+// writes is always current.
+func TestReadOnlyPlaneCurrent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, prov := newSim(t, 2, nil)
+		st := memory.New(memory.Options{})
+		cfg := config(st, prov)
+		p, _ := start(t, cfg)
+		ctx := context.Background()
+		if _, err := p.Submit(ctx, req("web", 1), "bob"); err != nil {
+			t.Fatal(err)
+		}
+		waitPhase(t, p, "web", reconciler.Running)
+		s2, err := sim.New(*sim.DefaultOptions())
+		if err != nil {
+			t.Fatal(err)
+		}
+		roCfg, _ := followerConfig(t, cfg, s2)
+		ro, stopFollowing := start(t, roCfg)
+		in := waitFollowed(t, ro, "web", reconciler.Running)
+		synctest.Wait()
+		if in, err = ro.Instance(ctx, "web"); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := ro.Current(ctx, in); !ok || err != nil {
+			t.Fatalf("Current of a copy that followed the last change: %t, %v; want true", ok, err)
+		}
+		stopFollowing()
+		if err := p.Stop(ctx, "web", time.Second); err != nil {
+			t.Fatal(err)
+		}
+		waitPhase(t, p, "web", reconciler.Stopped)
+		if in, err = ro.Instance(ctx, "web"); err != nil || in.Phase != reconciler.Running {
+			t.Fatalf("the stopped follower's copy: %+v, %v; want it still running", in, err)
+		}
+		if ok, err := ro.Current(ctx, in); ok || err != nil {
+			t.Fatalf("Current of a copy behind the store: %t, %v; want false", ok, err)
+		}
+		if pin, err := p.Instance(ctx, "web"); err != nil {
+			t.Fatal(err)
+		} else if ok, err := p.Current(ctx, pin); !ok || err != nil {
+			t.Fatalf("Current on the plane that writes: %t, %v; want true", ok, err)
+		}
+		// A record gone from the store, as a deleted instance's goes in
+		// time (taken out here).
+		if _, err := st.Txn(ctx, nil, []store.Op{store.Delete(control.PrefixInstances + in.ID)}); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := ro.Current(ctx, in); ok || err != nil {
+			t.Fatalf("Current of a copy whose record is gone: %t, %v; want false", ok, err)
+		}
+	})
 }

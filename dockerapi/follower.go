@@ -80,20 +80,15 @@ func listedByFollower(r *http.Request) bool {
 // The copy follows the store's watch, a little behind it. A client that
 // changed a container through the leader and then reads it here must see
 // its change, as docker clients expect (compose starts a container, then
-// inspects it): so the container's record is read from the store (one
-// read of one key) and the copy answers only when it holds that very
-// revision of it.
+// inspects it): the copy answers only when it holds the record the store
+// holds now (control.Plane.Current).
 func (s *Server) findFollowed(r *http.Request, idOrName string) (ref, error) {
 	ctx := r.Context()
-	if s.st == nil {
-		return ref{}, errForward
-	}
 	in, err := s.plane.Lookup(ctx, idOrName, control.ScopeOf(identityOf(r)))
 	if err != nil || in.Phase == reconciler.Deleted || in.Phase == reconciler.Deleting || !authorized(r, in.Owner) {
 		return ref{}, errForward
 	}
-	kv, err := s.st.Get(ctx, control.PrefixInstances+in.ID)
-	if err != nil || kv.ModRevision != in.Revision {
+	if current, err := s.plane.Current(ctx, in); err != nil || !current {
 		return ref{}, errForward
 	}
 	return ref{id: in.ID, in: in}, nil

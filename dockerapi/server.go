@@ -104,8 +104,8 @@ type Options struct {
 	// Leader, when set, makes this the Docker endpoint of a server that
 	// does not lead, over its read-only plane: it serves the reads that
 	// plane answers as the leader would, and hands every other request,
-	// as it came, to Leader (follower.go). Store is then only read, and
-	// needed: without it every read of a container goes to Leader.
+	// as it came, to Leader (follower.go). Store is then only read: a
+	// follower's inspect shows AutoRemove from it.
 	Leader http.Handler
 }
 

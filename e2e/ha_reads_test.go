@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,6 +69,11 @@ func TestFollowersServeReads(t *testing.T) {
 
 	submit(l, "through-leader")
 	readLocally(f, "through-leader")
+	// One instance, once its copy holds the store's record.
+	waitFor(t, memberNames[f]+" to answer GET /v1/instances/through-leader from its own copy", func() bool {
+		resp, b, err := h.get(f, "/v1/instances/through-leader")
+		return err == nil && resp.StatusCode == http.StatusOK && resp.Header.Get("Berth-Served-By") == memberNames[f] && strings.Contains(string(b), `"through-leader"`)
+	})
 
 	// A write on a follower goes to the leader, and the follower then
 	// reads it back from its copy.

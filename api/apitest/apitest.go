@@ -82,15 +82,15 @@ func StartBare(tb testing.TB, st store.Store, simOpts map[string]any, opts api.O
 	})
 }
 
-// StartWith is Start with tune applied to the plane's configuration.
-func StartWith(tb testing.TB, st store.Store, simOpts map[string]any, opts api.Options, tune func(*control.Config)) *Env {
+// SimProvider opens a sim provider named "sim" of the cluster "test" with
+// the given options. The caller closes it.
+func SimProvider(tb testing.TB, simOpts map[string]any) *provider.Provider {
 	tb.Helper()
-	ctx := context.Background()
 	def, err := driver.Lookup("sim")
 	if err != nil {
 		tb.Fatal(err)
 	}
-	d, err := def.Open(ctx, simOpts, driver.Env{Provider: "sim", Cluster: "test"})
+	d, err := def.Open(context.Background(), simOpts, driver.Env{Provider: "sim", Cluster: "test"})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -98,6 +98,14 @@ func StartWith(tb testing.TB, st store.Store, simOpts map[string]any, opts api.O
 	if err != nil {
 		tb.Fatal(err)
 	}
+	return p
+}
+
+// StartWith is Start with tune applied to the plane's configuration.
+func StartWith(tb testing.TB, st store.Store, simOpts map[string]any, opts api.Options, tune func(*control.Config)) *Env {
+	tb.Helper()
+	ctx := context.Background()
+	p := SimProvider(tb, simOpts)
 	cfg := control.Config{Store: st, Providers: []*provider.Provider{p}, Cluster: "test"}
 	if tune != nil {
 		tune(&cfg)
