@@ -495,14 +495,13 @@ func (s *Server) awaitStarted(ctx context.Context, id string) error {
 // submit hands a created container to the plane; it stays in created
 // until the plane has it, so that it is never unseen meanwhile.
 func (s *Server) submit(ctx context.Context, id string, c *created) error {
-	var err error
 	if c.autoRemove {
 		// Taken here before the mark is kept: resumeAutoRemove leaves
 		// the container to this call.
 		s.mu.Lock()
 		s.autoRm[id] = struct{}{}
 		s.mu.Unlock()
-		if err = s.markAutoRemove(ctx, id); err != nil {
+		if err := s.markAutoRemove(ctx, id); err != nil {
 			s.mu.Lock()
 			delete(s.autoRm, id)
 			s.mu.Unlock()

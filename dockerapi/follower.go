@@ -67,7 +67,7 @@ func listedByFollower(r *http.Request) bool {
 	if all {
 		return false
 	}
-	f, err := filters(r, "id", "name", "label", "status", "ancestor", "exited", "node")
+	f, err := filters(r, listFilters...)
 	return err == nil && len(f["status"]) == 0
 }
 

@@ -159,6 +159,9 @@ func matchAny(vals []string, fn func(string) bool) bool {
 	return slices.ContainsFunc(vals, fn)
 }
 
+// listFilters are the filters docker ps may send.
+var listFilters = []string{"id", "name", "label", "status", "ancestor", "exited", "node"}
+
 func (s *Server) list(w http.ResponseWriter, r *http.Request) error {
 	if s.follower() && !listedByFollower(r) {
 		return errForward
@@ -176,7 +179,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) error {
 		}
 		limit = n
 	}
-	f, err := filters(r, "id", "name", "label", "status", "ancestor", "exited", "node")
+	f, err := filters(r, listFilters...)
 	if err != nil {
 		return err
 	}
