@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/moby/moby/api/types/container"
@@ -39,6 +40,12 @@ const (
 // created is a container created and not started yet: it lives here, not
 // in the plane, until start submits it.
 type created struct {
+	// keeping is held while the container is changed and kept in the
+	// store (changeCreated), and while it leaves (submit, remove): one
+	// container's writes leave in order. Lock order: keeping before
+	// Server.mu.
+	keeping sync.Mutex
+	// req, owner, autoRemove and at are guarded by Server.mu.
 	req        scheduler.Request
 	owner      string
 	autoRemove bool
@@ -332,8 +339,22 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) error {
 			return nameInUse(name)
 		}
 	}
-	s.created[id] = &created{req: req, owner: ns, autoRemove: autoRemove, at: time.Now()}
+	c := &created{req: req, owner: ns, autoRemove: autoRemove, at: time.Now()}
+	// Kept in the store before it is answered; a change asked meanwhile
+	// waits for it.
+	c.keeping.Lock()
+	s.created[id] = c
 	s.mu.Unlock()
+	err = s.keep(r.Context(), id, c)
+	if err != nil {
+		s.mu.Lock()
+		delete(s.created, id)
+		s.mu.Unlock()
+	}
+	c.keeping.Unlock()
+	if err != nil {
+		return err
+	}
 	return writeJSON(w, http.StatusCreated, container.CreateResponse{ID: id, Warnings: []string{}})
 }
 
@@ -518,16 +539,21 @@ func (s *Server) submit(ctx context.Context, id string, c *created) error {
 		}
 		placed(ctx, err)
 	}
+	// As the Engine, a --rm container that fails to start is removed.
+	gone := err == nil || c.autoRemove
+	c.keeping.Lock()
 	s.mu.Lock()
-	if err == nil || c.autoRemove {
-		// As the Engine, a --rm container that fails to start is
-		// removed.
+	if gone {
 		delete(s.created, id)
 	}
 	if err != nil {
 		delete(s.autoRm, id)
 	}
 	s.mu.Unlock()
+	if gone {
+		s.dropKept(ctx, id)
+	}
+	c.keeping.Unlock()
 	if err != nil {
 		if c.autoRemove {
 			s.unmarkAutoRemove(id)
@@ -794,10 +820,13 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if c.created != nil {
+		c.created.keeping.Lock()
 		s.mu.Lock()
 		delete(s.created, c.id)
 		delete(s.sizes, c.id)
 		s.mu.Unlock()
+		s.dropKept(r.Context(), c.id)
+		c.created.keeping.Unlock()
 		w.WriteHeader(http.StatusNoContent)
 		return nil
 	}

@@ -17,7 +17,6 @@ import (
 	"github.com/berth-dev/berth/drivers/docker/dockertest"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/reconciler"
-	"github.com/berth-dev/berth/store"
 )
 
 // followerEnv is the Docker endpoint of a server that follows e's: a
@@ -230,27 +229,4 @@ func TestFollowerReadsAreFresh(t *testing.T) {
 	if code != 0 || strings.TrimSpace(out) != "exited" {
 		t.Errorf("docker inspect web through a follower whose copy is behind: exit %d, %q %q; want exited", code, out, errs)
 	}
-}
-
-// TestAutoRemoveOutlivesTheServer: a --rm container whose server stops (it
-// no longer leads) before the container ends is removed by the next
-// server over the same store once it ends, and its mark goes with it.
-func TestAutoRemoveOutlivesTheServer(t *testing.T) {
-	e := setup(t)
-	id := strings.TrimSpace(e.must(t, "run", "-d", "--rm", "--name", "tmp", helloImage))
-	e.server.Close()
-	ctx := context.Background()
-	if _, err := e.store.Get(ctx, dockerapi.PrefixAutoRemove+id); err != nil {
-		t.Fatalf("the --rm mark of %s after the server closed: %v", id, err)
-	}
-	next := dockerapi.New(e.plane, dockerapi.Options{Authenticator: e.tokens, Logger: quiet, ServerVersion: "test", Store: e.store, WriteTimeout: writeTimeout})
-	t.Cleanup(next.Close)
-	if err := e.plane.Stop(ctx, id, time.Second); err != nil {
-		t.Fatal(err)
-	}
-	e.waitGone(t, id)
-	waitFor(t, "the --rm mark to go", func() bool {
-		_, err := e.store.Get(ctx, dockerapi.PrefixAutoRemove+id)
-		return errors.Is(err, store.ErrNotFound)
-	})
 }

@@ -659,7 +659,7 @@ func (s *Server) setNetwork(w http.ResponseWriter, r *http.Request, ref string, 
 	if c.created == nil {
 		err = s.setStartedNetwork(r.Context(), c.in, n, connect, aliases)
 	} else {
-		err = s.setCreatedNetwork(c.id, ref, n, connect, aliases)
+		err = s.setCreatedNetwork(r.Context(), c.id, ref, n, connect, aliases)
 	}
 	if err != nil {
 		return err
@@ -687,13 +687,15 @@ func checkMembership(name, owner string, labels map[string]string, n *bnetwork, 
 
 // setCreatedNetwork connects or disconnects the created container id in
 // the spec its start submits.
-func (s *Server) setCreatedNetwork(id, ref string, n *bnetwork, connect bool, aliases []string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	cc, ok := s.created[id]
-	if !ok {
-		return noSuch(ref)
-	}
+func (s *Server) setCreatedNetwork(ctx context.Context, id, ref string, n *bnetwork, connect bool, aliases []string) error {
+	return s.changeCreated(ctx, id, ref, func(cc *created) error {
+		return setCreatedNetworkLocked(id, cc, n, connect, aliases)
+	})
+}
+
+// setCreatedNetworkLocked is setCreatedNetwork's change, made with s.mu
+// held.
+func setCreatedNetworkLocked(id string, cc *created, n *bnetwork, connect bool, aliases []string) error {
 	labels := maps.Clone(cc.req.Spec.Labels)
 	if labels == nil {
 		labels = map[string]string{}

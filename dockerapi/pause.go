@@ -105,16 +105,16 @@ func (s *Server) renameCreated(w http.ResponseWriter, r *http.Request, id, owner
 	if err := s.checkName(r.Context(), name, owner); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	cc, ok := s.created[id]
-	if !ok {
-		return noSuch(r.PathValue("id"))
+	err := s.changeCreated(r.Context(), id, r.PathValue("id"), func(cc *created) error {
+		if s.createdNameLocked(id, owner, name) {
+			return nameInUse(name)
+		}
+		cc.req.Spec.Name = name
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	if s.createdNameLocked(id, owner, name) {
-		return nameInUse(name)
-	}
-	cc.req.Spec.Name = name
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
@@ -173,19 +173,17 @@ func (s *Server) update(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if c.created != nil {
-		s.mu.Lock()
-		cc, ok := s.created[c.id]
-		if ok {
+		err := s.changeCreated(r.Context(), c.id, r.PathValue("id"), func(cc *created) error {
 			if res.CPU > 0 {
 				cc.req.Spec.CPU = res.CPU
 			}
 			if res.Memory > 0 {
 				cc.req.Spec.Memory = res.Memory
 			}
-		}
-		s.mu.Unlock()
-		if !ok {
-			return noSuch(r.PathValue("id"))
+			return nil
+		})
+		if err != nil {
+			return err
 		}
 	} else if err := s.plane.Resize(r.Context(), c.id, res); err != nil {
 		return err

@@ -133,8 +133,10 @@ type Server struct {
 	tokenStreams int
 	writeTimeout time.Duration
 
-	// mu guards created, autoRm, attached, sizes, execs and open. Lock order: mu is a
-	// leaf, never held while calling the plane.
+	// mu guards created (and its containers' fields), autoRm, attached,
+	// sizes, execs and open. Lock order: a created container's keeping
+	// before mu; mu is a leaf, never held while calling the plane or the
+	// store.
 	mu       sync.Mutex
 	open     map[string]int      // open streams, by token accessor
 	created  map[string]*created // containers created, not yet started, by id

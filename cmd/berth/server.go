@@ -503,8 +503,13 @@ func (s *server) buildSingle(ctx context.Context) error {
 	s.runAll = single.run
 	if s.f.dockerListen != "" {
 		opts := s.dockerOpts
-		opts.Store = s.planeCfg.Store // the networks outlive the server
-		ds := dockerapi.New(single.plane, opts)
+		// The networks, volumes and created containers outlive the
+		// server.
+		opts.Store = s.planeCfg.Store
+		ds, err := dockerapi.Open(ctx, single.plane, opts)
+		if err != nil {
+			return err
+		}
 		if s.dockerEP, err = listenDocker(s.f.dockerListen, s.dockerTLS, s.cfg.Insecure, s.cfg.Timeouts, ds, ds.Close, s.log); err != nil {
 			return err
 		}
@@ -595,6 +600,14 @@ func (s *server) lead(ctx, tctx context.Context, term leader.Term, deposed func(
 	if err != nil {
 		return err
 	}
+	var ds *dockerapi.Server
+	if s.dockerEP != nil {
+		opts := s.dockerOpts
+		opts.Store = pc.Store // fenced: only the leader keeps what the endpoint keeps
+		if ds, err = dockerapi.Open(tctx, fr.plane, opts); err != nil {
+			return err
+		}
+	}
 	door.lead(fr.mux)
 	log.Info("leading: the control plane answers", "term", term.Rev, "loaded_in", time.Since(start).Round(time.Millisecond).String())
 	// Leading, the full plane answers every request; deposed, the reads
@@ -602,10 +615,7 @@ func (s *server) lead(ctx, tctx context.Context, term leader.Term, deposed func(
 	reads.stop()
 	defer reads.start(ctx)
 	defer door.lead(nil)
-	if s.dockerEP != nil {
-		opts := s.dockerOpts
-		opts.Store = pc.Store // fenced: only the leader keeps networks
-		ds := dockerapi.New(fr.plane, opts)
+	if ds != nil {
 		door.leadDocker(ds)
 		defer func() {
 			door.leadDocker(nil)
