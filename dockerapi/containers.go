@@ -37,8 +37,8 @@ const (
 	LabelProvider = "berth.provider"
 )
 
-// created is a container created and not started yet: it lives here, not
-// in the plane, until start submits it.
+// created is a container created and not started yet: it lives here (and
+// in the store, keep.go), not in the plane, until start submits it.
 type created struct {
 	// keeping is held while the container is changed and kept in the
 	// store (changeCreated), and while it leaves (submit, remove): one
