@@ -48,8 +48,9 @@ func Open(ctx context.Context, plane *control.Plane, opts Options) (*Server, err
 		id := strings.TrimPrefix(kv.Key, PrefixCreated)
 		var k keptCreated
 		if err := json.Unmarshal(kv.Value, &k); err != nil || k.Request.ID != id {
-			s.log.Warn("dockerapi: a kept created container is unreadable: dropped", "key", kv.Key, "error", err)
-			s.dropKept(ctx, id)
+			// Left where it is, for an operator to read: nothing
+			// accepted is deleted unread.
+			s.log.Warn("dockerapi: a kept created container is unreadable: not taken on", "key", kv.Key, "error", err)
 			continue
 		}
 		if _, err := plane.Instance(ctx, id); err == nil {
