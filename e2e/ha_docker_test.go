@@ -25,7 +25,7 @@ func TestDockerEndpointHighAvailability(t *testing.T) {
 	if _, err := exec.LookPath("docker"); err != nil {
 		t.Fatal("this test needs the docker CLI: ", err)
 	}
-	// One container: the engine is shared with the rest of the suite.
+	// Two containers: the engine is shared with the rest of the suite.
 	_, image := engineFor(t, "ha-docker", false)
 
 	h := newHACluster(t, false)
@@ -89,6 +89,13 @@ func TestDockerEndpointHighAvailability(t *testing.T) {
 		t.Errorf("Docker GET /containers/json?all=1 through the follower %s: %v, %v, %s; want the leader's answer, with the container", memberNames[f2], resp, err, b)
 	}
 
+	// A container created, not started, when the leader dies: the next
+	// leader has it (kept in etcd) and starts it.
+	idle := h.name + "-idle"
+	if out, err := docker(f1, "create", "--name", idle, image); err != nil {
+		t.Fatalf("docker create through the follower %s: %v: %s", memberNames[f1], err, out)
+	}
+
 	h.servers[lead].kill9(t)
 	lead = h.leader(f1, f2)
 	t.Logf("after the kill: %s leads", memberNames[lead])
@@ -98,11 +105,23 @@ func TestDockerEndpointHighAvailability(t *testing.T) {
 			return err == nil && strings.Contains(out, name)
 		})
 	}
-	if out, err := docker(f1, "rm", "-f", name); err != nil {
+	if out, err := docker(f2, "ps", "-a", "--filter", "name="+idle, "--format", "{{.Names}} {{.State}}"); err != nil || strings.TrimSpace(out) != idle+" created" {
+		t.Errorf("docker ps -a of the created container after the kill: %v: %q; want it created", err, out)
+	}
+	if out, err := docker(f2, "start", idle); err != nil {
+		t.Fatalf("docker start of the container created before the kill: %v: %s", err, out)
+	}
+	waitFor(t, "the container created before the kill running", func() bool {
+		out, err := docker(f1, "ps", "--filter", "name="+idle, "--format", "{{.Names}}")
+		return err == nil && strings.TrimSpace(out) == idle
+	})
+	if out, err := docker(f1, "rm", "-f", name, idle); err != nil {
 		t.Fatalf("docker rm -f: %v: %s", err, out)
 	}
-	waitFor(t, "the container gone from the engine", func() bool {
-		out, err := dockerCLI(nil, "ps", "-a", "--filter", "name="+name, "--format", "{{.Names}}")
-		return err == nil && strings.TrimSpace(out) == ""
-	})
+	for _, n := range []string{name, idle} {
+		waitFor(t, n+" gone from the engine", func() bool {
+			out, err := dockerCLI(nil, "ps", "-a", "--filter", "name="+n, "--format", "{{.Names}}")
+			return err == nil && strings.TrimSpace(out) == ""
+		})
+	}
 }
