@@ -162,15 +162,8 @@ func (sharedSim) SharedBackend() bool { return true }
 // engine, and still refuses every write and every other call.
 func TestReadOnlyPlaneReadsASharedBackend(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s, prov := newSim(t, 2, nil)
-		st := memory.New(memory.Options{})
-		cfg := config(st, prov)
-		p, _ := start(t, cfg)
+		s, cfg, p := writerWithWeb(t)
 		ctx := context.Background()
-		if _, err := p.Submit(ctx, req("web", 1), "bob"); err != nil {
-			t.Fatal(err)
-		}
-		waitPhase(t, p, "web", reconciler.Running)
 
 		roCfg, calls := followerConfig(t, cfg, sharedSim{s})
 		ro, _ := start(t, roCfg)
@@ -210,6 +203,20 @@ func TestReadOnlyPlaneReadsASharedBackend(t *testing.T) {
 		}
 		waitPhase(t, p, "web", reconciler.Running)
 	})
+}
+
+// writerWithWeb starts a plane that writes, on a sim of two nodes and a
+// memory store, with bob's instance web running: what a follower follows.
+func writerWithWeb(t *testing.T) (*sim.Sim, control.Config, *control.Plane) {
+	t.Helper()
+	s, prov := newSim(t, 2, nil)
+	cfg := config(memory.New(memory.Options{}), prov)
+	p, _ := start(t, cfg)
+	if _, err := p.Submit(context.Background(), req("web", 1), "bob"); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, p, "web", reconciler.Running)
+	return s, cfg, p
 }
 
 // TestReadOnlyPlaneWritesNothingOnANewStore makes a read-only plane on an
@@ -255,15 +262,9 @@ func waitFollowed(t *testing.T, ro *control.Plane, id string, want reconciler.Ph
 // writes is always current.
 func TestReadOnlyPlaneCurrent(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		_, prov := newSim(t, 2, nil)
-		st := memory.New(memory.Options{})
-		cfg := config(st, prov)
-		p, _ := start(t, cfg)
+		_, cfg, p := writerWithWeb(t)
+		st := cfg.Store
 		ctx := context.Background()
-		if _, err := p.Submit(ctx, req("web", 1), "bob"); err != nil {
-			t.Fatal(err)
-		}
-		waitPhase(t, p, "web", reconciler.Running)
 		s2, err := sim.New(*sim.DefaultOptions())
 		if err != nil {
 			t.Fatal(err)

@@ -3,7 +3,6 @@ package dockerapi_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -44,15 +43,7 @@ func (e *env) follower(t *testing.T, follow bool) *followerEnv {
 		t.Fatal(err)
 	}
 	if follow {
-		runCtx, stop := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- f.plane.Run(runCtx) }()
-		t.Cleanup(func() {
-			stop()
-			if err := <-done; !errors.Is(err, context.Canceled) {
-				t.Errorf("the read-only plane's Run returned %v, want context.Canceled", err)
-			}
-		})
+		runPlane(t, f.plane)
 	}
 	leader := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f.forwarded.Add(1)

@@ -158,15 +158,7 @@ func setupStore(t testing.TB, engines, cluster, db string) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.plane.Run(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; !errors.Is(err, context.Canceled) {
-			t.Errorf("Run returned %v, want context.Canceled", err)
-		}
-	})
+	runPlane(t, e.plane)
 
 	e.tokens = auth.NewTokens(memory.New(memory.Options{}), nil)
 	e.token = e.newToken(t, "ops", auth.RoleOperator, "team")
@@ -212,6 +204,19 @@ func serveUnix(t testing.TB, s *dockerapi.Server) string {
 		<-served
 	})
 	return sock
+}
+
+// runPlane runs p until t ends.
+func runPlane(t testing.TB, p *control.Plane) {
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("Run returned %v, want context.Canceled", err)
+		}
+	})
 }
 
 // openProvider opens a docker provider over engines (its option's JSON)

@@ -344,21 +344,16 @@ func (d dockerDoor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // of a follower's Docker endpoint, for what it leaves to the leader, and
 // the Docker door for the rest). The leader's answer says who served it.
 func (fd *frontDoor) forwardDocker(w http.ResponseWriter, r *http.Request) {
-	w.Header().Del("Berth-Served-By")
-	w.Header().Del("Berth-Revision")
-	to := fd.current.Load()
+	to := fd.leaderFor(w, r)
 	switch {
-	case to == nil || to.info.Name == fd.self.Name || r.Header.Get("Berth-Forwarded-By") != "":
+	case to == nil:
 		writeDockerUnavailable(w, "no Berth server leads right now; try again in a few seconds")
 		return
 	case to.info.Docker == "":
 		writeDockerUnavailable(w, "the leader ("+to.info.Name+") serves no Docker endpoint: start it with --docker-listen")
 		return
 	}
-	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
-	ctx, done := to.bind(r.Context())
-	defer done()
-	fd.dockerProxy.ServeHTTP(w, r.WithContext(ctx))
+	passOn(w, r, to, fd.dockerProxy)
 }
 
 // writeDockerUnavailable answers 503 in the Engine API's error shape.
@@ -445,22 +440,38 @@ func (fd *frontDoor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // read-only API, for the reads it leaves to the leader, and the front
 // door for the rest). The leader's answer says who served it.
 func (fd *frontDoor) forward(w http.ResponseWriter, r *http.Request) {
+	to := fd.leaderFor(w, r)
+	if to == nil {
+		writeUnavailable(w, "no leader is elected right now; try again in a few seconds")
+		return
+	}
+	passOn(w, r, to, fd.proxy)
+}
+
+// leaderFor takes off w the headers of an answer this server gives
+// itself and returns the leader to forward r to: nil when there is no
+// leader, or one that is this server in name only (it is starting or
+// stopping), or r was sent here by another follower believing this server
+// leads (no loops).
+func (fd *frontDoor) leaderFor(w http.ResponseWriter, r *http.Request) *forwardTo {
 	w.Header().Del("Berth-Served-By")
 	w.Header().Del("Berth-Revision")
 	to := fd.current.Load()
 	if to == nil || to.info.Name == fd.self.Name || r.Header.Get("Berth-Forwarded-By") != "" {
-		// No leader, or one that is this server in name only (it is
-		// starting or stopping), or a request another follower sent here
-		// believing this server leads: no loops.
-		writeUnavailable(w, "no leader is elected right now; try again in a few seconds")
-		return
+		return nil
 	}
+	return to
+}
+
+// passOn sends r to the leader to through proxy; what was forwarded ends
+// when another leader, or none, is seen (forwardTo.bind).
+func passOn(w http.ResponseWriter, r *http.Request, to *forwardTo, proxy *httputil.ReverseProxy) {
 	// A forwarded stream outlives the follower's write timeout; the leader
 	// bounds it.
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
 	ctx, done := to.bind(r.Context())
 	defer done()
-	fd.proxy.ServeHTTP(w, r.WithContext(ctx))
+	proxy.ServeHTTP(w, r.WithContext(ctx))
 }
 
 // health answers GET /v1/health on every server: its role and the leader.
