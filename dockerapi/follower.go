@@ -3,27 +3,33 @@ package dockerapi
 import (
 	"errors"
 	"net/http"
-	"strconv"
 
 	"github.com/berth-dev/berth/control"
+	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/reconciler"
 )
 
 // A follower's Docker endpoint. In a cluster of Berth servers, a server
 // that does not lead follows the store with a read-only plane
-// (control.Config.ReadOnly) and serves the reads that plane can answer as
-// the leader would, so that the leader's CPU goes to placement and
-// commits: docker ps of the running containers, docker inspect, logs and
-// stats of a container on a shared back-end (driver.SharedBackend),
-// docker events, and ping and version. Everything else goes on to the
+// (control.Config.ReadOnly) and serves the reads that plane and the store
+// can answer as the leader would, so that the leader's CPU goes to
+// placement and commits: docker ps (-a and its filters too), docker
+// inspect, logs and stats of a container on a shared back-end
+// (driver.SharedBackend), docker events, the networks and volumes and
+// their inspects, and ping and version. Everything else goes on to the
 // leader (Options.Leader), unchanged, and so does every read of something
-// the leader alone knows: the containers created and not started yet
-// live in the leader's memory, so docker ps -a, a name the follower's copy
-// does not hold (or not yet: the copy may be behind the leader's by the
-// store's watch delay) and a container being removed (its name may be
-// taken again already) are the leader's to answer. What the follower says
-// of one container is as fresh as the store (findFollowed); its docker ps
-// may be behind by the watch's delay.
+// only the leader knows or the follower's copy may not hold yet: a name
+// or an id prefix the copy does not hold (the copy may be behind the
+// leader's by the store's watch delay), a container being removed (its
+// name may be taken again already), docker info (the nodes' use is the
+// leader's), the images and exec sessions.
+//
+// The containers created and not started are the leader's, kept in the
+// store (PrefixCreated): a follower reads them from there at each
+// request (keptByLeader), and the networks and volumes too (the
+// netStore's and volStore's reread). What the follower says of one
+// container is as fresh as the store (findFollowed); its docker ps may be
+// behind by the watch's delay.
 
 // followerRoutes are the routes a follower's endpoint serves itself (its
 // handlers may still hand a request on with errForward).
@@ -36,6 +42,10 @@ var followerRoutes = map[string]bool{
 	"GET /containers/{id}/logs":  true,
 	"GET /containers/{id}/stats": true,
 	"GET /events":                true,
+	"GET /networks":              true,
+	"GET /networks/{id}":         true,
+	"GET /volumes":               true,
+	"GET /volumes/{name}":        true,
 }
 
 // errForward is what a follower's handler returns for a request its
@@ -58,19 +68,6 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request) {
 	s.leader.ServeHTTP(w, r)
 }
 
-// listedByFollower reports whether a follower's copy holds every container
-// docker ps with r's query lists: the running ones, without --all and
-// without a status filter (which may ask for created ones).
-func listedByFollower(r *http.Request) bool {
-	q := r.URL.Query()
-	all, _ := strconv.ParseBool(q.Get("all"))
-	if all {
-		return false
-	}
-	f, err := filters(r, listFilters...)
-	return err == nil && len(f["status"]) == 0
-}
-
 // findFollowed is find on a follower: an id or a name its copy holds, of
 // a container not being removed, that the caller is authorized for, as
 // the store holds it now. What else the reference might be (a container
@@ -85,6 +82,9 @@ func listedByFollower(r *http.Request) bool {
 func (s *Server) findFollowed(r *http.Request, idOrName string) (ref, error) {
 	ctx := r.Context()
 	in, err := s.plane.Lookup(ctx, idOrName, control.ScopeOf(identityOf(r)))
+	if errors.Is(err, driver.ErrNotFound) {
+		return s.findKept(r, idOrName)
+	}
 	if err != nil || in.Phase == reconciler.Deleted || in.Phase == reconciler.Deleting || !authorized(r, in.Owner) {
 		return ref{}, errForward
 	}
@@ -92,4 +92,23 @@ func (s *Server) findFollowed(r *http.Request, idOrName string) (ref, error) {
 		return ref{}, errForward
 	}
 	return ref{id: in.ID, in: in}, nil
+}
+
+// findKept is findFollowed for a container created and not started: the
+// one the store keeps (keptByLeader) with idOrName as its id or name that
+// r's caller may see. The store holds it now, so it is current; a
+// container the leader is starting may still be kept a moment after its
+// instance is in the store, and is then shown as created, as the leader
+// shows it until its start returns.
+func (s *Server) findKept(r *http.Request, idOrName string) (ref, error) {
+	kept, err := s.keptByLeader(r.Context())
+	if err != nil {
+		return ref{}, err
+	}
+	for id, c := range kept {
+		if (id == idOrName || c.req.Name == idOrName) && authorized(r, c.owner) {
+			return ref{id: id, created: c}, nil
+		}
+	}
+	return ref{}, errForward
 }

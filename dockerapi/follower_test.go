@@ -129,18 +129,21 @@ func inspectJSON(t *testing.T, out string) inspected {
 	return got[0]
 }
 
-// TestFollowerServesReads: a follower's Docker endpoint answers docker ps,
-// inspect, logs, stats and events of the leader's containers from its
-// read-only plane, as the leader does, with no request to the leader; it
-// hands the leader what only the leader knows (a container created and
-// not started, docker ps -a) and every write.
+// TestFollowerServesReads: a follower's Docker endpoint answers docker ps
+// (-a too), inspect, logs, stats and events of the leader's containers,
+// the networks and volumes, from its read-only plane and the store, as the
+// leader does, with no request to the leader; it hands the leader what
+// only the leader knows (docker info, with the nodes' use) and every
+// write.
 func TestFollowerServesReads(t *testing.T) {
 	e := setup(t)
 	f := e.follower(t, true)
 	start := time.Now()
 	web := strings.TrimSpace(e.must(t, "run", "-d", "--name", "web", helloImage))
 	tmp := strings.TrimSpace(e.must(t, "run", "-d", "--rm", "--name", "tmp", helloImage))
-	idle := strings.TrimSpace(e.must(t, "create", "--name", "idle", helloImage))
+	e.must(t, "network", "create", "front")
+	e.must(t, "volume", "create", "data")
+	idle := strings.TrimSpace(e.must(t, "create", "--name", "idle", "--network", "front", "-v", "data:/data", helloImage))
 	f.waitFollowed(t, web, reconciler.Running)
 	f.waitFollowed(t, tmp, reconciler.Running)
 
@@ -181,20 +184,50 @@ func TestFollowerServesReads(t *testing.T) {
 		}
 	}
 
-	// What the leader alone knows.
-	out, errs, code := f.forwardedTo(t, e.config, "ps", "-a", "--format", "{{.Names}} {{.State}}")
-	if code != 0 || !strings.Contains(out, "idle created") {
-		t.Errorf("docker ps -a through the follower: exit %d, %q %q; want idle created", code, out, errs)
+	// The container created and not started is the leader's, kept in the
+	// store: the follower reads it there. So are the networks and volumes.
+	if out := f.served(t, e.config, "ps", "-a", "--format", "{{.Names}} {{.State}}"); !strings.Contains(out, "idle created") || !strings.Contains(out, "web running") {
+		t.Errorf("docker ps -a through the follower: %q; want idle created and web running", out)
 	}
-	out, errs, code = f.forwardedTo(t, e.config, "inspect", "--format", "{{.State.Status}}", "idle")
-	if code != 0 || strings.TrimSpace(out) != "created" {
-		t.Errorf("docker inspect idle through the follower: exit %d, %q %q; want created", code, out, errs)
+	if out := f.served(t, e.config, "ps", "--filter", "status=created", "--format", "{{.Names}}"); strings.TrimSpace(out) != "idle" {
+		t.Errorf("docker ps --filter status=created through the follower: %q; want idle", out)
 	}
-	// Another namespace's token: the follower does not see web for it,
-	// nor does the leader.
+	got := inspectJSON(t, f.served(t, e.config, "inspect", "idle"))
+	if want := inspectJSON(t, e.must(t, "inspect", "idle")); got != want || got.ID != idle || got.State.Status != "created" {
+		t.Errorf("docker inspect idle through the follower: %+v; the leader: %+v; want id %s, created", got, want, idle)
+	}
+	if out := f.served(t, e.config, "network", "inspect", "--format", "{{range .Containers}}{{.Name}} {{end}}", "front"); strings.Fields(out)[0] != "idle" || len(strings.Fields(out)) != 1 {
+		t.Errorf("docker network inspect front through the follower: %q; want idle on it", out)
+	}
+	if out := f.served(t, e.config, "network", "ls", "--format", "{{.Name}}"); !strings.Contains(out, "front") {
+		t.Errorf("docker network ls through the follower: %q; want front", out)
+	}
+	if out := f.served(t, e.config, "volume", "ls", "--format", "{{.Name}}"); strings.TrimSpace(out) != "data" {
+		t.Errorf("docker volume ls through the follower: %q; want data", out)
+	}
+	if out := f.served(t, e.config, "volume", "inspect", "--format", "{{.Name}}", "data"); strings.TrimSpace(out) != "data" {
+		t.Errorf("docker volume inspect data through the follower: %q", out)
+	}
+	// A network made after the follower first read them is listed too.
+	e.must(t, "network", "create", "back")
+	if out := f.served(t, e.config, "network", "ls", "--format", "{{.Name}}"); !strings.Contains(out, "back") {
+		t.Errorf("docker network ls through the follower after a create on the leader: %q; want back", out)
+	}
+
+	// What the leader alone knows: the nodes' use.
+	if out, errs, code := f.forwardedTo(t, e.config, "info", "--format", "{{.Containers}}"); code != 0 || strings.TrimSpace(out) != "3" {
+		t.Errorf("docker info through the follower: exit %d, %q %q; want 3 containers", code, out, errs)
+	}
+	// Another namespace's token: the follower shows it none of these, as
+	// the leader does not.
 	other := e.dockerConfig(t, e.newToken(t, "other", auth.RoleOperator, "elsewhere"))
-	if _, errs, code := f.forwardedTo(t, other, "inspect", "web"); code == 0 || !strings.Contains(errs, "No such") {
-		t.Errorf("docker inspect web with another namespace's token through the follower: exit %d, %q; want no such container", code, errs)
+	if out := f.served(t, other, "ps", "-a", "--format", "{{.Names}}"); strings.TrimSpace(out) != "" {
+		t.Errorf("docker ps -a with another namespace's token through the follower: %q; want nothing", out)
+	}
+	for _, name := range []string{"web", "idle"} {
+		if _, errs, code := f.forwardedTo(t, other, "inspect", name); code == 0 || !strings.Contains(errs, "No such") {
+			t.Errorf("docker inspect %s with another namespace's token through the follower: exit %d, %q; want no such container", name, code, errs)
+		}
 	}
 	// Writes go to the leader.
 	if _, errs, code := f.forwardedTo(t, e.config, "rm", "-f", "web", "tmp", idle); code != 0 {
@@ -202,11 +235,20 @@ func TestFollowerServesReads(t *testing.T) {
 	}
 	e.waitGone(t, web)
 	e.waitGone(t, tmp)
+	if _, errs, code := f.forwardedTo(t, e.config, "network", "rm", "front", "back"); code != 0 {
+		t.Errorf("docker network rm through the follower: exit %d, %q", code, errs)
+	}
+	if _, errs, code := f.forwardedTo(t, e.config, "volume", "rm", "data"); code != 0 {
+		t.Errorf("docker volume rm through the follower: exit %d, %q", code, errs)
+	}
+	if out := f.served(t, e.config, "network", "ls", "--format", "{{.Name}}"); strings.Contains(out, "front") || strings.Contains(out, "back") {
+		t.Errorf("docker network ls through the follower after the removal: %q", out)
+	}
 }
 
 // TestFollowerReadsAreFresh: what a follower says of a container is what
 // the store holds, however far behind its copy is: a container the leader
-// stopped is not shown running.
+// stopped is not shown running, nor one it started shown created.
 func TestFollowerReadsAreFresh(t *testing.T) {
 	e := setup(t)
 	e.must(t, "run", "-d", "--name", "web", helloImage)
@@ -219,5 +261,17 @@ func TestFollowerReadsAreFresh(t *testing.T) {
 	out, errs, code := f.forwardedTo(t, e.config, "inspect", "--format", "{{.State.Status}}", "web")
 	if code != 0 || strings.TrimSpace(out) != "exited" {
 		t.Errorf("docker inspect web through a follower whose copy is behind: exit %d, %q %q; want exited", code, out, errs)
+	}
+	// A container created since: the store keeps it, the follower reads
+	// it there; once started, the follower's copy does not hold it and
+	// the leader answers.
+	e.must(t, "create", "--name", "late", helloImage)
+	if out := f.served(t, e.config, "inspect", "--format", "{{.State.Status}}", "late"); strings.TrimSpace(out) != "created" {
+		t.Errorf("docker inspect late, created, through the follower: %q, want created", out)
+	}
+	e.must(t, "start", "late")
+	out, errs, code = f.forwardedTo(t, e.config, "inspect", "--format", "{{.State.Status}}", "late")
+	if code != 0 || strings.TrimSpace(out) != "running" {
+		t.Errorf("docker inspect late, started, through a follower whose copy is behind: exit %d, %q %q; want running", code, out, errs)
 	}
 }

@@ -166,7 +166,7 @@ func (s *Server) systemDF(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	list, err := s.visible(r)
+	list, err := s.visible(r, true)
 	if err != nil {
 		return err
 	}

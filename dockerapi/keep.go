@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 
@@ -45,9 +46,8 @@ func Open(ctx context.Context, plane *control.Plane, opts Options) (*Server, err
 		return nil, fmt.Errorf("dockerapi: read the containers created and not started: %w", err)
 	}
 	for _, kv := range kvs {
-		id := strings.TrimPrefix(kv.Key, PrefixCreated)
-		var k keptCreated
-		if err := json.Unmarshal(kv.Value, &k); err != nil || k.Request.ID != id {
+		id, c, err := decodeKept(kv)
+		if err != nil {
 			// Left where it is, for an operator to read: nothing
 			// accepted is deleted unread.
 			s.log.Warn("dockerapi: a kept created container is unreadable: not taken on", "key", kv.Key, "error", err)
@@ -61,10 +61,69 @@ func Open(ctx context.Context, plane *control.Plane, opts Options) (*Server, err
 			return nil, fmt.Errorf("dockerapi: take on created container %s: %w", id, err)
 		}
 		s.mu.Lock()
-		s.created[id] = &created{req: k.Request, owner: k.Owner, autoRemove: k.AutoRemove, at: k.At}
+		s.created[id] = c
 		s.mu.Unlock()
 	}
 	return s, nil
+}
+
+// decodeKept reads a created container kept under PrefixCreated.
+func decodeKept(kv store.KV) (string, *created, error) {
+	id := strings.TrimPrefix(kv.Key, PrefixCreated)
+	var k keptCreated
+	if err := json.Unmarshal(kv.Value, &k); err != nil {
+		return "", nil, err
+	}
+	if k.Request.ID != id {
+		return "", nil, fmt.Errorf("its request's id is %q, not %q", k.Request.ID, id)
+	}
+	return id, &created{req: k.Request, owner: k.Owner, autoRemove: k.AutoRemove, at: k.At}, nil
+}
+
+// createdNow returns the containers created and not started: the
+// server's own, or on a follower those the leader keeps in the store
+// (keptByLeader), read now. A container being started is in the plane
+// already until its start drops it from these: it is left out, the
+// plane's record is the one to show. The caller reads their fields under
+// s.mu.
+func (s *Server) createdNow(ctx context.Context) (map[string]*created, error) {
+	var out map[string]*created
+	if s.follower() {
+		var err error
+		if out, err = s.keptByLeader(ctx); err != nil {
+			return nil, err
+		}
+	} else {
+		s.mu.Lock()
+		out = maps.Clone(s.created)
+		s.mu.Unlock()
+	}
+	for id := range out {
+		if _, err := s.plane.Instance(ctx, id); err == nil {
+			delete(out, id)
+		}
+	}
+	return out, nil
+}
+
+// keptByLeader returns the containers created and not started that the
+// store keeps, as a follower reads them: the leader's (Open), as they
+// are now. One the leader cannot read either is left out.
+func (s *Server) keptByLeader(ctx context.Context) (map[string]*created, error) {
+	if s.st == nil {
+		return nil, errForward
+	}
+	kvs, _, err := s.st.List(ctx, PrefixCreated)
+	if err != nil {
+		return nil, errForward
+	}
+	out := make(map[string]*created, len(kvs))
+	for _, kv := range kvs {
+		if id, c, err := decodeKept(kv); err == nil {
+			out[id] = c
+		}
+	}
+	return out, nil
 }
 
 // keep writes c, created container id, to the store, as it is now. The

@@ -197,30 +197,35 @@ type netStore struct {
 	st     store.Store
 	mu     sync.Mutex
 	loaded bool // byID holds what st keeps
+	// reread is set on a follower's endpoint: the leader writes st, so
+	// every call reads it again.
+	reread bool
 	byID   map[string]*bnetwork
 }
 
-func newNetStore(st store.Store) *netStore {
-	return &netStore{st: st, byID: map[string]*bnetwork{}, loaded: st == nil}
+func newNetStore(st store.Store, follower bool) *netStore {
+	return &netStore{st: st, byID: map[string]*bnetwork{}, loaded: st == nil, reread: follower && st != nil}
 }
 
-// load reads the networks st keeps, once. ns.mu is held.
+// load reads the networks st keeps, once (at each call when ns.reread).
+// ns.mu is held.
 func (ns *netStore) load(ctx context.Context) error {
-	if ns.loaded {
+	if ns.loaded && !ns.reread {
 		return nil
 	}
 	kvs, _, err := ns.st.List(ctx, PrefixNetworks)
 	if err != nil {
 		return fmt.Errorf("read the networks: %w", err)
 	}
+	byID := make(map[string]*bnetwork, len(kvs))
 	for _, kv := range kvs {
 		var n bnetwork
 		if err := json.Unmarshal(kv.Value, &n); err != nil || n.ID == "" {
 			return fmt.Errorf("the network kept at %s is unreadable: %v", kv.Key, err)
 		}
-		ns.byID[n.ID] = &n
+		byID[n.ID] = &n
 	}
-	ns.loaded = true
+	ns.byID, ns.loaded = byID, true
 	return nil
 }
 
@@ -370,8 +375,12 @@ func (s *Server) membership(r *http.Request) (map[string]map[string]string, erro
 			}
 		}
 	}
+	created, err := s.createdNow(r.Context())
+	if err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
-	for id, c := range s.created {
+	for id, c := range created {
 		for _, net := range networksIn(c.req.Spec.Labels) {
 			add(c.owner, net, id, instanceOf(id, c).Name)
 		}

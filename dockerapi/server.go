@@ -176,7 +176,7 @@ func New(plane *control.Plane, opts Options) *Server {
 		created: map[string]*created{}, autoRm: map[string]struct{}{}, attached: map[string]int{}, open: map[string]int{}, exits: map[string]int{},
 		sizes: map[string]driver.TTYSize{}, execs: map[string]*execRec{},
 		tokenStreams: opts.TokenStreams, writeTimeout: opts.WriteTimeout,
-		nets: newNetStore(opts.Store), vols: newVolStore(opts.Store),
+		nets: newNetStore(opts.Store, opts.Leader != nil), vols: newVolStore(opts.Store, opts.Leader != nil),
 	}
 	if s.log == nil {
 		s.log = slog.Default()

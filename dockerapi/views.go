@@ -57,7 +57,7 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	list, err := s.visible(r)
+	list, err := s.visible(r, true)
 	if err != nil {
 		return err
 	}
@@ -101,9 +101,9 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, inf)
 }
 
-// visible lists the instances (not deleted) and created containers the
-// caller may see.
-func (s *Server) visible(r *http.Request) ([]control.Instance, error) {
+// visible lists the instances (not deleted) and, with created, the
+// containers created and not started that the caller may see.
+func (s *Server) visible(r *http.Request, created bool) ([]control.Instance, error) {
 	list, err := s.plane.Instances(r.Context(), control.Filter{})
 	if err != nil {
 		return nil, err
@@ -114,8 +114,15 @@ func (s *Server) visible(r *http.Request) ([]control.Instance, error) {
 			out = append(out, in)
 		}
 	}
+	if !created {
+		return out, nil
+	}
+	kept, err := s.createdNow(r.Context())
+	if err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
-	for id, c := range s.created {
+	for id, c := range kept {
 		if authorized(r, c.owner) {
 			out = append(out, instanceOf(id, c))
 		}
@@ -163,9 +170,6 @@ func matchAny(vals []string, fn func(string) bool) bool {
 var listFilters = []string{"id", "name", "label", "status", "ancestor", "exited", "node"}
 
 func (s *Server) list(w http.ResponseWriter, r *http.Request) error {
-	if s.follower() && !listedByFollower(r) {
-		return errForward
-	}
 	q := r.URL.Query()
 	all, _ := strconv.ParseBool(q.Get("all"))
 	if b, _ := strconv.ParseBool(q.Get("size")); b {
@@ -183,7 +187,9 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	list, err := s.visible(r)
+	// A container created and not started is listed with --all or a
+	// status filter only.
+	list, err := s.visible(r, all || len(f["status"]) > 0)
 	if err != nil {
 		return err
 	}
@@ -253,7 +259,7 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request) error {
 	_, autoRm := s.autoRm[c.id]
 	autoRm = autoRm || (c.created != nil && c.created.autoRemove)
 	s.mu.Unlock()
-	if s.follower() {
+	if s.follower() && c.created == nil {
 		if autoRm, err = s.autoRemoveMarked(r.Context(), c.id); err != nil {
 			return errForward
 		}

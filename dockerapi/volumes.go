@@ -69,30 +69,35 @@ type volStore struct {
 	st     store.Store
 	mu     sync.Mutex
 	loaded bool
+	// reread is set on a follower's endpoint: the leader writes st, so
+	// every call reads it again.
+	reread bool
 	byKey  map[string]*bvolume
 }
 
-func newVolStore(st store.Store) *volStore {
-	return &volStore{st: st, byKey: map[string]*bvolume{}, loaded: st == nil}
+func newVolStore(st store.Store, follower bool) *volStore {
+	return &volStore{st: st, byKey: map[string]*bvolume{}, loaded: st == nil, reread: follower && st != nil}
 }
 
-// load reads the volumes st keeps, once. vs.mu is held.
+// load reads the volumes st keeps, once (at each call when vs.reread).
+// vs.mu is held.
 func (vs *volStore) load(ctx context.Context) error {
-	if vs.loaded {
+	if vs.loaded && !vs.reread {
 		return nil
 	}
 	kvs, _, err := vs.st.List(ctx, PrefixVolumes)
 	if err != nil {
 		return fmt.Errorf("read the volumes: %w", err)
 	}
+	byKey := make(map[string]*bvolume, len(kvs))
 	for _, kv := range kvs {
 		var v bvolume
 		if err := json.Unmarshal(kv.Value, &v); err != nil || v.Name == "" {
 			return fmt.Errorf("the volume kept at %s is unreadable: %v", kv.Key, err)
 		}
-		vs.byKey[v.key()] = &v
+		byKey[v.key()] = &v
 	}
-	vs.loaded = true
+	vs.byKey, vs.loaded = byKey, true
 	return nil
 }
 
@@ -259,8 +264,12 @@ func (s *Server) volumeUsers(ctx context.Context) (map[string][]string, error) {
 			}
 		}
 	}
+	created, err := s.createdNow(ctx)
+	if err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
-	for id, c := range s.created {
+	for id, c := range created {
 		for _, m := range c.req.Spec.Volumes {
 			if !m.IsBind() {
 				k := (&bvolume{Owner: c.owner, Name: m.Source}).key()
