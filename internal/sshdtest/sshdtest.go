@@ -128,13 +128,20 @@ func Start(t testing.TB, o Options) *Server {
 		}
 		extra = "HostKey " + filepath.Join(s.Dir, "host_key_ecdsa") + "\n"
 	}
+	// The sessions' shell is root's bash, which sources root's ~/.bashrc
+	// before every command sshd runs, unless it is not the first shell
+	// (SHLVL): this machine's may be slow (a version manager's set-up
+	// costs a second of CPU per command), and it is not the host's under
+	// test. A host's own start-up scripts are ShellNoise's.
+	env := "SHLVL=1"
 	if o.ShellNoise != "" {
 		script := filepath.Join(s.Dir, "noise.sh")
 		if err := os.WriteFile(script, []byte("printf '%s\\n' "+shellQuote(o.ShellNoise)+" >&2\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		extra += "SetEnv BASH_ENV=" + script + "\n"
+		env += " BASH_ENV=" + script
 	}
+	extra += "SetEnv " + env + "\n"
 	cfg := extra + fmt.Sprintf(`ListenAddress %s
 HostKey %s/host_key
 AuthorizedKeysFile %s/authorized_keys
