@@ -348,54 +348,72 @@ func (h *haCluster) containers(cli *docker.Client) map[string]int {
 	return out
 }
 
+// settleQuiet is how long settled waits for a change in the instances'
+// phases before it gives up: a slow or loaded machine starts hundreds of
+// containers slowly (about one a second seen on one), but starts them.
+const settleQuiet = 2 * time.Minute
+
 // settled waits until server i lists n instances, all running, and the
-// engine holds exactly one container for each and no other.
+// engine holds exactly one container for each and no other, for as long
+// as the instances' phases keep changing (settleQuiet).
 func (h *haCluster) settled(i, n int, cli *docker.Client) {
 	h.t.Helper()
 	c := h.client(i)
 	// What the server and the engine said last; engine is empty until
 	// the server says all n run.
-	var last, engine string
-	began := time.Now()
-	ok := pollFor(5*time.Minute, func() bool {
-		engine = ""
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		ins, err := c.Instances(ctx, control.Filter{All: true})
-		cancel()
-		if err != nil {
-			last = err.Error()
-			return false
+	var last, engine, seen string
+	began, changed := time.Now(), time.Now()
+	ok := h.settledNow(c, n, cli, &last, &engine)
+	for !ok && time.Since(changed) < settleQuiet {
+		time.Sleep(200 * time.Millisecond)
+		ok = h.settledNow(c, n, cli, &last, &engine)
+		if phases, _, _ := strings.Cut(last, ";"); phases != seen {
+			seen, changed = phases, time.Now()
 		}
-		running := 0
-		phases := map[reconciler.Phase]int{}
-		var msgs []string
-		for _, in := range ins {
-			phases[in.Phase]++
-			if in.Phase == reconciler.Running {
-				running++
-			} else if len(msgs) < 3 {
-				msgs = append(msgs, in.ID+" "+string(in.Phase)+": "+in.Message)
-			}
-		}
-		last = fmt.Sprintf("%d instances, %d running (%v; %s)", len(ins), running, phases, strings.Join(msgs, "; "))
-		if len(ins) != n || running != n {
-			// The engine is listed once the server is done: a list of
-			// hundreds of containers five times a second costs the
-			// engine (and the suite beside it) CPU for nothing.
-			return false
-		}
-		var ok bool
-		engine, ok = h.engineHolds(cli, n)
-		return ok
-	})
+	}
 	if !ok {
 		if engine == "" {
 			engine, _ = h.engineHolds(cli, n)
 		}
 		h.dumpLogs()
-		h.t.Fatalf("not settled: %s; %s", last, engine)
+		h.t.Fatalf("not settled: %s; %s (no change for %s)", last, engine, settleQuiet)
 	}
 	h.t.Logf("%d instances settled, waited %.1fs", n, time.Since(began).Seconds())
+}
+
+// settledNow is one look of settled: it reports whether server c lists n
+// instances, all running, and the engine holds exactly one container for
+// each, and sets what each said last.
+func (h *haCluster) settledNow(c *client.Client, n int, cli *docker.Client, last, engine *string) bool {
+	*engine = ""
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ins, err := c.Instances(ctx, control.Filter{All: true})
+	cancel()
+	if err != nil {
+		*last = err.Error()
+		return false
+	}
+	running := 0
+	phases := map[reconciler.Phase]int{}
+	var msgs []string
+	for _, in := range ins {
+		phases[in.Phase]++
+		if in.Phase == reconciler.Running {
+			running++
+		} else if len(msgs) < 3 {
+			msgs = append(msgs, in.ID+" "+string(in.Phase)+": "+in.Message)
+		}
+	}
+	*last = fmt.Sprintf("%d instances, %d running (%v; %s)", len(ins), running, phases, strings.Join(msgs, "; "))
+	if len(ins) != n || running != n {
+		// The engine is listed once the server is done: a list of
+		// hundreds of containers five times a second costs the engine
+		// (and the suite beside it) CPU for nothing.
+		return false
+	}
+	var ok bool
+	*engine, ok = h.engineHolds(cli, n)
+	return ok
 }
 
 // engineHolds reports whether the engine holds exactly one container for

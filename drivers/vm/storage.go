@@ -64,9 +64,16 @@ func dirPool(lv *libvirt.Libvirt, dir string, build bool) (libvirt.StoragePool, 
 	}
 	p, err = lv.StoragePoolCreateXML(x, flags)
 	if err != nil {
-		// Another call made it meanwhile.
+		// Another call made it meanwhile, or is making it: libvirt finds
+		// a pool by its target once it is active, by its name as soon as
+		// the name is taken (the maker holds it until it is started).
 		if p2, err2 := lv.StoragePoolLookupByTargetPath(dir); err2 == nil {
 			return p2, nil
+		}
+		if p2, err2 := lv.StoragePoolLookupByName(poolName(dir)); err2 == nil {
+			if active, err3 := lv.StoragePoolIsActive(p2); err3 == nil && active == 1 {
+				return p2, nil
+			}
 		}
 		if !build && (isLibvirt(err, libvirt.ErrInternalError) || isLibvirt(err, libvirt.ErrSystemError)) {
 			// The directory does not exist: no file is there.
