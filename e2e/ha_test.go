@@ -359,14 +359,13 @@ const settleQuiet = 2 * time.Minute
 func (h *haCluster) settled(i, n int, cli *docker.Client) {
 	h.t.Helper()
 	c := h.client(i)
-	// What the server and the engine said last; engine is empty until
-	// the server says all n run.
-	var last, engine, seen string
+	// seen is the phases' counts as they last changed, at changed.
+	var seen string
 	began, changed := time.Now(), time.Now()
-	ok := h.settledNow(c, n, cli, &last, &engine)
+	ok, last, engine := h.settledNow(c, n, cli)
 	for !ok && time.Since(changed) < settleQuiet {
 		time.Sleep(200 * time.Millisecond)
-		ok = h.settledNow(c, n, cli, &last, &engine)
+		ok, last, engine = h.settledNow(c, n, cli)
 		if phases, _, _ := strings.Cut(last, ";"); phases != seen {
 			seen, changed = phases, time.Now()
 		}
@@ -383,15 +382,14 @@ func (h *haCluster) settled(i, n int, cli *docker.Client) {
 
 // settledNow is one look of settled: it reports whether server c lists n
 // instances, all running, and the engine holds exactly one container for
-// each, and sets what each said last.
-func (h *haCluster) settledNow(c *client.Client, n int, cli *docker.Client, last, engine *string) bool {
-	*engine = ""
+// each, with what the server said and, once it says all n run, what the
+// engine holds.
+func (h *haCluster) settledNow(c *client.Client, n int, cli *docker.Client) (ok bool, last, engine string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	ins, err := c.Instances(ctx, control.Filter{All: true})
 	cancel()
 	if err != nil {
-		*last = err.Error()
-		return false
+		return false, err.Error(), ""
 	}
 	running := 0
 	phases := map[reconciler.Phase]int{}
@@ -404,16 +402,15 @@ func (h *haCluster) settledNow(c *client.Client, n int, cli *docker.Client, last
 			msgs = append(msgs, in.ID+" "+string(in.Phase)+": "+in.Message)
 		}
 	}
-	*last = fmt.Sprintf("%d instances, %d running (%v; %s)", len(ins), running, phases, strings.Join(msgs, "; "))
+	last = fmt.Sprintf("%d instances, %d running (%v; %s)", len(ins), running, phases, strings.Join(msgs, "; "))
 	if len(ins) != n || running != n {
 		// The engine is listed once the server is done: a list of
 		// hundreds of containers five times a second costs the engine
 		// (and the suite beside it) CPU for nothing.
-		return false
+		return false, last, ""
 	}
-	var ok bool
-	*engine, ok = h.engineHolds(cli, n)
-	return ok
+	engine, ok = h.engineHolds(cli, n)
+	return ok, last, engine
 }
 
 // engineHolds reports whether the engine holds exactly one container for
