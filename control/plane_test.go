@@ -411,6 +411,77 @@ func TestLaunchTimeoutOfCreatesThatWaited(t *testing.T) {
 	})
 }
 
+// queuedDriver is the sim behind a bound on the calls in flight that
+// every create waits behind for queue: its operation reports Queued, and
+// reaches the sim, only once that has passed.
+type queuedDriver struct {
+	*sim.Sim
+	queue time.Duration
+}
+
+func (d queuedDriver) Create(ctx context.Context, node string, spec *driver.Spec) (driver.Operation, error) {
+	return &queuedOp{d: d, ctx: ctx, node: node, spec: spec, until: time.Now().Add(d.queue)}, nil
+}
+
+type queuedOp struct {
+	d     queuedDriver
+	ctx   context.Context
+	node  string
+	spec  *driver.Spec
+	until time.Time
+	op    driver.Operation
+}
+
+func (o *queuedOp) Advance(ctx context.Context) (driver.Progress, error) {
+	if o.op == nil {
+		if wait := time.Until(o.until); wait > 0 {
+			return driver.Progress{Queued: true, Wait: wait}, nil
+		}
+		op, err := o.d.Sim.Create(o.ctx, o.node, o.spec)
+		if err != nil {
+			return driver.Progress{}, err
+		}
+		o.op = op
+	}
+	return o.op.Advance(ctx)
+}
+
+// A create that waits its turn in the driver (Progress.Queued) longer than
+// the launch timeout runs: the timeout counts from when the back-end is
+// asked.
+func TestLaunchTimeoutWaitsForQueuedCreates(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		opts := *sim.DefaultOptions()
+		opts.Nodes = 2
+		opts.CreateLatency = 50 * time.Millisecond
+		s, err := sim.New(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prov, err := provider.New(queuedDriver{Sim: s, queue: 2 * time.Second}, provider.Config{Name: "sim", Logger: quiet, StateTTL: time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = prov.Close(context.Background()) })
+		cfg := config(memory.New(memory.Options{}), prov)
+		cfg.LaunchTimeout, cfg.MaxAttempts = 200*time.Millisecond, 1
+		p, _ := start(t, cfg)
+		const n = 3
+		if _, err := p.Submit(context.Background(), req("waits", n), ""); err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			in := waitPhase(t, p, fmt.Sprintf("waits-%d", i), reconciler.Running)
+			if in.Attempts != 0 {
+				t.Errorf("waits-%d: %d failed attempts (%s), want none", i, in.Attempts, in.Message)
+			}
+		}
+		if creates := countCalls(s, "create"); creates != n {
+			t.Errorf("%d creates, want %d", creates, n)
+		}
+	})
+}
+
 // A create held back by the provider's write budget does not hold the
 // worker: with one worker and one change in ten seconds, the create sent
 // first is driven to its end meanwhile (its launch timeout is 5s), and the

@@ -63,7 +63,7 @@ type taskOp struct {
 	// cancel ends the context the operations were started with; aborted
 	// says the task was abandoned. Both are guarded by runtime.mu.
 	cancel  context.CancelFunc
-	issued  time.Time     // when the back-end was asked to create; zero until then
+	issued  time.Time     // when the back-end was asked to create; zero until then, and while the operation is Queued
 	poll    time.Duration // backoff when an operation gives no Wait hint
 	start   time.Time
 	adopt   bool
@@ -818,6 +818,16 @@ func (s runner) advanceCreate(ctx context.Context, rt *runtime, t *task, in *rec
 		s.cluster.presence(t.id, scheduler.Present)
 		s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.Created, Instance: p.Instance}, true)
 	default:
+		rt.mu.Lock()
+		switch {
+		case p.Queued:
+			// Nothing has reached the back-end: the launch timeout
+			// counts from when something does (launchQueued).
+			t.issued = time.Time{}
+		case t.issued.IsZero():
+			t.issued = s.now()
+		}
+		rt.mu.Unlock()
 		if p.Instance != nil && p.Instance.ID != "" && in.BackendID != p.Instance.ID {
 			s.feed(ctx, rt, t, reconciler.Event{Kind: reconciler.Progress, Instance: p.Instance}, false)
 		}

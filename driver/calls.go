@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -22,9 +23,14 @@ type Calls struct {
 // Call is one background call. Inst and Err are set once Finished.
 type Call struct {
 	done chan struct{}
+	sent atomic.Bool
 	Inst *Instance
 	Err  error
 }
+
+// Sent reports whether the call has been made: false while it waits for
+// its slot (GoAfter), and for one that ended without being made.
+func (c *Call) Sent() bool { return c.sent.Load() }
 
 // Finished reports whether the call has returned.
 func (c *Call) Finished() bool {
@@ -95,6 +101,7 @@ func (cs *Calls) GoAfter(ctx context.Context, slots chan struct{}, timeout time.
 		}
 		tctx, tcancel := context.WithTimeout(cctx, timeout)
 		defer tcancel()
+		c.sent.Store(true)
 		c.Inst, c.Err = fn(tctx)
 	}()
 	return c

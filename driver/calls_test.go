@@ -78,6 +78,10 @@ func TestCallsTakeTurns(t *testing.T) {
 		t.Fatal("the second call ran while the first held the only slot")
 	case <-time.After(50 * time.Millisecond):
 	}
+	if !first.Sent() || second.Sent() {
+		close(release)
+		t.Fatalf("sent: the first %v, the second (waiting) %v", first.Sent(), second.Sent())
+	}
 	released = time.Now()
 	close(release)
 	deadline := <-ran
@@ -108,7 +112,7 @@ func TestCallsTakeTurns(t *testing.T) {
 	if !holding.Finished() || !errors.Is(holding.Err, context.Canceled) {
 		t.Errorf("the call holding the slot: finished %v, err %v", holding.Finished(), holding.Err)
 	}
-	if !waiting.Finished() || !errors.Is(waiting.Err, driver.ErrRetryable) {
-		t.Errorf("the waiting call: finished %v, err %v, want ErrRetryable (nothing sent)", waiting.Finished(), waiting.Err)
+	if !waiting.Finished() || !errors.Is(waiting.Err, driver.ErrRetryable) || waiting.Sent() {
+		t.Errorf("the waiting call: finished %v, sent %v, err %v, want ErrRetryable (nothing sent)", waiting.Finished(), waiting.Sent(), waiting.Err)
 	}
 }

@@ -79,6 +79,10 @@ type Progress struct {
 	// Wait hints how long to wait before the next Advance is worth making; 0
 	// means as soon as the caller likes.
 	Wait time.Duration
+	// Queued says that nothing of the operation has reached the back-end
+	// yet: it waits its turn in the driver (a bound on the calls in
+	// flight). The caller's launch timeout does not count meanwhile.
+	Queued bool
 }
 
 // Optional capabilities. Callers find them by type assertion; package

@@ -424,7 +424,7 @@ func (o *hostOp) Advance(ctx context.Context) (driver.Progress, error) {
 	}
 	if f := o.first; f != nil {
 		o.first = nil
-		p, err := driver.Progress{Done: f.Done, Instance: f.Instance, Wait: f.Wait}, f.error()
+		p, err := driver.Progress{Done: f.Done, Instance: f.Instance, Wait: f.Wait, Queued: f.Queued}, f.error()
 		if err != nil || p.Done {
 			return o.finish(p, err)
 		}
@@ -438,7 +438,7 @@ func (o *hostOp) Advance(ctx context.Context) (driver.Progress, error) {
 	}
 	var r advanceReply
 	err := o.c.invoke(ctx, "Advance", &advanceReq{Op: o.id}, &r, true)
-	p := driver.Progress{Done: r.Done, Instance: r.Instance, Wait: r.Wait}
+	p := driver.Progress{Done: r.Done, Instance: r.Instance, Wait: r.Wait, Queued: r.Queued}
 	if err != nil || p.Done {
 		return o.finish(p, err)
 	}

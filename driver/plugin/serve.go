@@ -178,7 +178,7 @@ func opContext(deadline time.Time) (context.Context, context.CancelFunc) {
 // that step ended it.
 func (s *server) keep(ctx context.Context, op driver.Operation, cancel context.CancelFunc) *opReply {
 	p, err := op.Advance(ctx)
-	first := &advanceReply{Done: p.Done, Instance: p.Instance, Wait: p.Wait}
+	first := &advanceReply{Done: p.Done, Instance: p.Instance, Wait: p.Wait, Queued: p.Queued}
 	first.setErr(err)
 	if err != nil || p.Done {
 		cancel()
@@ -233,7 +233,7 @@ func (s *server) advance(ctx context.Context, req *advanceReq) (*advanceReply, e
 	if err != nil || p.Done {
 		s.forget(req.Op)
 	}
-	return &advanceReply{Done: p.Done, Instance: p.Instance, Wait: p.Wait}, err
+	return &advanceReply{Done: p.Done, Instance: p.Instance, Wait: p.Wait, Queued: p.Queued}, err
 }
 
 func (s *server) forget(id uint64) {

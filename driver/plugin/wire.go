@@ -205,6 +205,7 @@ type (
 		Done     bool             `json:"done,omitempty"`
 		Instance *driver.Instance `json:"instance,omitempty"`
 		Wait     time.Duration    `json:"wait,omitempty"`
+		Queued   bool             `json:"queued,omitempty"`
 	}
 	idReq struct {
 		ID     string           `json:"id,omitempty"`

@@ -96,8 +96,8 @@ func (d *Driver) Create(ctx context.Context, node string, spec *driver.Spec) (dr
 			return d.inspect(ctx, e, cid)
 		}},
 	)
-	m := d.newMachine(ctx, e, steps...)
-	m.cleanup = &cleanup{name: "remove after failure", call: func(ctx context.Context, failure error) error {
+	m := d.newMachine(ctx, e, "create "+what, steps...)
+	m.cleanup = func(ctx context.Context, failure error) error {
 		defer d.releaseNetworks(ctx, e, spec.Networks, spec.Tags[driver.TagCluster])
 		if cid == "" {
 			if isTimeout(failure) {
@@ -111,7 +111,7 @@ func (d *Driver) Create(ctx context.Context, node string, spec *driver.Spec) (dr
 			err = nil
 		}
 		return d.callErr(ctx, e, err, "remove "+what)
-	}}
+	}
 	return m, nil
 }
 
@@ -405,7 +405,7 @@ func (d *Driver) Delete(ctx context.Context, id string) (driver.Operation, error
 		d.releaseNetworks(ctx, e, nets, cluster)
 		return nil, nil
 	}}
-	return d.newMachine(ctx, e, look, stop, remove, release), nil
+	return d.newMachine(ctx, e, "delete container "+cid, look, stop, remove, release), nil
 }
 
 // Features are what an engine runs: containers, with restart policies,

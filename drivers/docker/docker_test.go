@@ -623,6 +623,76 @@ func TestFailedStartLeavesNothing(t *testing.T) {
 	}
 }
 
+// TestOperationsRunToTheirEnd: with one change in flight on the engine,
+// creates asked for at once wait their turn, reported Queued, and each runs
+// to its end once it has its turn: every container is started before the
+// next one is made.
+func TestOperationsRunToTheirEnd(t *testing.T) {
+	leakCheck(t)
+	o := testOptions(DefaultHost)
+	o.MaxInFlight = 1
+	d := openTest(t, o)
+	run := randomID()
+	t.Cleanup(func() { removeByLabel(t, mainCli, "berth.test.run", run) })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	const n = 4
+	ops := make([]driver.Operation, n)
+	for i := range ops {
+		spec := helloSpec()
+		spec.Name = fmt.Sprintf("berth-test-turns-%s-%d", run, i)
+		spec.Tags = map[string]string{"berth.test.run": run}
+		op, err := d.Create(ctx, "e1", spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ops[i] = op
+	}
+	// Each asks for its turn at its first Advance; one takes the only
+	// slot, and the others wait.
+	queued := 0
+	for i, op := range ops {
+		p, err := op.Advance(ctx)
+		if err != nil {
+			t.Fatalf("create %d: %v", i, err)
+		}
+		if p.Queued {
+			queued++
+		}
+	}
+	if queued < n-1 {
+		t.Errorf("%d of %d creates reported Queued at once, want at least %d: one slot", queued, n, n-1)
+	}
+	ids := make([]string, n)
+	for i, op := range ops {
+		inst, err := driver.Drive(ctx, op)
+		if err != nil {
+			t.Fatalf("create %d: %v", i, err)
+		}
+		_, ids[i], _ = strings.Cut(inst.ID, "/")
+	}
+	type times struct{ created, started time.Time }
+	got := make([]times, n)
+	for i, id := range ids {
+		ci, err := mainCli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := ci.Container
+		got[i].created, _ = time.Parse(time.RFC3339Nano, c.Created)
+		got[i].started, _ = time.Parse(time.RFC3339Nano, c.State.StartedAt)
+	}
+	// The turns go in no set order; in the order they went, each was
+	// over before the next began.
+	slices.SortFunc(got, func(a, b times) int { return a.created.Compare(b.created) })
+	for i := 1; i < n; i++ {
+		if !got[i].created.After(got[i-1].started) {
+			t.Errorf("a container was made at %s, before the one made before it was started at %s: a create went before an earlier one's start",
+				got[i].created.Format(time.StampMicro), got[i-1].started.Format(time.StampMicro))
+		}
+	}
+}
+
 // TestLeakLabels: a container made behind Berth's back with Berth's labels
 // is listed (so leak cleanup can remove it); one without is never listed.
 func TestLeakLabels(t *testing.T) {

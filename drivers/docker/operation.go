@@ -8,22 +8,35 @@ import (
 	"github.com/berth-dev/berth/driver"
 )
 
-// stepWait is the Wait hint an operation gives while an Engine API call is
-// in flight: short, because most calls take a few milliseconds.
-const stepWait = 2 * time.Millisecond
+// stepWait and stepWaitMax bound the Wait hint an operation gives while
+// its steps wait for their slot or run: a quarter of the time they have
+// taken so far, so that the few milliseconds most take are seen soon and
+// hundreds of operations waiting their turn cost their caller little.
+const (
+	stepWait    = 2 * time.Millisecond
+	stepWaitMax = 250 * time.Millisecond
+)
 
-// step is one Engine API call of an operation. It runs in the background;
-// it may return the instance as far as it is known.
+// step is one Engine API call of an operation; it may return the instance
+// as far as it is known.
 type step struct {
 	name  string
 	extra time.Duration // added to call_timeout (a stop's grace period)
 	call  func(ctx context.Context) (*driver.Instance, error)
 }
 
-// machine is an operation made of steps, each an Engine API call that runs
-// in the background while Advance only looks at whether it has finished. So
+// machine is an operation made of steps, each an Engine API call under
+// call_timeout (and its extra time), that run one after another in the
+// background while Advance only looks at how far they have got. So
 // Advance never blocks, whatever the engine's latency (a container start
 // can take seconds), and one goroutine can drive thousands of operations.
+//
+// The steps hold one of the engine's slots (max_in_flight) from the first
+// to the last: an operation waits its turn once, and then runs to its
+// end, so that with hundreds waiting a container is started as soon as it
+// is made rather than after every waiting one has been made. Until it has
+// its slot, Advance reports it Queued.
+//
 // When a step fails, cleanup (if set) runs before the operation reports
 // the failure, so a failed create leaves nothing behind. Its outcome settles
 // the operation's error: a step cut off with ErrTimeout whose cleanup
@@ -31,90 +44,84 @@ type step struct {
 // ErrRetryable failure whose cleanup failed is reported ErrTimeout (the
 // container may be left, for List to find).
 type machine struct {
-	d     *Driver
-	start func(s step) *driver.Call // runs a step under the operation's context
+	d       *Driver
+	ctx     context.Context // bounds every step
+	e       *engine
+	what    string // the operation, for an error
+	steps   []step
+	cleanup cleanup
 
-	mu       sync.Mutex
-	steps    []step
-	i        int
-	cur      *driver.Call
-	inst     *driver.Instance
-	cleanup  *cleanup
-	cleaning bool
-	err      error
-	over     bool
+	mu    sync.Mutex
+	call  *driver.Call     // the steps, in the background; nil until the first Advance
+	began time.Time        // when call was started
+	inst  *driver.Instance // as far as the steps have made it known
 }
 
-// cleanup undoes what the steps of a failed operation made. call gets the
+// cleanup undoes what the steps of a failed operation made: it gets the
 // step's failure and returns nil only when nothing the operation made is
 // left.
-type cleanup struct {
-	name string
-	call func(ctx context.Context, failure error) error
+type cleanup func(ctx context.Context, failure error) error
+
+// newMachine returns the operation what on engine e bound to ctx, which
+// bounds every step.
+func (d *Driver) newMachine(ctx context.Context, e *engine, what string, steps ...step) *machine {
+	return &machine{d: d, ctx: ctx, e: e, what: what, steps: steps}
 }
 
-// newMachine returns an operation on engine e bound to ctx, which bounds
-// every step.
-func (d *Driver) newMachine(ctx context.Context, e *engine, steps ...step) *machine {
-	m := &machine{d: d, steps: steps}
-	m.start = func(s step) *driver.Call { return d.launch(ctx, e, s) }
-	return m
-}
-
-// launch runs s in the background under ctx once one of e's slots is free
-// (max_in_flight), with the call timeout (and the step's extra time) from
-// then. Close cancels it and waits for it.
-func (d *Driver) launch(ctx context.Context, e *engine, s step) *driver.Call {
-	return d.calls.GoAfter(ctx, e.slots, d.opts.CallTimeout+s.extra, s.name, s.call)
-}
-
-// Advance starts the next step or collects the finished one; it never
+// Advance starts the steps, or reports how far they have got; it never
 // waits for the engine.
-func (m *machine) Advance(ctx context.Context) (driver.Progress, error) {
+func (m *machine) Advance(context.Context) (driver.Progress, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for !m.over {
-		if m.cur == nil {
-			if m.i == len(m.steps) {
-				m.over = true
-				break
-			}
-			m.cur = m.start(m.steps[m.i])
+	if m.call == nil {
+		// Every step's time, and the cleanup's: the steps bound
+		// themselves (run).
+		total := m.d.opts.CallTimeout
+		for _, s := range m.steps {
+			total += m.d.opts.CallTimeout + s.extra
 		}
-		if !m.cur.Finished() {
-			return driver.Progress{Instance: m.inst, Wait: stepWait}, nil
-		}
-		c := m.cur
-		m.cur = nil
-		if c.Inst != nil {
-			m.inst = c.Inst
-		}
-		switch {
-		case m.cleaning:
-			m.err = settled(m.err, c.Err)
-			if c.Err != nil {
-				m.d.log.Warn("cleanup after a failed create", "instance", instID(m.inst), "error", c.Err)
-			}
-			m.over = true
-		case c.Err != nil:
-			m.err = c.Err
-			if cl := m.cleanup; cl != nil {
-				m.cleaning = true
-				failure := c.Err
-				m.cur = m.start(step{name: cl.name, call: func(ctx context.Context) (*driver.Instance, error) {
-					return nil, cl.call(ctx, failure)
-				}})
-				continue
-			}
-			m.over = true
-		default:
-			m.i++
-		}
+		m.call, m.began = m.d.calls.GoAfter(m.ctx, m.e.slots, total, "engine "+m.e.cfg.Name+": "+m.what, m.run), time.Now()
 	}
-	if m.err != nil {
-		return driver.Progress{Instance: m.inst}, m.err
+	if !m.call.Finished() {
+		wait := min(max(time.Since(m.began)/4, stepWait), stepWaitMax)
+		return driver.Progress{Instance: m.inst, Wait: wait, Queued: !m.call.Sent()}, nil
+	}
+	if m.call.Err != nil {
+		return driver.Progress{Instance: m.inst}, m.call.Err
 	}
 	return driver.Progress{Done: true, Instance: m.inst}, nil
+}
+
+// run makes the steps one after another, each under its own timeout, and
+// the cleanup after one that fails.
+func (m *machine) run(ctx context.Context) (*driver.Instance, error) {
+	for _, s := range m.steps {
+		sctx, cancel := context.WithTimeout(ctx, m.d.opts.CallTimeout+s.extra)
+		inst, err := s.call(sctx)
+		cancel()
+		m.mu.Lock()
+		if inst != nil {
+			m.inst = inst
+		}
+		inst = m.inst
+		m.mu.Unlock()
+		if err == nil {
+			continue
+		}
+		if m.cleanup == nil {
+			return inst, err
+		}
+		cctx, cancel := context.WithTimeout(ctx, m.d.opts.CallTimeout)
+		cerr := m.cleanup(cctx, err)
+		cancel()
+		if cerr != nil {
+			m.d.log.Warn("cleanup after a failed create", "instance", instID(inst), "step", s.name, "error", cerr)
+		}
+		return inst, settled(err, cerr)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.inst, nil
 }
 
 func isTimeout(err error) bool { return driver.ClassOf(err) == driver.ErrTimeout }

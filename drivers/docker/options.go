@@ -28,12 +28,12 @@ type Options struct {
 	BackoffMin   time.Duration `option:"backoff_min" range:"1ms,1h" help:"first retry delay for an engine that stopped answering"`
 	BackoffMax   time.Duration `option:"backoff_max" range:"1ms,1h" help:"longest retry delay for an offline engine"`
 	StopGrace    time.Duration `option:"stop_grace" range:"0s,1h" help:"how long Delete waits after SIGTERM before killing the container"`
-	// MaxInFlight bounds the container changes (create, start, stop,
-	// remove, and what a create does between them) sent to one engine at
-	// once. The engine performs starts largely one after another: a start
-	// it has queued past call_timeout would be undone and made again,
-	// while one waiting here has not started its call_timeout.
-	MaxInFlight  int    `option:"max_in_flight" range:"1,1024" help:"the most container changes (create, start, stop, remove) in flight on one engine at once; more wait their turn in Berth, before their call_timeout starts"`
+	// MaxInFlight bounds the creates and deletes in flight on one engine,
+	// each its container's calls one after another (create, start; stop,
+	// remove). The engine performs starts largely one after another: a
+	// start it has queued past call_timeout would be undone and made
+	// again, while one waiting here has not started its call_timeout.
+	MaxInFlight  int    `option:"max_in_flight" range:"1,1024" help:"the most creates and deletes in flight on one engine at once, each its container's calls one after another (create, start; stop, remove); more wait their turn in Berth, before their call_timeout starts"`
 	Network      string `option:"network" help:"network for containers whose spec names neither a network mode nor networks (engine default when empty)"`
 	UserDataPath string `option:"user_data_path" help:"file in the container that receives the spec's user data"`
 	Pull         bool   `option:"pull" help:"let Preload try the registry before copying an image from another engine"`
