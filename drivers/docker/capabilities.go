@@ -546,8 +546,12 @@ func (a *after) Write(p []byte) (int, error) {
 	}
 }
 
-// Usage measures the container's cpu (averaged over the one second the
-// engine samples) and its memory in use (without the page cache).
+// Usage measures the container's memory in use (without the page cache)
+// and its cpu, averaged since the last Usage of it (within
+// usageWindowMax), else over usageWindow. Each reading is one of the
+// engine's one-shot samples: a two-sample reading would subscribe the
+// container to the engine's stats collector, and a reading of hundreds of
+// containers would cost the engine twice as much.
 func (d *Driver) Usage(ctx context.Context, id string) (*driver.Usage, error) {
 	e, cid, err := d.resolve(id)
 	if err != nil {
@@ -555,28 +559,63 @@ func (d *Driver) Usage(ctx context.Context, id string) (*driver.Usage, error) {
 	}
 	cctx, cancel := d.callCtx(ctx)
 	defer cancel()
-	res, err := e.cli.ContainerStats(cctx, cid, client.ContainerStatsOptions{IncludePreviousSample: true})
-	if err != nil {
-		d.noteErr(e, err)
-		return nil, classify(err, e, "stats of container "+cid)
-	}
-	defer res.Body.Close()
-	var s container.StatsResponse
-	if err := json.NewDecoder(res.Body).Decode(&s); err != nil {
-		return nil, classify(err, e, "decode stats of container "+cid)
-	}
-	u := &driver.Usage{Time: s.Read}
-	cpuDelta := float64(s.CPUStats.CPUUsage.TotalUsage) - float64(s.PreCPUStats.CPUUsage.TotalUsage)
-	sysDelta := float64(s.CPUStats.SystemUsage) - float64(s.PreCPUStats.SystemUsage)
-	if cpuDelta > 0 && sysDelta > 0 {
-		n := float64(s.CPUStats.OnlineCPUs)
-		if n == 0 {
-			n = float64(len(s.CPUStats.CPUUsage.PercpuUsage))
+	read := func() (*container.StatsResponse, cpuReading, error) {
+		s, err := oneStats(cctx, e.cli, cid)
+		if err != nil {
+			d.noteErr(e, err)
+			return nil, cpuReading{}, classify(err, e, "stats of container "+cid)
 		}
-		u.CPU = driver.CPUs(cpuDelta / sysDelta * n)
+		r := cpuReading{total: s.CPUStats.CPUUsage.TotalUsage, at: s.Read}
+		if r.at.IsZero() {
+			r.at = time.Now()
+		}
+		return s, r, nil
 	}
-	u.Memory = memoryInUse(&s)
+	s, now, err := read()
+	if err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	before, ok := e.cpuSeen[cid]
+	e.cpuSeen[cid] = now
+	e.mu.Unlock()
+	if el := now.at.Sub(before.at); !ok || el < usageWindow/10 || el > usageWindowMax || now.total < before.total {
+		// No reading to average from (or one too close, too old, or of
+		// an earlier run of the container): read again after a while.
+		t := time.NewTimer(usageWindow)
+		select {
+		case <-t.C:
+		case <-cctx.Done():
+			t.Stop()
+			return nil, classify(cctx.Err(), e, "stats of container "+cid)
+		}
+		before = now
+		if s, now, err = read(); err != nil {
+			return nil, err
+		}
+		e.mu.Lock()
+		e.cpuSeen[cid] = now
+		e.mu.Unlock()
+	}
+	u := &driver.Usage{Time: now.at, Memory: memoryInUse(s)}
+	if el := now.at.Sub(before.at); el > 0 && now.total >= before.total {
+		u.CPU = driver.CPUs(float64(now.total-before.total) / float64(el.Nanoseconds()))
+	}
 	return u, nil
+}
+
+// usageWindow is how long Usage waits between its two readings of a
+// container it has no recent reading of; a reading older than
+// usageWindowMax is not averaged from.
+const (
+	usageWindow    = time.Second
+	usageWindowMax = 10 * time.Minute
+)
+
+// cpuReading is a container's cpu time (ns) as the engine read it at at.
+type cpuReading struct {
+	total uint64
+	at    time.Time
 }
 
 // Watch reports the life events of Berth's containers on every engine (start,

@@ -101,6 +101,9 @@ type engine struct {
 	inUse      *driver.Resources
 	cpuTime    map[string]uint64
 	measuredAt time.Time
+	// cpuSeen is each container's last cpu reading by Usage, which
+	// averages from it; State drops those of containers gone.
+	cpuSeen map[string]cpuReading
 }
 
 // recoverChecks is how many consecutive good probes an engine that went
@@ -145,7 +148,7 @@ func Open(ctx context.Context, opts *Options, env driver.Env) (*Driver, error) {
 			return nil, err
 		}
 		e := &engine{cfg: cfg, cli: cli, ping: ping, ext: cfg.externalAddress(), wake: make(chan struct{}, 1),
-			slots: make(chan struct{}, opts.MaxInFlight), status: driver.NodeOffline, reason: "not yet probed", limits: map[string]driver.Resources{}}
+			slots: make(chan struct{}, opts.MaxInFlight), status: driver.NodeOffline, reason: "not yet probed", limits: map[string]driver.Resources{}, cpuSeen: map[string]cpuReading{}}
 		d.engines = append(d.engines, e)
 		d.byName[cfg.Name] = e
 	}
@@ -512,6 +515,11 @@ func (d *Driver) readNode(ctx context.Context, e *engine) (driver.Node, error) {
 	for id := range e.limits {
 		if !live[id] {
 			delete(e.limits, id)
+		}
+	}
+	for id := range e.cpuSeen {
+		if !live[id] {
+			delete(e.cpuSeen, id)
 		}
 	}
 	if e.inUse != nil {
