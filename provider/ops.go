@@ -166,7 +166,8 @@ func (o *operation) Advance(ctx context.Context) (driver.Progress, error) {
 	}
 	pr, err := call(ctx, o.p, callOpts{op: o.name, budget: readBudget, timed: true, advance: true, quiet: true, attrs: attrs}, o.op.Advance)
 	if b, ok := errors.AsType[*Busy](err); ok {
-		return driver.Progress{Instance: o.last.Instance, Wait: b.Wait}, nil
+		// Not asked: as far as is known, still queued or not.
+		return driver.Progress{Instance: o.last.Instance, Wait: b.Wait, Queued: o.last.Queued}, nil
 	}
 	o.last = pr
 	if err != nil || pr.Done {

@@ -512,6 +512,37 @@ func TestAdvanceNeverBlocksOverBudget(t *testing.T) {
 	}
 }
 
+// queuedFake's creates wait their turn in the driver for ever.
+type queuedFake struct{ *fake }
+
+func (queuedFake) Create(context.Context, string, *driver.Spec) (driver.Operation, error) {
+	return queuedOp{}, nil
+}
+
+type queuedOp struct{}
+
+func (queuedOp) Advance(context.Context) (driver.Progress, error) {
+	return driver.Progress{Queued: true, Wait: time.Second}, nil
+}
+
+// An Advance held back by the read budget reports the operation as queued
+// as the driver last said it was: the caller's launch timeout goes on
+// waiting.
+func TestAdvanceOverBudgetKeepsQueued(t *testing.T) {
+	ctx := testCtx(t)
+	p := newProvider(t, queuedFake{newFake()}, provider.Config{ReadRate: 0.001, ReadBurst: 1})
+	op, err := p.Create(ctx, "n1", &driver.Spec{Image: "alpine:3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		pr, err := op.Advance(ctx)
+		if err != nil || !pr.Queued {
+			t.Fatalf("Advance %d (the second over the budget) = %+v, %v; want Queued", i, pr, err)
+		}
+	}
+}
+
 // noDeadline returns a context without a deadline, so that the fake can
 // tell whether the provider added one.
 func noDeadline(t *testing.T) context.Context {
