@@ -9,12 +9,12 @@ import (
 )
 
 // stepWait and stepWaitMax bound the Wait hint an operation gives while
-// its steps wait for their slot or run: a quarter of the time they have
+// its steps wait for their slot or run: a tenth of the time they have
 // taken so far, so that the few milliseconds most take are seen soon and
 // hundreds of operations waiting their turn cost their caller little.
 const (
 	stepWait    = 2 * time.Millisecond
-	stepWaitMax = 250 * time.Millisecond
+	stepWaitMax = 100 * time.Millisecond
 )
 
 // step is one Engine API call of an operation; it may return the instance
@@ -83,7 +83,7 @@ func (m *machine) Advance(context.Context) (driver.Progress, error) {
 		m.call, m.began = m.d.calls.GoAfter(m.ctx, m.e.slots, total, "engine "+m.e.cfg.Name+": "+m.what, m.run), time.Now()
 	}
 	if !m.call.Finished() {
-		wait := min(max(time.Since(m.began)/4, stepWait), stepWaitMax)
+		wait := min(max(time.Since(m.began)/10, stepWait), stepWaitMax)
 		return driver.Progress{Instance: m.inst, Wait: wait, Queued: !m.call.Sent()}, nil
 	}
 	if m.call.Err != nil {
