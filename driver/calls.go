@@ -46,7 +46,7 @@ func (c *Call) Finished() bool {
 // runs nothing and returns a call finished with ErrTimeout naming what
 // (the operation is abandoned, and may or may not have taken effect).
 func (cs *Calls) Go(ctx context.Context, timeout time.Duration, what string, fn func(ctx context.Context) (*Instance, error)) *Call {
-	return cs.GoAfter(ctx, nil, timeout, what, fn)
+	return cs.GoAfter(ctx, nil, timeout, what, fn, nil)
 }
 
 // GoAfter is Go for a call that first takes a slot of slots, a semaphore
@@ -54,8 +54,9 @@ func (cs *Calls) Go(ctx context.Context, timeout time.Duration, what string, fn 
 // waits for a free slot in its goroutine, its timeout starts once it has
 // one, and the slot is given back when fn returns. A call whose ctx ends,
 // or that Cancel reaches, while it waits ends with ErrRetryable: nothing
-// was sent.
-func (cs *Calls) GoAfter(ctx context.Context, slots chan struct{}, timeout time.Duration, what string, fn func(ctx context.Context) (*Instance, error)) *Call {
+// was sent, and unsent (if set) runs in fn's place, before the call is
+// Finished, to undo what was made ready for fn.
+func (cs *Calls) GoAfter(ctx context.Context, slots chan struct{}, timeout time.Duration, what string, fn func(ctx context.Context) (*Instance, error), unsent func()) *Call {
 	c := &Call{done: make(chan struct{})}
 	cs.mu.Lock()
 	if cs.closed {
@@ -96,6 +97,9 @@ func (cs *Calls) GoAfter(ctx context.Context, slots chan struct{}, timeout time.
 			cs.mu.Unlock()
 			if err := cctx.Err(); err != nil || closed {
 				c.Err = Errorf(ErrRetryable, "%s: not sent, it was still waiting for its turn when the call was cancelled", what)
+				if unsent != nil {
+					unsent()
+				}
 				return
 			}
 		}

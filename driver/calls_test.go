@@ -3,6 +3,7 @@ package driver_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -62,7 +63,7 @@ func TestCallsTakeTurns(t *testing.T) {
 		close(holds)
 		<-release
 		return &driver.Instance{ID: "first"}, nil
-	})
+	}, nil)
 	<-holds
 	var released time.Time
 	ran := make(chan time.Time, 1)
@@ -70,7 +71,7 @@ func TestCallsTakeTurns(t *testing.T) {
 		dl, _ := ctx.Deadline()
 		ran <- dl
 		return &driver.Instance{ID: "second"}, nil
-	})
+	}, func() { t.Error("unsent ran for a call that was made") })
 	// The second may only run once the first has given its slot back.
 	select {
 	case <-ran:
@@ -101,12 +102,13 @@ func TestCallsTakeTurns(t *testing.T) {
 		close(hold)
 		<-ctx.Done()
 		return nil, ctx.Err()
-	})
+	}, nil)
 	<-hold
+	var undone atomic.Bool
 	waiting := cs.GoAfter(context.Background(), slots, time.Hour, "waiting", func(context.Context) (*driver.Instance, error) {
 		t.Error("a call waiting for its turn ran after Cancel")
 		return nil, nil
-	})
+	}, func() { undone.Store(true) })
 	cs.Cancel()
 	cs.Wait()
 	if !holding.Finished() || !errors.Is(holding.Err, context.Canceled) {
@@ -114,5 +116,8 @@ func TestCallsTakeTurns(t *testing.T) {
 	}
 	if !waiting.Finished() || !errors.Is(waiting.Err, driver.ErrRetryable) || waiting.Sent() {
 		t.Errorf("the waiting call: finished %v, sent %v, err %v, want ErrRetryable (nothing sent)", waiting.Finished(), waiting.Sent(), waiting.Err)
+	}
+	if !undone.Load() {
+		t.Error("the waiting call ended unsent without running its unsent")
 	}
 }

@@ -80,7 +80,7 @@ func (m *machine) Advance(context.Context) (driver.Progress, error) {
 		for _, s := range m.steps {
 			total += m.d.opts.CallTimeout + s.extra
 		}
-		m.call, m.began = m.d.calls.GoAfter(m.ctx, m.e.slots, total, "engine "+m.e.cfg.Name+": "+m.what, m.run), time.Now()
+		m.call, m.began = m.d.calls.GoAfter(m.ctx, m.e.slots, total, "engine "+m.e.cfg.Name+": "+m.what, m.run, nil), time.Now()
 	}
 	if !m.call.Finished() {
 		wait := min(max(time.Since(m.began)/10, stepWait), stepWaitMax)

@@ -144,17 +144,21 @@ func (d *Driver) Create(ctx context.Context, node string, spec *driver.Spec) (dr
 	files := slices.Clone(spec.ConfigFiles)
 	userData := spec.UserData
 	timeout := 4*d.opts.CallTimeout + d.opts.StopGrace
-	return callOp{d.calls.Go(ctx, timeout, "ssh: create "+id, func(ctx context.Context) (*driver.Instance, error) {
+	// The name is free again when nothing was made of the instance.
+	unname := func() {
+		d.mu.Lock()
+		if d.names[rec.Name] == id {
+			delete(d.names, rec.Name)
+		}
+		d.mu.Unlock()
+	}
+	return d.newCallOp(ctx, h, timeout, "ssh: create "+id, func(ctx context.Context) (*driver.Instance, error) {
 		in, err := d.create(ctx, h, rec, recJSON, files, userData)
 		if err != nil && spec.Name != "" && !errors.Is(err, driver.ErrTimeout) {
-			d.mu.Lock()
-			if d.names[rec.Name] == id {
-				delete(d.names, rec.Name)
-			}
-			d.mu.Unlock()
+			unname()
 		}
 		return in, err
-	})}, nil
+	}, unname), nil
 }
 
 func (d *Driver) create(ctx context.Context, h *host, rec *record, recJSON []byte, files []driver.ConfigFile, userData string) (*driver.Instance, error) {

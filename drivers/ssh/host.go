@@ -34,6 +34,11 @@ type host struct {
 	cfg   Host
 	name  string
 	slots chan struct{} // one per channel open at once (max_channels)
+	// turns holds one token per create or delete in flight on the host,
+	// max_channels of them: an operation waits its turn once, then runs
+	// to its end, its commands rarely waiting for a channel, rather than
+	// every waiting operation's first command going before any's second.
+	turns chan struct{}
 
 	// Lock order (see Driver): createMu, installMu, dialMu, mu.
 	createMu  sync.Mutex // held by a create counting against max_instances

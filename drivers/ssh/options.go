@@ -25,7 +25,7 @@ type Options struct {
 	KnownHosts       string        `option:"known_hosts" help:"known_hosts file the hosts' keys are checked against (default ~/.ssh/known_hosts); a host with no host_key must be in it"`
 	TrustFirstUse    bool          `option:"trust_on_first_use" help:"accept the key of a host known_hosts does not know, and add it there (never a changed key)"`
 	Root             string        `option:"root" help:"directory on each host holding the supervisor and the instance directories"`
-	MaxChannels      int           `option:"max_channels" range:"1,64" help:"most ssh channels open at once on one host's connection"`
+	MaxChannels      int           `option:"max_channels" range:"1,64" help:"most ssh channels open at once on one host's connection, and most creates and deletes in flight on the host"`
 	ProbeInterval    time.Duration `option:"probe_interval" range:"10ms,1h" help:"how often each host's connection is checked (and a lost host dialled again)"`
 	DialTimeout      time.Duration `option:"dial_timeout" range:"10ms,10m" help:"bound of connecting to and logging in to a host"`
 	CallTimeout      time.Duration `option:"call_timeout" range:"100ms,1h" help:"bound of each command run on a host (the binary's copy excepted)"`

@@ -119,7 +119,7 @@ func Open(ctx context.Context, opts *Options, env driver.Env) (driver.Driver, er
 	}
 	d.binSum = sum
 	for _, hc := range opts.Hosts {
-		h := &host{d: d, cfg: hc, name: hc.name(), slots: make(chan struct{}, opts.MaxChannels)}
+		h := &host{d: d, cfg: hc, name: hc.name(), slots: make(chan struct{}, opts.MaxChannels), turns: make(chan struct{}, opts.MaxChannels)}
 		d.hosts[h.name] = h
 		d.order = append(d.order, h)
 	}
@@ -711,11 +711,26 @@ func (h *host) capacity(read driver.Resources) driver.Resources {
 }
 
 // callOp is an operation whose work runs in one background call.
-type callOp struct{ c *driver.Call }
+// callOp is a create or delete running in the background, in its host's
+// turn (host.turns); until it has its turn it is Queued.
+type callOp struct {
+	c     *driver.Call
+	began time.Time
+}
+
+// newCallOp runs fn in the background once h gives it a turn, with
+// timeout from then; unsent (if set) runs instead when the operation ends
+// while it waits.
+func (d *Driver) newCallOp(ctx context.Context, h *host, timeout time.Duration, what string, fn func(ctx context.Context) (*driver.Instance, error), unsent func()) callOp {
+	return callOp{c: d.calls.GoAfter(ctx, h.turns, timeout, what, fn, unsent), began: time.Now()}
+}
 
 func (o callOp) Advance(context.Context) (driver.Progress, error) {
 	if !o.c.Finished() {
-		return driver.Progress{Wait: 5 * time.Millisecond}, nil
+		// A tenth of the time so far: soon for a quick one, and little
+		// for hundreds waiting their turn.
+		wait := min(max(time.Since(o.began)/10, 5*time.Millisecond), 100*time.Millisecond)
+		return driver.Progress{Wait: wait, Queued: !o.c.Sent()}, nil
 	}
 	if o.c.Err != nil {
 		return driver.Progress{Instance: o.c.Inst}, o.c.Err
@@ -734,7 +749,7 @@ func (d *Driver) Delete(ctx context.Context, id string) (driver.Operation, error
 		return driver.Finished(nil, err), nil
 	}
 	timeout := d.opts.CallTimeout + d.opts.StopGrace + 10*time.Second
-	return callOp{d.calls.Go(ctx, timeout, "ssh: delete "+id, func(ctx context.Context) (*driver.Instance, error) {
+	return d.newCallOp(ctx, h, timeout, "ssh: delete "+id, func(ctx context.Context) (*driver.Instance, error) {
 		code, msg, err := h.supervise(ctx, nil, nil, "delete", d.instDir(id), d.opts.StopGrace.String())
 		switch {
 		case err != nil:
@@ -747,7 +762,7 @@ func (d *Driver) Delete(ctx context.Context, id string) (driver.Operation, error
 		}
 		d.forget(id)
 		return nil, nil
-	})}, nil
+	}, nil), nil
 }
 
 // forget drops id from the names this driver knows.

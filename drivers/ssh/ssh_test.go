@@ -679,3 +679,63 @@ func TestCapacityAndMaxInstances(t *testing.T) {
 		t.Errorf("more cpus than the host has: %v, want ErrInsufficientCapacity", err)
 	}
 }
+
+// TestCreatesTakeTurns: with one channel, creates asked for at once wait
+// their turn on the host, reported Queued, and all run; one whose context
+// ends while it waits makes nothing, and its name is free again.
+func TestCreatesTakeTurns(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 1)
+	d := f.open(t, map[string]any{"max_channels": 1})
+	defer d.Close(context.Background())
+	ctx := ctxT(t)
+	const n = 8
+	ops := make([]driver.Operation, n)
+	for i := range ops {
+		op, err := d.Create(ctx, "h0", shSpec(serviceScript))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ops[i] = op
+	}
+	// The one asked for last, by name, is given up while it waits.
+	gctx, giveUp := context.WithCancel(ctx)
+	named := shSpec(serviceScript)
+	named.Name = "turns"
+	last, err := d.Create(gctx, "h0", named)
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued := 0
+	for _, op := range ops {
+		if p, err := op.Advance(ctx); err == nil && p.Queued {
+			queued++
+		}
+	}
+	p, err := last.Advance(ctx)
+	if err != nil || !p.Queued {
+		t.Fatalf("the create asked for after %d others on one channel: %+v, %v; want Queued", n, p, err)
+	}
+	giveUp()
+	if _, err := driver.Drive(ctx, last); !errors.Is(err, driver.ErrRetryable) {
+		t.Errorf("a create given up while it waited: %v, want ErrRetryable (nothing made)", err)
+	}
+	if queued == 0 {
+		t.Errorf("none of %d creates on one channel was reported Queued at its first Advance", n)
+	}
+	for i, op := range ops {
+		in, err := driver.Drive(ctx, op)
+		if err != nil {
+			t.Fatalf("create %d: %v", i, err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+			defer cancel()
+			if op, err := d.Delete(ctx, in.ID); err == nil {
+				driver.Drive(ctx, op)
+			}
+		})
+	}
+	// Nothing was made under the name: it is free.
+	create(t, d, "h0", named)
+}
