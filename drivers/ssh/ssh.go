@@ -710,9 +710,8 @@ func (h *host) capacity(read driver.Resources) driver.Resources {
 	return read
 }
 
-// callOp is an operation whose work runs in one background call.
-// callOp is a create or delete running in the background, in its host's
-// turn (host.turns); until it has its turn it is Queued.
+// callOp is a create or delete whose work runs in one background call, in
+// its host's turn (host.turns); until it has its turn it is Queued.
 type callOp struct {
 	c     *driver.Call
 	began time.Time
