@@ -49,6 +49,13 @@ func newSim(t *testing.T, nodes int, tune func(*sim.Options)) (*sim.Sim, *provid
 // logger and state cache set as newSim's).
 func newSimWith(t *testing.T, nodes int, tune func(*sim.Options), pc provider.Config) (*sim.Sim, *provider.Provider) {
 	t.Helper()
+	s := newSimDriver(t, nodes, tune)
+	return s, providerOf(t, s, pc)
+}
+
+// newSimDriver is the sim of newSimWith, without its provider.
+func newSimDriver(t *testing.T, nodes int, tune func(*sim.Options)) *sim.Sim {
+	t.Helper()
 	opts := *sim.DefaultOptions()
 	opts.Nodes = nodes
 	opts.Shape = sim.Shape{Resources: driver.Resources{CPU: driver.CPUs(4), Memory: 8 * driver.GiB}}
@@ -59,13 +66,19 @@ func newSimWith(t *testing.T, nodes int, tune func(*sim.Options), pc provider.Co
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s
+}
+
+// providerOf is the provider "sim" of d with pc, closed when the test ends.
+func providerOf(t *testing.T, d driver.Driver, pc provider.Config) *provider.Provider {
+	t.Helper()
 	pc.Name, pc.Logger, pc.StateTTL = "sim", quiet, time.Millisecond
-	p, err := provider.New(s, pc)
+	p, err := provider.New(d, pc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = p.Close(context.Background()) })
-	return s, p
+	return p
 }
 
 // testCluster is the cluster id of every plane config makes: config
@@ -451,18 +464,8 @@ func (o *queuedOp) Advance(ctx context.Context) (driver.Progress, error) {
 // asked.
 func TestLaunchTimeoutWaitsForQueuedCreates(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		opts := *sim.DefaultOptions()
-		opts.Nodes = 2
-		opts.CreateLatency = 50 * time.Millisecond
-		s, err := sim.New(opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		prov, err := provider.New(queuedDriver{Sim: s, queue: 2 * time.Second}, provider.Config{Name: "sim", Logger: quiet, StateTTL: time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = prov.Close(context.Background()) })
+		s := newSimDriver(t, 2, func(o *sim.Options) { o.CreateLatency = 50 * time.Millisecond })
+		prov := providerOf(t, queuedDriver{Sim: s, queue: 2 * time.Second}, provider.Config{})
 		cfg := config(memory.New(memory.Options{}), prov)
 		cfg.LaunchTimeout, cfg.MaxAttempts = 200*time.Millisecond, 1
 		p, _ := start(t, cfg)

@@ -22,15 +22,24 @@ type Calls struct {
 
 // Call is one background call. Inst and Err are set once Finished.
 type Call struct {
-	done chan struct{}
-	sent atomic.Bool
-	Inst *Instance
-	Err  error
+	done  chan struct{}
+	sent  atomic.Bool
+	began time.Time
+	Inst  *Instance
+	Err   error
 }
 
 // Sent reports whether the call has been made: false while it waits for
 // its slot (GoAfter), and for one that ended without being made.
 func (c *Call) Sent() bool { return c.sent.Load() }
+
+// Wait is the Wait hint of an operation waiting on the call: a tenth of the
+// time the call has taken so far (waiting for its slot, then running), at
+// least least and at most 100 ms, so that a quick call is seen soon and
+// hundreds waiting their turn cost their caller little.
+func (c *Call) Wait(least time.Duration) time.Duration {
+	return min(max(time.Since(c.began)/10, least), 100*time.Millisecond)
+}
 
 // Finished reports whether the call has returned.
 func (c *Call) Finished() bool {
@@ -57,7 +66,7 @@ func (cs *Calls) Go(ctx context.Context, timeout time.Duration, what string, fn 
 // was sent, and unsent (if set) runs in fn's place, before the call is
 // Finished, to undo what was made ready for fn.
 func (cs *Calls) GoAfter(ctx context.Context, slots chan struct{}, timeout time.Duration, what string, fn func(ctx context.Context) (*Instance, error), unsent func()) *Call {
-	c := &Call{done: make(chan struct{})}
+	c := &Call{done: make(chan struct{}), began: time.Now()}
 	cs.mu.Lock()
 	if cs.closed {
 		cs.mu.Unlock()

@@ -8,14 +8,10 @@ import (
 	"github.com/berth-dev/berth/driver"
 )
 
-// stepWait and stepWaitMax bound the Wait hint an operation gives while
-// its steps wait for their slot or run: a tenth of the time they have
-// taken so far, so that the few milliseconds most take are seen soon and
-// hundreds of operations waiting their turn cost their caller little.
-const (
-	stepWait    = 2 * time.Millisecond
-	stepWaitMax = 100 * time.Millisecond
-)
+// stepWait is the least Wait hint an operation gives while its steps wait
+// for their slot or run (driver.Call.Wait): most Engine API calls take a
+// few milliseconds.
+const stepWait = 2 * time.Millisecond
 
 // step is one Engine API call of an operation; it may return the instance
 // as far as it is known.
@@ -51,10 +47,9 @@ type machine struct {
 	steps   []step
 	cleanup cleanup
 
-	mu    sync.Mutex
-	call  *driver.Call     // the steps, in the background; nil until the first Advance
-	began time.Time        // when call was started
-	inst  *driver.Instance // as far as the steps have made it known
+	mu   sync.Mutex
+	call *driver.Call     // the steps, in the background; nil until the first Advance
+	inst *driver.Instance // as far as the steps have made it known
 }
 
 // cleanup undoes what the steps of a failed operation made: it gets the
@@ -80,11 +75,10 @@ func (m *machine) Advance(context.Context) (driver.Progress, error) {
 		for _, s := range m.steps {
 			total += m.d.opts.CallTimeout + s.extra
 		}
-		m.call, m.began = m.d.calls.GoAfter(m.ctx, m.e.slots, total, "engine "+m.e.cfg.Name+": "+m.what, m.run, nil), time.Now()
+		m.call = m.d.calls.GoAfter(m.ctx, m.e.slots, total, "engine "+m.e.cfg.Name+": "+m.what, m.run, nil)
 	}
 	if !m.call.Finished() {
-		wait := min(max(time.Since(m.began)/10, stepWait), stepWaitMax)
-		return driver.Progress{Instance: m.inst, Wait: wait, Queued: !m.call.Sent()}, nil
+		return driver.Progress{Instance: m.inst, Wait: m.call.Wait(stepWait), Queued: !m.call.Sent()}, nil
 	}
 	if m.call.Err != nil {
 		return driver.Progress{Instance: m.inst}, m.call.Err

@@ -712,24 +712,18 @@ func (h *host) capacity(read driver.Resources) driver.Resources {
 
 // callOp is a create or delete whose work runs in one background call, in
 // its host's turn (host.turns); until it has its turn it is Queued.
-type callOp struct {
-	c     *driver.Call
-	began time.Time
-}
+type callOp struct{ c *driver.Call }
 
 // newCallOp runs fn in the background once h gives it a turn, with
 // timeout from then; unsent (if set) runs instead when the operation ends
 // while it waits.
 func (d *Driver) newCallOp(ctx context.Context, h *host, timeout time.Duration, what string, fn func(ctx context.Context) (*driver.Instance, error), unsent func()) callOp {
-	return callOp{c: d.calls.GoAfter(ctx, h.turns, timeout, what, fn, unsent), began: time.Now()}
+	return callOp{d.calls.GoAfter(ctx, h.turns, timeout, what, fn, unsent)}
 }
 
 func (o callOp) Advance(context.Context) (driver.Progress, error) {
 	if !o.c.Finished() {
-		// A tenth of the time so far: soon for a quick one, and little
-		// for hundreds waiting their turn.
-		wait := min(max(time.Since(o.began)/10, 5*time.Millisecond), 100*time.Millisecond)
-		return driver.Progress{Wait: wait, Queued: !o.c.Sent()}, nil
+		return driver.Progress{Wait: o.c.Wait(5 * time.Millisecond), Queued: !o.c.Sent()}, nil
 	}
 	if o.c.Err != nil {
 		return driver.Progress{Instance: o.c.Inst}, o.c.Err
