@@ -102,6 +102,9 @@ func etcdCluster(b *testing.B, ttl time.Duration, apart bool) store.Store {
 		configs[i] = etcd.MemberConfig{
 			Name: names[i], Dir: filepath.Join(b.TempDir(), names[i]), PeerURL: peers[i],
 			ClientURL: fmt.Sprintf("http://127.0.0.1:%d", freeport.Port(b)), InitialCluster: strings.Join(initial, ","),
+			// The servers' Raft timings, which let etcd grant their
+			// default lease.
+			Heartbeat: etcd.DefaultHeartbeat, ElectionTimeout: etcd.DefaultElectionTimeout,
 		}
 	}
 	members := make([]*etcd.Member, 3)
@@ -461,6 +464,12 @@ func w3Load(cl *client.Client) (*w3Result, error) {
 // does, and two in processes of their own (etcdCluster), so that
 // peak_rss_bytes is that of the leading server, its plane and its
 // member, and member_peak_rss_bytes the larger of the two other members'.
+// The members run with the servers' Raft timings and default lease.
+//
+// Where the CPU went during the run, in seconds: server_cpu_s is this
+// process's, members_cpu_s the other members' processes', machine_cpu_s
+// every CPU's (the load process and everything else on the machine
+// included).
 func BenchmarkW3EndToEnd(b *testing.B) {
 	b.Run("bolt", func(b *testing.B) {
 		w3EndToEnd(b, func() store.Store {
@@ -497,6 +506,7 @@ func w3EndToEnd(b *testing.B, open func() store.Store) {
 			total += it.Request.N()
 		}
 		start := time.Now()
+		busy0, cpu0, members0 := machineBusy(), processCPU("self"), membersCPU()
 		load := startLoad(b, e.http.URL, loadW3, 0, e.token, "")
 		// The sim back-end's nodes count the instances that exist there;
 		// summing them is cheap where listing a million records is not.
@@ -546,6 +556,7 @@ func w3EndToEnd(b *testing.B, open func() store.Store) {
 			time.Sleep(100 * time.Millisecond)
 		}
 		elapsed := time.Since(start)
+		busy, cpu, memCPU := machineBusy()-busy0, processCPU("self")-cpu0, membersCPU()-members0
 		var lr w3Result
 		load.wait(b, &lr)
 		if lr.Instances != total {
@@ -555,6 +566,11 @@ func w3EndToEnd(b *testing.B, open func() store.Store) {
 		b.ReportMetric(elapsed.Seconds(), "running_s")
 		b.ReportMetric(float64(total), "instances")
 		b.ReportMetric(float64(peakRSS("self")), "peak_rss_bytes")
+		// Where the machine's CPU went: this process (the server's
+		// plane, its API and its member), the other members, the rest
+		// (the load process among it).
+		b.ReportMetric(busy, "machine_cpu_s")
+		b.ReportMetric(cpu, "server_cpu_s")
 		var members int64
 		for _, pid := range memberPIDs {
 			members = max(members, peakRSS(strconv.Itoa(pid)))
@@ -562,6 +578,7 @@ func w3EndToEnd(b *testing.B, open func() store.Store) {
 		if members > 0 {
 			// The two other servers' members, in processes of their own.
 			b.ReportMetric(float64(members), "member_peak_rss_bytes")
+			b.ReportMetric(memCPU, "members_cpu_s")
 		}
 	}
 }
@@ -579,6 +596,62 @@ func serverRuntime(b *testing.B) {
 		debug.SetGCPercent(gc)
 		debug.SetMemoryLimit(limit)
 	})
+}
+
+// clockTicks is the unit of /proc's CPU times (USER_HZ, 100 on Linux).
+const clockTicks = 100
+
+// processCPU returns the CPU time, user and system, that process pid
+// ("self": this one) has used, in seconds, or 0.
+func processCPU(pid string) float64 {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return 0
+	}
+	// The fields after the command, which is in parentheses and may hold
+	// spaces: utime and stime are the 12th and 13th of them.
+	_, rest, _ := strings.Cut(string(b), ") ")
+	fs := strings.Fields(rest)
+	if len(fs) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseUint(fs[11], 10, 64)
+	st, _ := strconv.ParseUint(fs[12], 10, 64)
+	return float64(u+st) / clockTicks
+}
+
+// membersCPU returns the CPU time the processes of memberPIDs have used,
+// in seconds.
+func membersCPU() float64 {
+	var sum float64
+	for _, pid := range memberPIDs {
+		sum += processCPU(strconv.Itoa(pid))
+	}
+	return sum
+}
+
+// machineBusy returns the CPU time all CPUs have spent running code
+// since boot (user, nice, system, irq and softirq: not idle, I/O wait,
+// steal, nor guest, which user counts already), in seconds, or 0.
+func machineBusy() float64 {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	fs := strings.Fields(line)
+	if len(fs) < 6 || fs[0] != "cpu" {
+		return 0
+	}
+	var busy uint64
+	for i, f := range fs[1:] {
+		if i == 3 || i == 4 || i >= 7 {
+			continue
+		}
+		v, _ := strconv.ParseUint(f, 10, 64)
+		busy += v
+	}
+	return float64(busy) / clockTicks
 }
 
 // peakRSS returns the peak resident set size (VmHWM) of process pid
