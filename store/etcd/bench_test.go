@@ -4,14 +4,12 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/berth-dev/berth/internal/freeport"
 	"github.com/berth-dev/berth/store"
 	"github.com/berth-dev/berth/store/etcd"
 	"github.com/berth-dev/berth/store/etcd/etcdtest"
@@ -21,7 +19,7 @@ var w3Records = flag.Int("w3-records", 1_000_000, "records BenchmarkW3Writes wri
 
 // BenchmarkW3Writes writes what the control plane writes for workload w3
 // (api's BenchmarkW3EndToEnd), with no plane: -w3-records records of the
-// size of an instance's (a 21-byte key, a 75-byte value), each written
+// size of an instance's (a 24-byte key, a 75-byte value), each written
 // twice, as an admission stores it and as its launch's outcome updates
 // it. The admissions are transactions of 1,000 new records, four at a
 // time, each compared as new; the updates are transactions of 500, four
@@ -92,35 +90,12 @@ func BenchmarkW3Writes(b *testing.B) {
 // and the servers' Raft timings, and returns a Store on a client of the
 // first.
 func threeMembers(b *testing.B) store.Store {
-	names := []string{"a", "b", "c"}
-	var peers, clients, initial []string
-	for _, n := range names {
-		peers = append(peers, fmt.Sprintf("http://127.0.0.1:%d", freeport.Port(b)))
-		clients = append(clients, fmt.Sprintf("http://127.0.0.1:%d", freeport.Port(b)))
-		initial = append(initial, n+"="+peers[len(peers)-1])
-	}
-	dir := b.TempDir()
-	members := make([]*etcd.Member, len(names))
-	errs := make([]error, len(names))
-	var wg sync.WaitGroup
-	for i, n := range names {
-		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			members[i], errs[i] = etcd.StartMember(ctx, etcd.MemberConfig{
-				Name: n, Dir: filepath.Join(dir, n), PeerURL: peers[i], ClientURL: clients[i],
-				InitialCluster: strings.Join(initial, ","),
-				Heartbeat:      etcd.DefaultHeartbeat, ElectionTimeout: etcd.DefaultElectionTimeout,
-			})
-		})
-	}
-	wg.Wait()
+	members, _ := startMembers(b, []string{"a", "b", "c"}, func(c *etcd.MemberConfig) {
+		c.Heartbeat, c.ElectionTimeout = etcd.DefaultHeartbeat, etcd.DefaultElectionTimeout
+	})
 	// Run last, once the members are closed.
 	b.Cleanup(func() { etcdtest.AwaitClosed(b) })
-	for i, m := range members {
-		if errs[i] != nil {
-			b.Fatal(errs[i])
-		}
+	for _, m := range members {
 		b.Cleanup(m.Close)
 	}
 	st := etcd.New(etcdtest.Client(b, members[0]), etcd.Options{})

@@ -19,32 +19,9 @@ import (
 // goes to the one that is up.
 func TestHandOff(t *testing.T) {
 	names := []string{"a", "b", "c"}
-	var peers, clients, initial []string
-	for _, n := range names {
-		peers = append(peers, fmt.Sprintf("http://127.0.0.1:%d", freeport.Port(t)))
-		clients = append(clients, fmt.Sprintf("http://127.0.0.1:%d", freeport.Port(t)))
-		initial = append(initial, n+"="+peers[len(peers)-1])
-	}
-	dir := t.TempDir()
-	members := make([]*etcd.Member, len(names))
-	errs := make([]error, len(names))
-	var wg sync.WaitGroup
-	for i, n := range names {
-		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			members[i], errs[i] = etcd.StartMember(ctx, etcd.MemberConfig{
-				Name: n, Dir: filepath.Join(dir, n), PeerURL: peers[i], ClientURL: clients[i],
-				InitialCluster: strings.Join(initial, ","), SkipFsync: true,
-			})
-		})
-	}
-	wg.Wait()
+	members, clients := startMembers(t, names, func(c *etcd.MemberConfig) { c.SkipFsync = true })
 	closed := make([]bool, len(members))
 	for i, m := range members {
-		if errs[i] != nil {
-			t.Fatal(errs[i])
-		}
 		t.Cleanup(func() {
 			if !closed[i] {
 				m.Close()
@@ -137,4 +114,45 @@ func TestMinLeaseTTL(t *testing.T) {
 			}
 		})
 	}
+}
+
+// startMembers starts a new cluster of one member per name in this
+// process, with set applied to each member's configuration, and returns
+// the members and their client URLs. The caller closes the members.
+func startMembers(tb testing.TB, names []string, set func(*etcd.MemberConfig)) ([]*etcd.Member, []string) {
+	tb.Helper()
+	var peers, clients, initial []string
+	for _, n := range names {
+		peers = append(peers, fmt.Sprintf("http://127.0.0.1:%d", freeport.Port(tb)))
+		clients = append(clients, fmt.Sprintf("http://127.0.0.1:%d", freeport.Port(tb)))
+		initial = append(initial, n+"="+peers[len(peers)-1])
+	}
+	dir := tb.TempDir()
+	members := make([]*etcd.Member, len(names))
+	errs := make([]error, len(names))
+	var wg sync.WaitGroup
+	for i, n := range names {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			c := etcd.MemberConfig{
+				Name: n, Dir: filepath.Join(dir, n), PeerURL: peers[i], ClientURL: clients[i],
+				InitialCluster: strings.Join(initial, ","),
+			}
+			set(&c)
+			members[i], errs[i] = etcd.StartMember(ctx, c)
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			for _, m := range members {
+				if m != nil {
+					m.Close()
+				}
+			}
+			tb.Fatalf("member %s: %v", names[i], err)
+		}
+	}
+	return members, clients
 }
