@@ -27,6 +27,7 @@ import (
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/internal/freeport"
 	"github.com/berth-dev/berth/internal/pkitest"
+	"github.com/berth-dev/berth/internal/procfs"
 	"github.com/berth-dev/berth/leader"
 	"github.com/berth-dev/berth/scheduler"
 	"github.com/berth-dev/berth/simulate"
@@ -506,7 +507,7 @@ func w3EndToEnd(b *testing.B, open func() store.Store) {
 			total += it.Request.N()
 		}
 		start := time.Now()
-		busy0, cpu0, members0 := machineBusy(), processCPU("self"), membersCPU()
+		busy0, cpu0, members0 := machineBusy(), processCPU(os.Getpid()), membersCPU()
 		load := startLoad(b, e.http.URL, loadW3, 0, e.token, "")
 		// The sim back-end's nodes count the instances that exist there;
 		// summing them is cheap where listing a million records is not.
@@ -556,7 +557,7 @@ func w3EndToEnd(b *testing.B, open func() store.Store) {
 			time.Sleep(100 * time.Millisecond)
 		}
 		elapsed := time.Since(start)
-		busy, cpu, memCPU := machineBusy()-busy0, processCPU("self")-cpu0, membersCPU()-members0
+		busy, cpu, memCPU := machineBusy()-busy0, processCPU(os.Getpid())-cpu0, membersCPU()-members0
 		var lr w3Result
 		load.wait(b, &lr)
 		if lr.Instances != total {
@@ -598,26 +599,14 @@ func serverRuntime(b *testing.B) {
 	})
 }
 
-// clockTicks is the unit of /proc's CPU times (USER_HZ, 100 on Linux).
-const clockTicks = 100
-
-// processCPU returns the CPU time, user and system, that process pid
-// ("self": this one) has used, in seconds, or 0.
-func processCPU(pid string) float64 {
-	b, err := os.ReadFile("/proc/" + pid + "/stat")
+// processCPU returns the CPU time, user and system, that process pid has
+// used, in seconds, or 0.
+func processCPU(pid int) float64 {
+	st, err := procfs.ReadStat(pid)
 	if err != nil {
 		return 0
 	}
-	// The fields after the command, which is in parentheses and may hold
-	// spaces: utime and stime are the 12th and 13th of them.
-	_, rest, _ := strings.Cut(string(b), ") ")
-	fs := strings.Fields(rest)
-	if len(fs) < 13 {
-		return 0
-	}
-	u, _ := strconv.ParseUint(fs[11], 10, 64)
-	st, _ := strconv.ParseUint(fs[12], 10, 64)
-	return float64(u+st) / clockTicks
+	return float64(st.Ticks) / procfs.UserHZ
 }
 
 // membersCPU returns the CPU time the processes of memberPIDs have used,
@@ -625,33 +614,19 @@ func processCPU(pid string) float64 {
 func membersCPU() float64 {
 	var sum float64
 	for _, pid := range memberPIDs {
-		sum += processCPU(strconv.Itoa(pid))
+		sum += processCPU(pid)
 	}
 	return sum
 }
 
-// machineBusy returns the CPU time all CPUs have spent running code
-// since boot (user, nice, system, irq and softirq: not idle, I/O wait,
-// steal, nor guest, which user counts already), in seconds, or 0.
+// machineBusy returns the CPU time all CPUs have spent busy since boot
+// (procfs.HostTicks), in seconds, or 0.
 func machineBusy() float64 {
-	b, err := os.ReadFile("/proc/stat")
+	busy, _, err := procfs.HostTicks()
 	if err != nil {
 		return 0
 	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	fs := strings.Fields(line)
-	if len(fs) < 6 || fs[0] != "cpu" {
-		return 0
-	}
-	var busy uint64
-	for i, f := range fs[1:] {
-		if i == 3 || i == 4 || i >= 7 {
-			continue
-		}
-		v, _ := strconv.ParseUint(f, 10, 64)
-		busy += v
-	}
-	return float64(busy) / clockTicks
+	return float64(busy) / procfs.UserHZ
 }
 
 // peakRSS returns the peak resident set size (VmHWM) of process pid

@@ -16,6 +16,7 @@ import (
 	"github.com/berth-dev/berth/control"
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/drivers/local"
+	"github.com/berth-dev/berth/internal/procfs"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/reconciler"
 	"github.com/berth-dev/berth/scheduler"
@@ -150,11 +151,4 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 }
 
 // processAlive reports whether pid runs (a zombie has ended).
-func processAlive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	f := strings.Fields(string(b))
-	return len(f) > 2 && f[2] != "Z"
-}
+func processAlive(pid int) bool { return procfs.Running(pid) }

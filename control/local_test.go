@@ -11,6 +11,7 @@ import (
 
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/drivers/local"
+	"github.com/berth-dev/berth/internal/procfs"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/reconciler"
 	"github.com/berth-dev/berth/scheduler"
@@ -39,18 +40,7 @@ func newLocal(t *testing.T, dir string) *provider.Provider {
 	return p
 }
 
-func alive(pid int) bool {
-	if pid <= 0 {
-		return false
-	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	// A zombie has ended.
-	f := strings.Fields(string(b))
-	return len(f) > 2 && f[2] != "Z"
-}
+func alive(pid int) bool { return procfs.Running(pid) }
 
 // TestLocalProcessesRunLogAndEnd runs real processes: one that prints and
 // keeps running (its pid recorded in a file), which is stopped, started and
@@ -138,21 +128,11 @@ func TestLocalProcessesRunLogAndEnd(t *testing.T) {
 // has used, and its state letter.
 func cpuTicks(t *testing.T, pid int) (uint64, byte) {
 	t.Helper()
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	st, err := procfs.ReadStat(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The command name, in parentheses, may hold spaces: the fields that
-	// follow it start with the state (field 3); utime and stime are fields
-	// 14 and 15.
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	utime, err1 := strconv.ParseUint(f[11], 10, 64)
-	stime, err2 := strconv.ParseUint(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		t.Fatalf("/proc/%d/stat: %q", pid, s)
-	}
-	return utime + stime, f[0][0]
+	return st.Ticks, st.State
 }
 
 // TestLocalSuspendStopsTheCPU suspends a real busy loop: it uses no cpu

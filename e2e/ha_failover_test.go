@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -18,6 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/internal/procfs"
 	"github.com/berth-dev/berth/scheduler"
 	"github.com/berth-dev/berth/store/etcd"
 )
@@ -114,13 +114,8 @@ func sleep(ctx context.Context, d time.Duration) {
 
 // stopped reports whether the process pid is stopped by a signal.
 func stopped(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// pid (comm) state ...: comm may hold spaces and parentheses.
-	i := bytes.LastIndexByte(b, ')')
-	return i > 0 && i+2 < len(b) && b[i+2] == 'T'
+	st, err := procfs.ReadStat(pid)
+	return err == nil && st.State == 'T'
 }
 
 // etcdLeader names the server whose member leads etcd, asking server i's

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/internal/procfs"
 )
 
 // Checksum returns the SHA-256 of the file at path, in hex.
@@ -351,7 +352,7 @@ func (h *Driver) reattach(ctx context.Context, gen uint64) (*conn, bool) {
 			if syscall.Kill(rec.Pid, 0) != nil {
 				return
 			}
-			if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", rec.Pid)); err != nil || zombie(st) {
+			if !procfs.Running(rec.Pid) {
 				return
 			}
 			select {
@@ -371,12 +372,6 @@ func (h *Driver) reattach(ctx context.Context, gen uint64) (*conn, bool) {
 	}
 	h.log.Info("reattached to the plugin", "pid", rec.Pid)
 	return c, true
-}
-
-func zombie(stat []byte) bool {
-	s := string(stat)
-	i := strings.LastIndexByte(s, ')')
-	return i >= 0 && i+2 < len(s) && (s[i+2] == 'Z' || s[i+2] == 'X')
 }
 
 // maxAnswer bounds one answer of the plugin: a listing of a few hundred

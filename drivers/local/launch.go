@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/internal/procfs"
 )
 
 // The variables Berth sets for every process, and the base environment the
@@ -338,7 +339,7 @@ func (d *Driver) launch(rec *record) error {
 	if err != nil {
 		return driver.Errorf(driver.ErrPermanent, "start %s: %v", exe, err)
 	}
-	st, err := readStat(pid)
+	st, err := procfs.ReadStat(pid)
 	if err == nil && limits && d.cg.version == 1 {
 		err = d.cg.apply(rec.ID, pid, sp.Resources)
 	}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/internal/procfs"
 )
 
 func init() {
@@ -321,7 +322,7 @@ func (d *Driver) refresh(id string) (*record, liveInfo, error) {
 	if (rec.Phase != phaseStarted && rec.Phase != phaseDeleting) || rec.Run.PID == 0 || !rec.Run.Finished.IsZero() {
 		return rec, liveInfo{}, nil
 	}
-	st, err := readStat(rec.Run.PID)
+	st, err := procfs.ReadStat(rec.Run.PID)
 	mine := err == nil && st.StartTicks == rec.Run.StartTicks && rec.Run.BootID == d.boot
 	if mine && st.State != 'Z' && st.State != 'X' {
 		return rec, liveInfo{alive: true, state: st.State}, nil
@@ -378,7 +379,7 @@ func (d *Driver) refresh(id string) (*record, liveInfo, error) {
 // by its BERTH_INSTANCE_ID and recorded; otherwise the create failed.
 func (d *Driver) adopt(rec *record) error {
 	pid := findByEnv(envInstanceID + "=" + rec.ID)
-	st, err := readStat(pid)
+	st, err := procfs.ReadStat(pid)
 	if pid != 0 && err == nil {
 		rec.Phase = phaseStarted
 		rec.Run = run{PID: pid, StartTicks: st.StartTicks, BootID: d.boot, Started: time.Now()}

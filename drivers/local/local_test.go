@@ -23,6 +23,7 @@ import (
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/driver/drivertest"
 	"github.com/berth-dev/berth/driver/drivertest/probe"
+	"github.com/berth-dev/berth/internal/procfs"
 )
 
 // testTimeout bounds every wait in these tests; it is a liveness bound, not
@@ -131,7 +132,7 @@ func pidOf(t *testing.T, d *Driver, id string) int {
 
 // alive reports whether pid exists and is not a zombie.
 func alive(pid int) bool {
-	st, err := readStat(pid)
+	st, err := procfs.ReadStat(pid)
 	return err == nil && st.State != 'Z'
 }
 
@@ -275,7 +276,7 @@ func TestPIDReuseDefence(t *testing.T) {
 		stranger.Wait()
 	})
 	waitMembers(t, pid, 2)
-	st, err := readStat(pid)
+	st, err := procfs.ReadStat(pid)
 	if err != nil {
 		t.Fatal(err)
 	}

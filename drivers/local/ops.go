@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/internal/procfs"
 )
 
 // Create records the instance (its intent) in data_dir before anything
@@ -347,7 +348,7 @@ func (d *Driver) pause(ctx context.Context, id string, stop bool) error {
 		return err
 	}
 	for {
-		st, err := readStat(rec.Run.PID)
+		st, err := procfs.ReadStat(rec.Run.PID)
 		if err != nil || (st.State == 'T') == stop {
 			return nil // changed, or ended
 		}

@@ -5,66 +5,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/berth-dev/berth/internal/procfs"
 )
-
-// userHZ is the unit of the tick counts in /proc (USER_HZ), which Linux
-// fixes at 100 for user space on every architecture Berth runs on.
-const userHZ = 100
-
-// procStat is what Berth reads from /proc/<pid>/stat.
-type procStat struct {
-	PID        int
-	State      byte // R, S, D, T, t, Z, X, I ...
-	PGRP       int
-	Ticks      uint64 // utime + stime
-	StartTicks uint64 // start time after boot, in clock ticks
-	RSSPages   int64
-}
-
-// readStat reads /proc/<pid>/stat. A process that does not exist gives an
-// error wrapping os.ErrNotExist.
-func readStat(pid int) (procStat, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return procStat{}, err
-	}
-	return parseStat(pid, b)
-}
-
-// parseStat parses the text of /proc/<pid>/stat. The command name sits in
-// parentheses and may itself hold spaces and parentheses, so the fields are
-// counted from the last ')'.
-func parseStat(pid int, b []byte) (procStat, error) {
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return procStat{}, fmt.Errorf("/proc/%d/stat: malformed", pid)
-	}
-	f := strings.Fields(string(b[i+1:]))
-	// f[0] is field 3 (state); field n is f[n-3].
-	if len(f) < 22 {
-		return procStat{}, fmt.Errorf("/proc/%d/stat: %d fields, want at least 24", pid, len(f)+2)
-	}
-	num := func(n int) uint64 {
-		v, _ := strconv.ParseUint(f[n-3], 10, 64)
-		return v
-	}
-	pgrp, _ := strconv.Atoi(f[5-3])
-	rss, _ := strconv.ParseInt(f[24-3], 10, 64)
-	return procStat{
-		PID:        pid,
-		State:      f[0][0],
-		PGRP:       pgrp,
-		Ticks:      num(14) + num(15),
-		StartTicks: num(22),
-		RSSPages:   rss,
-	}, nil
-}
 
 // stateName describes a /proc state letter, for Instance.RawState.
 func stateName(s byte) string {
@@ -90,18 +38,18 @@ func stateName(s byte) string {
 }
 
 // groupMembers returns every live process whose process group is pgid.
-func groupMembers(pgid int) ([]procStat, error) {
+func groupMembers(pgid int) ([]procfs.Stat, error) {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil, err
 	}
-	var out []procStat
+	var out []procfs.Stat
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		st, err := readStat(pid)
+		st, err := procfs.ReadStat(pid)
 		if err != nil || st.PGRP != pgid || st.State == 'Z' || st.State == 'X' {
 			continue
 		}
@@ -157,7 +105,7 @@ func findByEnv(kv string) int {
 		if err != nil || !hasEnv(pid, kv) {
 			continue
 		}
-		if st, err := readStat(pid); err == nil && st.PGRP == pid {
+		if st, err := procfs.ReadStat(pid); err == nil && st.PGRP == pid {
 			return pid
 		}
 	}
@@ -203,32 +151,6 @@ func meminfo() (total, avail int64, err error) {
 		return 0, 0, errors.New("/proc/meminfo: no MemTotal")
 	}
 	return total, avail, sc.Err()
-}
-
-// hostTicks returns the busy and total clock ticks of all CPUs from
-// /proc/stat.
-func hostTicks() (busy, total uint64, err error) {
-	f, err := os.Open("/proc/stat")
-	if err != nil {
-		return 0, 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	if !sc.Scan() {
-		return 0, 0, errors.New("/proc/stat: empty")
-	}
-	fs := strings.Fields(sc.Text())
-	if len(fs) < 5 || fs[0] != "cpu" {
-		return 0, 0, errors.New("/proc/stat: no cpu line")
-	}
-	for i, s := range fs[1:] {
-		v, _ := strconv.ParseUint(s, 10, 64)
-		total += v
-		if i != 3 && i != 4 { // idle and iowait
-			busy += v
-		}
-	}
-	return busy, total, nil
 }
 
 // sleep waits for d or until ctx ends, returning ctx's error then.

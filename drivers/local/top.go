@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/internal/procfs"
 )
 
 // Top lists the instance's processes from /proc: the members of its
@@ -71,7 +72,7 @@ func topRow(pid int) ([]string, bool) {
 	if err != nil {
 		return nil, false
 	}
-	st, err := parseStat(pid, b)
+	st, err := procfs.ParseStat(pid, b)
 	if err != nil || st.State == 'Z' || st.State == 'X' {
 		return nil, false
 	}
@@ -97,7 +98,7 @@ func topRow(pid int) ([]string, bool) {
 			cmd = "[" + strings.TrimSpace(string(c)) + "]"
 		}
 	}
-	cpu := time.Duration(st.Ticks) * time.Second / userHZ
+	cpu := time.Duration(st.Ticks) * time.Second / procfs.UserHZ
 	h, m, s := int(cpu.Hours()), int(cpu.Minutes())%60, int(cpu.Seconds())%60
 	return []string{uid, strconv.Itoa(pid), ppid, string(st.State), fmt.Sprintf("%02d:%02d:%02d", h, m, s), cmd}, true
 }

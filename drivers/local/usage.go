@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/internal/procfs"
 )
 
 // Usage measures the instance's process group: the cpus used since the
@@ -98,7 +99,7 @@ func (m *meter) read(ctx context.Context, key int, sample func() (uint64, error)
 			return 0, err
 		}
 	}
-	cpus := float64(t-m.ticks) / userHZ / now.Sub(m.at).Seconds()
+	cpus := float64(t-m.ticks) / procfs.UserHZ / now.Sub(m.at).Seconds()
 	m.key, m.at, m.ticks, m.valid = key, now, t, true
 	m.last = driver.CPUs(cpus)
 	return m.last, nil
@@ -108,7 +109,7 @@ func (m *meter) read(ctx context.Context, key int, sample func() (uint64, error)
 // memory not available (MemTotal - MemAvailable).
 func (d *Driver) hostInUse(ctx context.Context) (*driver.Resources, error) {
 	cpu, err := d.hostCPU.read(ctx, 0, func() (uint64, error) {
-		busy, _, err := hostTicks()
+		busy, _, err := procfs.HostTicks()
 		return busy, err
 	})
 	if err != nil {

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/berth-dev/berth/internal/procfs"
 )
 
 // execing is an exec run through the supervisor's exec verb, as the
@@ -221,10 +223,8 @@ func waitGone(t *testing.T, pids []int, what string) {
 	for {
 		alive := 0
 		for _, pid := range pids {
-			if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat"); err == nil {
-				if f, ok := statFields(b); ok && f[0] != "Z" {
-					alive++
-				}
+			if procfs.Running(pid) {
+				alive++
 			}
 		}
 		if alive == 0 {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/berth-dev/berth/driver"
 	"github.com/berth-dev/berth/driver/drivertest"
+	"github.com/berth-dev/berth/internal/procfs"
 )
 
 // TestExec runs commands over SSH in an instance of a user of its own,
@@ -77,11 +77,4 @@ func TestExec(t *testing.T) {
 }
 
 // running reports whether pid runs (and is not a zombie).
-func running(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	i := strings.LastIndexByte(string(b), ')')
-	return i > 0 && i+2 < len(b) && b[i+2] != 'Z'
-}
+func running(pid int) bool { return procfs.Running(pid) }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/driver"
+	"github.com/berth-dev/berth/internal/procfs"
 )
 
 // SuperviseCommand is the hidden subcommand of Berth's binary that runs on
@@ -731,46 +732,21 @@ func readStatus(dir string) (*status, error) {
 }
 
 // procState returns the state letter of rs's process when it is still
-// that process (same boot, same start time) and not a zombie.
+// that process (same boot, same start time) and has not ended.
 func procState(rs runState) (byte, bool) {
 	if rs.PID <= 0 || rs.BootID != bootID() {
 		return 0, false
 	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(rs.PID) + "/stat")
-	if err != nil {
+	st, err := procfs.ReadStat(rs.PID)
+	if err != nil || st.Ended() || rs.StartTicks != 0 && st.StartTicks != rs.StartTicks {
 		return 0, false
 	}
-	f, ok := statFields(b)
-	if !ok || f[0][0] == 'Z' || f[0][0] == 'X' {
-		return 0, false
-	}
-	if t, _ := strconv.ParseUint(f[19], 10, 64); rs.StartTicks != 0 && t != rs.StartTicks {
-		return 0, false
-	}
-	return f[0][0], true
-}
-
-// statFields returns the fields of /proc/<pid>/stat after the command
-// name: f[0] is the state, f[19] the start time.
-func statFields(b []byte) ([]string, bool) {
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return nil, false
-	}
-	f := strings.Fields(string(b[i+1:]))
-	return f, len(f) >= 20
+	return st.State, true
 }
 
 func startTicks(pid int) (uint64, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, err
-	}
-	f, ok := statFields(b)
-	if !ok {
-		return 0, fmt.Errorf("/proc/%d/stat: malformed", pid)
-	}
-	return strconv.ParseUint(f[19], 10, 64)
+	st, err := procfs.ReadStat(pid)
+	return st.StartTicks, err
 }
 
 func bootID() string {
@@ -890,18 +866,15 @@ func groupTicks(pgid int) (ticks, rss int64) {
 		if e.Name()[0] < '0' || e.Name()[0] > '9' {
 			continue
 		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		f, ok := statFields(b)
-		if !ok || len(f) < 22 || f[2] != strconv.Itoa(pgid) {
+		st, err := procfs.ReadStat(pid)
+		if err != nil || st.PGRP != pgid {
 			continue
 		}
-		ut, _ := strconv.ParseInt(f[11], 10, 64)
-		st, _ := strconv.ParseInt(f[12], 10, 64)
-		pages, _ := strconv.ParseInt(f[21], 10, 64)
-		ticks, rss = ticks+ut+st, rss+pages
+		ticks, rss = ticks+int64(st.Ticks), rss+st.RSSPages
 	}
 	return ticks, rss
 }
@@ -979,11 +952,7 @@ func supervisorAlive(rs runState) bool {
 	if rs.Supervisor <= 0 || rs.BootID != bootID() {
 		return false
 	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(rs.Supervisor) + "/stat")
-	if err != nil {
-		return false
-	}
-	if f, ok := statFields(b); !ok || f[0][0] == 'Z' {
+	if !procfs.Running(rs.Supervisor) {
 		return false
 	}
 	cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(rs.Supervisor) + "/cmdline")
