@@ -132,7 +132,7 @@ func Open(ctx context.Context, opts *Options, env driver.Env) (driver.Driver, er
 		opts:  o,
 		dir:   dir,
 		node:  node,
-		boot:  bootID(),
+		boot:  procfs.BootID(),
 		log:   log,
 		cg:    detectCgroups(o.CgroupRoot),
 		cap:   capacity,

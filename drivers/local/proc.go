@@ -50,7 +50,7 @@ func groupMembers(pgid int) ([]procfs.Stat, error) {
 			continue
 		}
 		st, err := procfs.ReadStat(pid)
-		if err != nil || st.PGRP != pgid || st.State == 'Z' || st.State == 'X' {
+		if err != nil || st.PGRP != pgid || st.Ended() {
 			continue
 		}
 		out = append(out, st)
@@ -110,16 +110,6 @@ func findByEnv(kv string) int {
 		}
 	}
 	return 0
-}
-
-// bootID identifies the current boot: pids and start times mean nothing
-// across boots.
-func bootID() string {
-	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(b))
 }
 
 // meminfo returns MemTotal and MemAvailable in bytes.

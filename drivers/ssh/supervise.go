@@ -433,7 +433,7 @@ func supRun(dir string) int {
 		return exitPermanent
 	}
 	ios.serveExecs(cg.dir)
-	rs := runState{PID: cmd.Process.Pid, BootID: bootID(), Supervisor: os.Getpid(), Started: time.Now().UTC(), Cgroup: cg.dir, NoCgroup: noCgroup}
+	rs := runState{PID: cmd.Process.Pid, BootID: procfs.BootID(), Supervisor: os.Getpid(), Started: time.Now().UTC(), Cgroup: cg.dir, NoCgroup: noCgroup}
 	if t, err := startTicks(rs.PID); err == nil {
 		rs.StartTicks = t
 	}
@@ -734,7 +734,7 @@ func readStatus(dir string) (*status, error) {
 // procState returns the state letter of rs's process when it is still
 // that process (same boot, same start time) and has not ended.
 func procState(rs runState) (byte, bool) {
-	if rs.PID <= 0 || rs.BootID != bootID() {
+	if rs.PID <= 0 || rs.BootID != procfs.BootID() {
 		return 0, false
 	}
 	st, err := procfs.ReadStat(rs.PID)
@@ -747,11 +747,6 @@ func procState(rs runState) (byte, bool) {
 func startTicks(pid int) (uint64, error) {
 	st, err := procfs.ReadStat(pid)
 	return st.StartTicks, err
-}
-
-func bootID() string {
-	b, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	return strings.TrimSpace(string(b))
 }
 
 // interrupted is how long after its record an instance that never
@@ -949,7 +944,7 @@ func supStop(dir, graceText string, remove bool) error {
 // supervisorAlive reports whether rs's supervisor still runs: its pid
 // runs this program's supervisor, on the same boot.
 func supervisorAlive(rs runState) bool {
-	if rs.Supervisor <= 0 || rs.BootID != bootID() {
+	if rs.Supervisor <= 0 || rs.BootID != procfs.BootID() {
 		return false
 	}
 	if !procfs.Running(rs.Supervisor) {

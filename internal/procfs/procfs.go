@@ -103,3 +103,13 @@ func Running(pid int) bool {
 	st, err := ReadStat(pid)
 	return err == nil && !st.Ended()
 }
+
+// BootID returns the kernel's id of this boot, which tells a process id
+// of this boot from the same number of an earlier one, or "".
+func BootID() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}

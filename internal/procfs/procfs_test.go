@@ -67,6 +67,9 @@ func TestReadStat(t *testing.T) {
 		t.Error("pids 0 and -1 run")
 	}
 
+	if id := procfs.BootID(); len(id) != 36 {
+		t.Errorf("BootID = %q, want a UUID", id)
+	}
 	busy, total, err := procfs.HostTicks()
 	if err != nil || busy == 0 || total < busy {
 		t.Errorf("HostTicks = %d, %d, %v", busy, total, err)
