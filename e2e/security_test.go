@@ -181,7 +181,7 @@ func TestRunAsUser(t *testing.T) {
 	}
 	// The test binary's directory must be reachable by uid 65534.
 	bin := filepath.Join(dir, "berth")
-	copyFile(t, berthBin, bin)
+	copyProgram(t, berthBin, bin)
 	u := startServerAs(t, 65534, bin, "--config", cfg)
 	u.dataDir = data
 	for _, c := range []struct{ user, field string }{{"0", "user"}, {"root", "user"}, {"1000", "user"}} {
@@ -195,14 +195,15 @@ func TestRunAsUser(t *testing.T) {
 	}
 }
 
-func copyFile(t *testing.T, from, to string) {
+// copyProgram copies the program from to to, executable by anyone.
+// Another process writes the copy (coreutils' install): a file this
+// process held open for writing would be inherited by a child another
+// test forks meanwhile, until that child execs, and starting the copy
+// then fails with "text file busy" (ETXTBSY, golang/go#22315).
+func copyProgram(t *testing.T, from, to string) {
 	t.Helper()
-	b, err := os.ReadFile(from)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(to, b, 0o755); err != nil {
-		t.Fatal(err)
+	if out, err := exec.Command("install", "-m", "0755", from, to).CombinedOutput(); err != nil {
+		t.Fatalf("install %s %s: %v: %s", from, to, err, out)
 	}
 }
 

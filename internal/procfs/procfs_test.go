@@ -18,13 +18,10 @@ func TestReadStat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(sleep)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Copied by another process: see e2e's copyProgram.
 	odd := filepath.Join(t.TempDir(), "a) b (c")
-	if err := os.WriteFile(odd, b, 0o755); err != nil {
-		t.Fatal(err)
+	if out, err := exec.Command("install", "-m", "0755", sleep, odd).CombinedOutput(); err != nil {
+		t.Fatalf("install: %v: %s", err, out)
 	}
 	cmd := exec.Command(odd, "60")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
