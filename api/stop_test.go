@@ -95,7 +95,7 @@ func TestStopLongerThanTheAnswerIsAccepted(t *testing.T) {
 	// The reconciler carries the stop out: SIGTERM is ignored, SIGKILL
 	// after the grace ends the process.
 	waitPhase(t, c, "stubborn", reconciler.Stopped)
-	if processAlive(pid) {
+	if procfs.Running(pid) {
 		t.Fatalf("process %d still runs after the stop", pid)
 	}
 
@@ -108,7 +108,7 @@ func TestStopLongerThanTheAnswerIsAccepted(t *testing.T) {
 	waitUntil(t, "the process to run again", func() bool {
 		b, _ := os.ReadFile(pidFile)
 		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-		return pid != first && processAlive(pid)
+		return pid != first && procfs.Running(pid)
 	})
 	req, err = http.NewRequest(http.MethodPost, e.HTTP.URL+"/v1/instances/stubborn/restart?grace=5s", nil)
 	if err != nil {
@@ -130,9 +130,9 @@ func TestStopLongerThanTheAnswerIsAccepted(t *testing.T) {
 	waitUntil(t, "the process to run once more", func() bool {
 		b, _ := os.ReadFile(pidFile)
 		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-		return pid != second && processAlive(pid)
+		return pid != second && procfs.Running(pid)
 	})
-	if processAlive(second) {
+	if procfs.Running(second) {
 		t.Fatalf("process %d still runs after the restart", second)
 	}
 	waitPhase(t, c, "stubborn", reconciler.Running)
@@ -149,6 +149,3 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
-
-// processAlive reports whether pid runs (a zombie has ended).
-func processAlive(pid int) bool { return procfs.Running(pid) }

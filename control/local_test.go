@@ -40,8 +40,6 @@ func newLocal(t *testing.T, dir string) *provider.Provider {
 	return p
 }
 
-func alive(pid int) bool { return procfs.Running(pid) }
-
 // TestLocalProcessesRunLogAndEnd runs real processes: one that prints and
 // keeps running (its pid recorded in a file), which is stopped, started and
 // deleted, and the crash case: a new Plane on the same store and back-end
@@ -84,7 +82,7 @@ func TestLocalProcessesRunLogAndEnd(t *testing.T) {
 	}
 	waitFor(t, "the pid file", func() bool { return len(pids()) == 1 })
 	pid := pids()[0]
-	if !alive(pid) {
+	if !procfs.Running(pid) {
 		t.Fatalf("process %d is not running", pid)
 	}
 
@@ -106,7 +104,7 @@ func TestLocalProcessesRunLogAndEnd(t *testing.T) {
 	if err := p2.Stop(ctx, "echo", time.Second); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the process to end", func() bool { return !alive(pid) })
+	waitFor(t, "the process to end", func() bool { return !procfs.Running(pid) })
 	if err := p2.Delete(ctx, "echo"); err != nil {
 		t.Fatal(err)
 	}
@@ -210,5 +208,5 @@ func TestLocalSuspendStopsTheCPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitPhase(t, p, "spin", reconciler.Deleted)
-	waitFor(t, "the loop to end", func() bool { return !alive(pid) })
+	waitFor(t, "the loop to end", func() bool { return !procfs.Running(pid) })
 }

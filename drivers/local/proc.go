@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -39,23 +40,8 @@ func stateName(s byte) string {
 
 // groupMembers returns every live process whose process group is pgid.
 func groupMembers(pgid int) ([]procfs.Stat, error) {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil, err
-	}
-	var out []procfs.Stat
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		st, err := procfs.ReadStat(pid)
-		if err != nil || st.PGRP != pgid || st.Ended() {
-			continue
-		}
-		out = append(out, st)
-	}
-	return out, nil
+	all, err := procfs.Group(pgid)
+	return slices.DeleteFunc(all, procfs.Stat.Ended), err
 }
 
 // stragglers returns the live members of process group pgid whose

@@ -66,7 +66,7 @@ func TestExec(t *testing.T) {
 	case <-time.After(testTimeout):
 		t.Fatal("Exec never returned after its context ended")
 	}
-	for deadline := time.Now().Add(testTimeout); running(pid); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(testTimeout); procfs.Running(pid); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the exec's command %d still runs after its caller left", pid)
 		}
@@ -75,6 +75,3 @@ func TestExec(t *testing.T) {
 		t.Errorf("the instance after the exec's caller left: %v, %v; want running", got, err)
 	}
 }
-
-// running reports whether pid runs (and is not a zombie).
-func running(pid int) bool { return procfs.Running(pid) }

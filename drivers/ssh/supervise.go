@@ -856,19 +856,8 @@ func supUsage(dir string, stdout io.Writer) error {
 // groupTicks sums the cpu ticks (user and system) and resident pages of
 // the processes of group pgid.
 func groupTicks(pgid int) (ticks, rss int64) {
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		if e.Name()[0] < '0' || e.Name()[0] > '9' {
-			continue
-		}
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		st, err := procfs.ReadStat(pid)
-		if err != nil || st.PGRP != pgid {
-			continue
-		}
+	members, _ := procfs.Group(pgid)
+	for _, st := range members {
 		ticks, rss = ticks+int64(st.Ticks), rss+st.RSSPages
 	}
 	return ticks, rss

@@ -65,6 +65,28 @@ func ParseStat(pid int, b []byte) (Stat, error) {
 	}, nil
 }
 
+// Group returns every process whose process group is pgid, those that
+// have ended but are not reaped yet (Stat.Ended) included.
+func Group(pgid int) ([]Stat, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	var out []Stat
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		st, err := ReadStat(pid)
+		if err != nil || st.PGRP != pgid {
+			continue
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
+
 // HostTicks returns the busy and total clock ticks of all CPUs from
 // /proc/stat: busy is every tick but idle and I/O wait.
 func HostTicks() (busy, total uint64, err error) {

@@ -46,6 +46,9 @@ func TestReadStat(t *testing.T) {
 	if st.PID != pid || st.PGRP != pid || st.StartTicks == 0 || st.RSSPages <= 0 || st.Ended() || !procfs.Running(pid) {
 		t.Errorf("a sleeping process (pid %d): %+v, running %t", pid, st, procfs.Running(pid))
 	}
+	if g, err := procfs.Group(pid); err != nil || len(g) != 1 || g[0].PID != pid {
+		t.Errorf("the group of the process: %+v, %v; want the process alone", g, err)
+	}
 	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
